@@ -1,0 +1,22 @@
+//! berth-core: the domain of berth.
+//!
+//! It owns the resource-instance contract (ids, the spec and its strict decoder, `specDigest`,
+//! digest-pinned image references), the SQLite store of desired and observed state, the
+//! reconciler that converges the two, and the [`runtime::Runtime`] trait a container engine
+//! implements.
+//!
+//! Invariants: this crate knows nothing of Docker or HTTP. It never deletes a volume. A request
+//! that is refused writes nothing.
+
+pub mod decode;
+pub mod ids;
+pub mod image;
+pub mod model;
+pub mod names;
+pub mod runtime;
+pub mod spec;
+pub mod store;
+pub mod time;
+
+pub use ids::{DomainId, InstanceId};
+pub use time::Timestamp;

@@ -1,0 +1,286 @@
+//! The records berth keeps and answers with: domains, instances, their desired and observed
+//! states. Their serde forms are the wire forms of the contract.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::ids::{DomainId, InstanceId};
+use crate::spec::Spec;
+use crate::time::Timestamp;
+
+/// Whether a domain admits new instances and links.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DomainState {
+    /// Admits new instances and links.
+    Active,
+    /// Admits no new instance or link; running ones keep running.
+    Fenced,
+    /// Every instance archived; admits nothing new.
+    Archived,
+}
+
+impl DomainState {
+    /// The state's wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Active => "active",
+            Self::Fenced => "fenced",
+            Self::Archived => "archived",
+        }
+    }
+
+    /// Parses a wire name.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "active" => Some(Self::Active),
+            "fenced" => Some(Self::Fenced),
+            "archived" => Some(Self::Archived),
+            _ => None,
+        }
+    }
+}
+
+/// A resource domain: a project whose instances berth runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Domain {
+    /// `rdm:<uuid>`.
+    #[schema(value_type = String, example = "rdm:0a1b2c3d-0000-4000-8000-000000000000")]
+    pub resource_domain_id: DomainId,
+    /// A name for people, 1 to 200 characters.
+    pub name: String,
+    /// Whether it admits new instances and links.
+    pub state: DomainState,
+    /// When it was created.
+    pub created_at: Timestamp,
+    /// The hash of the service key that created it; never on the wire.
+    #[serde(skip)]
+    pub owner: String,
+}
+
+/// What was asked of an instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Desired {
+    /// Run it.
+    Running,
+    /// Keep it stopped.
+    Stopped,
+    /// Remove its container for good; keep its volumes.
+    Archived,
+}
+
+impl Desired {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Stopped => "stopped",
+            Self::Archived => "archived",
+        }
+    }
+
+    /// Parses a wire name.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "running" => Some(Self::Running),
+            "stopped" => Some(Self::Stopped),
+            "archived" => Some(Self::Archived),
+            _ => None,
+        }
+    }
+}
+
+/// Why an instance is stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum StopReason {
+    /// Nothing reached it for `idleStopAfterSeconds`.
+    Idle,
+    /// A person stopped it; `by` is the application's words for who.
+    Person {
+        /// Who stopped it, 1 to 200 characters.
+        by: String,
+    },
+}
+
+/// What berth last observed of an instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "kind", rename_all = "kebab-case", rename_all_fields = "camelCase")]
+pub enum InstanceState {
+    /// Nothing has been started yet.
+    NotStarted,
+    /// Its container started; the ready check has not answered yet.
+    Starting {
+        /// When the start began.
+        since: Timestamp,
+    },
+    /// Its ready check answered.
+    Running {
+        /// When it became ready.
+        since: Timestamp,
+    },
+    /// Stopped, and why.
+    Stopped {
+        /// When it stopped.
+        at: Timestamp,
+        /// Why.
+        reason: StopReason,
+    },
+    /// The container ended on its own; berth starts it again.
+    Exited {
+        /// When it ended.
+        at: Timestamp,
+        /// Its exit code, when known.
+        exit_code: Option<i64>,
+    },
+    /// A start that could not finish: an image pull, a ready check, a volume.
+    Failed {
+        /// When it failed.
+        at: Timestamp,
+        /// What went wrong and what to do, for a person.
+        message: String,
+    },
+    /// Archived: its container is gone, its volumes are kept.
+    Archived {
+        /// When it was archived.
+        at: Timestamp,
+    },
+}
+
+/// A Docker volume an instance mounts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceVolume {
+    /// The spec's name for it, or `image-...` for an image `VOLUME` the spec did not cover.
+    pub name: String,
+    /// The Docker volume's name.
+    pub docker_name: String,
+    /// Where it is mounted; not on the wire.
+    #[serde(skip_serializing, default)]
+    pub mount_path: String,
+}
+
+/// An instance as berth stores it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Instance {
+    /// `rin:<uuid>`.
+    pub id: InstanceId,
+    /// The domain it belongs to.
+    pub domain_id: DomainId,
+    /// The application's name for it.
+    pub key: String,
+    /// The decoded spec.
+    pub spec: Spec,
+    /// `sha256:<hex>` of the spec's canonical JSON.
+    pub spec_digest: String,
+    /// What was asked of it.
+    pub desired: Desired,
+    /// Why it is stopped, while desired is stopped.
+    pub stop_reason: Option<StopReason>,
+    /// What was last observed.
+    pub state: InstanceState,
+    /// When it was last observed.
+    pub observed_at: Timestamp,
+    /// When its container last started.
+    pub started_at: Option<Timestamp>,
+    /// When a live executor last reached it.
+    pub last_reached_at: Option<Timestamp>,
+    /// The Docker volumes it mounts.
+    pub volumes: Vec<InstanceVolume>,
+    /// Restarts since it last ran steadily, for the back-off.
+    pub restart_count: u32,
+}
+
+/// An instance on the wire (`resourceInstanceSchema`).
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceView {
+    /// `rin:<uuid>`.
+    #[schema(value_type = String)]
+    pub resource_instance_id: InstanceId,
+    /// The application's name for it.
+    pub key: String,
+    /// The DNS label linked workspaces resolve it by.
+    pub alias: String,
+    /// Null: shared by the domain.
+    pub worktree_key: Option<String>,
+    /// `sha256:<hex>` of the spec's canonical JSON.
+    pub spec_digest: String,
+    /// What was asked of it.
+    pub desired: Desired,
+    /// Why it is stopped, while desired is stopped.
+    pub stop_reason: Option<StopReason>,
+    /// What was last observed.
+    pub state: InstanceState,
+    /// When it was last observed.
+    pub observed_at: Timestamp,
+    /// When its container last started.
+    pub started_at: Option<Timestamp>,
+    /// When a live executor last reached it.
+    pub last_reached_at: Option<Timestamp>,
+    /// The Docker volumes it mounts, which outlive it.
+    pub volumes: Vec<InstanceVolume>,
+}
+
+impl Instance {
+    /// The instance's wire form.
+    pub fn view(&self) -> InstanceView {
+        InstanceView {
+            resource_instance_id: self.id.clone(),
+            key: self.key.clone(),
+            alias: self.spec.alias.clone(),
+            worktree_key: self.spec.worktree_key.clone(),
+            spec_digest: self.spec_digest.clone(),
+            desired: self.desired,
+            stop_reason: self.stop_reason.clone(),
+            state: self.state.clone(),
+            observed_at: self.observed_at,
+            started_at: self.started_at,
+            last_reached_at: self.last_reached_at,
+            volumes: self.volumes.clone(),
+        }
+    }
+}
+
+/// A volume kept when its instance was archived (`resourceInstanceArchivedVolumeSchema`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchivedVolume {
+    /// The archived instance's key.
+    pub instance_key: String,
+    /// The volume's name in the spec.
+    pub name: String,
+    /// The Docker volume's name.
+    pub docker_name: String,
+    /// Apparent size of its files in bytes, measured at archive; null when it could not be.
+    pub bytes: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn states_serialise_as_the_contract_spells_them() {
+        let at = Timestamp::from_millis(0);
+        assert_eq!(
+            serde_json::to_value(InstanceState::NotStarted).unwrap(),
+            json!({"kind": "not-started"})
+        );
+        assert_eq!(
+            serde_json::to_value(InstanceState::Exited { at, exit_code: Some(3) }).unwrap(),
+            json!({"kind": "exited", "at": "1970-01-01T00:00:00.000Z", "exitCode": 3})
+        );
+        assert_eq!(
+            serde_json::to_value(InstanceState::Stopped {
+                at,
+                reason: StopReason::Person { by: "Ada".into() }
+            })
+            .unwrap(),
+            json!({"kind": "stopped", "at": "1970-01-01T00:00:00.000Z", "reason": {"kind": "person", "by": "Ada"}})
+        );
+    }
+}

@@ -1,0 +1,69 @@
+//! Deterministic engine object names: a container, network or volume made after a crash gets
+//! the same name as before, so berth finds it again instead of making a second one.
+//!
+//! Names start with the daemon's prefix (`berth` by default, one per test run), then 12 hex
+//! digits of the domain id, then a slug of the instance key with 8 hex digits of its sha256
+//! (the slug alone could collide: engine names cannot hold '@').
+
+use sha2::{Digest as _, Sha256};
+
+use crate::ids::DomainId;
+
+fn short_hash(text: &str) -> String {
+    hex::encode(&Sha256::digest(text.as_bytes())[..4])
+}
+
+fn domain_part(domain: &DomainId) -> String {
+    domain.hex()[..12].to_owned()
+}
+
+/// The container of instance `key` in `domain`.
+pub fn container(prefix: &str, domain: &DomainId, key: &str) -> String {
+    let slug: String = key
+        .chars()
+        .map(|c| if c == '@' { '_' } else { c })
+        .collect();
+    format!("{prefix}-{}-{slug}-{}", domain_part(domain), short_hash(key))
+}
+
+/// The network of a domain.
+pub fn domain_network(prefix: &str, domain: &DomainId) -> String {
+    format!("{prefix}-{}", domain_part(domain))
+}
+
+/// A volume the spec names.
+pub fn spec_volume(prefix: &str, domain: &DomainId, key: &str, name: &str) -> String {
+    format!("{}.vol.{name}", container(prefix, domain, key))
+}
+
+/// A volume for an image `VOLUME` at `path` that the spec does not cover, and its name in the
+/// instance's `volumes` (`image-<slug of the path>`).
+pub fn image_volume(prefix: &str, domain: &DomainId, key: &str, path: &str) -> (String, String) {
+    let docker = format!("{}.img.{}", container(prefix, domain, key), short_hash(path));
+    let slug: String = path
+        .trim_matches('/')
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .collect();
+    (format!("image-{slug}"), docker)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_deterministic_and_keys_that_differ_only_by_at_do_not_collide() {
+        let d = DomainId::parse("rdm:0a1b2c3d-0000-4000-8000-000000000000").unwrap();
+        assert_eq!(container("berth", &d, "db"), container("berth", &d, "db"));
+        assert!(container("berth", &d, "db").starts_with("berth-0a1b2c3d0000-db-"));
+        assert_ne!(container("berth", &d, "db@wt"), container("berth", &d, "db_wt"));
+        assert_eq!(
+            spec_volume("berth", &d, "db", "data"),
+            format!("{}.vol.data", container("berth", &d, "db"))
+        );
+        let (name, docker) = image_volume("berth", &d, "db", "/var/lib/Data");
+        assert_eq!(name, "image-var-lib-data");
+        assert!(docker.contains(".img."));
+    }
+}

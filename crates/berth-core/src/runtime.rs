@@ -1,0 +1,270 @@
+//! The `Runtime` trait: what the reconciler asks of a container engine. `berth-docker`
+//! implements it on Docker; core never learns which engine runs its instances.
+//!
+//! Every operation is idempotent or reports exactly what stood in its way, so the reconciler can
+//! run any step again after a crash.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::io::AsyncRead;
+use tokio::sync::mpsc;
+
+use crate::image::PinnedImage;
+use crate::spec::Ready;
+
+/// Labels on an engine object.
+pub type Labels = BTreeMap<String, String>;
+
+/// The label every object berth creates carries, with value `1`.
+pub const LABEL_MANAGED: &str = "berth.managed";
+/// The name prefix of the berth that made the object (one per daemon, one per test run).
+pub const LABEL_PREFIX: &str = "berth.prefix";
+/// The object's domain id.
+pub const LABEL_DOMAIN: &str = "berth.domain";
+/// The object's instance id.
+pub const LABEL_INSTANCE: &str = "berth.instance";
+/// The object's instance key.
+pub const LABEL_KEY: &str = "berth.key";
+/// The specDigest a container was created from.
+pub const LABEL_SPEC_DIGEST: &str = "berth.spec-digest";
+/// A volume's name in its instance's spec.
+pub const LABEL_VOLUME: &str = "berth.volume";
+
+/// Why an image could not be made ready; the names follow the seed's mismatch reasons.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageFailure {
+    /// The pull failed: the registry is unreachable or refused.
+    PullFailed,
+    /// The registry has no manifest for the digest.
+    RequestedDigestMissing,
+    /// The image after the pull does not carry the requested repo digest.
+    PulledDigestMissing,
+    /// The image carries a different digest for the repository.
+    PulledDigestMismatch,
+}
+
+impl ImageFailure {
+    /// The seed's name for the reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::PullFailed => "pull-failed",
+            Self::RequestedDigestMissing => "requested-digest-missing",
+            Self::PulledDigestMissing => "pulled-digest-missing",
+            Self::PulledDigestMismatch => "pulled-digest-mismatch",
+        }
+    }
+}
+
+/// A runtime failure.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RuntimeError {
+    /// The engine cannot be reached; try again later.
+    #[error("the container engine is unreachable: {0}")]
+    Unavailable(String),
+    /// The object does not exist.
+    #[error("{0} does not exist")]
+    NotFound(String),
+    /// An object with that name exists already (for create) or is in the way.
+    #[error("{0}")]
+    Conflict(String),
+    /// The image could not be pulled or verified; `message` says what to do.
+    #[error("{message}")]
+    Image {
+        /// Why.
+        failure: ImageFailure,
+        /// A sentence a person can act on.
+        message: String,
+    },
+    /// An object exists under berth's name but without berth's labels: berth will not adopt it.
+    #[error("{0}")]
+    Foreign(String),
+    /// The engine refused the request.
+    #[error("the container engine refused: {0}")]
+    Engine(String),
+}
+
+/// What berth needs to know of a verified image.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ImageFacts {
+    /// The image id (the config digest).
+    pub image_id: String,
+    /// Every `RepoDigests` entry, normalised.
+    pub repo_digests: Vec<String>,
+    /// The image's `VOLUME` paths.
+    pub volumes: Vec<String>,
+    /// The image's exposed TCP ports.
+    pub exposed_tcp_ports: Vec<u16>,
+}
+
+/// One named volume mounted into a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    /// The engine volume's name.
+    pub volume: String,
+    /// The path in the container.
+    pub path: String,
+}
+
+/// Everything needed to create one instance's container. The runtime adds the hardening every
+/// container gets: no privilege, no added capability, `no-new-privileges`, an init process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerPlan {
+    /// The container's deterministic name.
+    pub name: String,
+    /// The pinned image reference, as written in the spec.
+    pub image: String,
+    /// Replaces CMD when set; ENTRYPOINT always runs.
+    pub command: Option<Vec<String>>,
+    /// Environment variables.
+    pub env: BTreeMap<String, String>,
+    /// Named volumes only.
+    pub mounts: Vec<Mount>,
+    /// CPU limit in billionths of a core.
+    pub nano_cpus: i64,
+    /// Memory limit in bytes.
+    pub memory_bytes: i64,
+    /// The one network it is created on.
+    pub network: String,
+    /// Its DNS aliases on that network.
+    pub aliases: Vec<String>,
+    /// Its labels.
+    pub labels: Labels,
+    /// How long a stop waits before it kills.
+    pub stop_timeout: Duration,
+}
+
+/// What berth needs to know of an existing container.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ContainerFacts {
+    /// The engine's id.
+    pub id: String,
+    /// Its name, without a leading '/'.
+    pub name: String,
+    /// Its labels.
+    pub labels: Labels,
+    /// Whether its process is running.
+    pub running: bool,
+    /// The exit code of its last run, when it ran and ended.
+    pub exit_code: Option<i64>,
+    /// When it last started (RFC 3339), when it has.
+    pub started_at: Option<String>,
+    /// When it last ended (RFC 3339), when it has.
+    pub finished_at: Option<String>,
+    /// Its address on each network it is attached to.
+    pub addresses: BTreeMap<String, IpAddr>,
+    /// The id of the image it runs.
+    pub image_id: String,
+}
+
+/// Something changed in the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuntimeEvent {
+    /// A container berth labelled changed (started, died, was destroyed, ...).
+    Container {
+        /// Its name.
+        name: String,
+        /// Its labels.
+        labels: Labels,
+        /// The engine's word for what happened (`start`, `die`, `destroy`).
+        action: String,
+    },
+    /// Events may have been missed (the stream started or reconnected): look at everything.
+    Resync,
+}
+
+/// Stdin for an exec: read to its end, then closed.
+pub type ExecStdin = Pin<Box<dyn AsyncRead + Send>>;
+
+/// A command to run in a running container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecRequest {
+    /// The command and its arguments.
+    pub argv: Vec<String>,
+    /// The user to run as, or the image's.
+    pub user: Option<String>,
+    /// Killed after this long.
+    pub timeout: Duration,
+    /// The most bytes of each of stdout and stderr kept (their tails).
+    pub max_output: usize,
+}
+
+/// How an exec ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOutcome {
+    /// Its exit code; `None` when it was killed at its timeout.
+    pub exit_code: Option<i64>,
+    /// The tail of its stdout.
+    pub stdout: Vec<u8>,
+    /// The tail of its stderr.
+    pub stderr: Vec<u8>,
+    /// Whether either output was cut to its tail.
+    pub truncated: bool,
+    /// Whether it was killed at its timeout.
+    pub timed_out: bool,
+}
+
+/// A container engine.
+#[async_trait]
+pub trait Runtime: Send + Sync + 'static {
+    /// The engine's name, for messages (`docker`).
+    fn kind(&self) -> &'static str;
+
+    /// Makes the pinned image present and verified: inspect locally first, pull by digest only
+    /// when missing, then require that its `RepoDigests` holds exactly the pinned repo digest.
+    async fn ensure_image(&self, image: &PinnedImage) -> Result<ImageFacts, RuntimeError>;
+
+    /// Creates the network if it is missing. An existing one without `labels` is `Foreign`.
+    async fn ensure_network(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError>;
+
+    /// Creates the volume if it is missing. An existing one whose `berth.*` labels differ from
+    /// `labels` is `Foreign`.
+    async fn ensure_volume(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError>;
+
+    /// The container with this name, if there is one.
+    async fn inspect_container(&self, name: &str) -> Result<Option<ContainerFacts>, RuntimeError>;
+
+    /// Creates (does not start) a container; `Conflict` when the name is taken.
+    async fn create_container(&self, plan: &ContainerPlan) -> Result<String, RuntimeError>;
+
+    /// Starts a container; Ok when it already runs.
+    async fn start_container(&self, id: &str) -> Result<(), RuntimeError>;
+
+    /// Stops a container, killing it after `timeout`; Ok when it is not running.
+    async fn stop_container(&self, id: &str, timeout: Duration) -> Result<(), RuntimeError>;
+
+    /// Removes a container (never its volumes); Ok when it is gone already.
+    async fn remove_container(&self, id: &str) -> Result<(), RuntimeError>;
+
+    /// Checks readiness once: a TCP connect to `port` at the container's address on `network`,
+    /// or `argv` run in the container exiting 0. Returns within about `budget`.
+    async fn probe(
+        &self,
+        container: &ContainerFacts,
+        network: &str,
+        ready: &Ready,
+        budget: Duration,
+    ) -> Result<bool, RuntimeError>;
+
+    /// Every container carrying `berth.prefix=<prefix>`.
+    async fn list_containers(&self, prefix: &str) -> Result<Vec<ContainerFacts>, RuntimeError>;
+
+    /// The apparent size in bytes of the files in each named volume; `None` for one that could
+    /// not be measured.
+    async fn volume_bytes(&self, names: &[String]) -> Result<BTreeMap<String, Option<u64>>, RuntimeError>;
+
+    /// Runs a command in a running container, streaming `stdin` into it.
+    async fn exec(
+        &self,
+        container_id: &str,
+        request: ExecRequest,
+        stdin: ExecStdin,
+    ) -> Result<ExecOutcome, RuntimeError>;
+
+    /// Starts watching the engine for changes to containers labelled with `prefix`. The watcher
+    /// reconnects by itself, sending `Resync` on every (re)connect.
+    fn watch(&self, prefix: &str) -> mpsc::Receiver<RuntimeEvent>;
+}

@@ -1,0 +1,481 @@
+//! The SQLite store: what was asked (domains, instances' specs and desired states) and what was
+//! last observed. One file in the data directory, WAL, versioned migrations; every change that
+//! touches more than one row runs in one transaction.
+//!
+//! Requests write desired fields ([`Tx::save_desired`]); the reconciler writes observed fields
+//! ([`Store::record_observation`]). Neither overwrites the other's columns, so a request that
+//! lands while a reconcile is under way is never lost.
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use crate::ids::{DomainId, InstanceId};
+use crate::model::{
+    Desired, Domain, DomainState, Instance, InstanceState, InstanceVolume, StopReason,
+};
+use crate::spec::Spec;
+use crate::time::Timestamp;
+
+/// A store failure: the database could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// SQLite reported an error.
+    #[error("the store failed: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// A stored row could not be read back.
+    #[error("the store holds a row it cannot read: {0}")]
+    Corrupt(String),
+}
+
+const MIGRATIONS: &[&str] = &[
+    // 1: domains and instances.
+    "CREATE TABLE domains (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        state TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    CREATE INDEX domains_by_owner ON domains(owner, created_at);
+    CREATE TABLE instances (
+        id TEXT PRIMARY KEY,
+        domain_id TEXT NOT NULL REFERENCES domains(id),
+        key TEXT NOT NULL,
+        alias TEXT NOT NULL,
+        worktree_key TEXT,
+        spec TEXT NOT NULL,
+        spec_digest TEXT NOT NULL,
+        desired TEXT NOT NULL,
+        stop_reason TEXT,
+        state TEXT NOT NULL,
+        observed_at INTEGER NOT NULL,
+        started_at INTEGER,
+        last_reached_at INTEGER,
+        volumes TEXT NOT NULL,
+        restart_count INTEGER NOT NULL DEFAULT 0,
+        created_at INTEGER NOT NULL,
+        UNIQUE (domain_id, key)
+    );
+    -- At most one live instance answers to an alias for one worktree key of a domain.
+    CREATE UNIQUE INDEX instances_alias ON instances(domain_id, alias, coalesce(worktree_key, ''))
+        WHERE desired != 'archived';",
+];
+
+/// The store. Cheap to share behind an `Arc`; calls are short and serialised on one connection.
+pub struct Store {
+    conn: Mutex<Connection>,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database file at `path` and brings its schema up to date.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let conn = Connection::open(path)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        Self::init(conn)
+    }
+
+    /// An empty store in memory, for tests.
+    pub fn in_memory() -> Result<Self, StoreError> {
+        Self::init(Connection::open_in_memory()?)
+    }
+
+    fn init(mut conn: Connection) -> Result<Self, StoreError> {
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        let version: usize = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        if version < MIGRATIONS.len() {
+            let tx = conn.transaction()?;
+            for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
+                tx.execute_batch(sql)?;
+                tx.pragma_update(None, "user_version", i + 1)?;
+            }
+            tx.commit()?;
+        }
+        Ok(Self {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the lock cannot leave SQLite half-written: every change is one
+        // statement or one transaction. So a poisoned lock is still safe to use.
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` in one transaction: committed when it returns `Ok`, rolled back otherwise.
+    pub fn write<T, E: From<StoreError>>(
+        &self,
+        f: impl FnOnce(&Tx<'_>) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let mut conn = self.lock();
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(StoreError::from)?;
+        let out = f(&Tx(&tx))?;
+        tx.commit().map_err(StoreError::from)?;
+        Ok(out)
+    }
+
+    /// Reads through the same typed queries, outside any write.
+    pub fn read<T>(&self, f: impl FnOnce(&Tx<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let conn = self.lock();
+        f(&Tx(&conn))
+    }
+
+    /// Records what the reconciler observed, leaving every desired field as it is.
+    pub fn record_observation(&self, obs: &Observation) -> Result<(), StoreError> {
+        let volumes = serde_json::to_string(&StoredVolumes::from(&obs.volumes[..]))
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        self.lock().execute(
+            "UPDATE instances SET state = ?2, observed_at = ?3, started_at = ?4, volumes = ?5,
+                restart_count = ?6 WHERE id = ?1",
+            params![
+                obs.id.as_str(),
+                to_json(&obs.state)?,
+                obs.observed_at.millis(),
+                obs.started_at.map(Timestamp::millis),
+                volumes,
+                obs.restart_count,
+            ],
+        )?;
+        Ok(())
+    }
+}
+
+/// What the reconciler writes after looking at an instance.
+#[derive(Debug, Clone)]
+pub struct Observation {
+    /// The instance.
+    pub id: InstanceId,
+    /// What it saw.
+    pub state: InstanceState,
+    /// When.
+    pub observed_at: Timestamp,
+    /// When the container last started.
+    pub started_at: Option<Timestamp>,
+    /// The volumes it mounts.
+    pub volumes: Vec<InstanceVolume>,
+    /// Restarts since it last ran steadily.
+    pub restart_count: u32,
+}
+
+impl Observation {
+    /// The observation an instance already carries, to change field by field.
+    pub fn of(instance: &Instance) -> Self {
+        Self {
+            id: instance.id.clone(),
+            state: instance.state.clone(),
+            observed_at: instance.observed_at,
+            started_at: instance.started_at,
+            volumes: instance.volumes.clone(),
+            restart_count: instance.restart_count,
+        }
+    }
+}
+
+/// Volumes as stored: with their mount paths, which the wire form leaves out.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredVolume {
+    name: String,
+    docker_name: String,
+    mount_path: String,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+struct StoredVolumes(Vec<StoredVolume>);
+
+impl From<&[InstanceVolume]> for StoredVolumes {
+    fn from(volumes: &[InstanceVolume]) -> Self {
+        Self(
+            volumes
+                .iter()
+                .map(|v| StoredVolume {
+                    name: v.name.clone(),
+                    docker_name: v.docker_name.clone(),
+                    mount_path: v.mount_path.clone(),
+                })
+                .collect(),
+        )
+    }
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(text: &str) -> rusqlite::Result<T> {
+    serde_json::from_str(text).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
+    })
+}
+
+/// Typed queries inside a transaction (or a read).
+pub struct Tx<'a>(&'a Connection);
+
+const INSTANCE_COLUMNS: &str = "id, domain_id, key, spec, spec_digest, desired, stop_reason, state,
+    observed_at, started_at, last_reached_at, volumes, restart_count";
+
+fn domain_from_row(row: &Row<'_>) -> rusqlite::Result<Domain> {
+    let id: String = row.get(0)?;
+    let state: String = row.get(3)?;
+    Ok(Domain {
+        resource_domain_id: DomainId::parse(&id).ok_or(rusqlite::Error::InvalidQuery)?,
+        name: row.get(1)?,
+        owner: row.get(2)?,
+        state: DomainState::parse(&state).ok_or(rusqlite::Error::InvalidQuery)?,
+        created_at: Timestamp::from_millis(row.get(4)?),
+    })
+}
+
+fn instance_from_row(row: &Row<'_>) -> rusqlite::Result<Instance> {
+    let id: String = row.get(0)?;
+    let domain_id: String = row.get(1)?;
+    let spec: String = row.get(3)?;
+    let desired: String = row.get(5)?;
+    let stop_reason: Option<String> = row.get(6)?;
+    let state: String = row.get(7)?;
+    let volumes: String = row.get(11)?;
+    let volumes: StoredVolumes = from_json(&volumes)?;
+    Ok(Instance {
+        id: InstanceId::parse(&id).ok_or(rusqlite::Error::InvalidQuery)?,
+        domain_id: DomainId::parse(&domain_id).ok_or(rusqlite::Error::InvalidQuery)?,
+        key: row.get(2)?,
+        spec: from_json::<Spec>(&spec)?,
+        spec_digest: row.get(4)?,
+        desired: Desired::parse(&desired).ok_or(rusqlite::Error::InvalidQuery)?,
+        stop_reason: stop_reason.as_deref().map(from_json::<StopReason>).transpose()?,
+        state: from_json::<InstanceState>(&state)?,
+        observed_at: Timestamp::from_millis(row.get(8)?),
+        started_at: row.get::<_, Option<i64>>(9)?.map(Timestamp::from_millis),
+        last_reached_at: row.get::<_, Option<i64>>(10)?.map(Timestamp::from_millis),
+        volumes: volumes
+            .0
+            .into_iter()
+            .map(|v| InstanceVolume {
+                name: v.name,
+                docker_name: v.docker_name,
+                mount_path: v.mount_path,
+            })
+            .collect(),
+        restart_count: row.get(12)?,
+    })
+}
+
+impl Tx<'_> {
+    /// Stores a new domain.
+    pub fn insert_domain(&self, domain: &Domain) -> Result<(), StoreError> {
+        self.0.execute(
+            "INSERT INTO domains (id, name, owner, state, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                domain.resource_domain_id.as_str(),
+                domain.name,
+                domain.owner,
+                domain.state.as_str(),
+                domain.created_at.millis()
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// One domain by id.
+    pub fn domain(&self, id: &DomainId) -> Result<Option<Domain>, StoreError> {
+        Ok(self
+            .0
+            .query_row(
+                "SELECT id, name, owner, state, created_at FROM domains WHERE id = ?1",
+                [id.as_str()],
+                domain_from_row,
+            )
+            .optional()?)
+    }
+
+    /// Every domain `owner` created, oldest first.
+    pub fn domains_of(&self, owner: &str) -> Result<Vec<Domain>, StoreError> {
+        let mut stmt = self.0.prepare_cached(
+            "SELECT id, name, owner, state, created_at FROM domains WHERE owner = ?1
+             ORDER BY created_at, id",
+        )?;
+        let rows = stmt.query_map([owner], domain_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Sets a domain's state.
+    pub fn set_domain_state(&self, id: &DomainId, state: DomainState) -> Result<(), StoreError> {
+        self.0.execute(
+            "UPDATE domains SET state = ?2 WHERE id = ?1",
+            params![id.as_str(), state.as_str()],
+        )?;
+        Ok(())
+    }
+
+    /// One instance by its domain and key.
+    pub fn instance(&self, domain: &DomainId, key: &str) -> Result<Option<Instance>, StoreError> {
+        let sql = format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE domain_id = ?1 AND key = ?2");
+        Ok(self
+            .0
+            .query_row(&sql, params![domain.as_str(), key], instance_from_row)
+            .optional()?)
+    }
+
+    /// One instance by id.
+    pub fn instance_by_id(&self, id: &InstanceId) -> Result<Option<Instance>, StoreError> {
+        let sql = format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE id = ?1");
+        Ok(self
+            .0
+            .query_row(&sql, [id.as_str()], instance_from_row)
+            .optional()?)
+    }
+
+    /// A domain's instances: the archived ones, or every other one; by key.
+    pub fn instances(&self, domain: &DomainId, archived: bool) -> Result<Vec<Instance>, StoreError> {
+        let op = if archived { "=" } else { "!=" };
+        let sql = format!(
+            "SELECT {INSTANCE_COLUMNS} FROM instances WHERE domain_id = ?1 AND desired {op} 'archived'
+             ORDER BY key"
+        );
+        let mut stmt = self.0.prepare_cached(&sql)?;
+        let rows = stmt.query_map([domain.as_str()], instance_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The ids of every instance that is not archived, across all domains.
+    pub fn live_instance_ids(&self) -> Result<Vec<InstanceId>, StoreError> {
+        let mut stmt = self
+            .0
+            .prepare_cached("SELECT id FROM instances WHERE desired != 'archived' ORDER BY id")?;
+        let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+        rows.map(|r| {
+            let id = r?;
+            InstanceId::parse(&id).ok_or_else(|| StoreError::Corrupt(format!("instance id {id}")))
+        })
+        .collect()
+    }
+
+    /// The key of the live instance other than `key` that answers to `alias` for `worktree_key`.
+    pub fn alias_holder(
+        &self,
+        domain: &DomainId,
+        alias: &str,
+        worktree_key: Option<&str>,
+        key: &str,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .0
+            .query_row(
+                "SELECT key FROM instances WHERE domain_id = ?1 AND alias = ?2
+                   AND coalesce(worktree_key, '') = coalesce(?3, '') AND key != ?4
+                   AND desired != 'archived'",
+                params![domain.as_str(), alias, worktree_key, key],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    /// Stores a new instance.
+    pub fn insert_instance(&self, i: &Instance) -> Result<(), StoreError> {
+        let volumes = to_json(&StoredVolumes::from(&i.volumes[..]))?;
+        self.0.execute(
+            "INSERT INTO instances (id, domain_id, key, alias, worktree_key, spec, spec_digest,
+                desired, stop_reason, state, observed_at, started_at, last_reached_at, volumes,
+                restart_count, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+            params![
+                i.id.as_str(),
+                i.domain_id.as_str(),
+                i.key,
+                i.spec.alias,
+                i.spec.worktree_key,
+                i.spec.canonical_json(),
+                i.spec_digest,
+                i.desired.as_str(),
+                i.stop_reason.as_ref().map(to_json).transpose()?,
+                to_json(&i.state)?,
+                i.observed_at.millis(),
+                i.started_at.map(Timestamp::millis),
+                i.last_reached_at.map(Timestamp::millis),
+                volumes,
+                i.restart_count,
+                Timestamp::now().millis(),
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Saves what was asked of an instance (spec, desired, stop reason) and, for a new spec,
+    /// the volumes and state it implies.
+    pub fn save_desired(&self, i: &Instance) -> Result<(), StoreError> {
+        let volumes = to_json(&StoredVolumes::from(&i.volumes[..]))?;
+        self.0.execute(
+            "UPDATE instances SET alias = ?2, worktree_key = ?3, spec = ?4, spec_digest = ?5,
+                desired = ?6, stop_reason = ?7, state = ?8, volumes = ?9 WHERE id = ?1",
+            params![
+                i.id.as_str(),
+                i.spec.alias,
+                i.spec.worktree_key,
+                i.spec.canonical_json(),
+                i.spec_digest,
+                i.desired.as_str(),
+                i.stop_reason.as_ref().map(to_json).transpose()?,
+                to_json(&i.state)?,
+                volumes,
+            ],
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn domain(owner: &str) -> Domain {
+        Domain {
+            resource_domain_id: DomainId::new(),
+            name: "project".into(),
+            state: DomainState::Active,
+            created_at: Timestamp::now(),
+            owner: owner.into(),
+        }
+    }
+
+    #[test]
+    fn domains_round_trip_and_are_listed_per_owner() {
+        let store = Store::in_memory().unwrap();
+        let mine = domain("a");
+        store.write(|tx| tx.insert_domain(&mine)).unwrap();
+        store.write(|tx| tx.insert_domain(&domain("b"))).unwrap();
+        let listed = store.read(|tx| tx.domains_of("a")).unwrap();
+        assert_eq!(listed, vec![mine.clone()]);
+        store
+            .write(|tx| tx.set_domain_state(&mine.resource_domain_id, DomainState::Fenced))
+            .unwrap();
+        let read = store.read(|tx| tx.domain(&mine.resource_domain_id)).unwrap().unwrap();
+        assert_eq!(read.state, DomainState::Fenced);
+    }
+
+    #[test]
+    fn a_failed_write_changes_nothing() {
+        let store = Store::in_memory().unwrap();
+        let d = domain("a");
+        let result: Result<(), StoreError> = store.write(|tx| {
+            tx.insert_domain(&d)?;
+            Err(StoreError::Corrupt("refused".into()))
+        });
+        assert!(result.is_err());
+        assert!(store.read(|tx| tx.domains_of("a")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_schema_survives_reopening_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("berth.db");
+        let d = domain("a");
+        Store::open(&path).unwrap().write(|tx| tx.insert_domain(&d)).unwrap();
+        let again = Store::open(&path).unwrap();
+        assert_eq!(again.read(|tx| tx.domains_of("a")).unwrap(), vec![d]);
+    }
+}
