@@ -9,14 +9,19 @@
 //! that is refused writes nothing.
 
 pub mod decode;
+pub mod error;
 pub mod ids;
 pub mod image;
 pub mod model;
 pub mod names;
+pub mod reconcile;
 pub mod runtime;
+pub mod service;
 pub mod spec;
 pub mod store;
 pub mod time;
 
+pub use error::Error;
 pub use ids::{DomainId, InstanceId};
+pub use service::{Berth, UpCause};
 pub use time::Timestamp;

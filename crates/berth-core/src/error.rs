@@ -1,0 +1,84 @@
+//! The errors berth answers with. Each variant is one error of the contract; the HTTP layer maps
+//! each to its `_tag` and status in one place.
+
+use crate::model::DomainState;
+use crate::spec::Refusal;
+use crate::store::StoreError;
+
+/// An error a caller sees.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A body, path parameter or query did not decode; the message names the place.
+    #[error("{0}")]
+    RequestRefused(String),
+    /// The spec asks for what an instance may never have, or is not a spec.
+    #[error("{message}")]
+    SpecRefused {
+        /// A summary sentence.
+        message: String,
+        /// Each refused field with its sentence.
+        refusals: Vec<Refusal>,
+    },
+    /// No domain has that id.
+    #[error("no resource domain has the id {0}")]
+    DomainNotFound(String),
+    /// The domain belongs to another service key.
+    #[error("the resource domain {0} belongs to another service key")]
+    DomainForbidden(String),
+    /// The domain is fenced or archived.
+    #[error("the resource domain {id} is {} and admits no new instance or link", state.as_str())]
+    DomainNotActive {
+        /// The domain's id.
+        id: String,
+        /// Fenced or archived.
+        state: DomainState,
+    },
+    /// No instance has that key in the domain.
+    #[error("no resource instance has the key {key} in {domain}")]
+    InstanceNotFound {
+        /// The domain.
+        domain: String,
+        /// The key.
+        key: String,
+    },
+    /// The key names an archived instance.
+    #[error("the resource instance {0} is archived: it stays archived and its volumes are kept; use another key")]
+    InstanceArchived(String),
+    /// Another live instance answers to the alias for the same worktree key.
+    #[error("the alias {alias} is taken by the instance {holder} for {scope}")]
+    AliasTaken {
+        /// The alias.
+        alias: String,
+        /// The key of the instance holding it.
+        holder: String,
+        /// `the whole domain` or `worktree key K`.
+        scope: String,
+    },
+    /// The instance is not running, so a command cannot run in it.
+    #[error("the resource instance {key} is not running ({state}); start it with an up and wait for running")]
+    InstanceNotRunning {
+        /// The key.
+        key: String,
+        /// Its state's kind.
+        state: String,
+    },
+    /// This daemon runs no container runtime.
+    #[error("resources run on Docker; this berth runs {runtime}")]
+    RuntimeUnsupported {
+        /// What it runs instead.
+        runtime: String,
+    },
+    /// The container engine failed in a way the caller must hear of now.
+    #[error("{0}")]
+    Runtime(String),
+    /// Something inside berth failed.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<StoreError> for Error {
+    fn from(e: StoreError) -> Self {
+        tracing::error!(error = %e, "store failure");
+        Error::Internal("berth's store failed; see the daemon's log".to_owned())
+    }
+}

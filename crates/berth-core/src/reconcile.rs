@@ -1,0 +1,668 @@
+//! The reconciler: converges what runs on the engine to what was asked, one instance at a time.
+//!
+//! It is level-triggered. A request, an engine event, a timer or the periodic resync only
+//! *enqueues* an instance id; [`Reconciler`] runs at most one reconcile per id at a time (an id
+//! enqueued while its reconcile runs is run once more afterwards) and each reconcile re-reads the
+//! desired state from the store and the observed state from the engine, takes the next steps
+//! that converge them, and says when to look again. Every step is idempotent, so a crash at any
+//! point is recovered by running it again.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Mutex as AsyncMutex;
+use tokio::time::Instant;
+
+use crate::ids::InstanceId;
+use crate::model::{Desired, Instance, InstanceState, InstanceVolume, StopReason};
+use crate::names;
+use crate::runtime::{
+    ContainerFacts, ContainerPlan, ImageFacts, LABEL_DOMAIN, LABEL_INSTANCE, LABEL_KEY,
+    LABEL_MANAGED, LABEL_PREFIX, LABEL_SPEC_DIGEST, LABEL_VOLUME, Labels, Mount, Runtime,
+    RuntimeError, RuntimeEvent,
+};
+use crate::spec::Ready;
+use crate::store::{Observation, Store, StoreError};
+use crate::time::Timestamp;
+
+/// How the reconciler behaves; the defaults suit a developer's machine.
+#[derive(Debug, Clone)]
+pub struct ReconcileConfig {
+    /// The prefix of every engine object this berth creates, and the `berth.prefix` label.
+    pub prefix: String,
+    /// How long a started instance may take to answer its ready check before it `failed`.
+    pub ready_timeout: Duration,
+    /// How long a stop waits for the process to end before it is killed.
+    pub stop_timeout: Duration,
+    /// How often every instance is looked at even without an event.
+    pub resync_every: Duration,
+    /// The first wait before restarting an instance that exited; doubles per restart.
+    pub restart_backoff: Duration,
+    /// The longest wait before a restart.
+    pub restart_backoff_max: Duration,
+}
+
+impl Default for ReconcileConfig {
+    fn default() -> Self {
+        Self {
+            prefix: "berth".to_owned(),
+            ready_timeout: Duration::from_secs(120),
+            stop_timeout: Duration::from_secs(10),
+            resync_every: Duration::from_secs(60),
+            restart_backoff: Duration::from_secs(1),
+            restart_backoff_max: Duration::from_secs(300),
+        }
+    }
+}
+
+/// A run that lasted at least this long before its container exited resets the restart back-off.
+const STEADY_RUN: Duration = Duration::from_secs(60);
+/// Ready probes start fast and back off to this interval.
+const PROBE_INTERVAL_MAX: Duration = Duration::from_millis(500);
+const PROBE_INTERVAL_MIN: Duration = Duration::from_millis(25);
+/// After an engine error, look again after this long, doubling to `ERROR_BACKOFF_MAX`.
+const ERROR_BACKOFF: Duration = Duration::from_millis(500);
+const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// What a reconcile asks for next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Converged: look again on the next event or resync.
+    Done,
+    /// Look again after this long.
+    After(Duration),
+}
+
+/// Why a reconcile could not finish; it is retried with back-off.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The engine failed.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+#[derive(Default)]
+struct KeyState {
+    /// A reconcile of this id is running (or about to).
+    active: bool,
+    /// The id was enqueued while its reconcile ran: run it once more.
+    dirty: bool,
+    /// The earliest pending timer.
+    timer: Option<Instant>,
+    /// The interval of the next ready probe.
+    probe_interval: Duration,
+    /// Consecutive engine errors, for the back-off.
+    errors: u32,
+}
+
+struct Inner {
+    store: Arc<Store>,
+    runtime: Arc<dyn Runtime>,
+    config: ReconcileConfig,
+    keys: Mutex<HashMap<InstanceId, KeyState>>,
+    /// One lock per id: held by its reconcile and by direct teardowns (archive).
+    locks: Mutex<HashMap<InstanceId, Arc<AsyncMutex<()>>>>,
+}
+
+/// The reconciler. Clones share one queue.
+#[derive(Clone)]
+pub struct Reconciler {
+    inner: Arc<Inner>,
+}
+
+impl Reconciler {
+    /// A reconciler over `store` and `runtime`. Call [`Reconciler::start`] to begin watching.
+    pub fn new(store: Arc<Store>, runtime: Arc<dyn Runtime>, config: ReconcileConfig) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                runtime,
+                config,
+                keys: Mutex::new(HashMap::new()),
+                locks: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// The runtime it drives.
+    pub fn runtime(&self) -> &Arc<dyn Runtime> {
+        &self.inner.runtime
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &ReconcileConfig {
+        &self.inner.config
+    }
+
+    /// Watches the engine and resyncs periodically, until the process ends.
+    pub fn start(&self) {
+        let mut events = self.inner.runtime.watch(&self.inner.config.prefix);
+        let this = self.clone();
+        tokio::spawn(async move {
+            while let Some(event) = events.recv().await {
+                match event {
+                    RuntimeEvent::Resync => this.resync().await,
+                    RuntimeEvent::Container { labels, .. } => {
+                        if let Some(id) = labels.get(LABEL_INSTANCE).and_then(|s| InstanceId::parse(s)) {
+                            this.enqueue(&id);
+                        }
+                    }
+                }
+            }
+        });
+        let this = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(this.inner.config.resync_every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                this.resync().await;
+            }
+        });
+    }
+
+    /// Enqueues every live instance, and removes containers of this berth whose instance is
+    /// unknown or archived (never a volume).
+    pub async fn resync(&self) {
+        let ids = match self.inner.store.read(|tx| tx.live_instance_ids()) {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::error!(error = %e, "resync could not read the store");
+                return;
+            }
+        };
+        for id in &ids {
+            self.enqueue(id);
+        }
+        match self.inner.runtime.list_containers(&self.inner.config.prefix).await {
+            Ok(containers) => {
+                for c in containers {
+                    let id = c.labels.get(LABEL_INSTANCE).and_then(|s| InstanceId::parse(s));
+                    if let Some(id) = id
+                        && !ids.contains(&id)
+                    {
+                        // An archived or forgotten instance's container: its reconcile removes it.
+                        self.enqueue(&id);
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "resync could not list containers"),
+        }
+    }
+
+    /// Asks for `id` to be reconciled soon. Never blocks.
+    pub fn enqueue(&self, id: &InstanceId) {
+        let spawn = {
+            let mut keys = self.inner.keys.lock().unwrap_or_else(|e| e.into_inner());
+            let state = keys.entry(id.clone()).or_default();
+            if state.active {
+                state.dirty = true;
+                false
+            } else {
+                state.active = true;
+                true
+            }
+        };
+        if spawn {
+            let this = self.clone();
+            let id = id.clone();
+            tokio::spawn(async move { this.work(id).await });
+        }
+    }
+
+    fn enqueue_after(&self, id: &InstanceId, after: Duration) {
+        let deadline = Instant::now() + after;
+        {
+            let mut keys = self.inner.keys.lock().unwrap_or_else(|e| e.into_inner());
+            let state = keys.entry(id.clone()).or_default();
+            if state.timer.is_some_and(|t| t <= deadline) {
+                return;
+            }
+            state.timer = Some(deadline);
+        }
+        let this = self.clone();
+        let id = id.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(deadline).await;
+            {
+                let mut keys = this.inner.keys.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(state) = keys.get_mut(&id)
+                    && state.timer == Some(deadline)
+                {
+                    state.timer = None;
+                }
+            }
+            this.enqueue(&id);
+        });
+    }
+
+    /// The lock serialising work on one instance.
+    pub fn lock_for(&self, id: &InstanceId) -> Arc<AsyncMutex<()>> {
+        let mut locks = self.inner.locks.lock().unwrap_or_else(|e| e.into_inner());
+        locks.entry(id.clone()).or_default().clone()
+    }
+
+    async fn work(&self, id: InstanceId) {
+        loop {
+            let result = {
+                let lock = self.lock_for(&id);
+                let _held = lock.lock().await;
+                self.reconcile(&id).await
+            };
+            let next = match result {
+                Ok(next) => {
+                    self.with_key(&id, |s| s.errors = 0);
+                    next
+                }
+                Err(e) => {
+                    let errors = self.with_key(&id, |s| {
+                        s.errors = s.errors.saturating_add(1);
+                        s.errors
+                    });
+                    let wait = backoff(ERROR_BACKOFF, ERROR_BACKOFF_MAX, errors);
+                    tracing::warn!(instance = %id, error = %e, retry_in = ?wait, "reconcile failed");
+                    Next::After(wait)
+                }
+            };
+            if let Next::After(after) = next {
+                self.enqueue_after(&id, after);
+            }
+            let again = {
+                let mut keys = self.inner.keys.lock().unwrap_or_else(|e| e.into_inner());
+                let state = keys.entry(id.clone()).or_default();
+                if state.dirty {
+                    state.dirty = false;
+                    true
+                } else {
+                    state.active = false;
+                    false
+                }
+            };
+            if !again {
+                break;
+            }
+        }
+    }
+
+    fn with_key<T>(&self, id: &InstanceId, f: impl FnOnce(&mut KeyState) -> T) -> T {
+        let mut keys = self.inner.keys.lock().unwrap_or_else(|e| e.into_inner());
+        f(keys.entry(id.clone()).or_default())
+    }
+
+    /// Looks at one instance and takes the steps that converge it.
+    pub async fn reconcile(&self, id: &InstanceId) -> Result<Next, ReconcileError> {
+        let Some(instance) = self.inner.store.read(|tx| tx.instance_by_id(id))? else {
+            return self.remove_orphan(id).await;
+        };
+        let name = self.container_name(&instance);
+        let runtime = &self.inner.runtime;
+        let container = runtime.inspect_container(&name).await?;
+        if let Some(c) = &container
+            && !self.is_ours(c, &instance)
+        {
+            let message = format!(
+                "a container named {name} exists that berth did not create for this instance; \
+                 berth will not adopt it: remove or rename it, then up again"
+            );
+            self.fail(&instance, message)?;
+            return Ok(Next::Done);
+        }
+        let mut obs = Observation::of(&instance);
+        obs.observed_at = Timestamp::now();
+        match instance.desired {
+            Desired::Archived => {
+                if let Some(c) = container {
+                    runtime.stop_container(&c.id, self.inner.config.stop_timeout).await?;
+                    runtime.remove_container(&c.id).await?;
+                }
+                if !matches!(instance.state, InstanceState::Archived { .. }) {
+                    obs.state = InstanceState::Archived { at: obs.observed_at };
+                }
+                self.inner.store.record_observation(&obs)?;
+                Ok(Next::Done)
+            }
+            Desired::Stopped => {
+                if let Some(c) = container.filter(|c| c.running) {
+                    runtime.stop_container(&c.id, self.inner.config.stop_timeout).await?;
+                }
+                let reason = instance.stop_reason.clone().unwrap_or(StopReason::Person {
+                    by: "berth".to_owned(),
+                });
+                let already = matches!(&instance.state, InstanceState::Stopped { reason: r, .. } if *r == reason);
+                if !already {
+                    obs.state = InstanceState::Stopped { at: obs.observed_at, reason };
+                }
+                self.inner.store.record_observation(&obs)?;
+                Ok(Next::Done)
+            }
+            Desired::Running => self.converge_running(&instance, container, obs).await,
+        }
+    }
+
+    async fn converge_running(
+        &self,
+        instance: &Instance,
+        container: Option<ContainerFacts>,
+        mut obs: Observation,
+    ) -> Result<Next, ReconcileError> {
+        if matches!(instance.state, InstanceState::Failed { .. }) {
+            // A failed start stays failed until the next up asks again.
+            return Ok(Next::Done);
+        }
+        let runtime = &self.inner.runtime;
+        let now = obs.observed_at;
+
+        let image = match runtime.ensure_image(&instance.spec.image).await {
+            Ok(facts) => facts,
+            Err(e @ (RuntimeError::Image { .. } | RuntimeError::Foreign(_))) => {
+                self.fail(instance, e.to_string())?;
+                return Ok(Next::Done);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        obs.volumes = self.plan_volumes(instance, &image);
+        let labels = self.labels(instance);
+        for volume in &obs.volumes {
+            let mut volume_labels = labels.clone();
+            volume_labels.insert(LABEL_VOLUME.to_owned(), volume.name.clone());
+            match runtime.ensure_volume(&volume.docker_name, &volume_labels).await {
+                Ok(()) => {}
+                Err(e @ RuntimeError::Foreign(_)) => {
+                    self.fail(instance, e.to_string())?;
+                    return Ok(Next::Done);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let network = names::domain_network(&self.inner.config.prefix, &instance.domain_id);
+        let mut network_labels = labels.clone();
+        network_labels.remove(LABEL_INSTANCE);
+        network_labels.remove(LABEL_KEY);
+        if let Err(e) = runtime.ensure_network(&network, &network_labels).await {
+            if let RuntimeError::Foreign(message) = e {
+                self.fail(instance, message)?;
+                return Ok(Next::Done);
+            }
+            return Err(e.into());
+        }
+
+        let container = match container {
+            Some(c) if c.labels.get(LABEL_SPEC_DIGEST) != Some(&instance.spec_digest) => {
+                // A changed spec: replace the container, keep every volume.
+                runtime.stop_container(&c.id, self.inner.config.stop_timeout).await?;
+                runtime.remove_container(&c.id).await?;
+                None
+            }
+            other => other,
+        };
+        let container = match container {
+            Some(c) => c,
+            None => {
+                let plan = self.plan_container(instance, &obs.volumes, &network, labels);
+                match runtime.create_container(&plan).await {
+                    Ok(_) => {}
+                    // Made by a reconcile that crashed before it could record it: look again.
+                    Err(RuntimeError::Conflict(_)) => return Ok(Next::After(Duration::ZERO)),
+                    Err(e) => return Err(e.into()),
+                }
+                match runtime.inspect_container(&plan.name).await? {
+                    Some(c) => c,
+                    None => return Ok(Next::After(Duration::ZERO)),
+                }
+            }
+        };
+
+        if !container.running {
+            let ended_on_its_own = matches!(
+                instance.state,
+                InstanceState::Starting { .. } | InstanceState::Running { .. }
+            ) && container.started_at.is_some()
+                && container.finished_at.is_some();
+            if ended_on_its_own {
+                let started = container.started_at.as_deref().and_then(Timestamp::parse);
+                let finished = container
+                    .finished_at
+                    .as_deref()
+                    .and_then(Timestamp::parse)
+                    .unwrap_or(now);
+                let steady = started.is_some_and(|s| finished.since(s) >= STEADY_RUN);
+                obs.restart_count = if steady { 1 } else { instance.restart_count + 1 };
+                obs.state = InstanceState::Exited {
+                    at: finished,
+                    exit_code: container.exit_code,
+                };
+                self.inner.store.record_observation(&obs)?;
+                tracing::info!(instance = %instance.id, key = %instance.key, exit_code = ?container.exit_code,
+                    restarts = obs.restart_count, "instance exited; restarting after back-off");
+                return Ok(Next::After(self.restart_wait(obs.restart_count)));
+            }
+            if let InstanceState::Exited { at, .. } = instance.state {
+                let due = at.plus(self.restart_wait(instance.restart_count));
+                if now < due {
+                    self.inner.store.record_observation(&obs)?;
+                    return Ok(Next::After(due.since(now)));
+                }
+            }
+            runtime.start_container(&container.id).await?;
+            obs.state = InstanceState::Starting { since: now };
+            obs.started_at = Some(now);
+            self.inner.store.record_observation(&obs)?;
+            self.with_key(&instance.id, |s| s.probe_interval = PROBE_INTERVAL_MIN);
+            return Ok(Next::After(Duration::ZERO));
+        }
+
+        match instance.state {
+            InstanceState::Running { .. } => {
+                self.inner.store.record_observation(&obs)?;
+                Ok(Next::Done)
+            }
+            InstanceState::Starting { since } => {
+                // Re-read the address each time: it is only known once the container runs.
+                let ready = runtime
+                    .probe(&container, &network, &instance.spec.ready, PROBE_INTERVAL_MAX)
+                    .await?;
+                if ready {
+                    obs.state = InstanceState::Running { since: Timestamp::now() };
+                    self.inner.store.record_observation(&obs)?;
+                    tracing::info!(instance = %instance.id, key = %instance.key, "instance running");
+                    return Ok(Next::Done);
+                }
+                if now.since(since) > self.inner.config.ready_timeout {
+                    runtime.stop_container(&container.id, self.inner.config.stop_timeout).await?;
+                    let message = format!(
+                        "the ready check ({}) did not answer within {}; check that the service \
+                         listens there and see `docker logs {}`",
+                        describe_ready(&instance.spec.ready),
+                        humantime::format_duration(self.inner.config.ready_timeout),
+                        container.name
+                    );
+                    self.fail(instance, message)?;
+                    return Ok(Next::Done);
+                }
+                self.inner.store.record_observation(&obs)?;
+                let interval = self.with_key(&instance.id, |s| {
+                    let current = s.probe_interval.max(PROBE_INTERVAL_MIN);
+                    s.probe_interval = (current * 2).min(PROBE_INTERVAL_MAX);
+                    current
+                });
+                Ok(Next::After(interval))
+            }
+            _ => {
+                // Running, but not known to be: a crash between start and record, or a wake of a
+                // container that still ran. Probe it from the start.
+                obs.state = InstanceState::Starting { since: now };
+                if obs.started_at.is_none() {
+                    obs.started_at = container
+                        .started_at
+                        .as_deref()
+                        .and_then(Timestamp::parse)
+                        .or(Some(now));
+                }
+                self.inner.store.record_observation(&obs)?;
+                self.with_key(&instance.id, |s| s.probe_interval = PROBE_INTERVAL_MIN);
+                Ok(Next::After(Duration::ZERO))
+            }
+        }
+    }
+
+    /// Stops and removes an instance's container now and records it archived. Used by archive,
+    /// which must answer with the instance as archived.
+    pub async fn teardown(&self, id: &InstanceId) -> Result<Option<Instance>, RuntimeError> {
+        let lock = self.lock_for(id);
+        let _held = lock.lock().await;
+        match self.reconcile(id).await {
+            Ok(_) => {}
+            Err(ReconcileError::Runtime(e)) => return Err(e),
+            Err(ReconcileError::Store(e)) => return Err(RuntimeError::Engine(e.to_string())),
+        }
+        self.inner
+            .store
+            .read(|tx| tx.instance_by_id(id))
+            .map_err(|e| RuntimeError::Engine(e.to_string()))
+    }
+
+    async fn remove_orphan(&self, id: &InstanceId) -> Result<Next, ReconcileError> {
+        let containers = self.inner.runtime.list_containers(&self.inner.config.prefix).await?;
+        for c in containers {
+            if c.labels.get(LABEL_INSTANCE).map(String::as_str) == Some(id.as_str()) {
+                tracing::info!(container = %c.name, "removing a container whose instance berth does not know");
+                self.inner
+                    .runtime
+                    .stop_container(&c.id, self.inner.config.stop_timeout)
+                    .await?;
+                self.inner.runtime.remove_container(&c.id).await?;
+            }
+        }
+        Ok(Next::Done)
+    }
+
+    fn fail(&self, instance: &Instance, message: String) -> Result<(), StoreError> {
+        tracing::warn!(instance = %instance.id, key = %instance.key, %message, "instance failed");
+        let mut obs = Observation::of(instance);
+        obs.observed_at = Timestamp::now();
+        obs.state = InstanceState::Failed { at: obs.observed_at, message };
+        self.inner.store.record_observation(&obs)
+    }
+
+    fn restart_wait(&self, restarts: u32) -> Duration {
+        backoff(
+            self.inner.config.restart_backoff,
+            self.inner.config.restart_backoff_max,
+            restarts,
+        )
+    }
+
+    fn container_name(&self, instance: &Instance) -> String {
+        names::container(&self.inner.config.prefix, &instance.domain_id, &instance.key)
+    }
+
+    fn is_ours(&self, c: &ContainerFacts, instance: &Instance) -> bool {
+        c.labels.get(LABEL_MANAGED).map(String::as_str) == Some("1")
+            && c.labels.get(LABEL_PREFIX) == Some(&self.inner.config.prefix)
+            && c.labels.get(LABEL_INSTANCE).map(String::as_str) == Some(instance.id.as_str())
+    }
+
+    fn labels(&self, instance: &Instance) -> Labels {
+        BTreeMap::from([
+            (LABEL_MANAGED.to_owned(), "1".to_owned()),
+            (LABEL_PREFIX.to_owned(), self.inner.config.prefix.clone()),
+            (LABEL_DOMAIN.to_owned(), instance.domain_id.to_string()),
+            (LABEL_INSTANCE.to_owned(), instance.id.to_string()),
+            (LABEL_KEY.to_owned(), instance.key.clone()),
+        ])
+    }
+
+    fn plan_volumes(&self, instance: &Instance, image: &ImageFacts) -> Vec<InstanceVolume> {
+        plan_volumes(&self.inner.config.prefix, instance, &image.volumes)
+    }
+
+    fn plan_container(
+        &self,
+        instance: &Instance,
+        volumes: &[InstanceVolume],
+        network: &str,
+        mut labels: Labels,
+    ) -> ContainerPlan {
+        labels.insert(LABEL_SPEC_DIGEST.to_owned(), instance.spec_digest.clone());
+        let spec = &instance.spec;
+        ContainerPlan {
+            name: self.container_name(instance),
+            image: spec.image.as_str().to_owned(),
+            command: spec.command.clone(),
+            env: spec.env.clone(),
+            mounts: volumes
+                .iter()
+                .map(|v| Mount {
+                    volume: v.docker_name.clone(),
+                    path: v.mount_path.clone(),
+                })
+                .collect(),
+            nano_cpus: spec.limits.cpu_millicores * 1_000_000,
+            memory_bytes: spec.limits.memory_bytes,
+            network: network.to_owned(),
+            aliases: vec![spec.alias.clone()],
+            labels,
+            stop_timeout: self.inner.config.stop_timeout,
+        }
+    }
+}
+
+/// The volumes an instance mounts: the spec's, then one for every image `VOLUME` they do not
+/// cover.
+pub fn plan_volumes(prefix: &str, instance: &Instance, image_volumes: &[String]) -> Vec<InstanceVolume> {
+    let spec = &instance.spec;
+    let mut volumes: Vec<InstanceVolume> = spec
+        .volumes
+        .iter()
+        .map(|v| InstanceVolume {
+            name: v.name.clone(),
+            docker_name: names::spec_volume(prefix, &instance.domain_id, &instance.key, &v.name),
+            mount_path: v.mount_path.clone(),
+        })
+        .collect();
+    for path in image_volumes {
+        let path = path.trim_end_matches('/');
+        if spec.volumes.iter().any(|v| v.mount_path == path) {
+            continue;
+        }
+        let (name, docker_name) = names::image_volume(prefix, &instance.domain_id, &instance.key, path);
+        volumes.push(InstanceVolume {
+            name,
+            docker_name,
+            mount_path: path.to_owned(),
+        });
+    }
+    volumes
+}
+
+fn describe_ready(ready: &Ready) -> String {
+    match ready {
+        Ready::Tcp { port } => format!("tcp port {port}"),
+        Ready::Exec { argv, .. } => format!("an exec of {}", argv.first().map_or("", String::as_str)),
+    }
+}
+
+fn backoff(base: Duration, max: Duration, attempts: u32) -> Duration {
+    let factor = 2u32.saturating_pow(attempts.saturating_sub(1).min(20));
+    base.saturating_mul(factor).min(max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_its_base_to_its_ceiling() {
+        let s = Duration::from_secs;
+        assert_eq!(backoff(s(1), s(300), 1), s(1));
+        assert_eq!(backoff(s(1), s(300), 2), s(2));
+        assert_eq!(backoff(s(1), s(300), 5), s(16));
+        assert_eq!(backoff(s(1), s(300), 9), s(256));
+        assert_eq!(backoff(s(1), s(300), 10), s(300));
+        assert_eq!(backoff(s(1), s(300), u32::MAX), s(300));
+    }
+}

@@ -1,0 +1,359 @@
+//! The operations of berth's API, independent of HTTP: each checks ownership, decodes, writes
+//! desired state in one transaction (or refuses and writes nothing), and wakes the reconciler.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::error::Error;
+use crate::ids::{DomainId, InstanceId};
+use crate::model::{
+    ArchivedVolume, Desired, Domain, DomainState, Instance, InstanceState, InstanceView,
+    StopReason,
+};
+use crate::reconcile::{Reconciler, plan_volumes};
+use crate::spec::decode_spec;
+use crate::store::Store;
+use crate::time::Timestamp;
+
+/// Why an instance is asked to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpCause {
+    /// A launch or a wake: leaves a person's stop standing.
+    Use,
+    /// A person's Start: runs it whatever stopped it.
+    Person,
+}
+
+/// berth's operations over one store and, when there is one, one reconciler.
+#[derive(Clone)]
+pub struct Berth {
+    store: Arc<Store>,
+    reconciler: Option<Reconciler>,
+    runtime_name: String,
+}
+
+impl Berth {
+    /// berth over `store`, running instances through `reconciler`; without one, every route that
+    /// needs a runtime answers `ResourceRuntimeUnsupportedError` naming `runtime_name`.
+    pub fn new(store: Arc<Store>, reconciler: Option<Reconciler>, runtime_name: &str) -> Self {
+        Self {
+            store,
+            reconciler,
+            runtime_name: runtime_name.to_owned(),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// The reconciler, when a runtime is configured.
+    pub fn reconciler(&self) -> Option<&Reconciler> {
+        self.reconciler.as_ref()
+    }
+
+    fn require_runtime(&self) -> Result<&Reconciler, Error> {
+        self.reconciler.as_ref().ok_or_else(|| Error::RuntimeUnsupported {
+            runtime: self.runtime_name.clone(),
+        })
+    }
+
+    fn prefix(&self) -> &str {
+        self.reconciler
+            .as_ref()
+            .map_or("berth", |r| r.config().prefix.as_str())
+    }
+
+    // ---- domains ----
+
+    /// Creates a domain owned by `owner`.
+    pub fn create_domain(&self, owner: &str, name: String) -> Result<Domain, Error> {
+        let domain = Domain {
+            resource_domain_id: DomainId::new(),
+            name,
+            state: DomainState::Active,
+            created_at: Timestamp::now(),
+            owner: owner.to_owned(),
+        };
+        self.store.write(|tx| tx.insert_domain(&domain))?;
+        tracing::info!(domain = %domain.resource_domain_id, "domain created");
+        Ok(domain)
+    }
+
+    /// The domains `owner` created.
+    pub fn list_domains(&self, owner: &str) -> Result<Vec<Domain>, Error> {
+        Ok(self.store.read(|tx| tx.domains_of(owner))?)
+    }
+
+    /// One domain, if `owner` created it.
+    pub fn domain(&self, owner: &str, id: &DomainId) -> Result<Domain, Error> {
+        let domain = self.store.read(|tx| tx.domain(id))?;
+        owned(domain, owner, id)
+    }
+
+    /// Fences (`true`) or unfences a domain. An archived domain stays archived.
+    pub fn fence(&self, owner: &str, id: &DomainId, fenced: bool) -> Result<Domain, Error> {
+        self.store.write(|tx| {
+            let mut domain = owned(tx.domain(id)?, owner, id)?;
+            if domain.state == DomainState::Archived {
+                return Err(Error::DomainNotActive {
+                    id: id.to_string(),
+                    state: DomainState::Archived,
+                });
+            }
+            domain.state = if fenced { DomainState::Fenced } else { DomainState::Active };
+            tx.set_domain_state(id, domain.state)?;
+            Ok(domain)
+        })
+    }
+
+    // ---- instances ----
+
+    /// Asks for an instance to run with `spec`; answers at once with the instance as stored.
+    pub fn up(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+        spec: &Value,
+        cause: UpCause,
+    ) -> Result<InstanceView, Error> {
+        self.domain(owner, domain_id)?;
+        let spec = decode_spec(spec).map_err(|refusals| Error::SpecRefused {
+            message: if refusals.iter().any(|r| r.field != "spec") {
+                "the spec asks for what an instance may never have; nothing was written".to_owned()
+            } else {
+                "the spec does not decode; nothing was written".to_owned()
+            },
+            refusals,
+        })?;
+        let reconciler = self.require_runtime()?;
+        let spec_digest = spec.digest().to_string();
+        let prefix = self.prefix().to_owned();
+        let instance = self.store.write(|tx| {
+            let domain = owned(tx.domain(domain_id)?, owner, domain_id)?;
+            if domain.state == DomainState::Archived {
+                return Err(Error::DomainNotActive {
+                    id: domain_id.to_string(),
+                    state: DomainState::Archived,
+                });
+            }
+            let existing = tx.instance(domain_id, key)?;
+            if existing.as_ref().is_some_and(|i| i.desired == Desired::Archived) {
+                return Err(Error::InstanceArchived(key.to_owned()));
+            }
+            if existing.is_none() && domain.state == DomainState::Fenced {
+                return Err(Error::DomainNotActive {
+                    id: domain_id.to_string(),
+                    state: DomainState::Fenced,
+                });
+            }
+            if let Some(holder) =
+                tx.alias_holder(domain_id, &spec.alias, spec.worktree_key.as_deref(), key)?
+            {
+                return Err(Error::AliasTaken {
+                    alias: spec.alias.clone(),
+                    holder,
+                    scope: match &spec.worktree_key {
+                        Some(k) => format!("worktree key {k}"),
+                        None => "the whole domain".to_owned(),
+                    },
+                });
+            }
+            let instance = match existing {
+                None => {
+                    let mut instance = Instance {
+                        id: InstanceId::new(),
+                        domain_id: domain_id.clone(),
+                        key: key.to_owned(),
+                        spec: spec.clone(),
+                        spec_digest: spec_digest.clone(),
+                        desired: Desired::Running,
+                        stop_reason: None,
+                        state: InstanceState::NotStarted,
+                        observed_at: Timestamp::now(),
+                        started_at: None,
+                        last_reached_at: None,
+                        volumes: Vec::new(),
+                        restart_count: 0,
+                    };
+                    instance.volumes = plan_volumes(&prefix, &instance, &[]);
+                    tx.insert_instance(&instance)?;
+                    instance
+                }
+                Some(mut instance) => {
+                    let before = instance.clone();
+                    if instance.spec_digest != spec_digest {
+                        instance.spec = spec.clone();
+                        instance.spec_digest = spec_digest.clone();
+                        let image_paths: Vec<String> = before
+                            .volumes
+                            .iter()
+                            .filter(|v| v.name.starts_with("image-"))
+                            .map(|v| v.mount_path.clone())
+                            .collect();
+                        instance.volumes = plan_volumes(&prefix, &instance, &image_paths);
+                        instance.restart_count = 0;
+                    }
+                    let person_stop = instance.desired == Desired::Stopped
+                        && matches!(instance.stop_reason, Some(StopReason::Person { .. }));
+                    if cause == UpCause::Person || !person_stop {
+                        instance.desired = Desired::Running;
+                        instance.stop_reason = None;
+                    }
+                    if instance.desired == Desired::Running
+                        && (matches!(instance.state, InstanceState::Failed { .. })
+                            || before.spec_digest != instance.spec_digest)
+                        && !matches!(instance.state, InstanceState::Running { .. } | InstanceState::Starting { .. })
+                    {
+                        // Ask again: a failed start is retried by the next up.
+                        instance.state = InstanceState::NotStarted;
+                    }
+                    if instance != before {
+                        tx.save_desired(&instance)?;
+                    }
+                    instance
+                }
+            };
+            Ok(instance)
+        })?;
+        tracing::info!(instance = %instance.id, key, digest = %instance.spec_digest, "up");
+        reconciler.enqueue(&instance.id);
+        Ok(instance.view())
+    }
+
+    /// One instance, archived or not.
+    pub fn get(&self, owner: &str, domain_id: &DomainId, key: &str) -> Result<InstanceView, Error> {
+        Ok(self.instance(owner, domain_id, key)?.view())
+    }
+
+    fn instance(&self, owner: &str, domain_id: &DomainId, key: &str) -> Result<Instance, Error> {
+        self.domain(owner, domain_id)?;
+        self.store
+            .read(|tx| tx.instance(domain_id, key))?
+            .ok_or_else(|| Error::InstanceNotFound {
+                domain: domain_id.to_string(),
+                key: key.to_owned(),
+            })
+    }
+
+    /// A domain's archived instances, or every other one.
+    pub fn list(&self, owner: &str, domain_id: &DomainId, archived: bool) -> Result<Vec<InstanceView>, Error> {
+        self.domain(owner, domain_id)?;
+        let instances = self.store.read(|tx| tx.instances(domain_id, archived))?;
+        Ok(instances.iter().map(Instance::view).collect())
+    }
+
+    /// A person's stop.
+    pub fn stop(&self, owner: &str, domain_id: &DomainId, key: &str, by: String) -> Result<InstanceView, Error> {
+        let instance = self.instance(owner, domain_id, key)?;
+        if instance.desired == Desired::Archived {
+            return Err(Error::InstanceArchived(key.to_owned()));
+        }
+        let reconciler = self.require_runtime()?;
+        let instance = self.store.write(|tx| {
+            let mut instance = tx.instance(domain_id, key)?.ok_or_else(|| Error::InstanceNotFound {
+                domain: domain_id.to_string(),
+                key: key.to_owned(),
+            })?;
+            if instance.desired == Desired::Archived {
+                return Err(Error::InstanceArchived(key.to_owned()));
+            }
+            instance.desired = Desired::Stopped;
+            instance.stop_reason = Some(StopReason::Person { by });
+            tx.save_desired(&instance)?;
+            Ok(instance)
+        })?;
+        tracing::info!(instance = %instance.id, key, "stop");
+        reconciler.enqueue(&instance.id);
+        Ok(instance.view())
+    }
+
+    /// Archives an instance: its container is removed, its volumes are kept and measured.
+    pub async fn archive(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+    ) -> Result<(InstanceView, Vec<ArchivedVolume>), Error> {
+        let instance = self.instance(owner, domain_id, key)?;
+        let reconciler = self.require_runtime()?;
+        let instance = self.archive_one(reconciler, instance).await?;
+        let volumes = self.measure(reconciler, std::slice::from_ref(&instance)).await;
+        Ok((instance.view(), volumes))
+    }
+
+    async fn archive_one(&self, reconciler: &Reconciler, mut instance: Instance) -> Result<Instance, Error> {
+        if instance.desired != Desired::Archived {
+            instance.desired = Desired::Archived;
+            instance.stop_reason = None;
+            self.store.write(|tx| tx.save_desired(&instance))?;
+            tracing::info!(instance = %instance.id, key = %instance.key, "archive");
+        }
+        match reconciler.teardown(&instance.id).await {
+            Ok(Some(archived)) => Ok(archived),
+            Ok(None) => Ok(instance),
+            Err(e) => {
+                // Desired is archived already: the reconciler finishes the job when it can.
+                reconciler.enqueue(&instance.id);
+                Err(Error::Runtime(format!(
+                    "the instance {} is archived, but its container could not be removed yet \
+                     ({e}); berth will keep trying",
+                    instance.key
+                )))
+            }
+        }
+    }
+
+    async fn measure(&self, reconciler: &Reconciler, instances: &[Instance]) -> Vec<ArchivedVolume> {
+        let names: Vec<String> = instances
+            .iter()
+            .flat_map(|i| i.volumes.iter().map(|v| v.docker_name.clone()))
+            .collect();
+        let sizes = reconciler
+            .runtime()
+            .volume_bytes(&names)
+            .await
+            .unwrap_or_default();
+        instances
+            .iter()
+            .flat_map(|i| {
+                i.volumes.iter().map(|v| ArchivedVolume {
+                    instance_key: i.key.clone(),
+                    name: v.name.clone(),
+                    docker_name: v.docker_name.clone(),
+                    bytes: sizes
+                        .get(&v.docker_name)
+                        .copied()
+                        .flatten()
+                        .and_then(|b| i64::try_from(b).ok()),
+                })
+            })
+            .collect()
+    }
+
+    /// Archives a domain: it admits nothing new, every instance is archived, every volume kept.
+    pub async fn archive_domain(&self, owner: &str, domain_id: &DomainId) -> Result<Vec<ArchivedVolume>, Error> {
+        self.domain(owner, domain_id)?;
+        let reconciler = self.require_runtime()?;
+        self.store
+            .write(|tx| tx.set_domain_state(domain_id, DomainState::Archived))?;
+        tracing::info!(domain = %domain_id, "domain archive");
+        let live = self.store.read(|tx| tx.instances(domain_id, false))?;
+        for instance in live {
+            self.archive_one(reconciler, instance).await?;
+        }
+        let all = self.store.read(|tx| tx.instances(domain_id, true))?;
+        Ok(self.measure(reconciler, &all).await)
+    }
+}
+
+fn owned(domain: Option<Domain>, owner: &str, id: &DomainId) -> Result<Domain, Error> {
+    match domain {
+        None => Err(Error::DomainNotFound(id.to_string())),
+        Some(d) if d.owner != owner => Err(Error::DomainForbidden(id.to_string())),
+        Some(d) => Ok(d),
+    }
+}

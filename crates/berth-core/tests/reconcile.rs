@@ -1,0 +1,285 @@
+//! The reconciler's decisions, against an in-memory runtime. (The Docker driver itself is tested
+//! against the real engine in berth-docker and in the end-to-end tests.)
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use berth_core::image::PinnedImage;
+use berth_core::model::InstanceState;
+use berth_core::reconcile::{Next, ReconcileConfig, Reconciler};
+use berth_core::runtime::*;
+use berth_core::spec::Ready;
+use berth_core::store::Store;
+use berth_core::{Berth, InstanceId, UpCause};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+#[derive(Default)]
+struct World {
+    containers: BTreeMap<String, ContainerFacts>,
+    volumes: BTreeMap<String, Labels>,
+    networks: BTreeMap<String, Labels>,
+    image_failure: Option<ImageFailure>,
+    image_volumes: Vec<String>,
+    ready: bool,
+    calls: Vec<String>,
+}
+
+#[derive(Clone, Default)]
+struct Fake(Arc<Mutex<World>>);
+
+impl Fake {
+    fn world(&self) -> std::sync::MutexGuard<'_, World> {
+        self.0.lock().unwrap()
+    }
+}
+
+#[async_trait]
+impl Runtime for Fake {
+    fn kind(&self) -> &'static str {
+        "fake"
+    }
+    async fn ensure_image(&self, image: &PinnedImage) -> Result<ImageFacts, RuntimeError> {
+        let w = self.world();
+        if let Some(failure) = w.image_failure {
+            return Err(RuntimeError::Image { failure, message: format!("no {}", image.digest()) });
+        }
+        Ok(ImageFacts { image_id: "sha256:id".into(), repo_digests: vec![image.repo_digest()], volumes: w.image_volumes.clone(), exposed_tcp_ports: vec![] })
+    }
+    async fn ensure_network(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError> {
+        self.world().networks.entry(name.into()).or_insert_with(|| labels.clone());
+        Ok(())
+    }
+    async fn ensure_volume(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError> {
+        let mut w = self.world();
+        match w.volumes.get(name) {
+            Some(existing) if existing != labels => Err(RuntimeError::Foreign(format!("volume {name} is not berth's"))),
+            Some(_) => Ok(()),
+            None => {
+                w.volumes.insert(name.into(), labels.clone());
+                Ok(())
+            }
+        }
+    }
+    async fn inspect_container(&self, name: &str) -> Result<Option<ContainerFacts>, RuntimeError> {
+        Ok(self.world().containers.get(name).cloned())
+    }
+    async fn create_container(&self, plan: &ContainerPlan) -> Result<String, RuntimeError> {
+        let mut w = self.world();
+        if w.containers.contains_key(&plan.name) {
+            return Err(RuntimeError::Conflict(plan.name.clone()));
+        }
+        w.calls.push(format!("create {}", plan.name));
+        w.containers.insert(plan.name.clone(), ContainerFacts { id: plan.name.clone(), name: plan.name.clone(), labels: plan.labels.clone(), ..Default::default() });
+        Ok(plan.name.clone())
+    }
+    async fn start_container(&self, id: &str) -> Result<(), RuntimeError> {
+        let mut w = self.world();
+        w.calls.push(format!("start {id}"));
+        let c = w.containers.get_mut(id).ok_or_else(|| RuntimeError::NotFound(id.into()))?;
+        c.running = true;
+        c.started_at = Some("2026-11-29T10:00:00Z".into());
+        Ok(())
+    }
+    async fn stop_container(&self, id: &str, _: Duration) -> Result<(), RuntimeError> {
+        let mut w = self.world();
+        w.calls.push(format!("stop {id}"));
+        if let Some(c) = w.containers.get_mut(id) {
+            c.running = false;
+            c.finished_at = Some("2026-11-29T10:00:05Z".into());
+        }
+        Ok(())
+    }
+    async fn remove_container(&self, id: &str) -> Result<(), RuntimeError> {
+        let mut w = self.world();
+        w.calls.push(format!("remove {id}"));
+        w.containers.remove(id);
+        Ok(())
+    }
+    async fn probe(&self, _: &ContainerFacts, _: &str, _: &Ready, _: Duration) -> Result<bool, RuntimeError> {
+        Ok(self.world().ready)
+    }
+    async fn list_containers(&self, _: &str) -> Result<Vec<ContainerFacts>, RuntimeError> {
+        Ok(self.world().containers.values().cloned().collect())
+    }
+    async fn volume_bytes(&self, names: &[String]) -> Result<BTreeMap<String, Option<u64>>, RuntimeError> {
+        Ok(names.iter().map(|n| (n.clone(), Some(42))).collect())
+    }
+    async fn exec(&self, _: &str, _: ExecRequest, _: ExecStdin) -> Result<ExecOutcome, RuntimeError> {
+        Err(RuntimeError::Engine("no exec in the fake".into()))
+    }
+    fn watch(&self, _: &str) -> mpsc::Receiver<RuntimeEvent> {
+        mpsc::channel(1).1
+    }
+}
+
+const HEX: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+fn spec() -> serde_json::Value {
+    json!({
+        "alias": "db", "worktreeKey": null,
+        "image": format!("127.0.0.1:5000/fixtures/busybox@sha256:{HEX}"),
+        "command": null, "env": {},
+        "volumes": [{"name": "data", "mountPath": "/data"}],
+        "limits": {"cpuMillicores": 100, "memoryBytes": 67108864},
+        "ready": {"kind": "tcp", "port": 80},
+        "idleStopAfterSeconds": 60
+    })
+}
+
+struct Setup {
+    fake: Fake,
+    berth: Berth,
+    reconciler: Reconciler,
+    domain: berth_core::DomainId,
+}
+
+fn setup() -> Setup {
+    let fake = Fake::default();
+    let store = Arc::new(Store::in_memory().unwrap());
+    let reconciler = Reconciler::new(store.clone(), Arc::new(fake.clone()), ReconcileConfig {
+        restart_backoff: Duration::from_secs(1),
+        ..ReconcileConfig::default()
+    });
+    let berth = Berth::new(store, Some(reconciler.clone()), "fake");
+    let domain = berth.create_domain("owner", "p".into()).unwrap().resource_domain_id;
+    Setup { fake, berth, reconciler, domain }
+}
+
+fn state(s: &Setup, key: &str) -> InstanceState {
+    s.berth.get("owner", &s.domain, key).unwrap().state
+}
+
+async fn converge(s: &Setup, id: &InstanceId) -> Next {
+    let mut last = Next::Done;
+    for _ in 0..10 {
+        last = s.reconciler.reconcile(id).await.unwrap();
+        if last == Next::Done || matches!(last, Next::After(d) if d >= Duration::from_millis(100)) {
+            break;
+        }
+    }
+    last
+}
+
+#[tokio::test]
+async fn a_new_instance_is_created_started_and_running_once_ready() {
+    let s = setup();
+    s.fake.world().ready = true;
+    let view = s.berth.up("owner", &s.domain, "db", &spec(), UpCause::Use).unwrap();
+    assert_eq!(view.state, InstanceState::NotStarted);
+    let next = converge(&s, &view.resource_instance_id).await;
+    assert_eq!(next, Next::Done);
+    assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
+    let w = s.fake.world();
+    assert_eq!(w.containers.len(), 1);
+    assert_eq!(w.volumes.len(), 1);
+    assert_eq!(w.networks.len(), 1);
+    assert_eq!(w.calls.iter().filter(|c| c.starts_with("create")).count(), 1);
+}
+
+#[tokio::test]
+async fn an_unready_instance_keeps_starting_and_is_probed_again_soon() {
+    let s = setup();
+    let view = s.berth.up("owner", &s.domain, "db", &spec(), UpCause::Use).unwrap();
+    let id = view.resource_instance_id;
+    s.reconciler.reconcile(&id).await.unwrap();
+    let next = s.reconciler.reconcile(&id).await.unwrap();
+    assert!(matches!(next, Next::After(d) if d <= Duration::from_millis(500)), "{next:?}");
+    assert!(matches!(state(&s, "db"), InstanceState::Starting { .. }));
+}
+
+#[tokio::test]
+async fn an_image_that_cannot_be_had_fails_the_instance_and_creates_nothing() {
+    let s = setup();
+    s.fake.world().image_failure = Some(ImageFailure::RequestedDigestMissing);
+    let view = s.berth.up("owner", &s.domain, "db", &spec(), UpCause::Use).unwrap();
+    assert_eq!(converge(&s, &view.resource_instance_id).await, Next::Done);
+    match state(&s, "db") {
+        InstanceState::Failed { message, .. } => assert!(message.contains("sha256:0123")),
+        other => panic!("{other:?}"),
+    }
+    let w = s.fake.world();
+    assert!(w.containers.is_empty() && w.volumes.is_empty() && w.networks.is_empty());
+}
+
+#[tokio::test]
+async fn an_exit_is_recorded_and_restarted_after_back_off() {
+    let s = setup();
+    s.fake.world().ready = true;
+    let id = s.berth.up("owner", &s.domain, "db", &spec(), UpCause::Use).unwrap().resource_instance_id;
+    converge(&s, &id).await;
+    {
+        let mut w = s.fake.world();
+        let c = w.containers.values_mut().next().unwrap();
+        c.running = false;
+        c.exit_code = Some(3);
+        c.finished_at = Some("2026-11-29T10:00:01Z".into());
+    }
+    let next = s.reconciler.reconcile(&id).await.unwrap();
+    assert!(matches!(state(&s, "db"), InstanceState::Exited { exit_code: Some(3), .. }));
+    assert_eq!(next, Next::After(Duration::from_secs(1)));
+}
+
+#[tokio::test]
+async fn a_changed_spec_replaces_the_container_and_keeps_volumes() {
+    let s = setup();
+    s.fake.world().ready = true;
+    let id = s.berth.up("owner", &s.domain, "db", &spec(), UpCause::Use).unwrap().resource_instance_id;
+    converge(&s, &id).await;
+    let mut changed = spec();
+    changed["env"] = json!({"A": "b"});
+    s.berth.up("owner", &s.domain, "db", &changed, UpCause::Use).unwrap();
+    converge(&s, &id).await;
+    assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
+    let w = s.fake.world();
+    assert_eq!(w.calls.iter().filter(|c| c.starts_with("remove")).count(), 1);
+    assert_eq!(w.calls.iter().filter(|c| c.starts_with("create")).count(), 2);
+    assert_eq!(w.volumes.len(), 1, "the same volume");
+}
+
+#[tokio::test]
+async fn a_foreign_volume_fails_the_instance_rather_than_being_adopted() {
+    let s = setup();
+    let id = s.berth.up("owner", &s.domain, "db", &spec(), UpCause::Use).unwrap().resource_instance_id;
+    let name = s.berth.get("owner", &s.domain, "db").unwrap().volumes[0].docker_name.clone();
+    s.fake.world().volumes.insert(name, Labels::new());
+    converge(&s, &id).await;
+    assert!(matches!(state(&s, "db"), InstanceState::Failed { .. }));
+    assert!(s.fake.world().containers.is_empty());
+}
+
+#[tokio::test]
+async fn a_person_stop_stops_the_container_and_a_use_up_leaves_it_stopped() {
+    let s = setup();
+    s.fake.world().ready = true;
+    let id = s.berth.up("owner", &s.domain, "db", &spec(), UpCause::Use).unwrap().resource_instance_id;
+    converge(&s, &id).await;
+    s.berth.stop("owner", &s.domain, "db", "Ada".into()).unwrap();
+    converge(&s, &id).await;
+    assert!(matches!(state(&s, "db"), InstanceState::Stopped { .. }));
+    assert!(!s.fake.world().containers.values().next().unwrap().running);
+    let view = s.berth.up("owner", &s.domain, "db", &spec(), UpCause::Use).unwrap();
+    assert_eq!(view.desired, berth_core::model::Desired::Stopped);
+    converge(&s, &id).await;
+    assert!(!s.fake.world().containers.values().next().unwrap().running);
+    s.berth.up("owner", &s.domain, "db", &spec(), UpCause::Person).unwrap();
+    converge(&s, &id).await;
+    assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
+}
+
+#[tokio::test]
+async fn archive_removes_the_container_keeps_volumes_and_frees_the_alias() {
+    let s = setup();
+    s.fake.world().ready = true;
+    let id = s.berth.up("owner", &s.domain, "db", &spec(), UpCause::Use).unwrap().resource_instance_id;
+    converge(&s, &id).await;
+    let (view, volumes) = s.berth.archive("owner", &s.domain, "db").await.unwrap();
+    assert!(matches!(view.state, InstanceState::Archived { .. }));
+    assert_eq!(volumes.len(), 1);
+    assert_eq!(volumes[0].bytes, Some(42));
+    assert!(s.fake.world().containers.is_empty());
+    assert_eq!(s.fake.world().volumes.len(), 1);
+    s.berth.up("owner", &s.domain, "db2", &spec(), UpCause::Use).expect("the alias is free again");
+}

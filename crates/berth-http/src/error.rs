@@ -1,0 +1,142 @@
+//! Every error answers the same way: its status and `{"_tag": "<ErrorName>", "message": ...,
+//! ...its fields}`. This is the one place that maps berth's errors to the wire.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use berth_core::Error;
+use berth_core::spec::Refusal;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// An error body. `_tag` is the error's name; the other fields depend on it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// The error's name, e.g. `ResourceInstanceNotFoundError`.
+    #[serde(rename = "_tag")]
+    pub tag: &'static str,
+    /// A sentence for a person.
+    pub message: String,
+    /// `ResourceInstanceSpecRefusedError`: each refused field with its sentence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusals: Option<Vec<Refusal>>,
+    /// `ResourceDomainNotActiveError`: `fenced` or `archived`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<&'static str>,
+    /// `ResourceRuntimeUnsupportedError`: what this berth runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+    /// `ResourceWorkspaceLinkedElsewhereError`: the domain the workspace is linked to.
+    #[serde(rename = "resourceDomainId", skip_serializing_if = "Option::is_none")]
+    pub resource_domain_id: Option<String>,
+}
+
+/// An error answered by a route.
+#[derive(Debug)]
+pub enum ApiError {
+    /// One of berth's errors.
+    Core(Error),
+    /// No service key, or one berth does not know.
+    Unauthorized,
+    /// The `Host` header names neither a loopback host nor the listen address.
+    HostNotAllowed,
+    /// No route answers this path.
+    RouteNotFound,
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        ApiError::Core(e)
+    }
+}
+
+impl ApiError {
+    /// A refusal of the request itself: the message names the place.
+    pub fn refused(message: impl Into<String>) -> Self {
+        ApiError::Core(Error::RequestRefused(message.into()))
+    }
+
+    fn parts(self) -> (StatusCode, ErrorBody) {
+        let body = |tag: &'static str, message: String| ErrorBody {
+            tag,
+            message,
+            refusals: None,
+            state: None,
+            runtime: None,
+            resource_domain_id: None,
+        };
+        let e = match self {
+            ApiError::Unauthorized => {
+                return (
+                    StatusCode::UNAUTHORIZED,
+                    body(
+                        "UnauthorizedError",
+                        "this route needs `Authorization: Bearer <service key>` with a key this \
+                         berth knows (see the key file path the daemon printed at start)"
+                            .to_owned(),
+                    ),
+                );
+            }
+            ApiError::HostNotAllowed => {
+                return (
+                    StatusCode::FORBIDDEN,
+                    body(
+                        "HostNotAllowedError",
+                        "the Host header must name a loopback host (localhost, 127.0.0.1, [::1]) \
+                         or the address berth listens on"
+                            .to_owned(),
+                    ),
+                );
+            }
+            ApiError::RouteNotFound => {
+                return (
+                    StatusCode::NOT_FOUND,
+                    body("RouteNotFoundError", "no route answers this method and path; see GET /v1/openapi.json".to_owned()),
+                );
+            }
+            ApiError::Core(e) => e,
+        };
+        let message = e.to_string();
+        match e {
+            Error::RequestRefused(_) => (StatusCode::BAD_REQUEST, body("RequestRefusedError", message)),
+            Error::SpecRefused { refusals, .. } => (
+                StatusCode::BAD_REQUEST,
+                ErrorBody {
+                    refusals: Some(refusals),
+                    ..body("ResourceInstanceSpecRefusedError", message)
+                },
+            ),
+            Error::DomainNotFound(_) => (StatusCode::NOT_FOUND, body("ResourceDomainNotFoundError", message)),
+            Error::DomainForbidden(_) => (StatusCode::FORBIDDEN, body("ResourceDomainForbiddenError", message)),
+            Error::DomainNotActive { state, .. } => (
+                StatusCode::CONFLICT,
+                ErrorBody {
+                    state: Some(state.as_str()),
+                    ..body("ResourceDomainNotActiveError", message)
+                },
+            ),
+            Error::InstanceNotFound { .. } => (StatusCode::NOT_FOUND, body("ResourceInstanceNotFoundError", message)),
+            Error::InstanceArchived(_) => (StatusCode::CONFLICT, body("ResourceInstanceArchivedError", message)),
+            Error::AliasTaken { .. } => (StatusCode::CONFLICT, body("ResourceInstanceAliasTakenError", message)),
+            Error::InstanceNotRunning { .. } => (StatusCode::CONFLICT, body("ResourceInstanceNotRunningError", message)),
+            Error::RuntimeUnsupported { runtime } => (
+                StatusCode::CONFLICT,
+                ErrorBody {
+                    runtime: Some(runtime),
+                    ..body("ResourceRuntimeUnsupportedError", message)
+                },
+            ),
+            Error::Runtime(_) | Error::Internal(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                body("ResourceDomainInternalServerError", message),
+            ),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, body) = self.parts();
+        (status, Json(body)).into_response()
+    }
+}

@@ -1,0 +1,138 @@
+//! Extractors that refuse what does not decode with `RequestRefusedError`, naming the place and
+//! never quoting the value.
+
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
+use axum::http::request::Parts;
+use berth_core::DomainId;
+use berth_core::decode::Problems;
+use berth_core::spec::{KEY_EXPECTED, is_instance_key};
+use bytes::Bytes;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use utoipa::IntoParams;
+
+use crate::error::ApiError;
+
+/// A JSON body, parsed but not yet decoded.
+pub struct JsonBody(pub Value);
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::refused("body is larger than berth accepts (1 MiB)")
+            } else {
+                ApiError::refused("body could not be read")
+            }
+        })?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Err(ApiError::refused("body must be a JSON object, and is empty"));
+        }
+        serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| {
+            ApiError::refused(format!(
+                "body is not valid JSON (line {}, column {})",
+                e.line(),
+                e.column()
+            ))
+        })
+    }
+}
+
+impl JsonBody {
+    /// Decodes the body with `decode`, refusing with every problem it found.
+    pub fn decode<T>(&self, decode: impl FnOnce(&Value, &mut Problems) -> Option<T>) -> Result<T, ApiError> {
+        let mut problems = Problems::default();
+        let value = decode(&self.0, &mut problems);
+        problems
+            .finish(value)
+            .map_err(|p| ApiError::refused(p.joined()))
+    }
+}
+
+/// A body that must be empty or an empty JSON object (routes that take no payload).
+pub struct NoBody;
+
+impl<S: Send + Sync> FromRequest<S> for NoBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(|_| ApiError::refused("body could not be read"))?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(NoBody);
+        }
+        match serde_json::from_slice::<Value>(&bytes) {
+            Ok(Value::Object(map)) if map.is_empty() => Ok(NoBody),
+            _ => Err(ApiError::refused("body must be empty or {} for this route")),
+        }
+    }
+}
+
+/// Path parameters, with a refusal that names the path rather than quoting it.
+pub struct Params<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Params<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Path(t)| Params(t))
+            .map_err(|_| ApiError::refused("path has a parameter that is not valid UTF-8 text"))
+    }
+}
+
+/// `/v1/resource-domains/{resourceDomainId}`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+#[serde(rename_all = "camelCase")]
+pub struct DomainPath {
+    /// `rdm:<uuid>`.
+    pub resource_domain_id: String,
+}
+
+impl DomainPath {
+    /// The domain id, or a refusal naming `path.resourceDomainId`.
+    pub fn id(&self) -> Result<DomainId, ApiError> {
+        domain_id(&self.resource_domain_id)
+    }
+}
+
+/// `/v1/resource-domains/{resourceDomainId}/instances/{key}`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+#[serde(rename_all = "camelCase")]
+pub struct InstancePath {
+    /// `rdm:<uuid>`.
+    pub resource_domain_id: String,
+    /// The instance key.
+    pub key: String,
+}
+
+impl InstancePath {
+    /// The domain id and key, or a refusal naming every bad place.
+    pub fn parts(&self) -> Result<(DomainId, &str), ApiError> {
+        let domain = DomainId::parse(&self.resource_domain_id);
+        let key_ok = is_instance_key(&self.key);
+        let mut problems = Problems::default();
+        if domain.is_none() {
+            problems.push("path.resourceDomainId", DomainId::EXPECTED);
+        }
+        if !key_ok {
+            problems.push("path.key", KEY_EXPECTED);
+        }
+        match domain {
+            Some(d) if key_ok => Ok((d, self.key.as_str())),
+            _ => Err(ApiError::refused(problems.joined())),
+        }
+    }
+}
+
+fn domain_id(text: &str) -> Result<DomainId, ApiError> {
+    DomainId::parse(text)
+        .ok_or_else(|| ApiError::refused(format!("path.resourceDomainId {}", DomainId::EXPECTED)))
+}

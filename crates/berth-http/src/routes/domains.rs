@@ -1,0 +1,123 @@
+//! Resource domains: create, list, get, fence, unfence, archive.
+
+use axum::extract::State;
+use axum::{Extension, Json};
+use berth_core::model::{ArchivedVolume, Domain};
+use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::App;
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorBody};
+use crate::extract::{DomainPath, JsonBody, NoBody, Params};
+
+/// `POST /v1/resource-domains`.
+#[derive(Debug, ToSchema)]
+pub struct CreateDomainRequest {
+    /// 1 to 200 characters.
+    pub name: String,
+}
+
+/// A list of domains.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DomainList {
+    /// The caller's domains, oldest first.
+    pub items: Vec<Domain>,
+}
+
+/// What a domain archive kept.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ArchiveDomainResponse {
+    /// Every volume of every instance of the domain, all kept.
+    pub volumes: Vec<ArchivedVolume>,
+}
+
+pub(crate) fn router() -> OpenApiRouter<App> {
+    OpenApiRouter::new()
+        .routes(routes!(create_domain, list_domains))
+        .routes(routes!(get_domain))
+        .routes(routes!(fence_domain))
+        .routes(routes!(unfence_domain))
+        .routes(routes!(archive_domain))
+}
+
+/// Creates a resource domain owned by the caller's key.
+#[utoipa::path(post, path = "/v1/resource-domains", tag = "resource-domains",
+    request_body = CreateDomainRequest,
+    responses((status = 200, body = Domain), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
+async fn create_domain(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    body: JsonBody,
+) -> Result<Json<Domain>, ApiError> {
+    let name = body.decode(|v, p| {
+        let mut fields = p.object(v, "body")?;
+        let name = fields.required(p, "name").and_then(|v| p.bounded_string(v, "body.name", 1, 200));
+        fields.finish(p);
+        name
+    })?;
+    Ok(Json(app.berth.create_domain(&caller.owner, name)?))
+}
+
+/// Lists the caller's resource domains.
+#[utoipa::path(get, path = "/v1/resource-domains", tag = "resource-domains",
+    responses((status = 200, body = DomainList), (status = 401, body = ErrorBody)))]
+async fn list_domains(State(app): State<App>, Extension(caller): Extension<Caller>) -> Result<Json<DomainList>, ApiError> {
+    Ok(Json(DomainList {
+        items: app.berth.list_domains(&caller.owner)?,
+    }))
+}
+
+/// One resource domain.
+#[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}", tag = "resource-domains",
+    params(DomainPath),
+    responses((status = 200, body = Domain), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn get_domain(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<DomainPath>,
+) -> Result<Json<Domain>, ApiError> {
+    Ok(Json(app.berth.domain(&caller.owner, &path.id()?)?))
+}
+
+/// Fences a domain: it admits no new instance or link; running ones keep running.
+#[utoipa::path(post, path = "/v1/resource-domains/{resourceDomainId}/fence", tag = "resource-domains",
+    params(DomainPath),
+    responses((status = 200, body = Domain), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn fence_domain(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<DomainPath>,
+    _: NoBody,
+) -> Result<Json<Domain>, ApiError> {
+    Ok(Json(app.berth.fence(&caller.owner, &path.id()?, true)?))
+}
+
+/// Unfences a domain: it is active again.
+#[utoipa::path(post, path = "/v1/resource-domains/{resourceDomainId}/unfence", tag = "resource-domains",
+    params(DomainPath),
+    responses((status = 200, body = Domain), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn unfence_domain(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<DomainPath>,
+    _: NoBody,
+) -> Result<Json<Domain>, ApiError> {
+    Ok(Json(app.berth.fence(&caller.owner, &path.id()?, false)?))
+}
+
+/// Archives a domain: every instance archived, every volume kept.
+#[utoipa::path(post, path = "/v1/resource-domains/{resourceDomainId}/archive", tag = "resource-domains",
+    params(DomainPath),
+    responses((status = 200, body = ArchiveDomainResponse), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 500, body = ErrorBody)))]
+async fn archive_domain(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<DomainPath>,
+    _: NoBody,
+) -> Result<Json<ArchiveDomainResponse>, ApiError> {
+    let volumes = app.berth.archive_domain(&caller.owner, &path.id()?).await?;
+    Ok(Json(ArchiveDomainResponse { volumes }))
+}

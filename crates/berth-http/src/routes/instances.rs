@@ -1,0 +1,164 @@
+//! Resource instances: up, list, get, stop, archive.
+
+use axum::extract::{RawQuery, State};
+use axum::{Extension, Json};
+use berth_core::UpCause;
+use berth_core::model::{ArchivedVolume, InstanceView};
+use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::App;
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorBody};
+use crate::extract::{DomainPath, InstancePath, JsonBody, NoBody, Params};
+
+/// `POST .../instances/{key}/up`.
+#[derive(Debug, ToSchema)]
+pub struct UpRequest {
+    /// A resource-instance spec (see the contract): alias, worktreeKey, image, command, env,
+    /// volumes, limits, ready, idleStopAfterSeconds.
+    #[schema(value_type = Object)]
+    pub spec: serde_json::Value,
+    /// `use`: a launch or a wake, which leaves a person's stop standing. `person`: a person's Start.
+    #[schema(value_type = String, pattern = "^(use|person)$")]
+    pub cause: String,
+}
+
+/// `POST .../instances/{key}/stop`.
+#[derive(Debug, ToSchema)]
+pub struct StopRequest {
+    /// Who stopped it, 1 to 200 characters.
+    pub by: String,
+}
+
+/// A list of instances.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InstanceList {
+    /// The instances, by key.
+    pub items: Vec<InstanceView>,
+}
+
+/// What an archive did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ArchiveInstanceResponse {
+    /// The instance, archived.
+    pub instance: InstanceView,
+    /// Its volumes, kept, with their sizes.
+    pub volumes: Vec<ArchivedVolume>,
+}
+
+pub(crate) fn router() -> OpenApiRouter<App> {
+    OpenApiRouter::new()
+        .routes(routes!(up_instance))
+        .routes(routes!(list_instances))
+        .routes(routes!(get_instance))
+        .routes(routes!(stop_instance))
+        .routes(routes!(archive_instance))
+}
+
+/// Asks for an instance to run with a spec; answers at once with the instance as stored.
+#[utoipa::path(post, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/up", tag = "resource-instances",
+    params(InstancePath), request_body = UpRequest,
+    responses((status = 200, body = InstanceView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 500, body = ErrorBody)))]
+async fn up_instance(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<InstancePath>,
+    body: JsonBody,
+) -> Result<Json<InstanceView>, ApiError> {
+    let (domain, key) = path.parts()?;
+    let (spec, cause) = body.decode(|v, p| {
+        let mut fields = p.object(v, "body")?;
+        let spec = fields.required(p, "spec").and_then(|s| {
+            if s.is_object() {
+                Some(s.clone())
+            } else {
+                p.push("body.spec", "must be an object");
+                None
+            }
+        });
+        let cause = fields
+            .required(p, "cause")
+            .and_then(|c| p.literal(c, "body.cause", &["use", "person"]));
+        fields.finish(p);
+        let cause = if cause? == "person" { UpCause::Person } else { UpCause::Use };
+        Some((spec?, cause))
+    })?;
+    Ok(Json(app.berth.up(&caller.owner, &domain, key, &spec, cause)?))
+}
+
+/// Lists a domain's instances: the archived ones with `?archived=true`, every other one otherwise.
+#[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}/instances", tag = "resource-instances",
+    params(DomainPath, ("archived" = Option<String>, Query, description = "`true`: the archived instances", pattern = "^(true|false)$")),
+    responses((status = 200, body = InstanceList), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn list_instances(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<DomainPath>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<InstanceList>, ApiError> {
+    let mut archived = false;
+    for pair in query.as_deref().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("archived", "true")) => archived = true,
+            Some(("archived", "false")) => archived = false,
+            Some(("archived", _)) | None if pair.starts_with("archived") => {
+                return Err(ApiError::refused("query.archived must be one of \"true\", \"false\""));
+            }
+            _ => {}
+        }
+    }
+    let items = app.berth.list(&caller.owner, &path.id()?, archived)?;
+    Ok(Json(InstanceList { items }))
+}
+
+/// One instance, archived or not.
+#[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}", tag = "resource-instances",
+    params(InstancePath),
+    responses((status = 200, body = InstanceView), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn get_instance(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<InstancePath>,
+) -> Result<Json<InstanceView>, ApiError> {
+    let (domain, key) = path.parts()?;
+    Ok(Json(app.berth.get(&caller.owner, &domain, key)?))
+}
+
+/// A person's stop: the instance stays stopped until a person starts it.
+#[utoipa::path(post, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/stop", tag = "resource-instances",
+    params(InstancePath), request_body = StopRequest,
+    responses((status = 200, body = InstanceView), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn stop_instance(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<InstancePath>,
+    body: JsonBody,
+) -> Result<Json<InstanceView>, ApiError> {
+    let (domain, key) = path.parts()?;
+    let by = body.decode(|v, p| {
+        let mut fields = p.object(v, "body")?;
+        let by = fields.required(p, "by").and_then(|v| p.bounded_string(v, "body.by", 1, 200));
+        fields.finish(p);
+        by
+    })?;
+    Ok(Json(app.berth.stop(&caller.owner, &domain, key, by)?))
+}
+
+/// Archives an instance: its container is removed, its volumes are kept and measured.
+#[utoipa::path(post, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/archive", tag = "resource-instances",
+    params(InstancePath),
+    responses((status = 200, body = ArchiveInstanceResponse), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 500, body = ErrorBody)))]
+async fn archive_instance(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<InstancePath>,
+    _: NoBody,
+) -> Result<Json<ArchiveInstanceResponse>, ApiError> {
+    let (domain, key) = path.parts()?;
+    let (instance, volumes) = app.berth.archive(&caller.owner, &domain, key).await?;
+    Ok(Json(ArchiveInstanceResponse { instance, volumes }))
+}

@@ -1,0 +1,4 @@
+//! The route table: one module per resource.
+
+pub mod domains;
+pub mod instances;
