@@ -10,6 +10,7 @@
 
 pub mod decode;
 pub mod error;
+pub mod exec;
 pub mod ids;
 pub mod image;
 pub mod model;

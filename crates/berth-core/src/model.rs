@@ -149,6 +149,21 @@ pub enum InstanceState {
     },
 }
 
+impl InstanceState {
+    /// The state's `kind` on the wire.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::NotStarted => "not-started",
+            Self::Starting { .. } => "starting",
+            Self::Running { .. } => "running",
+            Self::Stopped { .. } => "stopped",
+            Self::Exited { .. } => "exited",
+            Self::Failed { .. } => "failed",
+            Self::Archived { .. } => "archived",
+        }
+    }
+}
+
 /// A Docker volume an instance mounts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]

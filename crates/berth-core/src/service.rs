@@ -6,6 +6,9 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::error::Error;
+use crate::exec::{ExecFrame, ExecResult, MAX_OUTPUT_BYTES};
+use crate::names;
+use crate::runtime::{ExecRequest, ExecStdin};
 use crate::ids::{DomainId, InstanceId};
 use crate::model::{
     ArchivedVolume, Desired, Domain, DomainState, Instance, InstanceState, InstanceView,
@@ -347,6 +350,54 @@ impl Berth {
         }
         let all = self.store.read(|tx| tx.instances(domain_id, true))?;
         Ok(self.measure(reconciler, &all).await)
+    }
+}
+
+impl Berth {
+    /// Runs a command in a running instance, streaming `stdin` into it. Nothing about the run
+    /// (argv, stdin, output) is logged or stored.
+    pub async fn exec(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+        frame: ExecFrame,
+        stdin: ExecStdin,
+    ) -> Result<ExecResult, Error> {
+        let instance = self.instance(owner, domain_id, key)?;
+        let reconciler = self.require_runtime()?;
+        let not_running = |state: &str| Error::InstanceNotRunning {
+            key: key.to_owned(),
+            state: state.to_owned(),
+        };
+        if !matches!(instance.state, InstanceState::Running { .. }) || instance.desired != Desired::Running {
+            return Err(not_running(instance.state.kind()));
+        }
+        let runtime = reconciler.runtime();
+        let name = names::container(&reconciler.config().prefix, domain_id, key);
+        let container = runtime
+            .inspect_container(&name)
+            .await
+            .map_err(|e| Error::Runtime(e.to_string()))?
+            .filter(|c| c.running)
+            .ok_or_else(|| not_running("its container is not running"))?;
+        let request = ExecRequest {
+            argv: frame.argv,
+            user: frame.user,
+            timeout: std::time::Duration::from_millis(frame.timeout_ms as u64),
+            max_output: MAX_OUTPUT_BYTES,
+        };
+        let outcome = runtime
+            .exec(&container.id, request, stdin)
+            .await
+            .map_err(|e| Error::Runtime(format!("the command could not be run: {e}")))?;
+        Ok(ExecResult {
+            exit_code: outcome.exit_code,
+            stdout: String::from_utf8_lossy(&outcome.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&outcome.stderr).into_owned(),
+            truncated: outcome.truncated,
+            timed_out: outcome.timed_out,
+        })
     }
 }
 

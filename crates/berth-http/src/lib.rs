@@ -68,6 +68,7 @@ pub fn router(berth: Berth, keys: ServiceKeys, hosts: AllowedHosts) -> Router {
     let (v1, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(routes::domains::router())
         .merge(routes::instances::router())
+        .merge(routes::exec::router())
         .routes(utoipa_axum::routes!(openapi_json))
         .split_for_parts();
     let (health, health_doc) = OpenApiRouter::new()

@@ -2,3 +2,4 @@
 
 pub mod domains;
 pub mod instances;
+pub mod exec;

@@ -1,0 +1,142 @@
+//! The exec frame: the one JSON line that opens the raw exec route's body, before the command's
+//! stdin. Decoded strictly; a refusal names the place and never quotes argv (it may hold a
+//! secret).
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use crate::decode::{Problems, pattern};
+
+/// The longest frame line, in bytes, without its newline.
+pub const MAX_FRAME_BYTES: usize = 64 * 1024;
+/// The timeout berth's own clients send when their user gives none: ten minutes.
+pub const DEFAULT_TIMEOUT_MS: i64 = 10 * 60_000;
+/// The longest timeout: six hours.
+pub const MAX_TIMEOUT_MS: i64 = 6 * 60 * 60_000;
+/// The most arguments.
+pub const MAX_ARGS: usize = 4096;
+/// The most bytes kept of each of stdout and stderr.
+pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
+
+static USER: LazyLock<Regex> = LazyLock::new(|| pattern(r"^[A-Za-z0-9._:-]{1,64}$"));
+
+/// A decoded exec frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecFrame {
+    /// The command and its arguments.
+    pub argv: Vec<String>,
+    /// The user (name, uid or uid:gid) to run as, or the image's.
+    pub user: Option<String>,
+    /// Killed after this many milliseconds.
+    pub timeout_ms: i64,
+}
+
+/// How an exec ended (`resourceInstanceExecResultSchema`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecResult {
+    /// Null when the command was killed at its timeout.
+    pub exit_code: Option<i64>,
+    /// The tail of stdout, at most 1 MiB.
+    pub stdout: String,
+    /// The tail of stderr, at most 1 MiB.
+    pub stderr: String,
+    /// Whether either output was cut to its tail.
+    pub truncated: bool,
+    /// Whether the command was killed at its timeout.
+    pub timed_out: bool,
+}
+
+/// Decodes a frame line (without its newline).
+pub fn decode_frame(line: &[u8]) -> Result<ExecFrame, Problems> {
+    let mut p = Problems::default();
+    let value: Value = match serde_json::from_slice(line) {
+        Ok(v) => v,
+        Err(e) => {
+            p.push("frame", &format!("must be one line of JSON (line {}, column {})", e.line(), e.column()));
+            return Err(p);
+        }
+    };
+    let frame = (|| {
+        let mut fields = p.object(&value, "frame")?;
+        let argv = fields.required(&mut p, "argv").and_then(|v| {
+            let items = p.array(v, "frame.argv")?;
+            if items.is_empty() || items.len() > MAX_ARGS {
+                p.push("frame.argv", &format!("must have 1 to {MAX_ARGS} items"));
+                return None;
+            }
+            let args: Vec<Option<String>> = items
+                .iter()
+                .enumerate()
+                .map(|(i, a)| p.argument(a, &format!("frame.argv[{i}]")))
+                .collect();
+            args.into_iter().collect::<Option<Vec<_>>>()
+        });
+        let user = fields.required(&mut p, "user").and_then(|v| match v {
+            Value::Null => Some(None),
+            v => p.matching(v, "frame.user", &USER, "must be a user, or null").map(Some),
+        });
+        let timeout_ms = fields
+            .required(&mut p, "timeoutMs")
+            .and_then(|v| p.integer(v, "frame.timeoutMs", 1000, MAX_TIMEOUT_MS));
+        fields.finish(&mut p);
+        Some(ExecFrame { argv: argv?, user: user?, timeout_ms: timeout_ms? })
+    })();
+    p.finish(frame)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_valid_frame_decodes() {
+        let f = decode_frame(br#"{"argv":["psql","-c","select 1"],"user":"postgres","timeoutMs":60000}"#).unwrap();
+        assert_eq!(f.argv, vec!["psql", "-c", "select 1"]);
+        assert_eq!(f.user.as_deref(), Some("postgres"));
+        assert_eq!(f.timeout_ms, 60_000);
+    }
+
+    #[test]
+    fn each_bad_field_is_refused_with_its_place_and_argv_is_never_quoted() {
+        let cases: &[(&[u8], &str)] = &[
+            (b"not json", "frame must be one line of JSON"),
+            (b"[]", "frame must be an object"),
+            (br#"{"argv":[],"user":null,"timeoutMs":1000}"#, "frame.argv must have 1 to 4096 items"),
+            (br#"{"argv":["a\u0000secret"],"user":null,"timeoutMs":1000}"#, "frame.argv[0] must not contain a NUL byte"),
+            (br#"{"argv":[5],"user":null,"timeoutMs":1000}"#, "frame.argv[0] must be a string"),
+            (br#"{"argv":["x"],"user":"a b","timeoutMs":1000}"#, "frame.user must be a user"),
+            (br#"{"argv":["x"],"user":null,"timeoutMs":999}"#, "frame.timeoutMs must be an integer between 1000 and 21600000"),
+            (br#"{"argv":["x"],"user":null,"timeoutMs":21600001}"#, "frame.timeoutMs must be an integer between 1000 and 21600000"),
+            (br#"{"argv":["x"],"user":null}"#, "frame.timeoutMs is missing"),
+            (br#"{"argv":["x"],"user":null,"timeoutMs":1000,"env":{}}"#, "frame.env is not an allowed key"),
+        ];
+        for (line, expected) in cases {
+            let problems = decode_frame(line).unwrap_err().joined();
+            assert!(problems.contains(expected), "{problems:?} should contain {expected:?}");
+            assert!(!problems.contains("secret"));
+        }
+        let many = format!(r#"{{"argv":[{}],"user":null,"timeoutMs":1000}}"#, vec!["\"a\""; 4097].join(","));
+        assert!(decode_frame(many.as_bytes()).unwrap_err().joined().contains("1 to 4096"));
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_decode_or_are_refused_without_panicking(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let _ = decode_frame(&bytes);
+        }
+
+        #[test]
+        fn any_argv_without_nul_round_trips(argv in proptest::collection::vec("[^\u{0}]{0,16}", 1..8), timeout in 1000i64..=MAX_TIMEOUT_MS) {
+            let line = serde_json::json!({"argv": argv, "user": null, "timeoutMs": timeout}).to_string();
+            let frame = decode_frame(line.as_bytes()).unwrap();
+            prop_assert_eq!(frame.argv, argv);
+            prop_assert_eq!(frame.timeout_ms, timeout);
+        }
+    }
+}

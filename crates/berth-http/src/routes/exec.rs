@@ -1,0 +1,115 @@
+//! The raw exec route: one JSON line (the frame), then the command's stdin, raw, to the end of
+//! the body. Stdin is streamed into the process as it arrives. No header, query or log line
+//! carries the argv or stdin, and nothing about the run is stored.
+
+use std::io;
+
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::{Extension, Json};
+use berth_core::exec::{ExecResult, MAX_FRAME_BYTES, decode_frame};
+use futures_util::TryStreamExt;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader};
+use tokio_util::io::StreamReader;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::App;
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorBody};
+use crate::extract::{InstancePath, Params};
+
+pub(crate) fn router() -> OpenApiRouter<App> {
+    // Stdin may be any size: it is streamed, never held whole.
+    OpenApiRouter::new()
+        .routes(routes!(exec_instance))
+        .layer(DefaultBodyLimit::disable())
+}
+
+/// Runs a command in a running instance. The body is one JSON line, the frame
+/// `{"argv": [...], "user": string|null, "timeoutMs": 1000..21600000}` of at most 64 KiB, then
+/// the command's stdin, raw, to the end of the body.
+#[utoipa::path(post, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/exec", tag = "resource-instances",
+    params(InstancePath),
+    request_body(content = String, content_type = "application/octet-stream",
+        description = "One JSON line (the exec frame), then the command's stdin to the end of the body."),
+    responses((status = 200, body = ExecResult), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 500, body = ErrorBody)))]
+async fn exec_instance(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<InstancePath>,
+    body: Body,
+) -> Result<Json<ExecResult>, ApiError> {
+    let (domain, key) = path.parts()?;
+    let stream = body.into_data_stream().map_err(io::Error::other);
+    let mut reader = BufReader::with_capacity(MAX_FRAME_BYTES + 1, StreamReader::new(stream));
+    let line = read_frame(&mut reader).await?;
+    let frame = decode_frame(&line).map_err(|p| ApiError::refused(p.joined()))?;
+    let result = app
+        .berth
+        .exec(&caller.owner, &domain, key, frame, Box::pin(reader))
+        .await?;
+    Ok(Json(result))
+}
+
+/// Reads the frame line, without its newline, refusing one longer than `MAX_FRAME_BYTES`.
+async fn read_frame<R: AsyncBufRead + Unpin>(reader: &mut R) -> Result<Vec<u8>, ApiError> {
+    let too_long = || ApiError::refused(format!("frame must be one JSON line of at most {MAX_FRAME_BYTES} bytes, then stdin"));
+    let mut line = Vec::new();
+    loop {
+        let buf = reader
+            .fill_buf()
+            .await
+            .map_err(|_| ApiError::refused("body could not be read"))?;
+        if buf.is_empty() {
+            return Err(ApiError::refused(
+                "frame must end with a newline: the body is one JSON line, then stdin",
+            ));
+        }
+        if let Some(i) = buf.iter().position(|&b| b == b'\n') {
+            if line.len() + i > MAX_FRAME_BYTES {
+                return Err(too_long());
+            }
+            line.extend_from_slice(&buf[..i]);
+            reader.consume(i + 1);
+            return Ok(line);
+        }
+        if line.len() + buf.len() > MAX_FRAME_BYTES {
+            return Err(too_long());
+        }
+        let n = buf.len();
+        line.extend_from_slice(buf);
+        reader.consume(n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn frame_of(body: &[u8]) -> Result<Vec<u8>, String> {
+        let mut reader = BufReader::with_capacity(7, body);
+        read_frame(&mut reader).await.map_err(|e| format!("{e:?}"))
+    }
+
+    #[tokio::test]
+    async fn the_frame_is_the_first_line_and_the_rest_is_left_for_stdin() {
+        let body = b"{\"a\":1}\nstdin\nmore";
+        let mut reader = BufReader::with_capacity(3, &body[..]);
+        assert_eq!(read_frame(&mut reader).await.unwrap(), b"{\"a\":1}");
+        let mut rest = Vec::new();
+        tokio::io::AsyncReadExt::read_to_end(&mut reader, &mut rest).await.unwrap();
+        assert_eq!(rest, b"stdin\nmore");
+    }
+
+    #[tokio::test]
+    async fn a_frame_without_newline_or_over_the_limit_is_refused() {
+        assert!(frame_of(b"{}").await.unwrap_err().contains("must end with a newline"));
+        let long = vec![b'x'; MAX_FRAME_BYTES + 1];
+        assert!(frame_of(&long).await.unwrap_err().contains("at most 65536 bytes"));
+        let mut exact = vec![b'x'; MAX_FRAME_BYTES];
+        exact.push(b'\n');
+        assert_eq!(frame_of(&exact).await.unwrap().len(), MAX_FRAME_BYTES);
+    }
+}
