@@ -1,0 +1,213 @@
+//! `berth serve`: opens the store, connects to Docker, starts the reconciler, and serves the API
+//! until SIGINT or SIGTERM.
+
+use std::fs;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use berth_core::Berth;
+use berth_core::reconcile::{ReconcileConfig, Reconciler};
+use berth_core::store::Store;
+use berth_docker::{DockerConfig, DockerRuntime};
+use berth_http::{AllowedHosts, ServiceKeys};
+use clap::{Args, ValueEnum};
+use tokio::net::TcpListener;
+
+/// The address the daemon listens on unless told otherwise.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:2378";
+/// The key file's name in the data directory.
+pub const KEY_FILE: &str = "service-key";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RuntimeKind {
+    /// Run instances on the Docker engine (DOCKER_HOST or the default socket).
+    Docker,
+    /// Run no instances: the API answers, and instance routes say no runtime is configured.
+    None,
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// The address to listen on. Keep it on loopback unless you know why not.
+    #[arg(long, env = "BERTH_LISTEN", default_value = DEFAULT_LISTEN)]
+    listen: SocketAddr,
+
+    /// Where berth keeps its database and key file [default: the user's data directory/berth].
+    #[arg(long, env = "BERTH_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+
+    /// The container runtime.
+    #[arg(long, env = "BERTH_RUNTIME", value_enum, default_value = "docker")]
+    runtime: RuntimeKind,
+
+    /// The prefix of every Docker object berth creates (and its `berth.prefix` label).
+    #[arg(long, env = "BERTH_PREFIX", default_value = "berth")]
+    prefix: String,
+
+    /// How long an instance may take to answer its ready check before it is `failed`.
+    #[arg(long, env = "BERTH_READY_TIMEOUT", default_value = "120s", value_parser = humantime::parse_duration)]
+    ready_timeout: Duration,
+
+    /// How long a stop waits for an instance's process before killing it.
+    #[arg(long, env = "BERTH_STOP_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    stop_timeout: Duration,
+
+    /// How long an image pull may take.
+    #[arg(long, env = "BERTH_PULL_TIMEOUT", default_value = "10m", value_parser = humantime::parse_duration)]
+    pull_timeout: Duration,
+
+    /// Host names, besides loopback ones and the listen address, that requests may carry in
+    /// their Host header (comma-separated).
+    #[arg(long, env = "BERTH_ALLOWED_HOSTS", value_delimiter = ',')]
+    allowed_hosts: Vec<String>,
+}
+
+/// The default data directory: `$XDG_DATA_HOME/berth` or its platform equivalent.
+pub fn default_data_dir() -> anyhow::Result<PathBuf> {
+    dirs::data_dir()
+        .map(|d| d.join("berth"))
+        .context("no data directory is known for this user: pass --data-dir or set BERTH_DATA_DIR")
+}
+
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).try_init();
+}
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    init_logging();
+    let data_dir = match &args.data_dir {
+        Some(d) => d.clone(),
+        None => default_data_dir()?,
+    };
+    prepare_data_dir(&data_dir)?;
+    let keys = load_keys(&data_dir)?;
+
+    let db = data_dir.join("berth.db");
+    let store = Arc::new(
+        Store::open(&db).with_context(|| format!("could not open the database {}", db.display()))?,
+    );
+
+    let berth = match args.runtime {
+        RuntimeKind::None => Berth::new(store, None, "no container runtime"),
+        RuntimeKind::Docker => {
+            let config = DockerConfig {
+                pull_timeout: args.pull_timeout,
+                ..DockerConfig::default()
+            };
+            let docker = DockerRuntime::connect(config)
+                .await
+                .context("berth runs instances on Docker (pass --runtime none to serve without it)")?;
+            let reconciler = Reconciler::new(
+                store.clone(),
+                Arc::new(docker),
+                ReconcileConfig {
+                    prefix: args.prefix.clone(),
+                    ready_timeout: args.ready_timeout,
+                    stop_timeout: args.stop_timeout,
+                    ..ReconcileConfig::default()
+                },
+            );
+            reconciler.start();
+            Berth::new(store, Some(reconciler), "docker")
+        }
+    };
+
+    let listener = TcpListener::bind(args.listen).await.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AddrInUse {
+            anyhow::anyhow!(
+                "{} is already in use: is another berth running? Choose another address with --listen or BERTH_LISTEN",
+                args.listen
+            )
+        } else {
+            anyhow::anyhow!("could not listen on {}: {e}", args.listen)
+        }
+    })?;
+    let local = listener.local_addr()?;
+    let mut hosts = args.allowed_hosts.clone();
+    hosts.push(local.ip().to_string());
+    let router = berth_http::router(berth, keys, AllowedHosts::new(hosts));
+    tracing::info!(address = %local, data_dir = %data_dir.display(), "berth is listening");
+    // A line for scripts that wait for the daemon (and ask it for port 0).
+    println!("berth listening on http://{local}");
+    berth_http::serve(listener, router, shutdown_signal()).await?;
+    tracing::info!("berth stopped");
+    Ok(())
+}
+
+fn prepare_data_dir(dir: &Path) -> anyhow::Result<()> {
+    fs::create_dir_all(dir)
+        .with_context(|| format!("could not create the data directory {}", dir.display()))?;
+    let probe = dir.join(".berth-write-check");
+    fs::write(&probe, b"")
+        .and_then(|_| fs::remove_file(&probe))
+        .with_context(|| format!("the data directory {} is not writable", dir.display()))?;
+    Ok(())
+}
+
+/// `BERTH_SERVICE_KEYS` when set; otherwise the key file, generated on first start (mode 0600).
+fn load_keys(data_dir: &Path) -> anyhow::Result<ServiceKeys> {
+    if let Ok(list) = std::env::var("BERTH_SERVICE_KEYS") {
+        let keys: Vec<&str> = list.split(',').map(str::trim).filter(|k| !k.is_empty()).collect();
+        if keys.is_empty() {
+            bail!("BERTH_SERVICE_KEYS is set but holds no key");
+        }
+        if let Some(short) = keys.iter().position(|k| k.len() < 16) {
+            bail!("BERTH_SERVICE_KEYS: key {} is shorter than 16 characters", short + 1);
+        }
+        tracing::info!(keys = keys.len(), "service keys from BERTH_SERVICE_KEYS");
+        return Ok(ServiceKeys::new(keys));
+    }
+    let path = data_dir.join(KEY_FILE);
+    let key = match fs::read_to_string(&path) {
+        Ok(text) => {
+            let mode = fs::metadata(&path)?.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                bail!(
+                    "the key file {} can be read by others (mode {mode:o}): run `chmod 600 {}`",
+                    path.display(),
+                    path.display()
+                );
+            }
+            text.trim().to_owned()
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut bytes = [0u8; 32];
+            getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness for a key: {e}"))?;
+            let key = format!("bsk_{}", hex::encode(bytes));
+            let mut file = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+                .with_context(|| format!("could not create the key file {}", path.display()))?;
+            writeln!(file, "{key}")?;
+            key
+        }
+        Err(e) => return Err(e).with_context(|| format!("could not read the key file {}", path.display())),
+    };
+    if key.is_empty() {
+        bail!("the key file {} is empty: remove it and berth makes a new one", path.display());
+    }
+    eprintln!("berth: service key in {}", path.display());
+    Ok(ServiceKeys::new([key]))
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,355 @@
+//! Resource instances on the real Docker engine: up, ready checks, spec changes with volumes
+//! kept, failures, stop and wake, restarts, crashes of the daemon, hardening, archive.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{Daemon, busybox_image, docker, docker_inspect, spec, volume_image};
+
+const READY: Duration = Duration::from_secs(60);
+
+fn container_of(instance: &Value) -> String {
+    let id = instance["resourceInstanceId"].as_str().unwrap();
+    let names = docker(&["ps", "-a", "--filter", &format!("label=berth.instance={id}"), "--format", "{{.Names}}"]);
+    let names: Vec<&str> = names.lines().collect();
+    assert_eq!(names.len(), 1, "exactly one container for {id}: {names:?}");
+    names[0].to_owned()
+}
+
+fn containers_of(instance: &Value) -> Vec<String> {
+    let id = instance["resourceInstanceId"].as_str().unwrap();
+    docker(&["ps", "-a", "--filter", &format!("label=berth.instance={id}"), "--format", "{{.Names}}"])
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn volume_names(instance: &Value) -> Vec<String> {
+    instance["volumes"].as_array().unwrap().iter().map(|v| v["dockerName"].as_str().unwrap().to_owned()).collect()
+}
+
+#[test]
+fn an_instance_with_a_tcp_ready_check_runs_and_a_repeated_up_changes_nothing() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let s = spec(&busybox_image(), "web");
+    let first = api.up(&domain, "web", &s, "use").expect(200);
+    assert_eq!(first["desired"], "running");
+    assert!(first["resourceInstanceId"].as_str().unwrap().starts_with("rin:"));
+    assert!(first["specDigest"].as_str().unwrap().starts_with("sha256:"));
+    assert_eq!(first["alias"], "web");
+    assert_eq!(first["worktreeKey"], Value::Null);
+    assert_eq!(first["stopReason"], Value::Null);
+    assert_eq!(first["lastReachedAt"], Value::Null);
+    let fields: Vec<&String> = first.as_object().unwrap().keys().collect();
+    assert_eq!(fields.len(), 12, "exactly the contract's fields: {fields:?}");
+
+    let running = api.wait_state(&domain, "web", "running", READY);
+    assert!(running["startedAt"].is_string());
+    assert!(running["state"]["since"].is_string());
+
+    // Key order in the request does not change the digest; the same spec is idempotent.
+    let reordered: Value = serde_json::from_str(&support::reorder_keys(&s)).unwrap();
+    let again = api.up(&domain, "web", &reordered, "use").expect(200);
+    assert_eq!(again["resourceInstanceId"], first["resourceInstanceId"]);
+    assert_eq!(again["specDigest"], first["specDigest"]);
+    assert_eq!(again["state"]["kind"], "running");
+    assert_eq!(containers_of(&running).len(), 1);
+}
+
+#[test]
+fn an_instance_with_an_exec_ready_check_runs() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let mut s = spec(&busybox_image(), "web");
+    s["ready"] = json!({"kind": "exec", "argv": ["sh", "-c", "test -f /tmp/ready"], "user": "app"});
+    s["command"] = json!(["sh", "-c", "sleep 1; touch /tmp/ready; exec httpd -f -p 8080 -h /www"]);
+    api.up(&domain, "web", &s, "person").expect(200);
+    let starting = api.wait_state(&domain, "web", "starting", READY);
+    assert_eq!(starting["state"]["kind"], "starting");
+    api.wait_state(&domain, "web", "running", READY);
+}
+
+#[test]
+fn a_spec_change_replaces_the_container_and_keeps_every_volume() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let mut s = spec(&volume_image(), "web");
+    let first = api.up(&domain, "web", &s, "use").expect(200);
+    let running = api.wait_state(&domain, "web", "running", READY);
+    let volumes = running["volumes"].as_array().unwrap().clone();
+    let names: Vec<&str> = volumes.iter().map(|v| v["name"].as_str().unwrap()).collect();
+    assert_eq!(names, vec!["data", "image-data"], "the image's VOLUME /data gets its own named volume");
+    for v in &volumes {
+        let docker_name = v["dockerName"].as_str().unwrap();
+        let inspected = docker_inspect("volume", docker_name).expect("the volume exists");
+        assert_eq!(inspected["Labels"]["berth.managed"], "1");
+        assert_eq!(inspected["Labels"]["berth.instance"], first["resourceInstanceId"]);
+    }
+    let old = container_of(&running);
+    let old_id = docker(&["inspect", "--format", "{{.Id}}", &old]);
+    docker(&["exec", &old, "sh", "-c", "echo kept > /srv/data/file && echo also > /data/file"]);
+
+    s["env"]["GREETING"] = json!("changed");
+    let changed = api.up(&domain, "web", &s, "use").expect(200);
+    assert_eq!(changed["resourceInstanceId"], first["resourceInstanceId"]);
+    assert_ne!(changed["specDigest"], first["specDigest"]);
+    let running = api.wait_for(&domain, "web", READY, "running on a new container", |i| {
+        i["state"]["kind"] == "running" && containers_of(i).len() == 1 && {
+            let name = container_of(i);
+            docker(&["inspect", "--format", "{{.Id}}", &name]) != old_id
+        }
+    });
+    let name = container_of(&running);
+    let env = docker(&["inspect", "--format", "{{json .Config.Env}}", &name]);
+    assert!(env.contains("GREETING=changed"), "{env}");
+    assert_eq!(docker(&["exec", &name, "cat", "/srv/data/file"]), "kept");
+    assert_eq!(docker(&["exec", &name, "cat", "/data/file"]), "also");
+    assert_eq!(running["volumes"], json!(volumes));
+}
+
+#[test]
+fn a_tag_only_image_is_refused_and_nothing_is_written() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let s = spec("busybox:latest", "web");
+    let err = api.up(&domain, "web", &s, "use").expect_error(400, "ResourceInstanceSpecRefusedError");
+    assert_eq!(err["refusals"][0]["field"], "spec");
+    assert!(err["refusals"][0]["reason"].as_str().unwrap().contains("spec.image must be an image pinned by digest"));
+    let mut forbidden = spec(&busybox_image(), "web");
+    forbidden["privileged"] = json!(true);
+    forbidden["binds"] = json!(["/:/host"]);
+    let err = api.up(&domain, "web", &forbidden, "use").expect_error(400, "ResourceInstanceSpecRefusedError");
+    assert_eq!(
+        err["refusals"],
+        json!([
+            {"field": "binds", "reason": "an instance mounts named volumes only, never a host path or the Docker socket"},
+            {"field": "privileged", "reason": "berth never runs an instance privileged"}
+        ])
+    );
+    api.get(&format!("/v1/resource-domains/{domain}/instances/web")).expect_error(404, "ResourceInstanceNotFoundError");
+    assert!(support::containers_named(&daemon.prefix).is_empty());
+}
+
+#[test]
+fn a_digest_the_registry_lacks_fails_with_a_readable_message_and_creates_nothing() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let registry = support::fixture("BERTH_TEST_REGISTRY");
+    let missing = format!("{registry}/berth-fixtures/busybox@sha256:{}", "ab".repeat(32));
+    api.up(&domain, "web", &spec(&missing, "web"), "use").expect(200);
+    let failed = api.wait_state(&domain, "web", "failed", READY);
+    let message = failed["state"]["message"].as_str().unwrap();
+    assert!(message.contains("sha256:abab"), "{message}");
+    assert!(message.to_lowercase().contains("registry"), "{message}");
+    assert!(support::containers_named(&daemon.prefix).is_empty());
+    for name in volume_names(&failed) {
+        assert!(docker_inspect("volume", &name).is_none(), "no volume {name} for a failed pull");
+    }
+}
+
+#[test]
+fn conflicts_answer_their_errors() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let image = busybox_image();
+    api.up(&domain, "web", &spec(&image, "web"), "use").expect(200);
+    // The same alias for the same worktree key.
+    api.up(&domain, "web2", &spec(&image, "web"), "use").expect_error(409, "ResourceInstanceAliasTakenError");
+    // The same alias for another worktree key is fine.
+    let mut scoped = spec(&image, "web");
+    scoped["worktreeKey"] = json!("feature-x");
+    api.up(&domain, "web-x", &scoped, "use").expect(200);
+    // Unknown key.
+    api.get(&format!("/v1/resource-domains/{domain}/instances/nope")).expect_error(404, "ResourceInstanceNotFoundError");
+    api.post(&format!("/v1/resource-domains/{domain}/instances/nope/stop"), json!({"by": "Ada"}))
+        .expect_error(404, "ResourceInstanceNotFoundError");
+    // A fenced domain admits no new instance.
+    api.post_empty(&format!("/v1/resource-domains/{domain}/fence")).expect(200);
+    let err = api.up(&domain, "other", &spec(&image, "other"), "use").expect_error(409, "ResourceDomainNotActiveError");
+    assert_eq!(err["state"], "fenced");
+    api.post_empty(&format!("/v1/resource-domains/{domain}/unfence")).expect(200);
+    // An archived key stays archived.
+    api.post_empty(&format!("/v1/resource-domains/{domain}/instances/web-x/archive")).expect(200);
+    api.up(&domain, "web-x", &scoped, "person").expect_error(409, "ResourceInstanceArchivedError");
+    api.post(&format!("/v1/resource-domains/{domain}/instances/web-x/stop"), json!({"by": "Ada"}))
+        .expect_error(409, "ResourceInstanceArchivedError");
+    // Its alias is free again.
+    api.up(&domain, "web-y", &scoped, "use").expect(200);
+}
+
+#[test]
+fn a_person_stop_survives_a_use_up_and_yields_to_a_person_up() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let s = spec(&busybox_image(), "web");
+    api.up(&domain, "web", &s, "use").expect(200);
+    let running = api.wait_state(&domain, "web", "running", READY);
+    let name = container_of(&running);
+
+    let stopping = api.post(&format!("/v1/resource-domains/{domain}/instances/web/stop"), json!({"by": "Ada"})).expect(200);
+    assert_eq!(stopping["desired"], "stopped");
+    assert_eq!(stopping["stopReason"], json!({"kind": "person", "by": "Ada"}));
+    let stopped = api.wait_state(&domain, "web", "stopped", READY);
+    assert_eq!(stopped["state"]["reason"], json!({"kind": "person", "by": "Ada"}));
+    assert_eq!(docker(&["inspect", "--format", "{{.State.Running}}", &name]), "false");
+
+    let after_use = api.up(&domain, "web", &s, "use").expect(200);
+    assert_eq!(after_use["desired"], "stopped");
+    assert_eq!(after_use["state"]["kind"], "stopped");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(api.instance(&domain, "web")["state"]["kind"], "stopped");
+
+    let after_person = api.up(&domain, "web", &s, "person").expect(200);
+    assert_eq!(after_person["desired"], "running");
+    assert_eq!(after_person["stopReason"], Value::Null);
+    api.wait_state(&domain, "web", "running", READY);
+}
+
+#[test]
+fn a_container_killed_or_removed_from_outside_comes_back_with_its_volumes() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    api.up(&domain, "web", &spec(&busybox_image(), "web"), "use").expect(200);
+    let running = api.wait_state(&domain, "web", "running", READY);
+    let name = container_of(&running);
+    docker(&["exec", &name, "sh", "-c", "echo survived > /srv/data/file"]);
+    let started = running["startedAt"].as_str().unwrap().to_owned();
+
+    docker(&["kill", &name]);
+    let exited = api.wait_state(&domain, "web", "exited", READY);
+    assert!(exited["state"]["at"].is_string());
+    assert_eq!(exited["state"]["exitCode"], 137);
+    let back = api.wait_for(&domain, "web", READY, "running again", |i| {
+        i["state"]["kind"] == "running" && i["startedAt"].as_str() != Some(started.as_str())
+    });
+    assert_eq!(container_of(&back), name);
+
+    docker(&["rm", "-f", &name]);
+    let recreated = api.wait_for(&domain, "web", READY, "recreated", |i| {
+        i["state"]["kind"] == "running" && containers_of(i).len() == 1 && docker_inspect("container", &name).is_some()
+    });
+    assert_eq!(docker(&["exec", &container_of(&recreated), "cat", "/srv/data/file"]), "survived");
+}
+
+#[test]
+fn a_daemon_killed_in_the_middle_of_an_up_or_a_stop_converges_after_restart() {
+    let mut daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let s = spec(&volume_image(), "web");
+    let up = api.up(&domain, "web", &s, "use").expect(200);
+    std::thread::sleep(Duration::from_millis(150));
+    daemon.kill9();
+    daemon.start_again();
+    let api = daemon.client();
+    let running = api.wait_state(&domain, "web", "running", READY);
+    assert_eq!(running["resourceInstanceId"], up["resourceInstanceId"]);
+    let name = container_of(&running);
+    docker(&["exec", &name, "sh", "-c", "echo kept > /srv/data/file"]);
+
+    api.post(&format!("/v1/resource-domains/{domain}/instances/web/stop"), json!({"by": "Ada"})).expect(200);
+    std::thread::sleep(Duration::from_millis(50));
+    daemon.kill9();
+    daemon.start_again();
+    let api = daemon.client();
+    let stopped = api.wait_state(&domain, "web", "stopped", READY);
+    assert_eq!(docker(&["inspect", "--format", "{{.State.Running}}", &container_of(&stopped)]), "false");
+
+    api.up(&domain, "web", &s, "person").expect(200);
+    let running = api.wait_state(&domain, "web", "running", READY);
+    assert_eq!(container_of(&running), name, "one container, the same one");
+    assert_eq!(docker(&["exec", &name, "cat", "/srv/data/file"]), "kept");
+    for volume in volume_names(&running) {
+        assert!(docker_inspect("volume", &volume).is_some(), "{volume} kept");
+    }
+}
+
+#[test]
+fn an_instance_container_is_hardened_and_labelled() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let instance = api.up(&domain, "web", &spec(&busybox_image(), "web"), "use").expect(200);
+    let running = api.wait_state(&domain, "web", "running", READY);
+    let c = docker_inspect("container", &container_of(&running)).unwrap();
+    let host = &c["HostConfig"];
+    assert_eq!(host["Privileged"], false);
+    assert!(host["CapAdd"].is_null() || host["CapAdd"] == json!([]), "{}", host["CapAdd"]);
+    assert!(host["SecurityOpt"].as_array().unwrap().iter().any(|o| o.as_str().unwrap().starts_with("no-new-privileges")));
+    assert_eq!(host["Init"], true);
+    assert_eq!(host["NanoCpus"], 250_000_000);
+    assert_eq!(host["Memory"], 67_108_864);
+    assert!(host["Binds"].is_null() || host["Binds"] == json!([]));
+    assert_eq!(host["PidMode"], "");
+    assert_eq!(host["IpcMode"], "private");
+    for mount in c["Mounts"].as_array().unwrap() {
+        assert_eq!(mount["Type"], "volume", "only named volumes: {mount}");
+    }
+    let networks: Vec<&String> = c["NetworkSettings"]["Networks"].as_object().unwrap().keys().collect();
+    assert_eq!(networks.len(), 1);
+    assert!(networks[0].starts_with(&daemon.prefix), "only berth's network: {networks:?}");
+    let aliases = &c["NetworkSettings"]["Networks"][networks[0]]["Aliases"];
+    assert!(aliases.as_array().unwrap().contains(&json!("web")), "{aliases}");
+    let labels = &c["Config"]["Labels"];
+    assert_eq!(labels["berth.managed"], "1");
+    assert_eq!(labels["berth.prefix"], daemon.prefix.as_str());
+    assert_eq!(labels["berth.domain"], domain.as_str());
+    assert_eq!(labels["berth.instance"], instance["resourceInstanceId"]);
+    assert_eq!(labels["berth.key"], "web");
+    assert_eq!(labels["berth.spec-digest"], instance["specDigest"]);
+}
+
+#[test]
+fn archive_keeps_and_measures_volumes_and_a_domain_archive_archives_everything() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let image = volume_image();
+    api.up(&domain, "a", &spec(&image, "a"), "use").expect(200);
+    api.up(&domain, "b", &spec(&image, "b"), "use").expect(200);
+    let a = api.wait_state(&domain, "a", "running", READY);
+    api.wait_state(&domain, "b", "running", READY);
+    docker(&["exec", &container_of(&a), "sh", "-c", "head -c 1048576 /dev/zero > /srv/data/blob"]);
+
+    let archived = api.post_empty(&format!("/v1/resource-domains/{domain}/instances/a/archive")).expect(200);
+    assert_eq!(archived["instance"]["desired"], "archived");
+    assert_eq!(archived["instance"]["state"]["kind"], "archived");
+    let volumes = archived["volumes"].as_array().unwrap();
+    assert_eq!(volumes.len(), 2);
+    let data = volumes.iter().find(|v| v["name"] == "data").unwrap();
+    assert_eq!(data["instanceKey"], "a");
+    assert!(data["bytes"].as_i64().unwrap() >= 1_048_576, "{data}");
+    assert!(containers_of(&a).is_empty(), "the container is removed");
+    for v in volumes {
+        assert!(docker_inspect("volume", v["dockerName"].as_str().unwrap()).is_some(), "kept: {v}");
+    }
+    let listed = api.get(&format!("/v1/resource-domains/{domain}/instances?archived=true")).expect(200);
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1);
+    assert_eq!(api.get(&format!("/v1/resource-domains/{domain}/instances")).expect(200)["items"].as_array().unwrap().len(), 1);
+
+    let started = Instant::now();
+    let domain_archive = api.post_empty(&format!("/v1/resource-domains/{domain}/archive")).expect(200);
+    assert!(started.elapsed() < Duration::from_secs(60));
+    let kept = domain_archive["volumes"].as_array().unwrap();
+    assert_eq!(kept.len(), 4, "every volume of both instances: {kept:?}");
+    for v in kept {
+        assert!(docker_inspect("volume", v["dockerName"].as_str().unwrap()).is_some(), "kept: {v}");
+    }
+    assert_eq!(api.get(&format!("/v1/resource-domains/{domain}")).expect(200)["state"], "archived");
+    assert_eq!(api.get(&format!("/v1/resource-domains/{domain}/instances")).expect(200)["items"], json!([]));
+    assert_eq!(api.get(&format!("/v1/resource-domains/{domain}/instances?archived=true")).expect(200)["items"].as_array().unwrap().len(), 2);
+    let err = api.up(&domain, "c", &spec(&image, "c"), "use").expect_error(409, "ResourceDomainNotActiveError");
+    assert_eq!(err["state"], "archived");
+    assert!(support::containers_named(&daemon.prefix).is_empty());
+}

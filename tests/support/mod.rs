@@ -1,0 +1,413 @@
+//! What the end-to-end tests share: a real `berth serve` on a loopback port with its own data
+//! directory and Docker prefix, a client for its API, and the fixture images.
+//!
+//! The fixtures (a local registry and FROM-scratch busybox images pinned by digest) are prepared
+//! by `scripts/test`; a test that needs one and finds none panics saying so.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// The service key the test daemons accept first.
+pub const KEY: &str = "test-key-aaaaaaaaaaaaaaaa";
+/// A second key, for ownership tests.
+pub const OTHER_KEY: &str = "test-key-bbbbbbbbbbbbbbbb";
+
+/// A fixture's env var, or a panic that says how to get it.
+pub fn fixture(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: run the tests with scripts/test, which prepares the fixture registry and images")
+    })
+}
+
+/// The busybox image (httpd on 8080, every applet).
+pub fn busybox_image() -> String {
+    fixture("BERTH_TEST_BUSYBOX_IMAGE")
+}
+
+/// The busybox image with `VOLUME /data`.
+pub fn volume_image() -> String {
+    fixture("BERTH_TEST_VOLUME_IMAGE")
+}
+
+/// The prefix of every Docker object this test run creates.
+pub fn run_prefix() -> String {
+    std::env::var("BERTH_TEST_PREFIX").unwrap_or_else(|_| format!("berth-t{:08x}", std::process::id()))
+}
+
+/// A prefix for one daemon: the run's, this test binary's pid, and a counter.
+pub fn daemon_prefix() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!("{}-{}x{}", run_prefix(), std::process::id() % 100_000, NEXT.fetch_add(1, Ordering::SeqCst))
+}
+
+/// A daemon under test. Stopped (and its Docker objects removed) when dropped.
+pub struct Daemon {
+    child: Option<Child>,
+    pub base: String,
+    pub data_dir: PathBuf,
+    pub prefix: String,
+    _tmp: Option<tempfile::TempDir>,
+    extra_args: Vec<String>,
+    log_level: String,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    /// A daemon with Docker, in a fresh data directory.
+    pub fn start() -> Daemon {
+        Self::start_with(&[])
+    }
+
+    /// A daemon with extra `serve` arguments.
+    pub fn start_with(args: &[&str]) -> Daemon {
+        Self::start_logging(args, &std::env::var("BERTH_TEST_LOG").unwrap_or_else(|_| "info".into()))
+    }
+
+    /// A daemon with extra `serve` arguments and the given `RUST_LOG`.
+    pub fn start_logging(args: &[&str], level: &str) -> Daemon {
+        let tmp = tempfile::tempdir().expect("a temporary directory");
+        let data_dir = tmp.path().join("data");
+        let mut d = Daemon {
+            child: None,
+            base: String::new(),
+            log: tmp.path().join("daemon.log"),
+            data_dir,
+            prefix: daemon_prefix(),
+            _tmp: Some(tmp),
+            extra_args: args.iter().map(|s| s.to_string()).collect(),
+            log_level: level.to_owned(),
+        };
+        d.spawn();
+        d
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("the daemon log");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .arg("serve")
+            .args(["--listen", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .args(["--prefix", &self.prefix])
+            .args(["--stop-timeout", "2s"])
+            .args(&self.extra_args)
+            .env("BERTH_SERVICE_KEYS", format!("{KEY},{OTHER_KEY}"))
+            .env("RUST_LOG", &self.log_level)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("the berth binary starts");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).expect("the daemon prints its address");
+        let address = line
+            .trim()
+            .strip_prefix("berth listening on ")
+            .unwrap_or_else(|| panic!("the daemon did not start: {line:?}; log: {}", self.log_text()))
+            .to_owned();
+        self.base = address;
+        self.child = Some(child);
+    }
+
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the daemon runs").id()
+    }
+
+    /// The daemon's resident memory in KiB, from /proc.
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).expect("/proc status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS")
+    }
+
+    /// The daemon's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Stops the daemon gracefully (SIGTERM) and waits for it.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if child.try_wait().ok().flatten().is_some() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the daemon with SIGKILL, as a crash would.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the daemon again on the same data directory (on a new port).
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    /// Starts the daemon after a [`Daemon::kill9`].
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none());
+        self.spawn();
+    }
+
+    /// A client with the first key.
+    pub fn client(&self) -> Client {
+        Client::new(&self.base, Some(KEY))
+    }
+
+    /// A client with the given key (or none).
+    pub fn client_with(&self, key: Option<&str>) -> Client {
+        Client::new(&self.base, key)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill9();
+        remove_docker_objects(&self.prefix);
+    }
+}
+
+/// Removes every container, network and volume whose name starts with `prefix` (test objects).
+pub fn remove_docker_objects(prefix: &str) {
+    let list = |args: &[&str]| -> Vec<String> {
+        Command::new("docker")
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).lines().map(str::to_owned).collect())
+            .unwrap_or_default()
+    };
+    let mine = |names: Vec<String>| -> Vec<String> {
+        names.into_iter().filter(|n| n.starts_with(&format!("{prefix}-")) || n == prefix).collect()
+    };
+    let containers = mine(list(&["ps", "-a", "--format", "{{.Names}}"]));
+    if !containers.is_empty() {
+        let _ = Command::new("docker").args(["rm", "-f"]).args(&containers).output();
+    }
+    let networks = mine(list(&["network", "ls", "--format", "{{.Name}}"]));
+    if !networks.is_empty() {
+        let _ = Command::new("docker").args(["network", "rm"]).args(&networks).output();
+    }
+    let volumes = mine(list(&["volume", "ls", "--format", "{{.Name}}"]));
+    if !volumes.is_empty() {
+        let _ = Command::new("docker").args(["volume", "rm", "-f"]).args(&volumes).output();
+    }
+}
+
+/// A blocking client for the daemon's API.
+pub struct Client {
+    base: String,
+    key: Option<String>,
+    http: reqwest::blocking::Client,
+}
+
+/// A response: its status and JSON body.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl Answer {
+    /// Panics unless the status is `status`; returns the body.
+    pub fn expect(self, status: u16) -> Value {
+        assert_eq!(self.status, status, "unexpected answer: {}", self.body);
+        self.body
+    }
+
+    /// Panics unless this is the error `tag` with `status`; returns the body.
+    pub fn expect_error(self, status: u16, tag: &str) -> Value {
+        assert_eq!(self.status, status, "unexpected answer: {}", self.body);
+        assert_eq!(self.body["_tag"], tag, "unexpected error: {}", self.body);
+        assert!(self.body["message"].as_str().is_some_and(|m| !m.is_empty()), "{}", self.body);
+        self.body
+    }
+}
+
+impl Client {
+    pub fn new(base: &str, key: Option<&str>) -> Self {
+        Self {
+            base: base.to_owned(),
+            key: key.map(str::to_owned),
+            http: reqwest::blocking::Client::builder()
+                .timeout(Duration::from_secs(120))
+                .build()
+                .expect("an http client"),
+        }
+    }
+
+    /// Sends `method path` with an optional raw body and extra headers.
+    pub fn raw(&self, method: &str, path: &str, body: Option<Vec<u8>>, headers: &[(&str, &str)]) -> Answer {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method");
+        let mut req = self.http.request(method, format!("{}{}", self.base, path));
+        if let Some(key) = &self.key {
+            req = req.bearer_auth(key);
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        if let Some(body) = body {
+            req = req.header("content-type", "application/json").body(body);
+        }
+        let res = req.send().expect("the daemon answers");
+        let status = res.status().as_u16();
+        let text = res.text().expect("a body");
+        let body = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        Answer { status, body }
+    }
+
+    /// POSTs a streamed body.
+    pub fn post_stream(&self, path: &str, body: impl std::io::Read + Send + 'static) -> Answer {
+        let mut req = self.http.post(format!("{}{}", self.base, path));
+        if let Some(key) = &self.key {
+            req = req.bearer_auth(key);
+        }
+        let res = req.body(reqwest::blocking::Body::new(body)).send().expect("the daemon answers");
+        let status = res.status().as_u16();
+        let text = res.text().expect("a body");
+        Answer { status, body: serde_json::from_str(&text).unwrap_or(Value::String(text)) }
+    }
+
+    /// Runs `argv` in an instance through the exec route with `stdin`.
+    pub fn exec(&self, domain: &str, key: &str, argv: &[&str], user: Option<&str>, timeout_ms: u64, stdin: &[u8]) -> Answer {
+        let mut body = json!({"argv": argv, "user": user, "timeoutMs": timeout_ms}).to_string().into_bytes();
+        body.push(b'\n');
+        body.extend_from_slice(stdin);
+        self.raw("POST", &format!("/v1/resource-domains/{domain}/instances/{key}/exec"), Some(body), &[])
+    }
+
+    pub fn get(&self, path: &str) -> Answer {
+        self.raw("GET", path, None, &[])
+    }
+
+    pub fn post(&self, path: &str, body: Value) -> Answer {
+        self.raw("POST", path, Some(body.to_string().into_bytes()), &[])
+    }
+
+    pub fn post_empty(&self, path: &str) -> Answer {
+        self.raw("POST", path, None, &[])
+    }
+
+    /// Creates a domain and returns its id.
+    pub fn create_domain(&self, name: &str) -> String {
+        let body = self.post("/v1/resource-domains", json!({"name": name})).expect(200);
+        body["resourceDomainId"].as_str().expect("an id").to_owned()
+    }
+
+    /// `up` with a spec and cause.
+    pub fn up(&self, domain: &str, key: &str, spec: &Value, cause: &str) -> Answer {
+        self.post(
+            &format!("/v1/resource-domains/{domain}/instances/{key}/up"),
+            json!({"spec": spec, "cause": cause}),
+        )
+    }
+
+    /// `get` an instance.
+    pub fn instance(&self, domain: &str, key: &str) -> Value {
+        self.get(&format!("/v1/resource-domains/{domain}/instances/{key}")).expect(200)
+    }
+
+    /// Polls an instance until `done(instance)` or `timeout`, and returns it.
+    pub fn wait_for(&self, domain: &str, key: &str, timeout: Duration, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let instance = self.instance(domain, key);
+            if done(&instance) {
+                return instance;
+            }
+            if Instant::now() > deadline {
+                panic!("{key} did not become {what} within {timeout:?}: {instance}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Polls until the instance's state kind is `kind`.
+    pub fn wait_state(&self, domain: &str, key: &str, kind: &str, timeout: Duration) -> Value {
+        self.wait_for(domain, key, timeout, kind, |i| i["state"]["kind"] == kind)
+    }
+}
+
+/// A valid spec for `image` with a tcp ready check on 8080.
+pub fn spec(image: &str, alias: &str) -> Value {
+    json!({
+        "alias": alias,
+        "worktreeKey": null,
+        "image": image,
+        "command": null,
+        "env": {"GREETING": "hello"},
+        "volumes": [{"name": "data", "mountPath": "/srv/data"}],
+        "limits": {"cpuMillicores": 250, "memoryBytes": 67108864},
+        "ready": {"kind": "tcp", "port": 8080},
+        "idleStopAfterSeconds": 3600
+    })
+}
+
+/// `docker inspect` of an object, as JSON.
+pub fn docker_inspect(kind: &str, name: &str) -> Option<Value> {
+    let out = Command::new("docker").args([kind, "inspect", name]).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+    v.as_array()?.first().cloned()
+}
+
+/// Runs `docker args...`, panicking on failure, and returns stdout.
+pub fn docker(args: &[&str]) -> String {
+    let out = Command::new("docker").args(args).output().expect("docker runs");
+    assert!(out.status.success(), "docker {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Names of containers whose name starts with `prefix`.
+pub fn containers_named(prefix: &str) -> Vec<String> {
+    docker(&["ps", "-a", "--format", "{{.Names}}"])
+        .lines()
+        .filter(|n| n.starts_with(prefix))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `value` as JSON text with every object's keys in reverse order and extra whitespace.
+pub fn reorder_keys(value: &Value) -> String {
+    match value {
+        Value::Object(map) => {
+            let parts: Vec<String> = map
+                .iter()
+                .rev()
+                .map(|(k, v)| format!("\n  {} : {}", Value::String(k.clone()), reorder_keys(v)))
+                .collect();
+            format!("{{{} }}", parts.join(","))
+        }
+        Value::Array(items) => format!("[ {} ]", items.iter().map(reorder_keys).collect::<Vec<_>>().join(" , ")),
+        other => other.to_string(),
+    }
+}
