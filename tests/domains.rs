@@ -74,6 +74,9 @@ fn requests_that_do_not_decode_are_refused_naming_the_place_and_write_nothing() 
     let daemon = Daemon::start_with(&["--runtime", "none"]);
     let api = daemon.client();
     let id = api.create_domain("shop");
+    let bad_key = format!("/v1/resource-domains/{id}/instances/Not_A_Key");
+    let bad_query = format!("/v1/resource-domains/{id}/instances?archived=maybe");
+    let fence = format!("/v1/resource-domains/{id}/fence");
     let cases: Vec<(&str, &str, Option<&[u8]>, &str)> = vec![
         ("POST", "/v1/resource-domains", Some(b"{not json"), "body is not valid JSON"),
         ("POST", "/v1/resource-domains", Some(b""), "body must be a JSON object"),
@@ -84,9 +87,9 @@ fn requests_that_do_not_decode_are_refused_naming_the_place_and_write_nothing() 
         ("POST", "/v1/resource-domains", Some(br#"{}"#), "body.name is missing"),
         ("GET", "/v1/resource-domains/not-an-id", None, "path.resourceDomainId must be a resource domain id (rdm:<uuid>)"),
         ("GET", "/v1/resource-domains/rin:00000000-0000-4000-8000-000000000000", None, "path.resourceDomainId must be a resource domain id"),
-        ("GET", &format!("/v1/resource-domains/{id}/instances/Not_A_Key"), None, "path.key must be 1 to 128 lower-case letters"),
-        ("GET", &format!("/v1/resource-domains/{id}/instances?archived=maybe"), None, "query.archived must be one of"),
-        ("POST", &format!("/v1/resource-domains/{id}/fence"), Some(br#"{"x": 1}"#), "body must be empty or {}"),
+        ("GET", &bad_key, None, "path.key must be 1 to 128 lower-case letters"),
+        ("GET", &bad_query, None, "query.archived must be one of"),
+        ("POST", &fence, Some(br#"{"x": 1}"#), "body must be empty or {}"),
     ];
     for (method, path, body, expected) in cases {
         let answer = api.raw(method, path, body.map(<[u8]>::to_vec), &[]);

@@ -162,6 +162,9 @@ fn neither_argv_nor_stdin_reaches_the_log_at_trace_level() {
     std::thread::sleep(Duration::from_millis(200));
     let log = daemon.log_text();
     assert!(log.contains("TRACE") || log.contains("DEBUG"), "the log is at trace level");
+    for line in log.lines().filter(|l| l.contains("secret-")) {
+        eprintln!("LEAK: {}", &line[..line.len().min(400)]);
+    }
     assert!(!log.contains("argv-secret-7f3a"), "argv leaked into the log");
     assert!(!log.contains("stdin-secret-91c2"), "stdin leaked into the log");
 }

@@ -54,6 +54,20 @@ pub enum Error {
         /// `the whole domain` or `worktree key K`.
         scope: String,
     },
+    /// No workspace has that id (for this key).
+    #[error("no workspace has the id {0}; register it with PUT /v1/workspaces/{0}")]
+    WorkspaceNotFound(String),
+    /// The workspace is linked to another domain.
+    #[error("the workspace {workspace} is linked to the resource domain {domain}; a workspace links to one domain")]
+    WorkspaceLinkedElsewhere {
+        /// The workspace.
+        workspace: String,
+        /// The domain it is linked to.
+        domain: String,
+    },
+    /// No lease has that id in the workspace.
+    #[error("no lease has the id {0} in this workspace")]
+    LeaseNotFound(String),
     /// The instance is not running, so a command cannot run in it.
     #[error("the resource instance {key} is not running ({state}); start it with an up and wait for running")]
     InstanceNotRunning {

@@ -273,6 +273,106 @@ pub struct ArchivedVolume {
     pub bytes: Option<i64>,
 }
 
+/// A developer's environment that reaches instances, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workspace {
+    /// 1 to 128 of `A-Za-z0-9._:@-`.
+    pub id: String,
+    /// The hash of the service key that registered it.
+    pub owner: String,
+    /// Container names or ids that are its executors.
+    pub containers: Vec<String>,
+    /// A label `k=v`: containers carrying it are executors too.
+    pub selector: Option<String>,
+    /// The domain it is linked to.
+    pub domain_id: Option<DomainId>,
+    /// The worktree key it is linked with.
+    pub worktree_key: Option<String>,
+}
+
+/// A lease a host tool keeps renewing: an executor while unexpired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// `lse:<uuid>`.
+    pub id: String,
+    /// Its workspace.
+    pub workspace_id: String,
+    /// How long each renewal extends it.
+    pub ttl: std::time::Duration,
+    /// When it expires unless renewed.
+    pub expires_at: Timestamp,
+}
+
+/// A label selector.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct SelectorView {
+    /// `key=value`.
+    pub label: String,
+}
+
+/// A live executor of a workspace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(tag = "kind", rename_all = "lowercase", rename_all_fields = "camelCase")]
+pub enum Executor {
+    /// A container.
+    Container {
+        /// Its engine id.
+        id: String,
+        /// Its name.
+        name: String,
+        /// Whether it runs.
+        running: bool,
+    },
+    /// A lease.
+    Lease {
+        /// `lse:<uuid>`.
+        lease_id: String,
+        /// When it expires unless renewed.
+        expires_at: Timestamp,
+    },
+}
+
+/// A workspace on the wire.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkspaceView {
+    /// Its id.
+    pub workspace_id: String,
+    /// Container names or ids that are its executors.
+    pub containers: Vec<String>,
+    /// Containers carrying this label are executors too.
+    pub selector: Option<SelectorView>,
+    /// The domain it is linked to; null until linked.
+    #[schema(value_type = Option<String>)]
+    pub resource_domain_id: Option<DomainId>,
+    /// The worktree key it is linked with; null until linked.
+    pub worktree_key: Option<String>,
+    /// Its live executors: containers (running or not) and unexpired leases.
+    pub executors: Vec<Executor>,
+}
+
+/// A lease on the wire.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseView {
+    /// `lse:<uuid>`.
+    pub lease_id: String,
+    /// When it expires unless renewed.
+    pub expires_at: Timestamp,
+}
+
+/// What a link did (`resourceWorkspaceLinkSchema`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LinkView {
+    /// The workspace.
+    pub workspace_id: String,
+    /// The worktree key it is linked with.
+    pub worktree_key: String,
+    /// How many of its live executors this call attached.
+    pub attached_executors: i64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,7 +13,8 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::ids::{DomainId, InstanceId};
 use crate::model::{
-    Desired, Domain, DomainState, Instance, InstanceState, InstanceVolume, StopReason,
+    Desired, Domain, DomainState, Instance, InstanceState, InstanceVolume, Lease, StopReason,
+    Workspace,
 };
 use crate::spec::Spec;
 use crate::time::Timestamp;
@@ -61,6 +62,24 @@ const MIGRATIONS: &[&str] = &[
     -- At most one live instance answers to an alias for one worktree key of a domain.
     CREATE UNIQUE INDEX instances_alias ON instances(domain_id, alias, coalesce(worktree_key, ''))
         WHERE desired != 'archived';",
+    // 2: workspaces, their links and leases.
+    "CREATE TABLE workspaces (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        containers TEXT NOT NULL,
+        selector TEXT,
+        domain_id TEXT REFERENCES domains(id),
+        worktree_key TEXT,
+        created_at INTEGER NOT NULL
+    );
+    CREATE INDEX workspaces_by_domain ON workspaces(domain_id, worktree_key);
+    CREATE TABLE leases (
+        id TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id) ON DELETE CASCADE,
+        ttl_ms INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL
+    );
+    CREATE INDEX leases_by_workspace ON leases(workspace_id, expires_at);",
 ];
 
 /// The store. Cheap to share behind an `Arc`; calls are short and serialised on one connection.
@@ -425,6 +444,138 @@ impl Tx<'_> {
             ],
         )?;
         Ok(())
+    }
+}
+
+fn workspace_from_row(row: &Row<'_>) -> rusqlite::Result<Workspace> {
+    let containers: String = row.get(2)?;
+    let domain: Option<String> = row.get(4)?;
+    Ok(Workspace {
+        id: row.get(0)?,
+        owner: row.get(1)?,
+        containers: from_json(&containers)?,
+        selector: row.get(3)?,
+        domain_id: domain
+            .map(|d| DomainId::parse(&d).ok_or(rusqlite::Error::InvalidQuery))
+            .transpose()?,
+        worktree_key: row.get(5)?,
+    })
+}
+
+const WORKSPACE_COLUMNS: &str = "id, owner, containers, selector, domain_id, worktree_key";
+
+impl Tx<'_> {
+    /// One workspace by id.
+    pub fn workspace(&self, id: &str) -> Result<Option<Workspace>, StoreError> {
+        let sql = format!("SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE id = ?1");
+        Ok(self.0.query_row(&sql, [id], workspace_from_row).optional()?)
+    }
+
+    /// Every workspace `owner` registered, by id.
+    pub fn workspaces_of(&self, owner: &str) -> Result<Vec<Workspace>, StoreError> {
+        let sql = format!("SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE owner = ?1 ORDER BY id");
+        let mut stmt = self.0.prepare_cached(&sql)?;
+        let rows = stmt.query_map([owner], workspace_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Every workspace linked to a domain.
+    pub fn linked_workspaces(&self, domain: &DomainId) -> Result<Vec<Workspace>, StoreError> {
+        let sql = format!("SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE domain_id = ?1 ORDER BY id");
+        let mut stmt = self.0.prepare_cached(&sql)?;
+        let rows = stmt.query_map([domain.as_str()], workspace_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Every linked workspace, across domains.
+    pub fn all_linked_workspaces(&self) -> Result<Vec<Workspace>, StoreError> {
+        let sql = format!("SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE domain_id IS NOT NULL ORDER BY id");
+        let mut stmt = self.0.prepare_cached(&sql)?;
+        let rows = stmt.query_map([], workspace_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Creates or replaces a workspace's registration (its link is kept).
+    pub fn put_workspace(&self, w: &Workspace) -> Result<(), StoreError> {
+        self.0.execute(
+            "INSERT INTO workspaces (id, owner, containers, selector, domain_id, worktree_key, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT(id) DO UPDATE SET containers = ?3, selector = ?4, domain_id = ?5, worktree_key = ?6",
+            params![
+                w.id,
+                w.owner,
+                to_json(&w.containers)?,
+                w.selector,
+                w.domain_id.as_ref().map(DomainId::as_str),
+                w.worktree_key,
+                Timestamp::now().millis(),
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Deletes a workspace and its leases.
+    pub fn delete_workspace(&self, id: &str) -> Result<(), StoreError> {
+        self.0.execute("DELETE FROM leases WHERE workspace_id = ?1", [id])?;
+        self.0.execute("DELETE FROM workspaces WHERE id = ?1", [id])?;
+        Ok(())
+    }
+
+    /// A workspace's leases, soonest to expire first.
+    pub fn leases(&self, workspace: &str) -> Result<Vec<Lease>, StoreError> {
+        let mut stmt = self.0.prepare_cached(
+            "SELECT id, workspace_id, ttl_ms, expires_at FROM leases WHERE workspace_id = ?1
+             ORDER BY expires_at, id",
+        )?;
+        let rows = stmt.query_map([workspace], |r| {
+            Ok(Lease {
+                id: r.get(0)?,
+                workspace_id: r.get(1)?,
+                ttl: std::time::Duration::from_millis(r.get::<_, i64>(2)?.max(0) as u64),
+                expires_at: Timestamp::from_millis(r.get(3)?),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Creates or renews a lease.
+    pub fn put_lease(&self, lease: &Lease) -> Result<(), StoreError> {
+        self.0.execute(
+            "INSERT INTO leases (id, workspace_id, ttl_ms, expires_at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT(id) DO UPDATE SET expires_at = ?4",
+            params![lease.id, lease.workspace_id, lease.ttl.as_millis() as i64, lease.expires_at.millis()],
+        )?;
+        Ok(())
+    }
+
+    /// Deletes a lease; false when there was none.
+    pub fn delete_lease(&self, workspace: &str, id: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .0
+            .execute("DELETE FROM leases WHERE workspace_id = ?1 AND id = ?2", [workspace, id])?
+            > 0)
+    }
+
+    /// Forgets leases that expired before `now`.
+    pub fn delete_expired_leases(&self, now: Timestamp) -> Result<usize, StoreError> {
+        Ok(self.0.execute("DELETE FROM leases WHERE expires_at <= ?1", [now.millis()])?)
+    }
+
+    /// Records that an instance was reached at `at`.
+    pub fn set_last_reached(&self, id: &InstanceId, at: Timestamp) -> Result<(), StoreError> {
+        self.0.execute(
+            "UPDATE instances SET last_reached_at = ?2 WHERE id = ?1",
+            params![id.as_str(), at.millis()],
+        )?;
+        Ok(())
+    }
+
+    /// Every instance of every domain that is asked to run.
+    pub fn running_instances(&self) -> Result<Vec<Instance>, StoreError> {
+        let sql = format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE desired = 'running' ORDER BY id");
+        let mut stmt = self.0.prepare_cached(&sql)?;
+        let rows = stmt.query_map([], instance_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 }
 

@@ -118,6 +118,15 @@ impl ApiError {
             Error::InstanceNotFound { .. } => (StatusCode::NOT_FOUND, body("ResourceInstanceNotFoundError", message)),
             Error::InstanceArchived(_) => (StatusCode::CONFLICT, body("ResourceInstanceArchivedError", message)),
             Error::AliasTaken { .. } => (StatusCode::CONFLICT, body("ResourceInstanceAliasTakenError", message)),
+            Error::WorkspaceNotFound(_) => (StatusCode::NOT_FOUND, body("ResourceWorkspaceNotFoundError", message)),
+            Error::LeaseNotFound(_) => (StatusCode::NOT_FOUND, body("ResourceWorkspaceLeaseNotFoundError", message)),
+            Error::WorkspaceLinkedElsewhere { domain, .. } => (
+                StatusCode::CONFLICT,
+                ErrorBody {
+                    resource_domain_id: Some(domain),
+                    ..body("ResourceWorkspaceLinkedElsewhereError", message)
+                },
+            ),
             Error::InstanceNotRunning { .. } => (StatusCode::CONFLICT, body("ResourceInstanceNotRunningError", message)),
             Error::RuntimeUnsupported { runtime } => (
                 StatusCode::CONFLICT,

@@ -75,9 +75,20 @@ pub fn default_data_dir() -> anyhow::Result<PathBuf> {
 }
 
 fn init_logging() {
-    use tracing_subscriber::EnvFilter;
+    use std::io::IsTerminal;
+    use tracing_subscriber::filter::{EnvFilter, FilterExt, filter_fn};
+    use tracing_subscriber::prelude::*;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).try_init();
+    // bollard logs request bodies and Docker's event stream at debug and trace, and those carry
+    // an exec's argv. Whatever RUST_LOG asks, nothing below info leaves it.
+    let no_engine_bodies =
+        filter_fn(|meta| !(meta.target().starts_with("bollard") && *meta.level() > tracing::Level::INFO));
+    let layer = tracing_subscriber::fmt::layer()
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_filter(filter.and(no_engine_bodies));
+    let _ = tracing_subscriber::registry().with(layer).try_init();
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
