@@ -17,7 +17,8 @@ const READY: Duration = Duration::from_secs(60);
 fn running_box(daemon: &Daemon) -> (Client, String) {
     let api = daemon.client();
     let domain = api.create_domain("exec");
-    api.up(&domain, "box", &spec(&busybox_image(), "box"), "use").expect(200);
+    api.up(&domain, "box", &spec(&busybox_image(), "box"), "use")
+        .expect(200);
     api.wait_state(&domain, "box", "running", READY);
     (api, domain)
 }
@@ -33,9 +34,19 @@ fn stdin_goes_in_and_stdout_stderr_and_the_exit_code_come_back() {
     let daemon = Daemon::start();
     let (api, domain) = running_box(&daemon);
     let result = api
-        .exec(&domain, "box", &["sh", "-c", "cat; echo err >&2; exit 3"], None, 10_000, b"hello")
+        .exec(
+            &domain,
+            "box",
+            &["sh", "-c", "cat; echo err >&2; exit 3"],
+            None,
+            10_000,
+            b"hello",
+        )
         .expect(200);
-    assert_eq!(result, json!({"exitCode": 3, "stdout": "hello", "stderr": "err\n", "truncated": false, "timedOut": false}));
+    assert_eq!(
+        result,
+        json!({"exitCode": 3, "stdout": "hello", "stderr": "err\n", "truncated": false, "timedOut": false})
+    );
 }
 
 /// A body of the frame line then `n` bytes of stdin, produced as it is read.
@@ -74,7 +85,10 @@ fn a_hundred_mebibytes_of_stdin_stream_through_with_bounded_memory() {
         std::thread::spawn(move || {
             while !done.load(Ordering::SeqCst) {
                 if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status"))
-                    && let Some(kib) = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                    && let Some(kib) = status
+                        .lines()
+                        .find_map(|l| l.strip_prefix("VmRSS:"))
+                        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
                 {
                     peak.fetch_max(kib, Ordering::SeqCst);
                 }
@@ -82,17 +96,28 @@ fn a_hundred_mebibytes_of_stdin_stream_through_with_bounded_memory() {
             }
         })
     };
-    let mut head = json!({"argv": ["wc", "-c"], "user": null, "timeoutMs": 120_000}).to_string().into_bytes();
+    let mut head = json!({"argv": ["wc", "-c"], "user": null, "timeoutMs": 120_000})
+        .to_string()
+        .into_bytes();
     head.push(b'\n');
     let result = api
-        .post_stream(&format!("/v1/resource-domains/{domain}/instances/box/exec"), StreamedBody { head, remaining: SIZE })
+        .post_stream(
+            &format!("/v1/resource-domains/{domain}/instances/box/exec"),
+            StreamedBody {
+                head,
+                remaining: SIZE,
+            },
+        )
         .expect(200);
     done.store(true, Ordering::SeqCst);
     sampler.join().unwrap();
     assert_eq!(result["exitCode"], 0);
     assert_eq!(result["stdout"].as_str().unwrap().trim(), SIZE.to_string());
     let growth = peak.load(Ordering::SeqCst).saturating_sub(before);
-    assert!(growth < BOUND_KIB, "the daemon grew by {growth} KiB streaming {SIZE} bytes (bound {BOUND_KIB} KiB)");
+    assert!(
+        growth < BOUND_KIB,
+        "the daemon grew by {growth} KiB streaming {SIZE} bytes (bound {BOUND_KIB} KiB)"
+    );
 }
 
 #[test]
@@ -106,7 +131,9 @@ fn output_beyond_one_mebibyte_keeps_exactly_its_tail() {
         input.extend_from_slice(format!("{i:08}\n").as_bytes());
         i += 1;
     }
-    let result = api.exec(&domain, "box", &["cat"], None, 60_000, &input).expect(200);
+    let result = api
+        .exec(&domain, "box", &["cat"], None, 60_000, &input)
+        .expect(200);
     let stdout = result["stdout"].as_str().unwrap().as_bytes();
     assert_eq!(stdout.len(), 1024 * 1024);
     assert_eq!(stdout, &input[input.len() - 1024 * 1024..]);
@@ -119,7 +146,9 @@ fn a_command_past_its_timeout_is_killed_inside_the_container() {
     let daemon = Daemon::start();
     let (api, domain) = running_box(&daemon);
     let started = Instant::now();
-    let result = api.exec(&domain, "box", &["sh", "-c", "sleep 60"], None, 1000, b"").expect(200);
+    let result = api
+        .exec(&domain, "box", &["sh", "-c", "sleep 60"], None, 1000, b"")
+        .expect(200);
     let took = started.elapsed();
     assert_eq!(result["timedOut"], true);
     assert_eq!(result["exitCode"], Value::Null);
@@ -132,9 +161,13 @@ fn a_command_past_its_timeout_is_killed_inside_the_container() {
 fn a_command_runs_as_the_user_it_names() {
     let daemon = Daemon::start();
     let (api, domain) = running_box(&daemon);
-    let result = api.exec(&domain, "box", &["id", "-u"], Some("app"), 10_000, b"").expect(200);
+    let result = api
+        .exec(&domain, "box", &["id", "-u"], Some("app"), 10_000, b"")
+        .expect(200);
     assert_eq!(result["stdout"], "1000\n");
-    let result = api.exec(&domain, "box", &["id", "-u"], None, 10_000, b"").expect(200);
+    let result = api
+        .exec(&domain, "box", &["id", "-u"], None, 10_000, b"")
+        .expect(200);
     assert_eq!(result["stdout"], "0\n");
 }
 
@@ -142,7 +175,9 @@ fn a_command_runs_as_the_user_it_names() {
 fn a_missing_binary_is_an_exit_code_not_a_server_error() {
     let daemon = Daemon::start();
     let (api, domain) = running_box(&daemon);
-    let result = api.exec(&domain, "box", &["no-such-binary"], None, 10_000, b"").expect(200);
+    let result = api
+        .exec(&domain, "box", &["no-such-binary"], None, 10_000, b"")
+        .expect(200);
     let code = result["exitCode"].as_i64().unwrap();
     assert!(code == 126 || code == 127, "{result}");
     let text = format!("{}{}", result["stdout"], result["stderr"]);
@@ -154,19 +189,42 @@ fn neither_argv_nor_stdin_reaches_the_log_at_trace_level() {
     let daemon = Daemon::start_logging(&[], "trace");
     let (api, domain) = running_box(&daemon);
     let result = api
-        .exec(&domain, "box", &["sh", "-c", "cat >/dev/null; echo ok", "argv-secret-7f3a"], None, 10_000, b"stdin-secret-91c2")
+        .exec(
+            &domain,
+            "box",
+            &["sh", "-c", "cat >/dev/null; echo ok", "argv-secret-7f3a"],
+            None,
+            10_000,
+            b"stdin-secret-91c2",
+        )
         .expect(200);
     assert_eq!(result["stdout"], "ok\n");
-    api.exec(&domain, "box", &["argv-secret-7f3a"], Some("bad user"), 10_000, b"stdin-secret-91c2")
-        .expect_error(400, "RequestRefusedError");
+    api.exec(
+        &domain,
+        "box",
+        &["argv-secret-7f3a"],
+        Some("bad user"),
+        10_000,
+        b"stdin-secret-91c2",
+    )
+    .expect_error(400, "RequestRefusedError");
     std::thread::sleep(Duration::from_millis(200));
     let log = daemon.log_text();
-    assert!(log.contains("TRACE") || log.contains("DEBUG"), "the log is at trace level");
+    assert!(
+        log.contains("TRACE") || log.contains("DEBUG"),
+        "the log is at trace level"
+    );
     for line in log.lines().filter(|l| l.contains("secret-")) {
         eprintln!("LEAK: {}", &line[..line.len().min(400)]);
     }
-    assert!(!log.contains("argv-secret-7f3a"), "argv leaked into the log");
-    assert!(!log.contains("stdin-secret-91c2"), "stdin leaked into the log");
+    assert!(
+        !log.contains("argv-secret-7f3a"),
+        "argv leaked into the log"
+    );
+    assert!(
+        !log.contains("stdin-secret-91c2"),
+        "stdin leaked into the log"
+    );
 }
 
 #[test]
@@ -176,19 +234,43 @@ fn refusals_answer_their_status_and_tag() {
     let path = format!("/v1/resource-domains/{domain}/instances/box/exec");
     let cases: Vec<(Vec<u8>, &str)> = vec![
         (vec![b'{'; 64 * 1024 + 1], "at most 65536 bytes"),
-        (br#"{"argv":["true"],"user":null,"timeoutMs":1000}"#.to_vec(), "must end with a newline"),
+        (
+            br#"{"argv":["true"],"user":null,"timeoutMs":1000}"#.to_vec(),
+            "must end with a newline",
+        ),
         (b"{nope\n".to_vec(), "frame must be one line of JSON"),
-        (b"{\"argv\":[],\"user\":null,\"timeoutMs\":1000}\n".to_vec(), "frame.argv must have 1 to 4096 items"),
-        (b"{\"argv\":[\"true\"],\"user\":null,\"timeoutMs\":10}\n".to_vec(), "frame.timeoutMs must be an integer between 1000 and 21600000"),
-        (b"{\"argv\":[\"true\"],\"user\":null,\"timeoutMs\":1000,\"tty\":true}\n".to_vec(), "frame.tty is not an allowed key"),
+        (
+            b"{\"argv\":[],\"user\":null,\"timeoutMs\":1000}\n".to_vec(),
+            "frame.argv must have 1 to 4096 items",
+        ),
+        (
+            b"{\"argv\":[\"true\"],\"user\":null,\"timeoutMs\":10}\n".to_vec(),
+            "frame.timeoutMs must be an integer between 1000 and 21600000",
+        ),
+        (
+            b"{\"argv\":[\"true\"],\"user\":null,\"timeoutMs\":1000,\"tty\":true}\n".to_vec(),
+            "frame.tty is not an allowed key",
+        ),
     ];
     for (body, expected) in cases {
-        let err = api.raw("POST", &path, Some(body), &[]).expect_error(400, "RequestRefusedError");
-        assert!(err["message"].as_str().unwrap().contains(expected), "{err} should say {expected:?}");
+        let err = api
+            .raw("POST", &path, Some(body), &[])
+            .expect_error(400, "RequestRefusedError");
+        assert!(
+            err["message"].as_str().unwrap().contains(expected),
+            "{err} should say {expected:?}"
+        );
     }
-    api.exec(&domain, "nope", &["true"], None, 1000, b"").expect_error(404, "ResourceInstanceNotFoundError");
-    api.post(&format!("/v1/resource-domains/{domain}/instances/box/stop"), json!({"by": "Ada"})).expect(200);
+    api.exec(&domain, "nope", &["true"], None, 1000, b"")
+        .expect_error(404, "ResourceInstanceNotFoundError");
+    api.post(
+        &format!("/v1/resource-domains/{domain}/instances/box/stop"),
+        json!({"by": "Ada"}),
+    )
+    .expect(200);
     api.wait_state(&domain, "box", "stopped", READY);
-    let err = api.exec(&domain, "box", &["true"], None, 1000, b"").expect_error(409, "ResourceInstanceNotRunningError");
+    let err = api
+        .exec(&domain, "box", &["true"], None, 1000, b"")
+        .expect_error(409, "ResourceInstanceNotRunningError");
     assert!(err["message"].as_str().unwrap().contains("not running"));
 }

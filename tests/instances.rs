@@ -12,7 +12,14 @@ const READY: Duration = Duration::from_secs(60);
 
 fn container_of(instance: &Value) -> String {
     let id = instance["resourceInstanceId"].as_str().unwrap();
-    let names = docker(&["ps", "-a", "--filter", &format!("label=berth.instance={id}"), "--format", "{{.Names}}"]);
+    let names = docker(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("label=berth.instance={id}"),
+        "--format",
+        "{{.Names}}",
+    ]);
     let names: Vec<&str> = names.lines().collect();
     assert_eq!(names.len(), 1, "exactly one container for {id}: {names:?}");
     names[0].to_owned()
@@ -20,14 +27,26 @@ fn container_of(instance: &Value) -> String {
 
 fn containers_of(instance: &Value) -> Vec<String> {
     let id = instance["resourceInstanceId"].as_str().unwrap();
-    docker(&["ps", "-a", "--filter", &format!("label=berth.instance={id}"), "--format", "{{.Names}}"])
-        .lines()
-        .map(str::to_owned)
-        .collect()
+    docker(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("label=berth.instance={id}"),
+        "--format",
+        "{{.Names}}",
+    ])
+    .lines()
+    .map(str::to_owned)
+    .collect()
 }
 
 fn volume_names(instance: &Value) -> Vec<String> {
-    instance["volumes"].as_array().unwrap().iter().map(|v| v["dockerName"].as_str().unwrap().to_owned()).collect()
+    instance["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["dockerName"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 #[test]
@@ -38,14 +57,23 @@ fn an_instance_with_a_tcp_ready_check_runs_and_a_repeated_up_changes_nothing() {
     let s = spec(&busybox_image(), "web");
     let first = api.up(&domain, "web", &s, "use").expect(200);
     assert_eq!(first["desired"], "running");
-    assert!(first["resourceInstanceId"].as_str().unwrap().starts_with("rin:"));
+    assert!(
+        first["resourceInstanceId"]
+            .as_str()
+            .unwrap()
+            .starts_with("rin:")
+    );
     assert!(first["specDigest"].as_str().unwrap().starts_with("sha256:"));
     assert_eq!(first["alias"], "web");
     assert_eq!(first["worktreeKey"], Value::Null);
     assert_eq!(first["stopReason"], Value::Null);
     assert_eq!(first["lastReachedAt"], Value::Null);
     let fields: Vec<&String> = first.as_object().unwrap().keys().collect();
-    assert_eq!(fields.len(), 12, "exactly the contract's fields: {fields:?}");
+    assert_eq!(
+        fields.len(),
+        12,
+        "exactly the contract's fields: {fields:?}"
+    );
 
     let running = api.wait_state(&domain, "web", "running", READY);
     assert!(running["startedAt"].is_string());
@@ -67,7 +95,11 @@ fn an_instance_with_an_exec_ready_check_runs() {
     let domain = api.create_domain("shop");
     let mut s = spec(&busybox_image(), "web");
     s["ready"] = json!({"kind": "exec", "argv": ["sh", "-c", "test -f /tmp/ready"], "user": "app"});
-    s["command"] = json!(["sh", "-c", "sleep 1; touch /tmp/ready; exec httpd -f -p 8080 -h /www"]);
+    s["command"] = json!([
+        "sh",
+        "-c",
+        "sleep 1; touch /tmp/ready; exec httpd -f -p 8080 -h /www"
+    ]);
     api.up(&domain, "web", &s, "person").expect(200);
     let starting = api.wait_state(&domain, "web", "starting", READY);
     assert_eq!(starting["state"]["kind"], "starting");
@@ -83,17 +115,33 @@ fn a_spec_change_replaces_the_container_and_keeps_every_volume() {
     let first = api.up(&domain, "web", &s, "use").expect(200);
     let running = api.wait_state(&domain, "web", "running", READY);
     let volumes = running["volumes"].as_array().unwrap().clone();
-    let names: Vec<&str> = volumes.iter().map(|v| v["name"].as_str().unwrap()).collect();
-    assert_eq!(names, vec!["data", "image-data"], "the image's VOLUME /data gets its own named volume");
+    let names: Vec<&str> = volumes
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        vec!["data", "image-data"],
+        "the image's VOLUME /data gets its own named volume"
+    );
     for v in &volumes {
         let docker_name = v["dockerName"].as_str().unwrap();
         let inspected = docker_inspect("volume", docker_name).expect("the volume exists");
         assert_eq!(inspected["Labels"]["berth.managed"], "1");
-        assert_eq!(inspected["Labels"]["berth.instance"], first["resourceInstanceId"]);
+        assert_eq!(
+            inspected["Labels"]["berth.instance"],
+            first["resourceInstanceId"]
+        );
     }
     let old = container_of(&running);
     let old_id = docker(&["inspect", "--format", "{{.Id}}", &old]);
-    docker(&["exec", &old, "sh", "-c", "echo kept > /srv/data/file && echo also > /data/file"]);
+    docker(&[
+        "exec",
+        &old,
+        "sh",
+        "-c",
+        "echo kept > /srv/data/file && echo also > /data/file",
+    ]);
 
     s["env"]["GREETING"] = json!("changed");
     let changed = api.up(&domain, "web", &s, "use").expect(200);
@@ -119,13 +167,22 @@ fn a_tag_only_image_is_refused_and_nothing_is_written() {
     let api = daemon.client();
     let domain = api.create_domain("shop");
     let s = spec("busybox:latest", "web");
-    let err = api.up(&domain, "web", &s, "use").expect_error(400, "ResourceInstanceSpecRefusedError");
+    let err = api
+        .up(&domain, "web", &s, "use")
+        .expect_error(400, "ResourceInstanceSpecRefusedError");
     assert_eq!(err["refusals"][0]["field"], "spec");
-    assert!(err["refusals"][0]["reason"].as_str().unwrap().contains("spec.image must be an image pinned by digest"));
+    assert!(
+        err["refusals"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("spec.image must be an image pinned by digest")
+    );
     let mut forbidden = spec(&busybox_image(), "web");
     forbidden["privileged"] = json!(true);
     forbidden["binds"] = json!(["/:/host"]);
-    let err = api.up(&domain, "web", &forbidden, "use").expect_error(400, "ResourceInstanceSpecRefusedError");
+    let err = api
+        .up(&domain, "web", &forbidden, "use")
+        .expect_error(400, "ResourceInstanceSpecRefusedError");
     assert_eq!(
         err["refusals"],
         json!([
@@ -133,7 +190,8 @@ fn a_tag_only_image_is_refused_and_nothing_is_written() {
             {"field": "privileged", "reason": "berth never runs an instance privileged"}
         ])
     );
-    api.get(&format!("/v1/resource-domains/{domain}/instances/web")).expect_error(404, "ResourceInstanceNotFoundError");
+    api.get(&format!("/v1/resource-domains/{domain}/instances/web"))
+        .expect_error(404, "ResourceInstanceNotFoundError");
     assert!(support::containers_named(&daemon.prefix).is_empty());
 }
 
@@ -143,15 +201,22 @@ fn a_digest_the_registry_lacks_fails_with_a_readable_message_and_creates_nothing
     let api = daemon.client();
     let domain = api.create_domain("shop");
     let registry = support::fixture("BERTH_TEST_REGISTRY");
-    let missing = format!("{registry}/berth-fixtures/busybox@sha256:{}", "ab".repeat(32));
-    api.up(&domain, "web", &spec(&missing, "web"), "use").expect(200);
+    let missing = format!(
+        "{registry}/berth-fixtures/busybox@sha256:{}",
+        "ab".repeat(32)
+    );
+    api.up(&domain, "web", &spec(&missing, "web"), "use")
+        .expect(200);
     let failed = api.wait_state(&domain, "web", "failed", READY);
     let message = failed["state"]["message"].as_str().unwrap();
     assert!(message.contains("sha256:abab"), "{message}");
     assert!(message.to_lowercase().contains("registry"), "{message}");
     assert!(support::containers_named(&daemon.prefix).is_empty());
     for name in volume_names(&failed) {
-        assert!(docker_inspect("volume", &name).is_none(), "no volume {name} for a failed pull");
+        assert!(
+            docker_inspect("volume", &name).is_none(),
+            "no volume {name} for a failed pull"
+        );
     }
 }
 
@@ -161,27 +226,44 @@ fn conflicts_answer_their_errors() {
     let api = daemon.client();
     let domain = api.create_domain("shop");
     let image = busybox_image();
-    api.up(&domain, "web", &spec(&image, "web"), "use").expect(200);
+    api.up(&domain, "web", &spec(&image, "web"), "use")
+        .expect(200);
     // The same alias for the same worktree key.
-    api.up(&domain, "web2", &spec(&image, "web"), "use").expect_error(409, "ResourceInstanceAliasTakenError");
+    api.up(&domain, "web2", &spec(&image, "web"), "use")
+        .expect_error(409, "ResourceInstanceAliasTakenError");
     // The same alias for another worktree key is fine.
     let mut scoped = spec(&image, "web");
     scoped["worktreeKey"] = json!("feature-x");
     api.up(&domain, "web-x", &scoped, "use").expect(200);
     // Unknown key.
-    api.get(&format!("/v1/resource-domains/{domain}/instances/nope")).expect_error(404, "ResourceInstanceNotFoundError");
-    api.post(&format!("/v1/resource-domains/{domain}/instances/nope/stop"), json!({"by": "Ada"}))
+    api.get(&format!("/v1/resource-domains/{domain}/instances/nope"))
         .expect_error(404, "ResourceInstanceNotFoundError");
+    api.post(
+        &format!("/v1/resource-domains/{domain}/instances/nope/stop"),
+        json!({"by": "Ada"}),
+    )
+    .expect_error(404, "ResourceInstanceNotFoundError");
     // A fenced domain admits no new instance.
-    api.post_empty(&format!("/v1/resource-domains/{domain}/fence")).expect(200);
-    let err = api.up(&domain, "other", &spec(&image, "other"), "use").expect_error(409, "ResourceDomainNotActiveError");
+    api.post_empty(&format!("/v1/resource-domains/{domain}/fence"))
+        .expect(200);
+    let err = api
+        .up(&domain, "other", &spec(&image, "other"), "use")
+        .expect_error(409, "ResourceDomainNotActiveError");
     assert_eq!(err["state"], "fenced");
-    api.post_empty(&format!("/v1/resource-domains/{domain}/unfence")).expect(200);
+    api.post_empty(&format!("/v1/resource-domains/{domain}/unfence"))
+        .expect(200);
     // An archived key stays archived.
-    api.post_empty(&format!("/v1/resource-domains/{domain}/instances/web-x/archive")).expect(200);
-    api.up(&domain, "web-x", &scoped, "person").expect_error(409, "ResourceInstanceArchivedError");
-    api.post(&format!("/v1/resource-domains/{domain}/instances/web-x/stop"), json!({"by": "Ada"}))
+    api.post_empty(&format!(
+        "/v1/resource-domains/{domain}/instances/web-x/archive"
+    ))
+    .expect(200);
+    api.up(&domain, "web-x", &scoped, "person")
         .expect_error(409, "ResourceInstanceArchivedError");
+    api.post(
+        &format!("/v1/resource-domains/{domain}/instances/web-x/stop"),
+        json!({"by": "Ada"}),
+    )
+    .expect_error(409, "ResourceInstanceArchivedError");
     // Its alias is free again.
     api.up(&domain, "web-y", &scoped, "use").expect(200);
 }
@@ -196,12 +278,26 @@ fn a_person_stop_survives_a_use_up_and_yields_to_a_person_up() {
     let running = api.wait_state(&domain, "web", "running", READY);
     let name = container_of(&running);
 
-    let stopping = api.post(&format!("/v1/resource-domains/{domain}/instances/web/stop"), json!({"by": "Ada"})).expect(200);
+    let stopping = api
+        .post(
+            &format!("/v1/resource-domains/{domain}/instances/web/stop"),
+            json!({"by": "Ada"}),
+        )
+        .expect(200);
     assert_eq!(stopping["desired"], "stopped");
-    assert_eq!(stopping["stopReason"], json!({"kind": "person", "by": "Ada"}));
+    assert_eq!(
+        stopping["stopReason"],
+        json!({"kind": "person", "by": "Ada"})
+    );
     let stopped = api.wait_state(&domain, "web", "stopped", READY);
-    assert_eq!(stopped["state"]["reason"], json!({"kind": "person", "by": "Ada"}));
-    assert_eq!(docker(&["inspect", "--format", "{{.State.Running}}", &name]), "false");
+    assert_eq!(
+        stopped["state"]["reason"],
+        json!({"kind": "person", "by": "Ada"})
+    );
+    assert_eq!(
+        docker(&["inspect", "--format", "{{.State.Running}}", &name]),
+        "false"
+    );
 
     let after_use = api.up(&domain, "web", &s, "use").expect(200);
     assert_eq!(after_use["desired"], "stopped");
@@ -220,7 +316,8 @@ fn a_container_killed_or_removed_from_outside_comes_back_with_its_volumes() {
     let daemon = Daemon::start();
     let api = daemon.client();
     let domain = api.create_domain("shop");
-    api.up(&domain, "web", &spec(&busybox_image(), "web"), "use").expect(200);
+    api.up(&domain, "web", &spec(&busybox_image(), "web"), "use")
+        .expect(200);
     let running = api.wait_state(&domain, "web", "running", READY);
     let name = container_of(&running);
     docker(&["exec", &name, "sh", "-c", "echo survived > /srv/data/file"]);
@@ -237,9 +334,14 @@ fn a_container_killed_or_removed_from_outside_comes_back_with_its_volumes() {
 
     docker(&["rm", "-f", &name]);
     let recreated = api.wait_for(&domain, "web", READY, "recreated", |i| {
-        i["state"]["kind"] == "running" && containers_of(i).len() == 1 && docker_inspect("container", &name).is_some()
+        i["state"]["kind"] == "running"
+            && containers_of(i).len() == 1
+            && docker_inspect("container", &name).is_some()
     });
-    assert_eq!(docker(&["exec", &container_of(&recreated), "cat", "/srv/data/file"]), "survived");
+    assert_eq!(
+        docker(&["exec", &container_of(&recreated), "cat", "/srv/data/file"]),
+        "survived"
+    );
 }
 
 #[test]
@@ -258,13 +360,25 @@ fn a_daemon_killed_in_the_middle_of_an_up_or_a_stop_converges_after_restart() {
     let name = container_of(&running);
     docker(&["exec", &name, "sh", "-c", "echo kept > /srv/data/file"]);
 
-    api.post(&format!("/v1/resource-domains/{domain}/instances/web/stop"), json!({"by": "Ada"})).expect(200);
+    api.post(
+        &format!("/v1/resource-domains/{domain}/instances/web/stop"),
+        json!({"by": "Ada"}),
+    )
+    .expect(200);
     std::thread::sleep(Duration::from_millis(50));
     daemon.kill9();
     daemon.start_again();
     let api = daemon.client();
     let stopped = api.wait_state(&domain, "web", "stopped", READY);
-    assert_eq!(docker(&["inspect", "--format", "{{.State.Running}}", &container_of(&stopped)]), "false");
+    assert_eq!(
+        docker(&[
+            "inspect",
+            "--format",
+            "{{.State.Running}}",
+            &container_of(&stopped)
+        ]),
+        "false"
+    );
 
     api.up(&domain, "web", &s, "person").expect(200);
     let running = api.wait_state(&domain, "web", "running", READY);
@@ -280,13 +394,25 @@ fn an_instance_container_is_hardened_and_labelled() {
     let daemon = Daemon::start();
     let api = daemon.client();
     let domain = api.create_domain("shop");
-    let instance = api.up(&domain, "web", &spec(&busybox_image(), "web"), "use").expect(200);
+    let instance = api
+        .up(&domain, "web", &spec(&busybox_image(), "web"), "use")
+        .expect(200);
     let running = api.wait_state(&domain, "web", "running", READY);
     let c = docker_inspect("container", &container_of(&running)).unwrap();
     let host = &c["HostConfig"];
     assert_eq!(host["Privileged"], false);
-    assert!(host["CapAdd"].is_null() || host["CapAdd"] == json!([]), "{}", host["CapAdd"]);
-    assert!(host["SecurityOpt"].as_array().unwrap().iter().any(|o| o.as_str().unwrap().starts_with("no-new-privileges")));
+    assert!(
+        host["CapAdd"].is_null() || host["CapAdd"] == json!([]),
+        "{}",
+        host["CapAdd"]
+    );
+    assert!(
+        host["SecurityOpt"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o.as_str().unwrap().starts_with("no-new-privileges"))
+    );
     assert_eq!(host["Init"], true);
     assert_eq!(host["NanoCpus"], 250_000_000);
     assert_eq!(host["Memory"], 67_108_864);
@@ -296,11 +422,21 @@ fn an_instance_container_is_hardened_and_labelled() {
     for mount in c["Mounts"].as_array().unwrap() {
         assert_eq!(mount["Type"], "volume", "only named volumes: {mount}");
     }
-    let networks: Vec<&String> = c["NetworkSettings"]["Networks"].as_object().unwrap().keys().collect();
+    let networks: Vec<&String> = c["NetworkSettings"]["Networks"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
     assert_eq!(networks.len(), 1);
-    assert!(networks[0].starts_with(&daemon.prefix), "only berth's network: {networks:?}");
+    assert!(
+        networks[0].starts_with(&daemon.prefix),
+        "only berth's network: {networks:?}"
+    );
     let aliases = &c["NetworkSettings"]["Networks"][networks[0]]["Aliases"];
-    assert!(aliases.as_array().unwrap().contains(&json!("web")), "{aliases}");
+    assert!(
+        aliases.as_array().unwrap().contains(&json!("web")),
+        "{aliases}"
+    );
     let labels = &c["Config"]["Labels"];
     assert_eq!(labels["berth.managed"], "1");
     assert_eq!(labels["berth.prefix"], daemon.prefix.as_str());
@@ -320,9 +456,19 @@ fn archive_keeps_and_measures_volumes_and_a_domain_archive_archives_everything()
     api.up(&domain, "b", &spec(&image, "b"), "use").expect(200);
     let a = api.wait_state(&domain, "a", "running", READY);
     api.wait_state(&domain, "b", "running", READY);
-    docker(&["exec", &container_of(&a), "sh", "-c", "head -c 1048576 /dev/zero > /srv/data/blob"]);
+    docker(&[
+        "exec",
+        &container_of(&a),
+        "sh",
+        "-c",
+        "head -c 1048576 /dev/zero > /srv/data/blob",
+    ]);
 
-    let archived = api.post_empty(&format!("/v1/resource-domains/{domain}/instances/a/archive")).expect(200);
+    let archived = api
+        .post_empty(&format!(
+            "/v1/resource-domains/{domain}/instances/a/archive"
+        ))
+        .expect(200);
     assert_eq!(archived["instance"]["desired"], "archived");
     assert_eq!(archived["instance"]["state"]["kind"], "archived");
     let volumes = archived["volumes"].as_array().unwrap();
@@ -332,24 +478,62 @@ fn archive_keeps_and_measures_volumes_and_a_domain_archive_archives_everything()
     assert!(data["bytes"].as_i64().unwrap() >= 1_048_576, "{data}");
     assert!(containers_of(&a).is_empty(), "the container is removed");
     for v in volumes {
-        assert!(docker_inspect("volume", v["dockerName"].as_str().unwrap()).is_some(), "kept: {v}");
+        assert!(
+            docker_inspect("volume", v["dockerName"].as_str().unwrap()).is_some(),
+            "kept: {v}"
+        );
     }
-    let listed = api.get(&format!("/v1/resource-domains/{domain}/instances?archived=true")).expect(200);
+    let listed = api
+        .get(&format!(
+            "/v1/resource-domains/{domain}/instances?archived=true"
+        ))
+        .expect(200);
     assert_eq!(listed["items"].as_array().unwrap().len(), 1);
-    assert_eq!(api.get(&format!("/v1/resource-domains/{domain}/instances")).expect(200)["items"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        api.get(&format!("/v1/resource-domains/{domain}/instances"))
+            .expect(200)["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
 
     let started = Instant::now();
-    let domain_archive = api.post_empty(&format!("/v1/resource-domains/{domain}/archive")).expect(200);
+    let domain_archive = api
+        .post_empty(&format!("/v1/resource-domains/{domain}/archive"))
+        .expect(200);
     assert!(started.elapsed() < Duration::from_secs(60));
     let kept = domain_archive["volumes"].as_array().unwrap();
     assert_eq!(kept.len(), 4, "every volume of both instances: {kept:?}");
     for v in kept {
-        assert!(docker_inspect("volume", v["dockerName"].as_str().unwrap()).is_some(), "kept: {v}");
+        assert!(
+            docker_inspect("volume", v["dockerName"].as_str().unwrap()).is_some(),
+            "kept: {v}"
+        );
     }
-    assert_eq!(api.get(&format!("/v1/resource-domains/{domain}")).expect(200)["state"], "archived");
-    assert_eq!(api.get(&format!("/v1/resource-domains/{domain}/instances")).expect(200)["items"], json!([]));
-    assert_eq!(api.get(&format!("/v1/resource-domains/{domain}/instances?archived=true")).expect(200)["items"].as_array().unwrap().len(), 2);
-    let err = api.up(&domain, "c", &spec(&image, "c"), "use").expect_error(409, "ResourceDomainNotActiveError");
+    assert_eq!(
+        api.get(&format!("/v1/resource-domains/{domain}"))
+            .expect(200)["state"],
+        "archived"
+    );
+    assert_eq!(
+        api.get(&format!("/v1/resource-domains/{domain}/instances"))
+            .expect(200)["items"],
+        json!([])
+    );
+    assert_eq!(
+        api.get(&format!(
+            "/v1/resource-domains/{domain}/instances?archived=true"
+        ))
+        .expect(200)["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    let err = api
+        .up(&domain, "c", &spec(&image, "c"), "use")
+        .expect_error(409, "ResourceDomainNotActiveError");
     assert_eq!(err["state"], "archived");
     assert!(support::containers_named(&daemon.prefix).is_empty());
 }

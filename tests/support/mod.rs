@@ -38,13 +38,19 @@ pub fn volume_image() -> String {
 
 /// The prefix of every Docker object this test run creates.
 pub fn run_prefix() -> String {
-    std::env::var("BERTH_TEST_PREFIX").unwrap_or_else(|_| format!("berth-t{:08x}", std::process::id()))
+    std::env::var("BERTH_TEST_PREFIX")
+        .unwrap_or_else(|_| format!("berth-t{:08x}", std::process::id()))
 }
 
 /// A prefix for one daemon: the run's, this test binary's pid, and a counter.
 pub fn daemon_prefix() -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    format!("{}-{}x{}", run_prefix(), std::process::id() % 100_000, NEXT.fetch_add(1, Ordering::SeqCst))
+    format!(
+        "{}-{}x{}",
+        run_prefix(),
+        std::process::id() % 100_000,
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    )
 }
 
 /// A daemon under test. Stopped (and its Docker objects removed) when dropped.
@@ -67,7 +73,10 @@ impl Daemon {
 
     /// A daemon with extra `serve` arguments.
     pub fn start_with(args: &[&str]) -> Daemon {
-        Self::start_logging(args, &std::env::var("BERTH_TEST_LOG").unwrap_or_else(|_| "info".into()))
+        Self::start_logging(
+            args,
+            &std::env::var("BERTH_TEST_LOG").unwrap_or_else(|_| "info".into()),
+        )
     }
 
     /// A daemon with extra `serve` arguments and the given `RUST_LOG`.
@@ -111,11 +120,18 @@ impl Daemon {
             .expect("the berth binary starts");
         let stdout = child.stdout.take().expect("stdout");
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).expect("the daemon prints its address");
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("the daemon prints its address");
         let address = line
             .trim()
             .strip_prefix("berth listening on ")
-            .unwrap_or_else(|| panic!("the daemon did not start: {line:?}; log: {}", self.log_text()))
+            .unwrap_or_else(|| {
+                panic!(
+                    "the daemon did not start: {line:?}; log: {}",
+                    self.log_text()
+                )
+            })
             .to_owned();
         self.base = address;
         self.child = Some(child);
@@ -128,7 +144,8 @@ impl Daemon {
 
     /// The daemon's resident memory in KiB, from /proc.
     pub fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).expect("/proc status");
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).expect("/proc status");
         status
             .lines()
             .find_map(|l| l.strip_prefix("VmRSS:"))
@@ -144,7 +161,10 @@ impl Daemon {
     /// Stops the daemon gracefully (SIGTERM) and waits for it.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status();
             let deadline = Instant::now() + Duration::from_secs(10);
             while Instant::now() < deadline {
                 if child.try_wait().ok().flatten().is_some() {
@@ -201,23 +221,40 @@ pub fn remove_docker_objects(prefix: &str) {
         Command::new("docker")
             .args(args)
             .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).lines().map(str::to_owned).collect())
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .map(str::to_owned)
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let mine = |names: Vec<String>| -> Vec<String> {
-        names.into_iter().filter(|n| n.starts_with(&format!("{prefix}-")) || n == prefix).collect()
+        names
+            .into_iter()
+            .filter(|n| n.starts_with(&format!("{prefix}-")) || n == prefix)
+            .collect()
     };
     let containers = mine(list(&["ps", "-a", "--format", "{{.Names}}"]));
     if !containers.is_empty() {
-        let _ = Command::new("docker").args(["rm", "-f"]).args(&containers).output();
+        let _ = Command::new("docker")
+            .args(["rm", "-f"])
+            .args(&containers)
+            .output();
     }
     let networks = mine(list(&["network", "ls", "--format", "{{.Name}}"]));
     if !networks.is_empty() {
-        let _ = Command::new("docker").args(["network", "rm"]).args(&networks).output();
+        let _ = Command::new("docker")
+            .args(["network", "rm"])
+            .args(&networks)
+            .output();
     }
     let volumes = mine(list(&["volume", "ls", "--format", "{{.Name}}"]));
     if !volumes.is_empty() {
-        let _ = Command::new("docker").args(["volume", "rm", "-f"]).args(&volumes).output();
+        let _ = Command::new("docker")
+            .args(["volume", "rm", "-f"])
+            .args(&volumes)
+            .output();
     }
 }
 
@@ -246,7 +283,11 @@ impl Answer {
     pub fn expect_error(self, status: u16, tag: &str) -> Value {
         assert_eq!(self.status, status, "unexpected answer: {}", self.body);
         assert_eq!(self.body["_tag"], tag, "unexpected error: {}", self.body);
-        assert!(self.body["message"].as_str().is_some_and(|m| !m.is_empty()), "{}", self.body);
+        assert!(
+            self.body["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{}",
+            self.body
+        );
         self.body
     }
 }
@@ -264,7 +305,13 @@ impl Client {
     }
 
     /// Sends `method path` with an optional raw body and extra headers.
-    pub fn raw(&self, method: &str, path: &str, body: Option<Vec<u8>>, headers: &[(&str, &str)]) -> Answer {
+    pub fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+        headers: &[(&str, &str)],
+    ) -> Answer {
         let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method");
         let mut req = self.http.request(method, format!("{}{}", self.base, path));
         if let Some(key) = &self.key {
@@ -279,7 +326,11 @@ impl Client {
         let res = req.send().expect("the daemon answers");
         let status = res.status().as_u16();
         let text = res.text().expect("a body");
-        let body = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        let body = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
         Answer { status, body }
     }
 
@@ -289,18 +340,39 @@ impl Client {
         if let Some(key) = &self.key {
             req = req.bearer_auth(key);
         }
-        let res = req.body(reqwest::blocking::Body::new(body)).send().expect("the daemon answers");
+        let res = req
+            .body(reqwest::blocking::Body::new(body))
+            .send()
+            .expect("the daemon answers");
         let status = res.status().as_u16();
         let text = res.text().expect("a body");
-        Answer { status, body: serde_json::from_str(&text).unwrap_or(Value::String(text)) }
+        Answer {
+            status,
+            body: serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        }
     }
 
     /// Runs `argv` in an instance through the exec route with `stdin`.
-    pub fn exec(&self, domain: &str, key: &str, argv: &[&str], user: Option<&str>, timeout_ms: u64, stdin: &[u8]) -> Answer {
-        let mut body = json!({"argv": argv, "user": user, "timeoutMs": timeout_ms}).to_string().into_bytes();
+    pub fn exec(
+        &self,
+        domain: &str,
+        key: &str,
+        argv: &[&str],
+        user: Option<&str>,
+        timeout_ms: u64,
+        stdin: &[u8],
+    ) -> Answer {
+        let mut body = json!({"argv": argv, "user": user, "timeoutMs": timeout_ms})
+            .to_string()
+            .into_bytes();
         body.push(b'\n');
         body.extend_from_slice(stdin);
-        self.raw("POST", &format!("/v1/resource-domains/{domain}/instances/{key}/exec"), Some(body), &[])
+        self.raw(
+            "POST",
+            &format!("/v1/resource-domains/{domain}/instances/{key}/exec"),
+            Some(body),
+            &[],
+        )
     }
 
     pub fn get(&self, path: &str) -> Answer {
@@ -317,7 +389,9 @@ impl Client {
 
     /// Creates a domain and returns its id.
     pub fn create_domain(&self, name: &str) -> String {
-        let body = self.post("/v1/resource-domains", json!({"name": name})).expect(200);
+        let body = self
+            .post("/v1/resource-domains", json!({"name": name}))
+            .expect(200);
         body["resourceDomainId"].as_str().expect("an id").to_owned()
     }
 
@@ -331,11 +405,19 @@ impl Client {
 
     /// `get` an instance.
     pub fn instance(&self, domain: &str, key: &str) -> Value {
-        self.get(&format!("/v1/resource-domains/{domain}/instances/{key}")).expect(200)
+        self.get(&format!("/v1/resource-domains/{domain}/instances/{key}"))
+            .expect(200)
     }
 
     /// Polls an instance until `done(instance)` or `timeout`, and returns it.
-    pub fn wait_for(&self, domain: &str, key: &str, timeout: Duration, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    pub fn wait_for(
+        &self,
+        domain: &str,
+        key: &str,
+        timeout: Duration,
+        what: &str,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
         let deadline = Instant::now() + timeout;
         loop {
             let instance = self.instance(domain, key);
@@ -372,7 +454,10 @@ pub fn spec(image: &str, alias: &str) -> Value {
 
 /// `docker inspect` of an object, as JSON.
 pub fn docker_inspect(kind: &str, name: &str) -> Option<Value> {
-    let out = Command::new("docker").args([kind, "inspect", name]).output().ok()?;
+    let out = Command::new("docker")
+        .args([kind, "inspect", name])
+        .output()
+        .ok()?;
     if !out.status.success() {
         return None;
     }
@@ -382,8 +467,15 @@ pub fn docker_inspect(kind: &str, name: &str) -> Option<Value> {
 
 /// Runs `docker args...`, panicking on failure, and returns stdout.
 pub fn docker(args: &[&str]) -> String {
-    let out = Command::new("docker").args(args).output().expect("docker runs");
-    assert!(out.status.success(), "docker {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker runs");
+    assert!(
+        out.status.success(),
+        "docker {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
@@ -407,7 +499,14 @@ pub fn reorder_keys(value: &Value) -> String {
                 .collect();
             format!("{{{} }}", parts.join(","))
         }
-        Value::Array(items) => format!("[ {} ]", items.iter().map(reorder_keys).collect::<Vec<_>>().join(" , ")),
+        Value::Array(items) => format!(
+            "[ {} ]",
+            items
+                .iter()
+                .map(reorder_keys)
+                .collect::<Vec<_>>()
+                .join(" , ")
+        ),
         other => other.to_string(),
     }
 }

@@ -42,7 +42,9 @@ pub enum Error {
         key: String,
     },
     /// The key names an archived instance.
-    #[error("the resource instance {0} is archived: it stays archived and its volumes are kept; use another key")]
+    #[error(
+        "the resource instance {0} is archived: it stays archived and its volumes are kept; use another key"
+    )]
     InstanceArchived(String),
     /// Another live instance answers to the alias for the same worktree key.
     #[error("the alias {alias} is taken by the instance {holder} for {scope}")]
@@ -58,7 +60,9 @@ pub enum Error {
     #[error("no workspace has the id {0}; register it with PUT /v1/workspaces/{0}")]
     WorkspaceNotFound(String),
     /// The workspace is linked to another domain.
-    #[error("the workspace {workspace} is linked to the resource domain {domain}; a workspace links to one domain")]
+    #[error(
+        "the workspace {workspace} is linked to the resource domain {domain}; a workspace links to one domain"
+    )]
     WorkspaceLinkedElsewhere {
         /// The workspace.
         workspace: String,
@@ -69,7 +73,9 @@ pub enum Error {
     #[error("no lease has the id {0} in this workspace")]
     LeaseNotFound(String),
     /// The instance is not running, so a command cannot run in it.
-    #[error("the resource instance {key} is not running ({state}); start it with an up and wait for running")]
+    #[error(
+        "the resource instance {key} is not running ({state}); start it with an up and wait for running"
+    )]
     InstanceNotRunning {
         /// The key.
         key: String,

@@ -57,7 +57,14 @@ pub fn decode_frame(line: &[u8]) -> Result<ExecFrame, Problems> {
     let value: Value = match serde_json::from_slice(line) {
         Ok(v) => v,
         Err(e) => {
-            p.push("frame", &format!("must be one line of JSON (line {}, column {})", e.line(), e.column()));
+            p.push(
+                "frame",
+                &format!(
+                    "must be one line of JSON (line {}, column {})",
+                    e.line(),
+                    e.column()
+                ),
+            );
             return Err(p);
         }
     };
@@ -78,13 +85,19 @@ pub fn decode_frame(line: &[u8]) -> Result<ExecFrame, Problems> {
         });
         let user = fields.required(&mut p, "user").and_then(|v| match v {
             Value::Null => Some(None),
-            v => p.matching(v, "frame.user", &USER, "must be a user, or null").map(Some),
+            v => p
+                .matching(v, "frame.user", &USER, "must be a user, or null")
+                .map(Some),
         });
         let timeout_ms = fields
             .required(&mut p, "timeoutMs")
             .and_then(|v| p.integer(v, "frame.timeoutMs", 1000, MAX_TIMEOUT_MS));
         fields.finish(&mut p);
-        Some(ExecFrame { argv: argv?, user: user?, timeout_ms: timeout_ms? })
+        Some(ExecFrame {
+            argv: argv?,
+            user: user?,
+            timeout_ms: timeout_ms?,
+        })
     })();
     p.finish(frame)
 }
@@ -96,7 +109,10 @@ mod tests {
 
     #[test]
     fn a_valid_frame_decodes() {
-        let f = decode_frame(br#"{"argv":["psql","-c","select 1"],"user":"postgres","timeoutMs":60000}"#).unwrap();
+        let f = decode_frame(
+            br#"{"argv":["psql","-c","select 1"],"user":"postgres","timeoutMs":60000}"#,
+        )
+        .unwrap();
         assert_eq!(f.argv, vec!["psql", "-c", "select 1"]);
         assert_eq!(f.user.as_deref(), Some("postgres"));
         assert_eq!(f.timeout_ms, 60_000);
@@ -107,22 +123,57 @@ mod tests {
         let cases: &[(&[u8], &str)] = &[
             (b"not json", "frame must be one line of JSON"),
             (b"[]", "frame must be an object"),
-            (br#"{"argv":[],"user":null,"timeoutMs":1000}"#, "frame.argv must have 1 to 4096 items"),
-            (br#"{"argv":["a\u0000secret"],"user":null,"timeoutMs":1000}"#, "frame.argv[0] must not contain a NUL byte"),
-            (br#"{"argv":[5],"user":null,"timeoutMs":1000}"#, "frame.argv[0] must be a string"),
-            (br#"{"argv":["x"],"user":"a b","timeoutMs":1000}"#, "frame.user must be a user"),
-            (br#"{"argv":["x"],"user":null,"timeoutMs":999}"#, "frame.timeoutMs must be an integer between 1000 and 21600000"),
-            (br#"{"argv":["x"],"user":null,"timeoutMs":21600001}"#, "frame.timeoutMs must be an integer between 1000 and 21600000"),
-            (br#"{"argv":["x"],"user":null}"#, "frame.timeoutMs is missing"),
-            (br#"{"argv":["x"],"user":null,"timeoutMs":1000,"env":{}}"#, "frame.env is not an allowed key"),
+            (
+                br#"{"argv":[],"user":null,"timeoutMs":1000}"#,
+                "frame.argv must have 1 to 4096 items",
+            ),
+            (
+                br#"{"argv":["a\u0000secret"],"user":null,"timeoutMs":1000}"#,
+                "frame.argv[0] must not contain a NUL byte",
+            ),
+            (
+                br#"{"argv":[5],"user":null,"timeoutMs":1000}"#,
+                "frame.argv[0] must be a string",
+            ),
+            (
+                br#"{"argv":["x"],"user":"a b","timeoutMs":1000}"#,
+                "frame.user must be a user",
+            ),
+            (
+                br#"{"argv":["x"],"user":null,"timeoutMs":999}"#,
+                "frame.timeoutMs must be an integer between 1000 and 21600000",
+            ),
+            (
+                br#"{"argv":["x"],"user":null,"timeoutMs":21600001}"#,
+                "frame.timeoutMs must be an integer between 1000 and 21600000",
+            ),
+            (
+                br#"{"argv":["x"],"user":null}"#,
+                "frame.timeoutMs is missing",
+            ),
+            (
+                br#"{"argv":["x"],"user":null,"timeoutMs":1000,"env":{}}"#,
+                "frame.env is not an allowed key",
+            ),
         ];
         for (line, expected) in cases {
             let problems = decode_frame(line).unwrap_err().joined();
-            assert!(problems.contains(expected), "{problems:?} should contain {expected:?}");
+            assert!(
+                problems.contains(expected),
+                "{problems:?} should contain {expected:?}"
+            );
             assert!(!problems.contains("secret"));
         }
-        let many = format!(r#"{{"argv":[{}],"user":null,"timeoutMs":1000}}"#, vec!["\"a\""; 4097].join(","));
-        assert!(decode_frame(many.as_bytes()).unwrap_err().joined().contains("1 to 4096"));
+        let many = format!(
+            r#"{{"argv":[{}],"user":null,"timeoutMs":1000}}"#,
+            vec!["\"a\""; 4097].join(",")
+        );
+        assert!(
+            decode_frame(many.as_bytes())
+                .unwrap_err()
+                .joined()
+                .contains("1 to 4096")
+        );
     }
 
     proptest! {

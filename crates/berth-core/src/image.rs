@@ -24,9 +24,8 @@ static PINNED: LazyLock<Regex> = LazyLock::new(|| pattern(PINNED_IMAGE_PATTERN))
 static HOST: LazyLock<Regex> = LazyLock::new(|| {
     pattern(r"^(?:localhost|[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?)(?::[1-9][0-9]{0,4})?$")
 });
-static REPOSITORY: LazyLock<Regex> = LazyLock::new(|| {
-    pattern(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
-});
+static REPOSITORY: LazyLock<Regex> =
+    LazyLock::new(|| pattern(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$"));
 static TAG: LazyLock<Regex> = LazyLock::new(|| pattern(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"));
 
 /// A canonical lower-case `sha256:<64 hex>` digest.
@@ -255,7 +254,11 @@ mod tests {
             format!("docker.io/library/postgres:16@sha256:{HEX}"),
         ] {
             let image = PinnedImage::parse(&text).unwrap();
-            assert_eq!(image.repo_digest(), format!("postgres@sha256:{HEX}"), "{text}");
+            assert_eq!(
+                image.repo_digest(),
+                format!("postgres@sha256:{HEX}"),
+                "{text}"
+            );
         }
         assert_eq!(
             normalize_repo_digest(&format!("docker.io/library/postgres@sha256:{HEX}")),
@@ -267,7 +270,10 @@ mod tests {
     fn refuses_what_is_not_pinned_or_not_canonical() {
         let cases = [
             ("busybox:latest".to_owned(), ReferenceError::NotPinned),
-            (format!("busybox@sha256:{}", &HEX[..63]), ReferenceError::NotPinned),
+            (
+                format!("busybox@sha256:{}", &HEX[..63]),
+                ReferenceError::NotPinned,
+            ),
             (
                 format!("busybox@sha256:{}", HEX.to_uppercase()),
                 ReferenceError::NotPinned,
@@ -275,8 +281,14 @@ mod tests {
             (format!("Busybox@sha256:{HEX}"), ReferenceError::NotPinned),
             (format!("a//b@sha256:{HEX}"), ReferenceError::Repository),
             (format!("a--b_@sha256:{HEX}"), ReferenceError::Repository),
-            (format!("reg.example-:5000/a@sha256:{HEX}"), ReferenceError::Host),
-            (format!("reg.example:0/a@sha256:{HEX}"), ReferenceError::Host),
+            (
+                format!("reg.example-:5000/a@sha256:{HEX}"),
+                ReferenceError::Host,
+            ),
+            (
+                format!("reg.example:0/a@sha256:{HEX}"),
+                ReferenceError::Host,
+            ),
         ];
         for (text, expected) in cases {
             assert_eq!(PinnedImage::parse(&text), Err(expected), "{text}");

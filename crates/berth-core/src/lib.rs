@@ -11,6 +11,8 @@
 pub mod decode;
 pub mod error;
 pub mod exec;
+mod executors;
+mod idle;
 pub mod ids;
 pub mod image;
 pub mod model;
@@ -21,6 +23,7 @@ pub mod service;
 pub mod spec;
 pub mod store;
 pub mod time;
+pub mod workspaces;
 
 pub use error::Error;
 pub use ids::{DomainId, InstanceId};

@@ -107,7 +107,11 @@ pub enum StopReason {
 
 /// What berth last observed of an instance.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(tag = "kind", rename_all = "kebab-case", rename_all_fields = "camelCase")]
+#[serde(
+    tag = "kind",
+    rename_all = "kebab-case",
+    rename_all_fields = "camelCase"
+)]
 pub enum InstanceState {
     /// Nothing has been started yet.
     NotStarted,
@@ -312,7 +316,11 @@ pub struct SelectorView {
 
 /// A live executor of a workspace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
-#[serde(tag = "kind", rename_all = "lowercase", rename_all_fields = "camelCase")]
+#[serde(
+    tag = "kind",
+    rename_all = "lowercase",
+    rename_all_fields = "camelCase"
+)]
 pub enum Executor {
     /// A container.
     Container {
@@ -386,7 +394,11 @@ mod tests {
             json!({"kind": "not-started"})
         );
         assert_eq!(
-            serde_json::to_value(InstanceState::Exited { at, exit_code: Some(3) }).unwrap(),
+            serde_json::to_value(InstanceState::Exited {
+                at,
+                exit_code: Some(3)
+            })
+            .unwrap(),
             json!({"kind": "exited", "at": "1970-01-01T00:00:00.000Z", "exitCode": 3})
         );
         assert_eq!(

@@ -23,12 +23,26 @@ pub fn container(prefix: &str, domain: &DomainId, key: &str) -> String {
         .chars()
         .map(|c| if c == '@' { '_' } else { c })
         .collect();
-    format!("{prefix}-{}-{slug}-{}", domain_part(domain), short_hash(key))
+    format!(
+        "{prefix}-{}-{slug}-{}",
+        domain_part(domain),
+        short_hash(key)
+    )
 }
 
 /// The network of a domain.
 pub fn domain_network(prefix: &str, domain: &DomainId) -> String {
     format!("{prefix}-{}", domain_part(domain))
+}
+
+/// The network of one worktree key's view of a domain: its instances, and the domain's shared
+/// ones, under their aliases; and the containers of workspaces linked with that key.
+pub fn view_network(prefix: &str, domain: &DomainId, worktree_key: &str) -> String {
+    format!(
+        "{}-wt-{}",
+        domain_network(prefix, domain),
+        short_hash(worktree_key)
+    )
 }
 
 /// A volume the spec names.
@@ -39,11 +53,21 @@ pub fn spec_volume(prefix: &str, domain: &DomainId, key: &str, name: &str) -> St
 /// A volume for an image `VOLUME` at `path` that the spec does not cover, and its name in the
 /// instance's `volumes` (`image-<slug of the path>`).
 pub fn image_volume(prefix: &str, domain: &DomainId, key: &str, path: &str) -> (String, String) {
-    let docker = format!("{}.img.{}", container(prefix, domain, key), short_hash(path));
+    let docker = format!(
+        "{}.img.{}",
+        container(prefix, domain, key),
+        short_hash(path)
+    );
     let slug: String = path
         .trim_matches('/')
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
         .collect();
     (format!("image-{slug}"), docker)
 }
@@ -57,7 +81,10 @@ mod tests {
         let d = DomainId::parse("rdm:0a1b2c3d-0000-4000-8000-000000000000").unwrap();
         assert_eq!(container("berth", &d, "db"), container("berth", &d, "db"));
         assert!(container("berth", &d, "db").starts_with("berth-0a1b2c3d0000-db-"));
-        assert_ne!(container("berth", &d, "db@wt"), container("berth", &d, "db_wt"));
+        assert_ne!(
+            container("berth", &d, "db@wt"),
+            container("berth", &d, "db_wt")
+        );
         assert_eq!(
             spec_volume("berth", &d, "db", "data"),
             format!("{}.vol.data", container("berth", &d, "db"))

@@ -7,14 +7,14 @@
 //! that converge them, and says when to look again. Every step is idempotent, so a crash at any
 //! point is recovered by running it again.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Mutex as AsyncMutex;
 use tokio::time::Instant;
 
-use crate::ids::InstanceId;
+use crate::ids::{DomainId, InstanceId};
 use crate::model::{Desired, Instance, InstanceState, InstanceVolume, StopReason};
 use crate::names;
 use crate::runtime::{
@@ -99,19 +99,24 @@ struct KeyState {
     errors: u32,
 }
 
-struct Inner {
-    store: Arc<Store>,
-    runtime: Arc<dyn Runtime>,
-    config: ReconcileConfig,
+pub(crate) struct Inner {
+    pub(crate) store: Arc<Store>,
+    pub(crate) runtime: Arc<dyn Runtime>,
+    pub(crate) config: ReconcileConfig,
     keys: Mutex<HashMap<InstanceId, KeyState>>,
     /// One lock per id: held by its reconcile and by direct teardowns (archive).
     locks: Mutex<HashMap<InstanceId, Arc<AsyncMutex<()>>>>,
+    /// Workspace executor containers by name: their workspace and whether they run. Kept
+    /// current by attaches, engine events and the resync, so idle accounting asks no engine.
+    pub(crate) executors: Mutex<HashMap<String, crate::executors::ExecutorEntry>>,
+    /// When each instance was last seen reached, ahead of what the store holds.
+    pub(crate) last_reached: Mutex<HashMap<InstanceId, Timestamp>>,
 }
 
 /// The reconciler. Clones share one queue.
 #[derive(Clone)]
 pub struct Reconciler {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl Reconciler {
@@ -124,6 +129,8 @@ impl Reconciler {
                 config,
                 keys: Mutex::new(HashMap::new()),
                 locks: Mutex::new(HashMap::new()),
+                executors: Mutex::new(HashMap::new()),
+                last_reached: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -146,14 +153,29 @@ impl Reconciler {
             while let Some(event) = events.recv().await {
                 match event {
                     RuntimeEvent::Resync => this.resync().await,
-                    RuntimeEvent::Container { labels, .. } => {
-                        if let Some(id) = labels.get(LABEL_INSTANCE).and_then(|s| InstanceId::parse(s)) {
-                            this.enqueue(&id);
+                    RuntimeEvent::Container {
+                        name,
+                        labels,
+                        action,
+                    } => {
+                        match labels
+                            .get(LABEL_INSTANCE)
+                            .and_then(|s| InstanceId::parse(s))
+                        {
+                            Some(id)
+                                if labels.get(LABEL_PREFIX) == Some(&this.inner.config.prefix) =>
+                            {
+                                this.enqueue(&id)
+                            }
+                            Some(_) => {}
+                            None => this.on_container_event(&name, &labels, &action).await,
                         }
                     }
                 }
             }
         });
+        let this = self.clone();
+        tokio::spawn(async move { this.idle_loop().await });
         let this = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(this.inner.config.resync_every);
@@ -178,10 +200,19 @@ impl Reconciler {
         for id in &ids {
             self.enqueue(id);
         }
-        match self.inner.runtime.list_containers(&self.inner.config.prefix).await {
+        self.reattach_workspaces().await;
+        match self
+            .inner
+            .runtime
+            .list_containers(&self.inner.config.prefix)
+            .await
+        {
             Ok(containers) => {
                 for c in containers {
-                    let id = c.labels.get(LABEL_INSTANCE).and_then(|s| InstanceId::parse(s));
+                    let id = c
+                        .labels
+                        .get(LABEL_INSTANCE)
+                        .and_then(|s| InstanceId::parse(s));
                     if let Some(id) = id
                         && !ids.contains(&id)
                     {
@@ -316,25 +347,34 @@ impl Reconciler {
         match instance.desired {
             Desired::Archived => {
                 if let Some(c) = container {
-                    runtime.stop_container(&c.id, self.inner.config.stop_timeout).await?;
+                    runtime
+                        .stop_container(&c.id, self.inner.config.stop_timeout)
+                        .await?;
                     runtime.remove_container(&c.id).await?;
                 }
                 if !matches!(instance.state, InstanceState::Archived { .. }) {
-                    obs.state = InstanceState::Archived { at: obs.observed_at };
+                    obs.state = InstanceState::Archived {
+                        at: obs.observed_at,
+                    };
                 }
                 self.inner.store.record_observation(&obs)?;
                 Ok(Next::Done)
             }
             Desired::Stopped => {
                 if let Some(c) = container.filter(|c| c.running) {
-                    runtime.stop_container(&c.id, self.inner.config.stop_timeout).await?;
+                    runtime
+                        .stop_container(&c.id, self.inner.config.stop_timeout)
+                        .await?;
                 }
                 let reason = instance.stop_reason.clone().unwrap_or(StopReason::Person {
                     by: "berth".to_owned(),
                 });
                 let already = matches!(&instance.state, InstanceState::Stopped { reason: r, .. } if *r == reason);
                 if !already {
-                    obs.state = InstanceState::Stopped { at: obs.observed_at, reason };
+                    obs.state = InstanceState::Stopped {
+                        at: obs.observed_at,
+                        reason,
+                    };
                 }
                 self.inner.store.record_observation(&obs)?;
                 Ok(Next::Done)
@@ -356,6 +396,17 @@ impl Reconciler {
         let runtime = &self.inner.runtime;
         let now = obs.observed_at;
 
+        if let Some(c) = &container
+            && c.running
+            && matches!(instance.state, InstanceState::Running { .. })
+            && c.labels.get(LABEL_SPEC_DIGEST) == Some(&instance.spec_digest)
+        {
+            // Converged: only the network views can have moved (a link, a new worktree key).
+            self.ensure_attachments(instance, c).await?;
+            self.inner.store.record_observation(&obs)?;
+            return Ok(Next::Done);
+        }
+
         let image = match runtime.ensure_image(&instance.spec.image).await {
             Ok(facts) => facts,
             Err(e @ (RuntimeError::Image { .. } | RuntimeError::Foreign(_))) => {
@@ -369,7 +420,10 @@ impl Reconciler {
         for volume in &obs.volumes {
             let mut volume_labels = labels.clone();
             volume_labels.insert(LABEL_VOLUME.to_owned(), volume.name.clone());
-            match runtime.ensure_volume(&volume.docker_name, &volume_labels).await {
+            match runtime
+                .ensure_volume(&volume.docker_name, &volume_labels)
+                .await
+            {
                 Ok(()) => {}
                 Err(e @ RuntimeError::Foreign(_)) => {
                     self.fail(instance, e.to_string())?;
@@ -378,11 +432,8 @@ impl Reconciler {
                 Err(e) => return Err(e.into()),
             }
         }
-        let network = names::domain_network(&self.inner.config.prefix, &instance.domain_id);
-        let mut network_labels = labels.clone();
-        network_labels.remove(LABEL_INSTANCE);
-        network_labels.remove(LABEL_KEY);
-        if let Err(e) = runtime.ensure_network(&network, &network_labels).await {
+        let network = self.primary_network(instance);
+        if let Err(e) = self.ensure_network(&network, &instance.domain_id).await {
             if let RuntimeError::Foreign(message) = e {
                 self.fail(instance, message)?;
                 return Ok(Next::Done);
@@ -393,7 +444,9 @@ impl Reconciler {
         let container = match container {
             Some(c) if c.labels.get(LABEL_SPEC_DIGEST) != Some(&instance.spec_digest) => {
                 // A changed spec: replace the container, keep every volume.
-                runtime.stop_container(&c.id, self.inner.config.stop_timeout).await?;
+                runtime
+                    .stop_container(&c.id, self.inner.config.stop_timeout)
+                    .await?;
                 runtime.remove_container(&c.id).await?;
                 None
             }
@@ -416,6 +469,8 @@ impl Reconciler {
             }
         };
 
+        self.ensure_attachments(instance, &container).await?;
+
         if !container.running {
             let ended_on_its_own = matches!(
                 instance.state,
@@ -430,7 +485,11 @@ impl Reconciler {
                     .and_then(Timestamp::parse)
                     .unwrap_or(now);
                 let steady = started.is_some_and(|s| finished.since(s) >= STEADY_RUN);
-                obs.restart_count = if steady { 1 } else { instance.restart_count + 1 };
+                obs.restart_count = if steady {
+                    1
+                } else {
+                    instance.restart_count + 1
+                };
                 obs.state = InstanceState::Exited {
                     at: finished,
                     exit_code: container.exit_code,
@@ -463,16 +522,25 @@ impl Reconciler {
             InstanceState::Starting { since } => {
                 // Re-read the address each time: it is only known once the container runs.
                 let ready = runtime
-                    .probe(&container, &network, &instance.spec.ready, PROBE_INTERVAL_MAX)
+                    .probe(
+                        &container,
+                        &network,
+                        &instance.spec.ready,
+                        PROBE_INTERVAL_MAX,
+                    )
                     .await?;
                 if ready {
-                    obs.state = InstanceState::Running { since: Timestamp::now() };
+                    obs.state = InstanceState::Running {
+                        since: Timestamp::now(),
+                    };
                     self.inner.store.record_observation(&obs)?;
                     tracing::info!(instance = %instance.id, key = %instance.key, "instance running");
                     return Ok(Next::Done);
                 }
                 if now.since(since) > self.inner.config.ready_timeout {
-                    runtime.stop_container(&container.id, self.inner.config.stop_timeout).await?;
+                    runtime
+                        .stop_container(&container.id, self.inner.config.stop_timeout)
+                        .await?;
                     let message = format!(
                         "the ready check ({}) did not answer within {}; check that the service \
                          listens there and see `docker logs {}`",
@@ -526,7 +594,11 @@ impl Reconciler {
     }
 
     async fn remove_orphan(&self, id: &InstanceId) -> Result<Next, ReconcileError> {
-        let containers = self.inner.runtime.list_containers(&self.inner.config.prefix).await?;
+        let containers = self
+            .inner
+            .runtime
+            .list_containers(&self.inner.config.prefix)
+            .await?;
         for c in containers {
             if c.labels.get(LABEL_INSTANCE).map(String::as_str) == Some(id.as_str()) {
                 tracing::info!(container = %c.name, "removing a container whose instance berth does not know");
@@ -540,11 +612,135 @@ impl Reconciler {
         Ok(Next::Done)
     }
 
+    /// The network an instance's container is created on: its worktree key's view, or the
+    /// domain's base network for a shared instance.
+    fn primary_network(&self, instance: &Instance) -> String {
+        let prefix = &self.inner.config.prefix;
+        match &instance.spec.worktree_key {
+            Some(key) => names::view_network(prefix, &instance.domain_id, key),
+            None => names::domain_network(prefix, &instance.domain_id),
+        }
+    }
+
+    async fn ensure_network(&self, name: &str, domain: &DomainId) -> Result<(), RuntimeError> {
+        let labels = crate::executors::network_labels(&self.inner.config.prefix, domain.as_str());
+        self.inner.runtime.ensure_network(name, &labels).await
+    }
+
+    /// The networks an instance's container belongs on, each with the aliases it answers to
+    /// there. A worktree instance is on its key's view. A shared instance is on the base network
+    /// and on every view of the domain, except a view whose key has its own instance with the
+    /// same alias: there that instance answers, and the shared one is not attached at all, so no
+    /// alias is ever held by two containers on one network.
+    fn desired_networks(
+        &self,
+        instance: &Instance,
+    ) -> Result<BTreeMap<String, Vec<String>>, StoreError> {
+        let prefix = &self.inner.config.prefix;
+        let domain = &instance.domain_id;
+        let alias = vec![instance.spec.alias.clone()];
+        if let Some(key) = &instance.spec.worktree_key {
+            return Ok(BTreeMap::from([(
+                names::view_network(prefix, domain, key),
+                alias,
+            )]));
+        }
+        let (instances, workspaces) = self
+            .inner
+            .store
+            .read(|tx| Ok((tx.instances(domain, false)?, tx.linked_workspaces(domain)?)))?;
+        let mut keys: BTreeSet<String> = instances
+            .iter()
+            .filter_map(|i| i.spec.worktree_key.clone())
+            .collect();
+        keys.extend(workspaces.into_iter().filter_map(|w| w.worktree_key));
+        let mut networks = BTreeMap::from([(names::domain_network(prefix, domain), alias.clone())]);
+        for key in keys {
+            let shadowed = instances.iter().any(|i| {
+                i.spec.worktree_key.as_deref() == Some(key.as_str())
+                    && i.spec.alias == instance.spec.alias
+            });
+            if !shadowed {
+                networks.insert(names::view_network(prefix, domain, &key), alias.clone());
+            }
+        }
+        Ok(networks)
+    }
+
+    /// Attaches a container to the networks it belongs on, with the right aliases, and detaches
+    /// it from the domain's other networks. For a worktree instance, first detaches a shared
+    /// instance with the same alias from its view.
+    async fn ensure_attachments(
+        &self,
+        instance: &Instance,
+        container: &ContainerFacts,
+    ) -> Result<(), ReconcileError> {
+        let runtime = &self.inner.runtime;
+        if let Some(key) = &instance.spec.worktree_key {
+            self.unshadow(instance, key).await?;
+        }
+        let desired = self.desired_networks(instance)?;
+        for (network, aliases) in &desired {
+            let attached = container.networks.get(network);
+            if attached.is_some_and(|have| aliases.iter().all(|a| have.contains(a))) {
+                continue;
+            }
+            self.ensure_network(network, &instance.domain_id).await?;
+            if attached.is_some() {
+                runtime.disconnect_network(network, &container.id).await?;
+            }
+            runtime
+                .connect_network(network, &container.id, aliases)
+                .await?;
+        }
+        let ours = names::domain_network(&self.inner.config.prefix, &instance.domain_id);
+        for network in container.networks.keys() {
+            if network.starts_with(&ours) && !desired.contains_key(network) {
+                runtime.disconnect_network(network, &container.id).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Detaches the shared instance that answers to `instance`'s alias from the view of `key`.
+    async fn unshadow(&self, instance: &Instance, key: &str) -> Result<(), ReconcileError> {
+        let domain = &instance.domain_id;
+        let shared = self
+            .inner
+            .store
+            .read(|tx| tx.instances(domain, false))?
+            .into_iter()
+            .find(|i| i.spec.worktree_key.is_none() && i.spec.alias == instance.spec.alias);
+        let Some(shared) = shared else { return Ok(()) };
+        let view = names::view_network(&self.inner.config.prefix, domain, key);
+        if let Some(c) = self
+            .inner
+            .runtime
+            .inspect_container(&self.container_name(&shared))
+            .await?
+            && c.networks.contains_key(&view)
+        {
+            self.inner.runtime.disconnect_network(&view, &c.id).await?;
+        }
+        Ok(())
+    }
+
+    /// Enqueues every live instance of a domain (its network views may have changed).
+    pub fn enqueue_domain(&self, domain: &DomainId) {
+        match self.inner.store.read(|tx| tx.instances(domain, false)) {
+            Ok(instances) => instances.iter().for_each(|i| self.enqueue(&i.id)),
+            Err(e) => tracing::error!(error = %e, "could not read a domain's instances"),
+        }
+    }
+
     fn fail(&self, instance: &Instance, message: String) -> Result<(), StoreError> {
         tracing::warn!(instance = %instance.id, key = %instance.key, %message, "instance failed");
         let mut obs = Observation::of(instance);
         obs.observed_at = Timestamp::now();
-        obs.state = InstanceState::Failed { at: obs.observed_at, message };
+        obs.state = InstanceState::Failed {
+            at: obs.observed_at,
+            message,
+        };
         self.inner.store.record_observation(&obs)
     }
 
@@ -557,7 +753,11 @@ impl Reconciler {
     }
 
     fn container_name(&self, instance: &Instance) -> String {
-        names::container(&self.inner.config.prefix, &instance.domain_id, &instance.key)
+        names::container(
+            &self.inner.config.prefix,
+            &instance.domain_id,
+            &instance.key,
+        )
     }
 
     fn is_ours(&self, c: &ContainerFacts, instance: &Instance) -> bool {
@@ -589,6 +789,11 @@ impl Reconciler {
     ) -> ContainerPlan {
         labels.insert(LABEL_SPEC_DIGEST.to_owned(), instance.spec_digest.clone());
         let spec = &instance.spec;
+        let aliases = self
+            .desired_networks(instance)
+            .ok()
+            .and_then(|mut n| n.remove(network))
+            .unwrap_or_default();
         ContainerPlan {
             name: self.container_name(instance),
             image: spec.image.as_str().to_owned(),
@@ -604,7 +809,7 @@ impl Reconciler {
             nano_cpus: spec.limits.cpu_millicores * 1_000_000,
             memory_bytes: spec.limits.memory_bytes,
             network: network.to_owned(),
-            aliases: vec![spec.alias.clone()],
+            aliases,
             labels,
             stop_timeout: self.inner.config.stop_timeout,
         }
@@ -613,7 +818,11 @@ impl Reconciler {
 
 /// The volumes an instance mounts: the spec's, then one for every image `VOLUME` they do not
 /// cover.
-pub fn plan_volumes(prefix: &str, instance: &Instance, image_volumes: &[String]) -> Vec<InstanceVolume> {
+pub fn plan_volumes(
+    prefix: &str,
+    instance: &Instance,
+    image_volumes: &[String],
+) -> Vec<InstanceVolume> {
     let spec = &instance.spec;
     let mut volumes: Vec<InstanceVolume> = spec
         .volumes
@@ -629,7 +838,8 @@ pub fn plan_volumes(prefix: &str, instance: &Instance, image_volumes: &[String])
         if spec.volumes.iter().any(|v| v.mount_path == path) {
             continue;
         }
-        let (name, docker_name) = names::image_volume(prefix, &instance.domain_id, &instance.key, path);
+        let (name, docker_name) =
+            names::image_volume(prefix, &instance.domain_id, &instance.key, path);
         volumes.push(InstanceVolume {
             name,
             docker_name,
@@ -642,7 +852,9 @@ pub fn plan_volumes(prefix: &str, instance: &Instance, image_volumes: &[String])
 fn describe_ready(ready: &Ready) -> String {
     match ready {
         Ready::Tcp { port } => format!("tcp port {port}"),
-        Ready::Exec { argv, .. } => format!("an exec of {}", argv.first().map_or("", String::as_str)),
+        Ready::Exec { argv, .. } => {
+            format!("an exec of {}", argv.first().map_or("", String::as_str))
+        }
     }
 }
 

@@ -154,8 +154,10 @@ pub struct ContainerFacts {
     pub started_at: Option<String>,
     /// When it last ended (RFC 3339), when it has.
     pub finished_at: Option<String>,
-    /// Its address on each network it is attached to.
+    /// Its address on each network it is attached to (while it runs).
     pub addresses: BTreeMap<String, IpAddr>,
+    /// Every network it is attached to, with the aliases it was given there.
+    pub networks: BTreeMap<String, Vec<String>>,
     /// The id of the image it runs.
     pub image_id: String,
 }
@@ -224,6 +226,20 @@ pub trait Runtime: Send + Sync + 'static {
     /// `labels` is `Foreign`.
     async fn ensure_volume(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError>;
 
+    /// Attaches a container (name or id) to a network with `aliases`; Ok when it already is.
+    async fn connect_network(
+        &self,
+        network: &str,
+        container: &str,
+        aliases: &[String],
+    ) -> Result<(), RuntimeError>;
+
+    /// Detaches a container from a network; Ok when it is not attached or is gone.
+    async fn disconnect_network(&self, network: &str, container: &str) -> Result<(), RuntimeError>;
+
+    /// Every container, running or not, carrying the label `key=value`.
+    async fn list_labelled(&self, label: &str) -> Result<Vec<ContainerFacts>, RuntimeError>;
+
     /// The container with this name, if there is one.
     async fn inspect_container(&self, name: &str) -> Result<Option<ContainerFacts>, RuntimeError>;
 
@@ -254,7 +270,10 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// The apparent size in bytes of the files in each named volume; `None` for one that could
     /// not be measured.
-    async fn volume_bytes(&self, names: &[String]) -> Result<BTreeMap<String, Option<u64>>, RuntimeError>;
+    async fn volume_bytes(
+        &self,
+        names: &[String],
+    ) -> Result<BTreeMap<String, Option<u64>>, RuntimeError>;
 
     /// Runs a command in a running container, streaming `stdin` into it.
     async fn exec(
@@ -264,7 +283,9 @@ pub trait Runtime: Send + Sync + 'static {
         stdin: ExecStdin,
     ) -> Result<ExecOutcome, RuntimeError>;
 
-    /// Starts watching the engine for changes to containers labelled with `prefix`. The watcher
-    /// reconnects by itself, sending `Resync` on every (re)connect.
+    /// Starts watching the engine's container lifecycle events (create, start, die, destroy, ...;
+    /// never exec events), for every container: berth's own, labelled with `prefix`, and the
+    /// workspaces' executors. The watcher reconnects by itself, sending `Resync` on every
+    /// (re)connect.
     fn watch(&self, prefix: &str) -> mpsc::Receiver<RuntimeEvent>;
 }

@@ -7,14 +7,13 @@ use serde_json::Value;
 
 use crate::error::Error;
 use crate::exec::{ExecFrame, ExecResult, MAX_OUTPUT_BYTES};
-use crate::names;
-use crate::runtime::{ExecRequest, ExecStdin};
 use crate::ids::{DomainId, InstanceId};
 use crate::model::{
-    ArchivedVolume, Desired, Domain, DomainState, Instance, InstanceState, InstanceView,
-    StopReason,
+    ArchivedVolume, Desired, Domain, DomainState, Instance, InstanceState, InstanceView, StopReason,
 };
+use crate::names;
 use crate::reconcile::{Reconciler, plan_volumes};
+use crate::runtime::{ExecRequest, ExecStdin};
 use crate::spec::decode_spec;
 use crate::store::Store;
 use crate::time::Timestamp;
@@ -57,10 +56,12 @@ impl Berth {
         self.reconciler.as_ref()
     }
 
-    fn require_runtime(&self) -> Result<&Reconciler, Error> {
-        self.reconciler.as_ref().ok_or_else(|| Error::RuntimeUnsupported {
-            runtime: self.runtime_name.clone(),
-        })
+    pub(crate) fn require_runtime(&self) -> Result<&Reconciler, Error> {
+        self.reconciler
+            .as_ref()
+            .ok_or_else(|| Error::RuntimeUnsupported {
+                runtime: self.runtime_name.clone(),
+            })
     }
 
     fn prefix(&self) -> &str {
@@ -106,7 +107,11 @@ impl Berth {
                     state: DomainState::Archived,
                 });
             }
-            domain.state = if fenced { DomainState::Fenced } else { DomainState::Active };
+            domain.state = if fenced {
+                DomainState::Fenced
+            } else {
+                DomainState::Active
+            };
             tx.set_domain_state(id, domain.state)?;
             Ok(domain)
         })
@@ -144,7 +149,10 @@ impl Berth {
                 });
             }
             let existing = tx.instance(domain_id, key)?;
-            if existing.as_ref().is_some_and(|i| i.desired == Desired::Archived) {
+            if existing
+                .as_ref()
+                .is_some_and(|i| i.desired == Desired::Archived)
+            {
                 return Err(Error::InstanceArchived(key.to_owned()));
             }
             if existing.is_none() && domain.state == DomainState::Fenced {
@@ -209,7 +217,10 @@ impl Berth {
                     if instance.desired == Desired::Running
                         && (matches!(instance.state, InstanceState::Failed { .. })
                             || before.spec_digest != instance.spec_digest)
-                        && !matches!(instance.state, InstanceState::Running { .. } | InstanceState::Starting { .. })
+                        && !matches!(
+                            instance.state,
+                            InstanceState::Running { .. } | InstanceState::Starting { .. }
+                        )
                     {
                         // Ask again: a failed start is retried by the next up.
                         instance.state = InstanceState::NotStarted;
@@ -243,24 +254,37 @@ impl Berth {
     }
 
     /// A domain's archived instances, or every other one.
-    pub fn list(&self, owner: &str, domain_id: &DomainId, archived: bool) -> Result<Vec<InstanceView>, Error> {
+    pub fn list(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        archived: bool,
+    ) -> Result<Vec<InstanceView>, Error> {
         self.domain(owner, domain_id)?;
         let instances = self.store.read(|tx| tx.instances(domain_id, archived))?;
         Ok(instances.iter().map(Instance::view).collect())
     }
 
     /// A person's stop.
-    pub fn stop(&self, owner: &str, domain_id: &DomainId, key: &str, by: String) -> Result<InstanceView, Error> {
+    pub fn stop(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+        by: String,
+    ) -> Result<InstanceView, Error> {
         let instance = self.instance(owner, domain_id, key)?;
         if instance.desired == Desired::Archived {
             return Err(Error::InstanceArchived(key.to_owned()));
         }
         let reconciler = self.require_runtime()?;
         let instance = self.store.write(|tx| {
-            let mut instance = tx.instance(domain_id, key)?.ok_or_else(|| Error::InstanceNotFound {
-                domain: domain_id.to_string(),
-                key: key.to_owned(),
-            })?;
+            let mut instance =
+                tx.instance(domain_id, key)?
+                    .ok_or_else(|| Error::InstanceNotFound {
+                        domain: domain_id.to_string(),
+                        key: key.to_owned(),
+                    })?;
             if instance.desired == Desired::Archived {
                 return Err(Error::InstanceArchived(key.to_owned()));
             }
@@ -284,11 +308,17 @@ impl Berth {
         let instance = self.instance(owner, domain_id, key)?;
         let reconciler = self.require_runtime()?;
         let instance = self.archive_one(reconciler, instance).await?;
-        let volumes = self.measure(reconciler, std::slice::from_ref(&instance)).await;
+        let volumes = self
+            .measure(reconciler, std::slice::from_ref(&instance))
+            .await;
         Ok((instance.view(), volumes))
     }
 
-    async fn archive_one(&self, reconciler: &Reconciler, mut instance: Instance) -> Result<Instance, Error> {
+    async fn archive_one(
+        &self,
+        reconciler: &Reconciler,
+        mut instance: Instance,
+    ) -> Result<Instance, Error> {
         if instance.desired != Desired::Archived {
             instance.desired = Desired::Archived;
             instance.stop_reason = None;
@@ -310,7 +340,11 @@ impl Berth {
         }
     }
 
-    async fn measure(&self, reconciler: &Reconciler, instances: &[Instance]) -> Vec<ArchivedVolume> {
+    async fn measure(
+        &self,
+        reconciler: &Reconciler,
+        instances: &[Instance],
+    ) -> Vec<ArchivedVolume> {
         let names: Vec<String> = instances
             .iter()
             .flat_map(|i| i.volumes.iter().map(|v| v.docker_name.clone()))
@@ -338,7 +372,11 @@ impl Berth {
     }
 
     /// Archives a domain: it admits nothing new, every instance is archived, every volume kept.
-    pub async fn archive_domain(&self, owner: &str, domain_id: &DomainId) -> Result<Vec<ArchivedVolume>, Error> {
+    pub async fn archive_domain(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+    ) -> Result<Vec<ArchivedVolume>, Error> {
         self.domain(owner, domain_id)?;
         let reconciler = self.require_runtime()?;
         self.store
@@ -370,7 +408,9 @@ impl Berth {
             key: key.to_owned(),
             state: state.to_owned(),
         };
-        if !matches!(instance.state, InstanceState::Running { .. }) || instance.desired != Desired::Running {
+        if !matches!(instance.state, InstanceState::Running { .. })
+            || instance.desired != Desired::Running
+        {
             return Err(not_running(instance.state.kind()));
         }
         let runtime = reconciler.runtime();

@@ -23,7 +23,8 @@ pub const MAX_VOLUMES: usize = 16;
 pub const MAX_ENV_VALUE: usize = 32_768;
 
 const NAMESPACE: &str = "an instance shares no namespace with the host or another container";
-const MOUNTS: &str = "an instance mounts named volumes only, never a host path or the Docker socket";
+const MOUNTS: &str =
+    "an instance mounts named volumes only, never a host path or the Docker socket";
 const CAPABILITIES: &str = "berth adds no capability to an instance";
 const NETWORK: &str = "an instance joins only the networks berth gives it, never the host's";
 const SECURITY: &str = "an instance's security options are berth's";
@@ -66,7 +67,8 @@ pub const ALIAS_EXPECTED: &str =
 /// The contract's pattern for a worktree key.
 pub const WORKTREE_KEY_PATTERN: &str = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$";
 /// What a malformed worktree key is refused with.
-pub const WORKTREE_KEY_EXPECTED: &str = "must be 1 to 128 letters, digits, '.', '_', ':', '@' or '-', starting with a letter or digit";
+pub const WORKTREE_KEY_EXPECTED: &str =
+    "must be 1 to 128 letters, digits, '.', '_', ':', '@' or '-', starting with a letter or digit";
 
 pub(crate) static KEY: LazyLock<Regex> = LazyLock::new(|| pattern(KEY_PATTERN));
 static ALIAS: LazyLock<Regex> = LazyLock::new(|| pattern(ALIAS_PATTERN));
@@ -251,9 +253,7 @@ fn decode_fields(input: &Value, p: &mut Problems) -> Option<Spec> {
             )
             .map(Some),
     });
-    let image = fields
-        .required(p, "image")
-        .and_then(|v| decode_image(v, p));
+    let image = fields.required(p, "image").and_then(|v| decode_image(v, p));
     let command = fields.required(p, "command").and_then(|v| match v {
         Value::Null => Some(None),
         v => decode_arguments(v, "spec.command", 0, p).map(Some),
@@ -266,9 +266,9 @@ fn decode_fields(input: &Value, p: &mut Problems) -> Option<Spec> {
         .required(p, "limits")
         .and_then(|v| decode_limits(v, p));
     let ready = fields.required(p, "ready").and_then(|v| decode_ready(v, p));
-    let idle = fields.required(p, "idleStopAfterSeconds").and_then(|v| {
-        p.integer(v, "spec.idleStopAfterSeconds", 1, MAX_IDLE_SECONDS)
-    });
+    let idle = fields
+        .required(p, "idleStopAfterSeconds")
+        .and_then(|v| p.integer(v, "spec.idleStopAfterSeconds", 1, MAX_IDLE_SECONDS));
     fields.finish(p);
     Some(Spec {
         alias: alias?,
@@ -298,7 +298,12 @@ fn decode_image(value: &Value, p: &mut Problems) -> Option<PinnedImage> {
     }
 }
 
-fn decode_arguments(value: &Value, place: &str, min: usize, p: &mut Problems) -> Option<Vec<String>> {
+fn decode_arguments(
+    value: &Value,
+    place: &str,
+    min: usize,
+    p: &mut Problems,
+) -> Option<Vec<String>> {
     let items = p.array(value, place)?;
     if items.len() < min {
         p.push(place, &format!("must have at least {min} item(s)"));
@@ -337,7 +342,10 @@ fn decode_env(value: &Value, p: &mut Problems) -> Option<BTreeMap<String, String
                 env.insert(name.clone(), v);
             }
             Some(_) => {
-                p.push(&place, &format!("must be at most {MAX_ENV_VALUE} characters"));
+                p.push(
+                    &place,
+                    &format!("must be at most {MAX_ENV_VALUE} characters"),
+                );
                 ok = false;
             }
             None => ok = false,
@@ -368,7 +376,10 @@ fn decode_volumes(value: &Value, p: &mut Problems) -> Option<Vec<VolumeSpec>> {
     let items = p.array(value, "spec.volumes")?;
     let mut ok = true;
     if items.len() > MAX_VOLUMES {
-        p.push("spec.volumes", &format!("must have at most {MAX_VOLUMES} items"));
+        p.push(
+            "spec.volumes",
+            &format!("must have at most {MAX_VOLUMES} items"),
+        );
         ok = false;
     }
     let mut volumes = Vec::new();
@@ -406,12 +417,18 @@ fn decode_volumes(value: &Value, p: &mut Problems) -> Option<Vec<VolumeSpec>> {
     if ok {
         let names: BTreeSet<&str> = volumes.iter().map(|v| v.name.as_str()).collect();
         if names.len() != volumes.len() {
-            p.push("spec.volumes", "must have distinct names (volume names must be distinct)");
+            p.push(
+                "spec.volumes",
+                "must have distinct names (volume names must be distinct)",
+            );
             ok = false;
         }
         let paths: BTreeSet<&str> = volumes.iter().map(|v| v.mount_path.as_str()).collect();
         if paths.len() != volumes.len() {
-            p.push("spec.volumes", "must have distinct mount paths (mount paths must be distinct)");
+            p.push(
+                "spec.volumes",
+                "must have distinct mount paths (mount paths must be distinct)",
+            );
             ok = false;
         }
     }
@@ -424,7 +441,12 @@ fn decode_limits(value: &Value, p: &mut Problems) -> Option<Limits> {
         .required(p, "cpuMillicores")
         .and_then(|v| p.integer(v, "spec.limits.cpuMillicores", 10, 256_000));
     let memory = fields.required(p, "memoryBytes").and_then(|v| {
-        p.integer(v, "spec.limits.memoryBytes", 16 * 1024 * 1024, MAX_SAFE_INTEGER)
+        p.integer(
+            v,
+            "spec.limits.memoryBytes",
+            16 * 1024 * 1024,
+            MAX_SAFE_INTEGER,
+        )
     });
     fields.finish(p);
     Some(Limits {

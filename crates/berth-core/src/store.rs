@@ -139,7 +139,10 @@ impl Store {
     }
 
     /// Reads through the same typed queries, outside any write.
-    pub fn read<T>(&self, f: impl FnOnce(&Tx<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
+    pub fn read<T>(
+        &self,
+        f: impl FnOnce(&Tx<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         let conn = self.lock();
         f(&Tx(&conn))
     }
@@ -266,7 +269,10 @@ fn instance_from_row(row: &Row<'_>) -> rusqlite::Result<Instance> {
         spec: from_json::<Spec>(&spec)?,
         spec_digest: row.get(4)?,
         desired: Desired::parse(&desired).ok_or(rusqlite::Error::InvalidQuery)?,
-        stop_reason: stop_reason.as_deref().map(from_json::<StopReason>).transpose()?,
+        stop_reason: stop_reason
+            .as_deref()
+            .map(from_json::<StopReason>)
+            .transpose()?,
         state: from_json::<InstanceState>(&state)?,
         observed_at: Timestamp::from_millis(row.get(8)?),
         started_at: row.get::<_, Option<i64>>(9)?.map(Timestamp::from_millis),
@@ -333,7 +339,8 @@ impl Tx<'_> {
 
     /// One instance by its domain and key.
     pub fn instance(&self, domain: &DomainId, key: &str) -> Result<Option<Instance>, StoreError> {
-        let sql = format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE domain_id = ?1 AND key = ?2");
+        let sql =
+            format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE domain_id = ?1 AND key = ?2");
         Ok(self
             .0
             .query_row(&sql, params![domain.as_str(), key], instance_from_row)
@@ -350,7 +357,11 @@ impl Tx<'_> {
     }
 
     /// A domain's instances: the archived ones, or every other one; by key.
-    pub fn instances(&self, domain: &DomainId, archived: bool) -> Result<Vec<Instance>, StoreError> {
+    pub fn instances(
+        &self,
+        domain: &DomainId,
+        archived: bool,
+    ) -> Result<Vec<Instance>, StoreError> {
         let op = if archived { "=" } else { "!=" };
         let sql = format!(
             "SELECT {INSTANCE_COLUMNS} FROM instances WHERE domain_id = ?1 AND desired {op} 'archived'
@@ -468,12 +479,16 @@ impl Tx<'_> {
     /// One workspace by id.
     pub fn workspace(&self, id: &str) -> Result<Option<Workspace>, StoreError> {
         let sql = format!("SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE id = ?1");
-        Ok(self.0.query_row(&sql, [id], workspace_from_row).optional()?)
+        Ok(self
+            .0
+            .query_row(&sql, [id], workspace_from_row)
+            .optional()?)
     }
 
     /// Every workspace `owner` registered, by id.
     pub fn workspaces_of(&self, owner: &str) -> Result<Vec<Workspace>, StoreError> {
-        let sql = format!("SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE owner = ?1 ORDER BY id");
+        let sql =
+            format!("SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE owner = ?1 ORDER BY id");
         let mut stmt = self.0.prepare_cached(&sql)?;
         let rows = stmt.query_map([owner], workspace_from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -481,7 +496,8 @@ impl Tx<'_> {
 
     /// Every workspace linked to a domain.
     pub fn linked_workspaces(&self, domain: &DomainId) -> Result<Vec<Workspace>, StoreError> {
-        let sql = format!("SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE domain_id = ?1 ORDER BY id");
+        let sql =
+            format!("SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE domain_id = ?1 ORDER BY id");
         let mut stmt = self.0.prepare_cached(&sql)?;
         let rows = stmt.query_map([domain.as_str()], workspace_from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -489,7 +505,9 @@ impl Tx<'_> {
 
     /// Every linked workspace, across domains.
     pub fn all_linked_workspaces(&self) -> Result<Vec<Workspace>, StoreError> {
-        let sql = format!("SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE domain_id IS NOT NULL ORDER BY id");
+        let sql = format!(
+            "SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE domain_id IS NOT NULL ORDER BY id"
+        );
         let mut stmt = self.0.prepare_cached(&sql)?;
         let rows = stmt.query_map([], workspace_from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -516,8 +534,10 @@ impl Tx<'_> {
 
     /// Deletes a workspace and its leases.
     pub fn delete_workspace(&self, id: &str) -> Result<(), StoreError> {
-        self.0.execute("DELETE FROM leases WHERE workspace_id = ?1", [id])?;
-        self.0.execute("DELETE FROM workspaces WHERE id = ?1", [id])?;
+        self.0
+            .execute("DELETE FROM leases WHERE workspace_id = ?1", [id])?;
+        self.0
+            .execute("DELETE FROM workspaces WHERE id = ?1", [id])?;
         Ok(())
     }
 
@@ -543,22 +563,29 @@ impl Tx<'_> {
         self.0.execute(
             "INSERT INTO leases (id, workspace_id, ttl_ms, expires_at) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT(id) DO UPDATE SET expires_at = ?4",
-            params![lease.id, lease.workspace_id, lease.ttl.as_millis() as i64, lease.expires_at.millis()],
+            params![
+                lease.id,
+                lease.workspace_id,
+                lease.ttl.as_millis() as i64,
+                lease.expires_at.millis()
+            ],
         )?;
         Ok(())
     }
 
     /// Deletes a lease; false when there was none.
     pub fn delete_lease(&self, workspace: &str, id: &str) -> Result<bool, StoreError> {
-        Ok(self
-            .0
-            .execute("DELETE FROM leases WHERE workspace_id = ?1 AND id = ?2", [workspace, id])?
-            > 0)
+        Ok(self.0.execute(
+            "DELETE FROM leases WHERE workspace_id = ?1 AND id = ?2",
+            [workspace, id],
+        )? > 0)
     }
 
     /// Forgets leases that expired before `now`.
     pub fn delete_expired_leases(&self, now: Timestamp) -> Result<usize, StoreError> {
-        Ok(self.0.execute("DELETE FROM leases WHERE expires_at <= ?1", [now.millis()])?)
+        Ok(self
+            .0
+            .execute("DELETE FROM leases WHERE expires_at <= ?1", [now.millis()])?)
     }
 
     /// Records that an instance was reached at `at`.
@@ -572,7 +599,9 @@ impl Tx<'_> {
 
     /// Every instance of every domain that is asked to run.
     pub fn running_instances(&self) -> Result<Vec<Instance>, StoreError> {
-        let sql = format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE desired = 'running' ORDER BY id");
+        let sql = format!(
+            "SELECT {INSTANCE_COLUMNS} FROM instances WHERE desired = 'running' ORDER BY id"
+        );
         let mut stmt = self.0.prepare_cached(&sql)?;
         let rows = stmt.query_map([], instance_from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -604,7 +633,10 @@ mod tests {
         store
             .write(|tx| tx.set_domain_state(&mine.resource_domain_id, DomainState::Fenced))
             .unwrap();
-        let read = store.read(|tx| tx.domain(&mine.resource_domain_id)).unwrap().unwrap();
+        let read = store
+            .read(|tx| tx.domain(&mine.resource_domain_id))
+            .unwrap()
+            .unwrap();
         assert_eq!(read.state, DomainState::Fenced);
     }
 
@@ -625,7 +657,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("berth.db");
         let d = domain("a");
-        Store::open(&path).unwrap().write(|tx| tx.insert_domain(&d)).unwrap();
+        Store::open(&path)
+            .unwrap()
+            .write(|tx| tx.insert_domain(&d))
+            .unwrap();
         let again = Store::open(&path).unwrap();
         assert_eq!(again.read(|tx| tx.domains_of("a")).unwrap(), vec![d]);
     }

@@ -44,24 +44,72 @@ impl Runtime for Fake {
     async fn ensure_image(&self, image: &PinnedImage) -> Result<ImageFacts, RuntimeError> {
         let w = self.world();
         if let Some(failure) = w.image_failure {
-            return Err(RuntimeError::Image { failure, message: format!("no {}", image.digest()) });
+            return Err(RuntimeError::Image {
+                failure,
+                message: format!("no {}", image.digest()),
+            });
         }
-        Ok(ImageFacts { image_id: "sha256:id".into(), repo_digests: vec![image.repo_digest()], volumes: w.image_volumes.clone(), exposed_tcp_ports: vec![] })
+        Ok(ImageFacts {
+            image_id: "sha256:id".into(),
+            repo_digests: vec![image.repo_digest()],
+            volumes: w.image_volumes.clone(),
+            exposed_tcp_ports: vec![],
+        })
     }
     async fn ensure_network(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError> {
-        self.world().networks.entry(name.into()).or_insert_with(|| labels.clone());
+        self.world()
+            .networks
+            .entry(name.into())
+            .or_insert_with(|| labels.clone());
         Ok(())
     }
     async fn ensure_volume(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError> {
         let mut w = self.world();
         match w.volumes.get(name) {
-            Some(existing) if existing != labels => Err(RuntimeError::Foreign(format!("volume {name} is not berth's"))),
+            Some(existing) if existing != labels => Err(RuntimeError::Foreign(format!(
+                "volume {name} is not berth's"
+            ))),
             Some(_) => Ok(()),
             None => {
                 w.volumes.insert(name.into(), labels.clone());
                 Ok(())
             }
         }
+    }
+    async fn connect_network(
+        &self,
+        network: &str,
+        container: &str,
+        aliases: &[String],
+    ) -> Result<(), RuntimeError> {
+        let mut w = self.world();
+        w.calls.push(format!("connect {container} {network}"));
+        let c = w
+            .containers
+            .get_mut(container)
+            .ok_or_else(|| RuntimeError::NotFound(container.into()))?;
+        c.networks
+            .entry(network.into())
+            .or_insert_with(|| aliases.to_vec());
+        Ok(())
+    }
+    async fn disconnect_network(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
+        let mut w = self.world();
+        w.calls.push(format!("disconnect {container} {network}"));
+        if let Some(c) = w.containers.get_mut(container) {
+            c.networks.remove(network);
+        }
+        Ok(())
+    }
+    async fn list_labelled(&self, label: &str) -> Result<Vec<ContainerFacts>, RuntimeError> {
+        let (k, v) = label.split_once('=').unwrap();
+        Ok(self
+            .world()
+            .containers
+            .values()
+            .filter(|c| c.labels.get(k).map(String::as_str) == Some(v))
+            .cloned()
+            .collect())
     }
     async fn inspect_container(&self, name: &str) -> Result<Option<ContainerFacts>, RuntimeError> {
         Ok(self.world().containers.get(name).cloned())
@@ -72,13 +120,26 @@ impl Runtime for Fake {
             return Err(RuntimeError::Conflict(plan.name.clone()));
         }
         w.calls.push(format!("create {}", plan.name));
-        w.containers.insert(plan.name.clone(), ContainerFacts { id: plan.name.clone(), name: plan.name.clone(), labels: plan.labels.clone(), ..Default::default() });
+        let networks = BTreeMap::from([(plan.network.clone(), plan.aliases.clone())]);
+        w.containers.insert(
+            plan.name.clone(),
+            ContainerFacts {
+                id: plan.name.clone(),
+                name: plan.name.clone(),
+                labels: plan.labels.clone(),
+                networks,
+                ..Default::default()
+            },
+        );
         Ok(plan.name.clone())
     }
     async fn start_container(&self, id: &str) -> Result<(), RuntimeError> {
         let mut w = self.world();
         w.calls.push(format!("start {id}"));
-        let c = w.containers.get_mut(id).ok_or_else(|| RuntimeError::NotFound(id.into()))?;
+        let c = w
+            .containers
+            .get_mut(id)
+            .ok_or_else(|| RuntimeError::NotFound(id.into()))?;
         c.running = true;
         c.started_at = Some("2026-11-29T10:00:00Z".into());
         Ok(())
@@ -98,16 +159,30 @@ impl Runtime for Fake {
         w.containers.remove(id);
         Ok(())
     }
-    async fn probe(&self, _: &ContainerFacts, _: &str, _: &Ready, _: Duration) -> Result<bool, RuntimeError> {
+    async fn probe(
+        &self,
+        _: &ContainerFacts,
+        _: &str,
+        _: &Ready,
+        _: Duration,
+    ) -> Result<bool, RuntimeError> {
         Ok(self.world().ready)
     }
     async fn list_containers(&self, _: &str) -> Result<Vec<ContainerFacts>, RuntimeError> {
         Ok(self.world().containers.values().cloned().collect())
     }
-    async fn volume_bytes(&self, names: &[String]) -> Result<BTreeMap<String, Option<u64>>, RuntimeError> {
+    async fn volume_bytes(
+        &self,
+        names: &[String],
+    ) -> Result<BTreeMap<String, Option<u64>>, RuntimeError> {
         Ok(names.iter().map(|n| (n.clone(), Some(42))).collect())
     }
-    async fn exec(&self, _: &str, _: ExecRequest, _: ExecStdin) -> Result<ExecOutcome, RuntimeError> {
+    async fn exec(
+        &self,
+        _: &str,
+        _: ExecRequest,
+        _: ExecStdin,
+    ) -> Result<ExecOutcome, RuntimeError> {
         Err(RuntimeError::Engine("no exec in the fake".into()))
     }
     fn watch(&self, _: &str) -> mpsc::Receiver<RuntimeEvent> {
@@ -139,13 +214,25 @@ struct Setup {
 fn setup() -> Setup {
     let fake = Fake::default();
     let store = Arc::new(Store::in_memory().unwrap());
-    let reconciler = Reconciler::new(store.clone(), Arc::new(fake.clone()), ReconcileConfig {
-        restart_backoff: Duration::from_secs(1),
-        ..ReconcileConfig::default()
-    });
+    let reconciler = Reconciler::new(
+        store.clone(),
+        Arc::new(fake.clone()),
+        ReconcileConfig {
+            restart_backoff: Duration::from_secs(1),
+            ..ReconcileConfig::default()
+        },
+    );
     let berth = Berth::new(store, Some(reconciler.clone()), "fake");
-    let domain = berth.create_domain("owner", "p".into()).unwrap().resource_domain_id;
-    Setup { fake, berth, reconciler, domain }
+    let domain = berth
+        .create_domain("owner", "p".into())
+        .unwrap()
+        .resource_domain_id;
+    Setup {
+        fake,
+        berth,
+        reconciler,
+        domain,
+    }
 }
 
 fn state(s: &Setup, key: &str) -> InstanceState {
@@ -167,7 +254,10 @@ async fn converge(s: &Setup, id: &InstanceId) -> Next {
 async fn a_new_instance_is_created_started_and_running_once_ready() {
     let s = setup();
     s.fake.world().ready = true;
-    let view = s.berth.up("owner", &s.domain, "db", &spec(), UpCause::Use).unwrap();
+    let view = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .unwrap();
     assert_eq!(view.state, InstanceState::NotStarted);
     let next = converge(&s, &view.resource_instance_id).await;
     assert_eq!(next, Next::Done);
@@ -176,17 +266,87 @@ async fn a_new_instance_is_created_started_and_running_once_ready() {
     assert_eq!(w.containers.len(), 1);
     assert_eq!(w.volumes.len(), 1);
     assert_eq!(w.networks.len(), 1);
-    assert_eq!(w.calls.iter().filter(|c| c.starts_with("create")).count(), 1);
+    assert_eq!(
+        w.calls.iter().filter(|c| c.starts_with("create")).count(),
+        1
+    );
+    assert!(
+        !w.calls.iter().any(|c| c.starts_with("connect")),
+        "created on its one network: {:?}",
+        w.calls
+    );
+}
+
+#[tokio::test]
+async fn a_shared_instance_joins_every_view_its_alias_is_not_shadowed_in() {
+    let s = setup();
+    s.fake.world().ready = true;
+    let shared = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .unwrap()
+        .resource_instance_id;
+    let mut k1 = spec();
+    k1["worktreeKey"] = json!("k1");
+    let k1_id = s
+        .berth
+        .up("owner", &s.domain, "db@k1", &k1, UpCause::Use)
+        .unwrap()
+        .resource_instance_id;
+    let mut mail = spec();
+    mail["alias"] = json!("mail");
+    mail["worktreeKey"] = json!("k2");
+    s.berth
+        .up("owner", &s.domain, "mail@k2", &mail, UpCause::Use)
+        .unwrap();
+    converge(&s, &k1_id).await;
+    converge(&s, &shared).await;
+    let w = s.fake.world();
+    let shared_c = w
+        .containers
+        .values()
+        .find(|c| c.labels["berth.key"] == "db")
+        .unwrap();
+    let nets: Vec<&String> = shared_c.networks.keys().collect();
+    assert_eq!(
+        nets.len(),
+        2,
+        "the base network and k2's view, not k1's: {nets:?}"
+    );
+    assert!(
+        shared_c
+            .networks
+            .values()
+            .all(|a| a == &vec!["db".to_owned()])
+    );
+    let k1_c = w
+        .containers
+        .values()
+        .find(|c| c.labels["berth.key"] == "db@k1")
+        .unwrap();
+    assert_eq!(k1_c.networks.len(), 1);
+    assert!(
+        k1_c.networks
+            .keys()
+            .all(|n| !shared_c.networks.contains_key(n)),
+        "no network holds two db"
+    );
 }
 
 #[tokio::test]
 async fn an_unready_instance_keeps_starting_and_is_probed_again_soon() {
     let s = setup();
-    let view = s.berth.up("owner", &s.domain, "db", &spec(), UpCause::Use).unwrap();
+    let view = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .unwrap();
     let id = view.resource_instance_id;
     s.reconciler.reconcile(&id).await.unwrap();
     let next = s.reconciler.reconcile(&id).await.unwrap();
-    assert!(matches!(next, Next::After(d) if d <= Duration::from_millis(500)), "{next:?}");
+    assert!(
+        matches!(next, Next::After(d) if d <= Duration::from_millis(500)),
+        "{next:?}"
+    );
     assert!(matches!(state(&s, "db"), InstanceState::Starting { .. }));
 }
 
@@ -194,7 +354,10 @@ async fn an_unready_instance_keeps_starting_and_is_probed_again_soon() {
 async fn an_image_that_cannot_be_had_fails_the_instance_and_creates_nothing() {
     let s = setup();
     s.fake.world().image_failure = Some(ImageFailure::RequestedDigestMissing);
-    let view = s.berth.up("owner", &s.domain, "db", &spec(), UpCause::Use).unwrap();
+    let view = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .unwrap();
     assert_eq!(converge(&s, &view.resource_instance_id).await, Next::Done);
     match state(&s, "db") {
         InstanceState::Failed { message, .. } => assert!(message.contains("sha256:0123")),
@@ -208,7 +371,11 @@ async fn an_image_that_cannot_be_had_fails_the_instance_and_creates_nothing() {
 async fn an_exit_is_recorded_and_restarted_after_back_off() {
     let s = setup();
     s.fake.world().ready = true;
-    let id = s.berth.up("owner", &s.domain, "db", &spec(), UpCause::Use).unwrap().resource_instance_id;
+    let id = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .unwrap()
+        .resource_instance_id;
     converge(&s, &id).await;
     {
         let mut w = s.fake.world();
@@ -218,7 +385,13 @@ async fn an_exit_is_recorded_and_restarted_after_back_off() {
         c.finished_at = Some("2026-11-29T10:00:01Z".into());
     }
     let next = s.reconciler.reconcile(&id).await.unwrap();
-    assert!(matches!(state(&s, "db"), InstanceState::Exited { exit_code: Some(3), .. }));
+    assert!(matches!(
+        state(&s, "db"),
+        InstanceState::Exited {
+            exit_code: Some(3),
+            ..
+        }
+    ));
     assert_eq!(next, Next::After(Duration::from_secs(1)));
 }
 
@@ -226,24 +399,42 @@ async fn an_exit_is_recorded_and_restarted_after_back_off() {
 async fn a_changed_spec_replaces_the_container_and_keeps_volumes() {
     let s = setup();
     s.fake.world().ready = true;
-    let id = s.berth.up("owner", &s.domain, "db", &spec(), UpCause::Use).unwrap().resource_instance_id;
+    let id = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .unwrap()
+        .resource_instance_id;
     converge(&s, &id).await;
     let mut changed = spec();
     changed["env"] = json!({"A": "b"});
-    s.berth.up("owner", &s.domain, "db", &changed, UpCause::Use).unwrap();
+    s.berth
+        .up("owner", &s.domain, "db", &changed, UpCause::Use)
+        .unwrap();
     converge(&s, &id).await;
     assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
     let w = s.fake.world();
-    assert_eq!(w.calls.iter().filter(|c| c.starts_with("remove")).count(), 1);
-    assert_eq!(w.calls.iter().filter(|c| c.starts_with("create")).count(), 2);
+    assert_eq!(
+        w.calls.iter().filter(|c| c.starts_with("remove")).count(),
+        1
+    );
+    assert_eq!(
+        w.calls.iter().filter(|c| c.starts_with("create")).count(),
+        2
+    );
     assert_eq!(w.volumes.len(), 1, "the same volume");
 }
 
 #[tokio::test]
 async fn a_foreign_volume_fails_the_instance_rather_than_being_adopted() {
     let s = setup();
-    let id = s.berth.up("owner", &s.domain, "db", &spec(), UpCause::Use).unwrap().resource_instance_id;
-    let name = s.berth.get("owner", &s.domain, "db").unwrap().volumes[0].docker_name.clone();
+    let id = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .unwrap()
+        .resource_instance_id;
+    let name = s.berth.get("owner", &s.domain, "db").unwrap().volumes[0]
+        .docker_name
+        .clone();
     s.fake.world().volumes.insert(name, Labels::new());
     converge(&s, &id).await;
     assert!(matches!(state(&s, "db"), InstanceState::Failed { .. }));
@@ -254,17 +445,28 @@ async fn a_foreign_volume_fails_the_instance_rather_than_being_adopted() {
 async fn a_person_stop_stops_the_container_and_a_use_up_leaves_it_stopped() {
     let s = setup();
     s.fake.world().ready = true;
-    let id = s.berth.up("owner", &s.domain, "db", &spec(), UpCause::Use).unwrap().resource_instance_id;
+    let id = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .unwrap()
+        .resource_instance_id;
     converge(&s, &id).await;
-    s.berth.stop("owner", &s.domain, "db", "Ada".into()).unwrap();
+    s.berth
+        .stop("owner", &s.domain, "db", "Ada".into())
+        .unwrap();
     converge(&s, &id).await;
     assert!(matches!(state(&s, "db"), InstanceState::Stopped { .. }));
     assert!(!s.fake.world().containers.values().next().unwrap().running);
-    let view = s.berth.up("owner", &s.domain, "db", &spec(), UpCause::Use).unwrap();
+    let view = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .unwrap();
     assert_eq!(view.desired, berth_core::model::Desired::Stopped);
     converge(&s, &id).await;
     assert!(!s.fake.world().containers.values().next().unwrap().running);
-    s.berth.up("owner", &s.domain, "db", &spec(), UpCause::Person).unwrap();
+    s.berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
+        .unwrap();
     converge(&s, &id).await;
     assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
 }
@@ -273,7 +475,11 @@ async fn a_person_stop_stops_the_container_and_a_use_up_leaves_it_stopped() {
 async fn archive_removes_the_container_keeps_volumes_and_frees_the_alias() {
     let s = setup();
     s.fake.world().ready = true;
-    let id = s.berth.up("owner", &s.domain, "db", &spec(), UpCause::Use).unwrap().resource_instance_id;
+    let id = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .unwrap()
+        .resource_instance_id;
     converge(&s, &id).await;
     let (view, volumes) = s.berth.archive("owner", &s.domain, "db").await.unwrap();
     assert!(matches!(view.state, InstanceState::Archived { .. }));
@@ -281,5 +487,7 @@ async fn archive_removes_the_container_keeps_volumes_and_frees_the_alias() {
     assert_eq!(volumes[0].bytes, Some(42));
     assert!(s.fake.world().containers.is_empty());
     assert_eq!(s.fake.world().volumes.len(), 1);
-    s.berth.up("owner", &s.domain, "db2", &spec(), UpCause::Use).expect("the alias is free again");
+    s.berth
+        .up("owner", &s.domain, "db2", &spec(), UpCause::Use)
+        .expect("the alias is free again");
 }

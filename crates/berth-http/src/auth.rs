@@ -66,14 +66,23 @@ impl ServiceKeys {
 }
 
 /// Requires a known service key and hands the [`Caller`] to the route.
-pub async fn require_key(State(keys): State<ServiceKeys>, mut req: Request, next: Next) -> Result<Response, ApiError> {
+pub async fn require_key(
+    State(keys): State<ServiceKeys>,
+    mut req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
     let presented = req
         .headers()
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
         .map(str::trim);
-    let caller = presented.and_then(|k| keys.check(k)).ok_or(ApiError::Unauthorized)?;
+    let caller = presented
+        .and_then(|k| keys.check(k))
+        .ok_or(ApiError::Unauthorized)?;
     req.extensions_mut().insert(caller);
     Ok(next.run(req).await)
 }
@@ -112,12 +121,16 @@ impl AllowedHosts {
         {
             return true;
         }
-        self.extra.iter().any(|h| *h == name)
+        self.extra.contains(&name)
     }
 }
 
 /// Refuses a request whose `Host` is not allowed.
-pub async fn guard_host(State(hosts): State<AllowedHosts>, req: Request, next: Next) -> Result<Response, ApiError> {
+pub async fn guard_host(
+    State(hosts): State<AllowedHosts>,
+    req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
     let allowed = req
         .headers()
         .get(HOST)
@@ -147,10 +160,26 @@ mod tests {
     #[test]
     fn loopback_hosts_and_the_listen_address_are_allowed_and_nothing_else() {
         let hosts = AllowedHosts::new(vec!["192.0.2.7".into()]);
-        for ok in ["localhost", "localhost:2378", "127.0.0.1:2378", "127.1.2.3", "[::1]:2378", "LOCALHOST", "192.0.2.7:2378", "x.localhost"] {
+        for ok in [
+            "localhost",
+            "localhost:2378",
+            "127.0.0.1:2378",
+            "127.1.2.3",
+            "[::1]:2378",
+            "LOCALHOST",
+            "192.0.2.7:2378",
+            "x.localhost",
+        ] {
             assert!(hosts.allows(ok), "{ok}");
         }
-        for bad in ["evil.example", "evil.example:2378", "127.0.0.1.evil.example", "localhost.evil", "[::2]:80", ""] {
+        for bad in [
+            "evil.example",
+            "evil.example:2378",
+            "127.0.0.1.evil.example",
+            "localhost.evil",
+            "[::2]:80",
+            "",
+        ] {
             assert!(!hosts.allows(bad), "{bad}");
         }
     }

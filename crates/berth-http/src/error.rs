@@ -91,14 +91,21 @@ impl ApiError {
             ApiError::RouteNotFound => {
                 return (
                     StatusCode::NOT_FOUND,
-                    body("RouteNotFoundError", "no route answers this method and path; see GET /v1/openapi.json".to_owned()),
+                    body(
+                        "RouteNotFoundError",
+                        "no route answers this method and path; see GET /v1/openapi.json"
+                            .to_owned(),
+                    ),
                 );
             }
             ApiError::Core(e) => e,
         };
         let message = e.to_string();
         match e {
-            Error::RequestRefused(_) => (StatusCode::BAD_REQUEST, body("RequestRefusedError", message)),
+            Error::RequestRefused(_) => (
+                StatusCode::BAD_REQUEST,
+                body("RequestRefusedError", message),
+            ),
             Error::SpecRefused { refusals, .. } => (
                 StatusCode::BAD_REQUEST,
                 ErrorBody {
@@ -106,8 +113,14 @@ impl ApiError {
                     ..body("ResourceInstanceSpecRefusedError", message)
                 },
             ),
-            Error::DomainNotFound(_) => (StatusCode::NOT_FOUND, body("ResourceDomainNotFoundError", message)),
-            Error::DomainForbidden(_) => (StatusCode::FORBIDDEN, body("ResourceDomainForbiddenError", message)),
+            Error::DomainNotFound(_) => (
+                StatusCode::NOT_FOUND,
+                body("ResourceDomainNotFoundError", message),
+            ),
+            Error::DomainForbidden(_) => (
+                StatusCode::FORBIDDEN,
+                body("ResourceDomainForbiddenError", message),
+            ),
             Error::DomainNotActive { state, .. } => (
                 StatusCode::CONFLICT,
                 ErrorBody {
@@ -115,11 +128,26 @@ impl ApiError {
                     ..body("ResourceDomainNotActiveError", message)
                 },
             ),
-            Error::InstanceNotFound { .. } => (StatusCode::NOT_FOUND, body("ResourceInstanceNotFoundError", message)),
-            Error::InstanceArchived(_) => (StatusCode::CONFLICT, body("ResourceInstanceArchivedError", message)),
-            Error::AliasTaken { .. } => (StatusCode::CONFLICT, body("ResourceInstanceAliasTakenError", message)),
-            Error::WorkspaceNotFound(_) => (StatusCode::NOT_FOUND, body("ResourceWorkspaceNotFoundError", message)),
-            Error::LeaseNotFound(_) => (StatusCode::NOT_FOUND, body("ResourceWorkspaceLeaseNotFoundError", message)),
+            Error::InstanceNotFound { .. } => (
+                StatusCode::NOT_FOUND,
+                body("ResourceInstanceNotFoundError", message),
+            ),
+            Error::InstanceArchived(_) => (
+                StatusCode::CONFLICT,
+                body("ResourceInstanceArchivedError", message),
+            ),
+            Error::AliasTaken { .. } => (
+                StatusCode::CONFLICT,
+                body("ResourceInstanceAliasTakenError", message),
+            ),
+            Error::WorkspaceNotFound(_) => (
+                StatusCode::NOT_FOUND,
+                body("ResourceWorkspaceNotFoundError", message),
+            ),
+            Error::LeaseNotFound(_) => (
+                StatusCode::NOT_FOUND,
+                body("ResourceWorkspaceLeaseNotFoundError", message),
+            ),
             Error::WorkspaceLinkedElsewhere { domain, .. } => (
                 StatusCode::CONFLICT,
                 ErrorBody {
@@ -127,7 +155,10 @@ impl ApiError {
                     ..body("ResourceWorkspaceLinkedElsewhereError", message)
                 },
             ),
-            Error::InstanceNotRunning { .. } => (StatusCode::CONFLICT, body("ResourceInstanceNotRunningError", message)),
+            Error::InstanceNotRunning { .. } => (
+                StatusCode::CONFLICT,
+                body("ResourceInstanceNotRunningError", message),
+            ),
             Error::RuntimeUnsupported { runtime } => (
                 StatusCode::CONFLICT,
                 ErrorBody {

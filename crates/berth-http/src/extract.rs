@@ -29,7 +29,9 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
             }
         })?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
-            return Err(ApiError::refused("body must be a JSON object, and is empty"));
+            return Err(ApiError::refused(
+                "body must be a JSON object, and is empty",
+            ));
         }
         serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| {
             ApiError::refused(format!(
@@ -43,7 +45,10 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
 
 impl JsonBody {
     /// Decodes the body with `decode`, refusing with every problem it found.
-    pub fn decode<T>(&self, decode: impl FnOnce(&Value, &mut Problems) -> Option<T>) -> Result<T, ApiError> {
+    pub fn decode<T>(
+        &self,
+        decode: impl FnOnce(&Value, &mut Problems) -> Option<T>,
+    ) -> Result<T, ApiError> {
         let mut problems = Problems::default();
         let value = decode(&self.0, &mut problems);
         problems

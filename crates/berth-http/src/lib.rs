@@ -46,6 +46,7 @@ pub struct App {
     tags(
         (name = "resource-domains", description = "Projects whose instances berth runs."),
         (name = "resource-instances", description = "Long-running instances a resource domain runs."),
+        (name = "workspaces", description = "Developers' environments that reach instances."),
         (name = "meta", description = "Health and this document."),
     )
 )]
@@ -69,6 +70,7 @@ pub fn router(berth: Berth, keys: ServiceKeys, hosts: AllowedHosts) -> Router {
         .merge(routes::domains::router())
         .merge(routes::instances::router())
         .merge(routes::exec::router())
+        .merge(routes::workspaces::router())
         .routes(utoipa_axum::routes!(openapi_json))
         .split_for_parts();
     let (health, health_doc) = OpenApiRouter::new()

@@ -81,8 +81,9 @@ fn init_logging() {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     // bollard logs request bodies and Docker's event stream at debug and trace, and those carry
     // an exec's argv. Whatever RUST_LOG asks, nothing below info leaves it.
-    let no_engine_bodies =
-        filter_fn(|meta| !(meta.target().starts_with("bollard") && *meta.level() > tracing::Level::INFO));
+    let no_engine_bodies = filter_fn(|meta| {
+        !(meta.target().starts_with("bollard") && *meta.level() > tracing::Level::INFO)
+    });
     let layer = tracing_subscriber::fmt::layer()
         .with_target(false)
         .with_writer(std::io::stderr)
@@ -102,7 +103,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 
     let db = data_dir.join("berth.db");
     let store = Arc::new(
-        Store::open(&db).with_context(|| format!("could not open the database {}", db.display()))?,
+        Store::open(&db)
+            .with_context(|| format!("could not open the database {}", db.display()))?,
     );
 
     let berth = match args.runtime {
@@ -112,9 +114,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 pull_timeout: args.pull_timeout,
                 ..DockerConfig::default()
             };
-            let docker = DockerRuntime::connect(config)
-                .await
-                .context("berth runs instances on Docker (pass --runtime none to serve without it)")?;
+            let docker = DockerRuntime::connect(config).await.context(
+                "berth runs instances on Docker (pass --runtime none to serve without it)",
+            )?;
             let reconciler = Reconciler::new(
                 store.clone(),
                 Arc::new(docker),
@@ -165,12 +167,19 @@ fn prepare_data_dir(dir: &Path) -> anyhow::Result<()> {
 /// `BERTH_SERVICE_KEYS` when set; otherwise the key file, generated on first start (mode 0600).
 fn load_keys(data_dir: &Path) -> anyhow::Result<ServiceKeys> {
     if let Ok(list) = std::env::var("BERTH_SERVICE_KEYS") {
-        let keys: Vec<&str> = list.split(',').map(str::trim).filter(|k| !k.is_empty()).collect();
+        let keys: Vec<&str> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .collect();
         if keys.is_empty() {
             bail!("BERTH_SERVICE_KEYS is set but holds no key");
         }
         if let Some(short) = keys.iter().position(|k| k.len() < 16) {
-            bail!("BERTH_SERVICE_KEYS: key {} is shorter than 16 characters", short + 1);
+            bail!(
+                "BERTH_SERVICE_KEYS: key {} is shorter than 16 characters",
+                short + 1
+            );
         }
         tracing::info!(keys = keys.len(), "service keys from BERTH_SERVICE_KEYS");
         return Ok(ServiceKeys::new(keys));
@@ -190,7 +199,8 @@ fn load_keys(data_dir: &Path) -> anyhow::Result<ServiceKeys> {
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let mut bytes = [0u8; 32];
-            getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness for a key: {e}"))?;
+            getrandom::fill(&mut bytes)
+                .map_err(|e| anyhow::anyhow!("no randomness for a key: {e}"))?;
             let key = format!("bsk_{}", hex::encode(bytes));
             let mut file = fs::OpenOptions::new()
                 .write(true)
@@ -201,10 +211,16 @@ fn load_keys(data_dir: &Path) -> anyhow::Result<ServiceKeys> {
             writeln!(file, "{key}")?;
             key
         }
-        Err(e) => return Err(e).with_context(|| format!("could not read the key file {}", path.display())),
+        Err(e) => {
+            return Err(e)
+                .with_context(|| format!("could not read the key file {}", path.display()));
+        }
     };
     if key.is_empty() {
-        bail!("the key file {} is empty: remove it and berth makes a new one", path.display());
+        bail!(
+            "the key file {} is empty: remove it and berth makes a new one",
+            path.display()
+        );
     }
     eprintln!("berth: service key in {}", path.display());
     Ok(ServiceKeys::new([key]))

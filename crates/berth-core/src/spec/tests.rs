@@ -54,7 +54,10 @@ fn a_valid_spec_is_accepted() {
         "/ready",
         Some(json!({"kind": "exec", "argv": ["pg_isready"], "user": "postgres"})),
     );
-    assert!(matches!(decode_spec(&exec).unwrap().ready, Ready::Exec { .. }));
+    assert!(matches!(
+        decode_spec(&exec).unwrap().ready,
+        Ready::Exec { .. }
+    ));
 }
 
 #[test]
@@ -81,58 +84,258 @@ fn every_forbidden_field_is_refused_by_name_with_its_sentence() {
 fn every_bound_and_pattern_is_refused_with_its_place() {
     let long = "a".repeat(129);
     let cases: Vec<(&str, Option<Value>, &str)> = vec![
-        ("/limits/cpuMillicores", Some(json!(9)), "spec.limits.cpuMillicores must be an integer between 10 and 256000"),
-        ("/limits/cpuMillicores", Some(json!(256001)), "spec.limits.cpuMillicores must be an integer between 10 and 256000"),
-        ("/limits/cpuMillicores", Some(json!(1.5)), "spec.limits.cpuMillicores must be an integer"),
-        ("/limits/memoryBytes", Some(json!(16 * 1024 * 1024 - 1)), "spec.limits.memoryBytes must be an integer between 16777216 and 9007199254740991"),
-        ("/limits/memoryBytes", Some(json!(9007199254740992_i64)), "spec.limits.memoryBytes must be an integer"),
-        ("/limits/extra", Some(json!(1)), "spec.limits.extra is not an allowed key"),
-        ("/volumes", Some(json!((0..17).map(|i| json!({"name": format!("v{i}"), "mountPath": format!("/v{i}")})).collect::<Vec<_>>())), "spec.volumes must have at most 16 items"),
-        ("/volumes", Some(json!([{"name": "a", "mountPath": "/a"}, {"name": "a", "mountPath": "/b"}])), "spec.volumes must have distinct names"),
-        ("/volumes", Some(json!([{"name": "a", "mountPath": "/a"}, {"name": "b", "mountPath": "/a"}])), "spec.volumes must have distinct mount paths"),
-        ("/volumes/0/mountPath", Some(json!("relative/path")), "spec.volumes[0].mountPath must be an absolute path other than '/'"),
-        ("/volumes/0/mountPath", Some(json!("/")), "spec.volumes[0].mountPath must be an absolute path other than '/'"),
-        ("/volumes/0/mountPath", Some(json!("/a/../b")), "spec.volumes[0].mountPath must be a normalized absolute path"),
-        ("/volumes/0/mountPath", Some(json!("/a//b")), "spec.volumes[0].mountPath must be a normalized absolute path"),
-        ("/volumes/0/mountPath", Some(json!("/a/./b")), "spec.volumes[0].mountPath must be a normalized absolute path"),
-        ("/volumes/0/mountPath", Some(json!("/a b")), "spec.volumes[0].mountPath must be a normalized absolute path"),
-        ("/volumes/0/mountPath", Some(json!("/proc")), "spec.volumes[0].mountPath must not be under /proc, /sys or /dev"),
-        ("/volumes/0/mountPath", Some(json!("/sys/fs")), "spec.volumes[0].mountPath must not be under /proc, /sys or /dev"),
-        ("/volumes/0/mountPath", Some(json!("/dev/shm")), "spec.volumes[0].mountPath must not be under /proc, /sys or /dev"),
-        ("/volumes/0/name", Some(json!("Data")), "spec.volumes[0].name must be 1 to 31 lower-case letters"),
-        ("/volumes/0/name", Some(json!("1data")), "spec.volumes[0].name must be 1 to 31 lower-case letters"),
-        ("/volumes/0/name", Some(json!("a".repeat(32))), "spec.volumes[0].name must be 1 to 31 lower-case letters"),
-        ("/volumes/0/host", Some(json!("/")), "spec.volumes[0].host is not an allowed key"),
-        ("/env/1BAD", Some(json!("x")), "spec.env.1BAD must be named as an environment variable"),
-        ("/env/A-B", Some(json!("x")), "spec.env.A-B must be named as an environment variable"),
-        ("/env/BIG", Some(json!("x".repeat(32_769))), "spec.env.BIG must be at most 32768 characters"),
-        ("/env/NUL", Some(json!("a\u{0}b")), "spec.env.NUL must not contain a NUL byte"),
+        (
+            "/limits/cpuMillicores",
+            Some(json!(9)),
+            "spec.limits.cpuMillicores must be an integer between 10 and 256000",
+        ),
+        (
+            "/limits/cpuMillicores",
+            Some(json!(256001)),
+            "spec.limits.cpuMillicores must be an integer between 10 and 256000",
+        ),
+        (
+            "/limits/cpuMillicores",
+            Some(json!(1.5)),
+            "spec.limits.cpuMillicores must be an integer",
+        ),
+        (
+            "/limits/memoryBytes",
+            Some(json!(16 * 1024 * 1024 - 1)),
+            "spec.limits.memoryBytes must be an integer between 16777216 and 9007199254740991",
+        ),
+        (
+            "/limits/memoryBytes",
+            Some(json!(9007199254740992_i64)),
+            "spec.limits.memoryBytes must be an integer",
+        ),
+        (
+            "/limits/extra",
+            Some(json!(1)),
+            "spec.limits.extra is not an allowed key",
+        ),
+        (
+            "/volumes",
+            Some(json!(
+                (0..17)
+                    .map(|i| json!({"name": format!("v{i}"), "mountPath": format!("/v{i}")}))
+                    .collect::<Vec<_>>()
+            )),
+            "spec.volumes must have at most 16 items",
+        ),
+        (
+            "/volumes",
+            Some(json!([{"name": "a", "mountPath": "/a"}, {"name": "a", "mountPath": "/b"}])),
+            "spec.volumes must have distinct names",
+        ),
+        (
+            "/volumes",
+            Some(json!([{"name": "a", "mountPath": "/a"}, {"name": "b", "mountPath": "/a"}])),
+            "spec.volumes must have distinct mount paths",
+        ),
+        (
+            "/volumes/0/mountPath",
+            Some(json!("relative/path")),
+            "spec.volumes[0].mountPath must be an absolute path other than '/'",
+        ),
+        (
+            "/volumes/0/mountPath",
+            Some(json!("/")),
+            "spec.volumes[0].mountPath must be an absolute path other than '/'",
+        ),
+        (
+            "/volumes/0/mountPath",
+            Some(json!("/a/../b")),
+            "spec.volumes[0].mountPath must be a normalized absolute path",
+        ),
+        (
+            "/volumes/0/mountPath",
+            Some(json!("/a//b")),
+            "spec.volumes[0].mountPath must be a normalized absolute path",
+        ),
+        (
+            "/volumes/0/mountPath",
+            Some(json!("/a/./b")),
+            "spec.volumes[0].mountPath must be a normalized absolute path",
+        ),
+        (
+            "/volumes/0/mountPath",
+            Some(json!("/a b")),
+            "spec.volumes[0].mountPath must be a normalized absolute path",
+        ),
+        (
+            "/volumes/0/mountPath",
+            Some(json!("/proc")),
+            "spec.volumes[0].mountPath must not be under /proc, /sys or /dev",
+        ),
+        (
+            "/volumes/0/mountPath",
+            Some(json!("/sys/fs")),
+            "spec.volumes[0].mountPath must not be under /proc, /sys or /dev",
+        ),
+        (
+            "/volumes/0/mountPath",
+            Some(json!("/dev/shm")),
+            "spec.volumes[0].mountPath must not be under /proc, /sys or /dev",
+        ),
+        (
+            "/volumes/0/name",
+            Some(json!("Data")),
+            "spec.volumes[0].name must be 1 to 31 lower-case letters",
+        ),
+        (
+            "/volumes/0/name",
+            Some(json!("1data")),
+            "spec.volumes[0].name must be 1 to 31 lower-case letters",
+        ),
+        (
+            "/volumes/0/name",
+            Some(json!("a".repeat(32))),
+            "spec.volumes[0].name must be 1 to 31 lower-case letters",
+        ),
+        (
+            "/volumes/0/host",
+            Some(json!("/")),
+            "spec.volumes[0].host is not an allowed key",
+        ),
+        (
+            "/env/1BAD",
+            Some(json!("x")),
+            "spec.env.1BAD must be named as an environment variable",
+        ),
+        (
+            "/env/A-B",
+            Some(json!("x")),
+            "spec.env.A-B must be named as an environment variable",
+        ),
+        (
+            "/env/BIG",
+            Some(json!("x".repeat(32_769))),
+            "spec.env.BIG must be at most 32768 characters",
+        ),
+        (
+            "/env/NUL",
+            Some(json!("a\u{0}b")),
+            "spec.env.NUL must not contain a NUL byte",
+        ),
         ("/env/NUM", Some(json!(5)), "spec.env.NUM must be a string"),
-        ("/ready", Some(json!({"kind": "tcp", "port": 0})), "spec.ready.port must be an integer between 1 and 65535"),
-        ("/ready", Some(json!({"kind": "tcp", "port": 65536})), "spec.ready.port must be an integer between 1 and 65535"),
-        ("/ready", Some(json!({"kind": "exec", "argv": [], "user": null})), "spec.ready.argv must have at least 1 item(s)"),
-        ("/ready", Some(json!({"kind": "exec", "argv": ["a\u{0}"], "user": null})), "spec.ready.argv[0] must not contain a NUL byte"),
-        ("/ready", Some(json!({"kind": "exec", "argv": ["true"], "user": "no body"})), "spec.ready.user must be a user"),
-        ("/ready", Some(json!({"kind": "exec", "argv": ["true"]})), "spec.ready.user is missing"),
-        ("/ready", Some(json!({"kind": "http", "port": 80})), "spec.ready.kind must be one of \"tcp\", \"exec\""),
-        ("/ready", Some(json!({"kind": "tcp", "port": 80, "argv": ["x"]})), "spec.ready.argv is not an allowed key"),
-        ("/alias", Some(json!("Db")), "spec.alias must be a DNS label"),
-        ("/alias", Some(json!("1db")), "spec.alias must be a DNS label"),
-        ("/alias", Some(json!("db-")), "spec.alias must be a DNS label"),
-        ("/alias", Some(json!("a".repeat(64))), "spec.alias must be a DNS label"),
-        ("/worktreeKey", Some(json!("-wt")), "spec.worktreeKey must be 1 to 128 letters"),
-        ("/worktreeKey", Some(json!(long)), "spec.worktreeKey must be 1 to 128 letters"),
-        ("/worktreeKey", Some(json!("wt/1")), "spec.worktreeKey must be 1 to 128 letters"),
-        ("/image", Some(json!("busybox:latest")), "spec.image must be an image pinned by digest (<repository>[:tag]@sha256:<64 hex>)"),
-        ("/image", Some(json!(format!("busybox@sha256:{}", &HEX[..10]))), "spec.image must be an image pinned by digest"),
-        ("/image", Some(json!(format!("a//b@sha256:{HEX}"))), "spec.image must name a repository"),
-        ("/command", Some(json!("sh -c x")), "spec.command must be an array"),
-        ("/command", Some(json!(["ok", "bad\u{0}"])), "spec.command[1] must not contain a NUL byte"),
-        ("/idleStopAfterSeconds", Some(json!(0)), "spec.idleStopAfterSeconds must be an integer between 1 and 864000"),
-        ("/idleStopAfterSeconds", Some(json!(864001)), "spec.idleStopAfterSeconds must be an integer between 1 and 864000"),
+        (
+            "/ready",
+            Some(json!({"kind": "tcp", "port": 0})),
+            "spec.ready.port must be an integer between 1 and 65535",
+        ),
+        (
+            "/ready",
+            Some(json!({"kind": "tcp", "port": 65536})),
+            "spec.ready.port must be an integer between 1 and 65535",
+        ),
+        (
+            "/ready",
+            Some(json!({"kind": "exec", "argv": [], "user": null})),
+            "spec.ready.argv must have at least 1 item(s)",
+        ),
+        (
+            "/ready",
+            Some(json!({"kind": "exec", "argv": ["a\u{0}"], "user": null})),
+            "spec.ready.argv[0] must not contain a NUL byte",
+        ),
+        (
+            "/ready",
+            Some(json!({"kind": "exec", "argv": ["true"], "user": "no body"})),
+            "spec.ready.user must be a user",
+        ),
+        (
+            "/ready",
+            Some(json!({"kind": "exec", "argv": ["true"]})),
+            "spec.ready.user is missing",
+        ),
+        (
+            "/ready",
+            Some(json!({"kind": "http", "port": 80})),
+            "spec.ready.kind must be one of \"tcp\", \"exec\"",
+        ),
+        (
+            "/ready",
+            Some(json!({"kind": "tcp", "port": 80, "argv": ["x"]})),
+            "spec.ready.argv is not an allowed key",
+        ),
+        (
+            "/alias",
+            Some(json!("Db")),
+            "spec.alias must be a DNS label",
+        ),
+        (
+            "/alias",
+            Some(json!("1db")),
+            "spec.alias must be a DNS label",
+        ),
+        (
+            "/alias",
+            Some(json!("db-")),
+            "spec.alias must be a DNS label",
+        ),
+        (
+            "/alias",
+            Some(json!("a".repeat(64))),
+            "spec.alias must be a DNS label",
+        ),
+        (
+            "/worktreeKey",
+            Some(json!("-wt")),
+            "spec.worktreeKey must be 1 to 128 letters",
+        ),
+        (
+            "/worktreeKey",
+            Some(json!(long)),
+            "spec.worktreeKey must be 1 to 128 letters",
+        ),
+        (
+            "/worktreeKey",
+            Some(json!("wt/1")),
+            "spec.worktreeKey must be 1 to 128 letters",
+        ),
+        (
+            "/image",
+            Some(json!("busybox:latest")),
+            "spec.image must be an image pinned by digest (<repository>[:tag]@sha256:<64 hex>)",
+        ),
+        (
+            "/image",
+            Some(json!(format!("busybox@sha256:{}", &HEX[..10]))),
+            "spec.image must be an image pinned by digest",
+        ),
+        (
+            "/image",
+            Some(json!(format!("a//b@sha256:{HEX}"))),
+            "spec.image must name a repository",
+        ),
+        (
+            "/command",
+            Some(json!("sh -c x")),
+            "spec.command must be an array",
+        ),
+        (
+            "/command",
+            Some(json!(["ok", "bad\u{0}"])),
+            "spec.command[1] must not contain a NUL byte",
+        ),
+        (
+            "/idleStopAfterSeconds",
+            Some(json!(0)),
+            "spec.idleStopAfterSeconds must be an integer between 1 and 864000",
+        ),
+        (
+            "/idleStopAfterSeconds",
+            Some(json!(864001)),
+            "spec.idleStopAfterSeconds must be an integer between 1 and 864000",
+        ),
         ("/alias", None, "spec.alias is missing"),
         ("/worktreeKey", None, "spec.worktreeKey is missing"),
-        ("/extraField", Some(json!(1)), "spec.extraField is not an allowed key"),
+        (
+            "/extraField",
+            Some(json!(1)),
+            "spec.extraField is not an allowed key",
+        ),
     ];
     for (path, value, expected) in cases {
         let input = with(path, value.clone());
@@ -156,13 +359,23 @@ fn boundary_values_are_accepted() {
         ("/env/BIG", json!("x".repeat(32_768))),
         ("/worktreeKey", json!("feature/x".replace('/', ":"))),
         ("/alias", json!("a".repeat(63))),
-        ("/volumes", json!((0..16).map(|i| json!({"name": format!("v{i}"), "mountPath": format!("/v{i}")})).collect::<Vec<_>>())),
+        (
+            "/volumes",
+            json!(
+                (0..16)
+                    .map(|i| json!({"name": format!("v{i}"), "mountPath": format!("/v{i}")}))
+                    .collect::<Vec<_>>()
+            ),
+        ),
         ("/ready", json!({"kind": "tcp", "port": 65535})),
         ("/command", json!(null)),
     ];
     for (path, value) in cases {
         let input = with(path, Some(value.clone()));
-        assert!(decode_spec(&input).is_ok(), "{path} = {value:?} should be accepted");
+        assert!(
+            decode_spec(&input).is_ok(),
+            "{path} = {value:?} should be accepted"
+        );
     }
 }
 
@@ -180,7 +393,12 @@ fn every_problem_is_reported_and_no_value_is_echoed() {
         "idleStopAfterSeconds": 1
     });
     let reason = refusal_reason(&input);
-    for place in ["spec.alias", "spec.image", "spec.limits.cpuMillicores", "spec.limits.memoryBytes"] {
+    for place in [
+        "spec.alias",
+        "spec.image",
+        "spec.limits.cpuMillicores",
+        "spec.limits.memoryBytes",
+    ] {
         assert!(reason.contains(place), "{place} in {reason}");
     }
     assert!(!reason.contains("hunter2"), "{reason}");
@@ -205,7 +423,9 @@ fn canonical_json_sorts_keys_at_every_depth() {
 /// Re-serialises `value` with object keys in a shuffled order and arbitrary whitespace.
 fn reorder(value: &Value, seed: &mut u64, pad: &str) -> String {
     let mut next = || {
-        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         *seed >> 33
     };
     match value {
@@ -217,12 +437,21 @@ fn reorder(value: &Value, seed: &mut u64, pad: &str) -> String {
             }
             let parts: Vec<String> = entries
                 .into_iter()
-                .map(|(k, v)| format!("{pad}{}{pad}:{pad}{}", Value::String(k.clone()), reorder(v, seed, pad)))
+                .map(|(k, v)| {
+                    format!(
+                        "{pad}{}{pad}:{pad}{}",
+                        Value::String(k.clone()),
+                        reorder(v, seed, pad)
+                    )
+                })
                 .collect();
             format!("{{{}{pad}}}", parts.join(","))
         }
         Value::Array(items) => {
-            let parts: Vec<String> = items.iter().map(|v| format!("{pad}{}", reorder(v, seed, pad))).collect();
+            let parts: Vec<String> = items
+                .iter()
+                .map(|v| format!("{pad}{}", reorder(v, seed, pad)))
+                .collect();
             format!("[{}{pad}]", parts.join(","))
         }
         other => other.to_string(),

@@ -54,7 +54,9 @@ async fn create_domain(
 ) -> Result<Json<Domain>, ApiError> {
     let name = body.decode(|v, p| {
         let mut fields = p.object(v, "body")?;
-        let name = fields.required(p, "name").and_then(|v| p.bounded_string(v, "body.name", 1, 200));
+        let name = fields
+            .required(p, "name")
+            .and_then(|v| p.bounded_string(v, "body.name", 1, 200));
         fields.finish(p);
         name
     })?;
@@ -64,7 +66,10 @@ async fn create_domain(
 /// Lists the caller's resource domains.
 #[utoipa::path(get, path = "/v1/resource-domains", tag = "resource-domains",
     responses((status = 200, body = DomainList), (status = 401, body = ErrorBody)))]
-async fn list_domains(State(app): State<App>, Extension(caller): Extension<Caller>) -> Result<Json<DomainList>, ApiError> {
+async fn list_domains(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<DomainList>, ApiError> {
     Ok(Json(DomainList {
         items: app.berth.list_domains(&caller.owner)?,
     }))

@@ -55,7 +55,11 @@ async fn exec_instance(
 
 /// Reads the frame line, without its newline, refusing one longer than `MAX_FRAME_BYTES`.
 async fn read_frame<R: AsyncBufRead + Unpin>(reader: &mut R) -> Result<Vec<u8>, ApiError> {
-    let too_long = || ApiError::refused(format!("frame must be one JSON line of at most {MAX_FRAME_BYTES} bytes, then stdin"));
+    let too_long = || {
+        ApiError::refused(format!(
+            "frame must be one JSON line of at most {MAX_FRAME_BYTES} bytes, then stdin"
+        ))
+    };
     let mut line = Vec::new();
     loop {
         let buf = reader
@@ -99,15 +103,27 @@ mod tests {
         let mut reader = BufReader::with_capacity(3, &body[..]);
         assert_eq!(read_frame(&mut reader).await.unwrap(), b"{\"a\":1}");
         let mut rest = Vec::new();
-        tokio::io::AsyncReadExt::read_to_end(&mut reader, &mut rest).await.unwrap();
+        tokio::io::AsyncReadExt::read_to_end(&mut reader, &mut rest)
+            .await
+            .unwrap();
         assert_eq!(rest, b"stdin\nmore");
     }
 
     #[tokio::test]
     async fn a_frame_without_newline_or_over_the_limit_is_refused() {
-        assert!(frame_of(b"{}").await.unwrap_err().contains("must end with a newline"));
+        assert!(
+            frame_of(b"{}")
+                .await
+                .unwrap_err()
+                .contains("must end with a newline")
+        );
         let long = vec![b'x'; MAX_FRAME_BYTES + 1];
-        assert!(frame_of(&long).await.unwrap_err().contains("at most 65536 bytes"));
+        assert!(
+            frame_of(&long)
+                .await
+                .unwrap_err()
+                .contains("at most 65536 bytes")
+        );
         let mut exact = vec![b'x'; MAX_FRAME_BYTES];
         exact.push(b'\n');
         assert_eq!(frame_of(&exact).await.unwrap().len(), MAX_FRAME_BYTES);

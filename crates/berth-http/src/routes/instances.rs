@@ -84,10 +84,20 @@ async fn up_instance(
             .required(p, "cause")
             .and_then(|c| p.literal(c, "body.cause", &["use", "person"]));
         fields.finish(p);
-        let cause = if cause? == "person" { UpCause::Person } else { UpCause::Use };
+        let cause = if cause? == "person" {
+            UpCause::Person
+        } else {
+            UpCause::Use
+        };
         Some((spec?, cause))
     })?;
-    Ok(Json(app.berth.up(&caller.owner, &domain, key, &spec, cause)?))
+    Ok(Json(app.berth.up(
+        &caller.owner,
+        &domain,
+        key,
+        &spec,
+        cause,
+    )?))
 }
 
 /// Lists a domain's instances: the archived ones with `?archived=true`, every other one otherwise.
@@ -101,12 +111,19 @@ async fn list_instances(
     RawQuery(query): RawQuery,
 ) -> Result<Json<InstanceList>, ApiError> {
     let mut archived = false;
-    for pair in query.as_deref().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+    for pair in query
+        .as_deref()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
         match pair.split_once('=') {
             Some(("archived", "true")) => archived = true,
             Some(("archived", "false")) => archived = false,
             Some(("archived", _)) | None if pair.starts_with("archived") => {
-                return Err(ApiError::refused("query.archived must be one of \"true\", \"false\""));
+                return Err(ApiError::refused(
+                    "query.archived must be one of \"true\", \"false\"",
+                ));
             }
             _ => {}
         }
@@ -141,7 +158,9 @@ async fn stop_instance(
     let (domain, key) = path.parts()?;
     let by = body.decode(|v, p| {
         let mut fields = p.object(v, "body")?;
-        let by = fields.required(p, "by").and_then(|v| p.bounded_string(v, "body.by", 1, 200));
+        let by = fields
+            .required(p, "by")
+            .and_then(|v| p.bounded_string(v, "body.by", 1, 200));
         fields.finish(p);
         by
     })?;

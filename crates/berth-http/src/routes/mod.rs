@@ -1,5 +1,6 @@
 //! The route table: one module per resource.
 
 pub mod domains;
-pub mod instances;
 pub mod exec;
+pub mod instances;
+pub mod workspaces;

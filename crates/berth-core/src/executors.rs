@@ -1,0 +1,189 @@
+//! Workspace executors on the engine: attaching a linked workspace's containers to its worktree
+//! key's network view, following them through engine events, and knowing which run.
+
+use std::collections::BTreeMap;
+
+use crate::model::Workspace;
+use crate::names;
+use crate::reconcile::Reconciler;
+use crate::runtime::{ContainerFacts, LABEL_MANAGED, Labels};
+
+/// What berth knows of one executor container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ExecutorEntry {
+    /// The workspace it serves.
+    pub(crate) workspace: String,
+    /// Whether it runs.
+    pub(crate) running: bool,
+}
+
+impl Reconciler {
+    /// The containers that are a workspace's executors: those it names (that exist) and those
+    /// carrying its selector label. Never an instance of berth's.
+    pub async fn executor_containers(&self, workspace: &Workspace) -> Vec<ContainerFacts> {
+        let runtime = &self.inner.runtime;
+        let mut found: BTreeMap<String, ContainerFacts> = BTreeMap::new();
+        for name in &workspace.containers {
+            match runtime.inspect_container(name).await {
+                Ok(Some(c)) => {
+                    found.insert(c.id.clone(), c);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(workspace = %workspace.id, error = %e, "could not inspect an executor")
+                }
+            }
+        }
+        if let Some(label) = &workspace.selector {
+            match runtime.list_labelled(label).await {
+                Ok(list) => found.extend(list.into_iter().map(|c| (c.id.clone(), c))),
+                Err(e) => {
+                    tracing::warn!(workspace = %workspace.id, error = %e, "could not list executors")
+                }
+            }
+        }
+        found
+            .into_values()
+            .filter(|c| !c.labels.contains_key(LABEL_MANAGED))
+            .collect()
+    }
+
+    /// Attaches a linked workspace's executor containers to its view (and detaches them from the
+    /// domain's other views). Returns how many running executors this call attached.
+    pub async fn attach_workspace(&self, workspace: &Workspace) -> usize {
+        let (Some(domain), Some(key)) = (&workspace.domain_id, &workspace.worktree_key) else {
+            return 0;
+        };
+        let prefix = &self.inner.config.prefix;
+        let view = names::view_network(prefix, domain, key);
+        let views_of_domain = format!("{}-wt-", names::domain_network(prefix, domain));
+        let labels = network_labels(prefix, &domain.to_string());
+        if let Err(e) = self.inner.runtime.ensure_network(&view, &labels).await {
+            tracing::warn!(workspace = %workspace.id, error = %e, "could not make the workspace's network");
+            return 0;
+        }
+        let mut attached = 0;
+        for c in self.executor_containers(workspace).await {
+            for other in c
+                .networks
+                .keys()
+                .filter(|n| n.starts_with(&views_of_domain) && **n != view)
+            {
+                if let Err(e) = self.inner.runtime.disconnect_network(other, &c.id).await {
+                    tracing::warn!(container = %c.name, error = %e, "could not detach an executor");
+                }
+            }
+            if !c.networks.contains_key(&view) {
+                match self.inner.runtime.connect_network(&view, &c.id, &[]).await {
+                    Ok(()) => attached += usize::from(c.running),
+                    Err(e) => {
+                        tracing::warn!(container = %c.name, error = %e, "could not attach an executor");
+                        continue;
+                    }
+                }
+            }
+            self.executors().insert(
+                c.name.clone(),
+                ExecutorEntry {
+                    workspace: workspace.id.clone(),
+                    running: c.running,
+                },
+            );
+        }
+        attached
+    }
+
+    /// Detaches a workspace's executor containers from its view and forgets them.
+    pub async fn detach_workspace(&self, workspace: &Workspace) {
+        let (Some(domain), Some(key)) = (&workspace.domain_id, &workspace.worktree_key) else {
+            return;
+        };
+        let view = names::view_network(&self.inner.config.prefix, domain, key);
+        for c in self.executor_containers(workspace).await {
+            if c.networks.contains_key(&view)
+                && let Err(e) = self.inner.runtime.disconnect_network(&view, &c.id).await
+            {
+                tracing::warn!(container = %c.name, error = %e, "could not detach an executor");
+            }
+            self.executors().remove(&c.name);
+        }
+        self.executors().retain(|_, e| e.workspace != workspace.id);
+    }
+
+    /// Attaches every linked workspace again: catches what missed events would have told.
+    pub(crate) async fn reattach_workspaces(&self) {
+        let workspaces = match self.inner.store.read(|tx| tx.all_linked_workspaces()) {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::error!(error = %e, "could not read the linked workspaces");
+                return;
+            }
+        };
+        for w in &workspaces {
+            self.attach_workspace(w).await;
+        }
+    }
+
+    /// A container that is not one of berth's instances changed: follow executors, and attach a
+    /// container that starts carrying a linked workspace's selector or name.
+    pub(crate) async fn on_container_event(&self, name: &str, labels: &Labels, action: &str) {
+        match action {
+            "destroy" => {
+                self.executors().remove(name);
+            }
+            "die" | "stop" | "kill" | "oom" => {
+                if let Some(entry) = self.executors().get_mut(name) {
+                    entry.running = false;
+                }
+            }
+            "start" | "create" => {
+                let workspaces = match self.inner.store.read(|tx| tx.all_linked_workspaces()) {
+                    Ok(w) => w,
+                    Err(_) => return,
+                };
+                let mine = workspaces.into_iter().find(|w| {
+                    w.containers.iter().any(|c| c == name)
+                        || w.selector
+                            .as_deref()
+                            .is_some_and(|sel| selector_matches(sel, labels))
+                });
+                match mine {
+                    Some(w) => {
+                        self.attach_workspace(&w).await;
+                    }
+                    None => {
+                        if let Some(entry) = self.executors().get_mut(name) {
+                            entry.running = action == "start" || entry.running;
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    pub(crate) fn executors(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, ExecutorEntry>> {
+        self.inner
+            .executors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Labels of a network berth makes for a domain.
+pub(crate) fn network_labels(prefix: &str, domain: &str) -> Labels {
+    BTreeMap::from([
+        (LABEL_MANAGED.to_owned(), "1".to_owned()),
+        (crate::runtime::LABEL_PREFIX.to_owned(), prefix.to_owned()),
+        (crate::runtime::LABEL_DOMAIN.to_owned(), domain.to_owned()),
+    ])
+}
+
+/// Whether `labels` carry the selector `key=value`.
+pub(crate) fn selector_matches(selector: &str, labels: &Labels) -> bool {
+    selector
+        .split_once('=')
+        .is_some_and(|(k, v)| labels.get(k).map(String::as_str) == Some(v))
+}

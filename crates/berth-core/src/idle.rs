@@ -1,0 +1,140 @@
+//! Idle stop. An instance is *reached* while at least one live executor of a workspace linked to
+//! its domain, with its worktree key (or any key, for a shared instance), exists: a running
+//! executor container or an unexpired lease. While it is reached, `lastReachedAt` moves; after
+//! `idleStopAfterSeconds` unreached, it is stopped with reason `idle`. A `use` up wakes it.
+//!
+//! The clock of an instance never reached starts when it became ready. Both times are stored, so
+//! idle clocks survive a daemon restart.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use crate::ids::DomainId;
+use crate::model::{Desired, Instance, InstanceState, StopReason, Workspace};
+use crate::reconcile::Reconciler;
+use crate::store::StoreError;
+use crate::time::Timestamp;
+
+/// How often reach is counted. It reads the store and berth's memory only, never the engine.
+const TICK: Duration = Duration::from_secs(1);
+/// While reached, `lastReachedAt` is written at most this often (and always when reach ends).
+const PERSIST_EVERY: Duration = Duration::from_secs(5);
+
+impl Reconciler {
+    pub(crate) async fn idle_loop(self) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let Err(e) = self.idle_tick(Timestamp::now()) {
+                tracing::error!(error = %e, "idle accounting could not read the store");
+            }
+        }
+    }
+
+    /// Counts reach for every running instance once, stopping those idle too long.
+    pub fn idle_tick(&self, now: Timestamp) -> Result<(), StoreError> {
+        let store = &self.inner.store;
+        let instances = store.read(|tx| tx.running_instances())?;
+        if instances.is_empty() {
+            return Ok(());
+        }
+        let domains: HashSet<&DomainId> = instances.iter().map(|i| &i.domain_id).collect();
+        let mut live_keys: BTreeMap<&DomainId, Vec<Option<String>>> = BTreeMap::new();
+        let running_executors: HashSet<String> = self
+            .executors()
+            .values()
+            .filter(|e| e.running)
+            .map(|e| e.workspace.clone())
+            .collect();
+        for domain in domains {
+            let workspaces: Vec<Workspace> = store.read(|tx| tx.linked_workspaces(domain))?;
+            let mut keys = Vec::new();
+            for w in workspaces {
+                let live = running_executors.contains(&w.id)
+                    || store
+                        .read(|tx| tx.leases(&w.id))?
+                        .iter()
+                        .any(|l| l.expires_at > now);
+                if live {
+                    keys.push(w.worktree_key);
+                }
+            }
+            live_keys.insert(domain, keys);
+        }
+        for instance in &instances {
+            let InstanceState::Running { since } = instance.state else {
+                continue;
+            };
+            let reached = live_keys.get(&instance.domain_id).is_some_and(|keys| {
+                keys.iter().any(|k| {
+                    instance.spec.worktree_key.is_none() || *k == instance.spec.worktree_key
+                })
+            });
+            self.account(instance, since, reached, now)?;
+        }
+        Ok(())
+    }
+
+    fn account(
+        &self,
+        instance: &Instance,
+        since: Timestamp,
+        reached: bool,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let store = &self.inner.store;
+        let stored = instance.last_reached_at;
+        if reached {
+            self.last_reached().insert(instance.id.clone(), now);
+            if stored.is_none_or(|t| now.since(t) >= PERSIST_EVERY) {
+                store.write(|tx| tx.set_last_reached(&instance.id, now))?;
+            }
+            return Ok(());
+        }
+        let remembered = self.last_reached().get(&instance.id).copied();
+        if let Some(r) = remembered
+            && stored.is_none_or(|t| r > t)
+        {
+            // Reach just ended: store exactly when it was last seen.
+            store.write(|tx| tx.set_last_reached(&instance.id, r))?;
+        }
+        let clock = [Some(since), stored, remembered]
+            .into_iter()
+            .flatten()
+            .max()
+            .unwrap_or(since);
+        let idle_for = Duration::from_secs(instance.spec.idle_stop_after_seconds.max(1) as u64);
+        if now.since(clock) < idle_for {
+            return Ok(());
+        }
+        let stopped = store.write(|tx| {
+            let Some(mut current) = tx.instance_by_id(&instance.id)? else {
+                return Ok(false);
+            };
+            if current.desired != Desired::Running {
+                return Ok(false);
+            }
+            current.desired = Desired::Stopped;
+            current.stop_reason = Some(StopReason::Idle);
+            tx.save_desired(&current)?;
+            Ok::<_, StoreError>(true)
+        })?;
+        if stopped {
+            tracing::info!(instance = %instance.id, key = %instance.key, idle = ?idle_for, "stopping an idle instance");
+            self.last_reached().remove(&instance.id);
+            self.enqueue(&instance.id);
+        }
+        Ok(())
+    }
+
+    fn last_reached(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<crate::ids::InstanceId, Timestamp>>
+    {
+        self.inner
+            .last_reached
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+}

@@ -1,0 +1,291 @@
+//! berth-docker: berth's [`Runtime`] on the Docker engine.
+//!
+//! This crate owns every word berth says to Docker. It is the only crate of berth that imports
+//! bollard; the rest of berth sees the engine through [`berth_core::runtime::Runtime`] alone.
+//! [`DockerRuntime`] pulls and verifies digest-pinned images, creates the networks, volumes and
+//! containers the reconciler plans, probes readiness, runs commands in containers and watches
+//! the engine's events.
+//!
+//! What it must never do:
+//!
+//! - **Delete a volume.** No code path here removes a named volume, and removing a container
+//!   never removes its anonymous volumes either (`v=false`). Volumes hold people's data; only a
+//!   person deletes them.
+//! - **Add privilege.** Every container is created unprivileged, with no added capability, with
+//!   `no-new-privileges`, with an init process as PID 1, with named volume mounts only (never a
+//!   bind mount, so never a host path or the Docker socket), with no published port, on exactly
+//!   the one network its plan names.
+//! - **Leak secrets.** Environment values, exec arguments and exec input never appear in an
+//!   error or a log line of this crate; debug logs name objects only. bollard itself logs request
+//!   bodies (environment values included) through the `log` crate at debug level under the
+//!   `bollard` target, so a daemon that forwards `log` records must keep that target at `info`
+//!   or above.
+//!
+//! Engine facts this crate relies on (Docker 20.10, API 1.41): bollard's client timeout covers
+//! only the wait for response headers, so pulls, exec output and event streams carry their own
+//! deadlines; creating a volume that exists answers 201 and ignores the labels; creating a
+//! container never pulls; a pull by digest records `repo@sha256:…` in `RepoDigests`; with no TTY
+//! an exec's stdout and stderr arrive as separate frames and its exit code is read with an exec
+//! inspect once its output ends; Docker has no call that kills an exec.
+//!
+//! Where bollard falls short: its typed `/system/df` answer does not parse Docker 20.10's shape
+//! and its network request cannot say `CheckDuplicate`, so those two calls go through a small
+//! raw HTTP client on the same socket. Even with `CheckDuplicate`, concurrent creates of one
+//! network name each succeed on Docker 20.10 (measured: four racing creates made four
+//! networks), so a runtime creates networks one at a time. An exec that outlives its timeout is
+//! killed through the host's `/proc` (see the `exec` module), which needs the engine on this
+//! machine.
+
+mod containers;
+mod error;
+mod events;
+mod exec;
+mod images;
+mod networks;
+mod probe;
+mod raw;
+mod volumes;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use berth_core::image::PinnedImage;
+use berth_core::runtime::{
+    ContainerFacts, ContainerPlan, ExecOutcome, ExecRequest, ExecStdin, ImageFacts, LABEL_PREFIX,
+    Labels, Runtime, RuntimeError, RuntimeEvent,
+};
+use berth_core::spec::Ready;
+use bollard::Docker;
+use tokio::sync::{Mutex, mpsc};
+
+use crate::raw::RawClient;
+
+/// Where Docker listens when `DOCKER_HOST` is not set.
+pub const DEFAULT_DOCKER_HOST: &str = "unix:///var/run/docker.sock";
+
+/// How long [`DockerRuntime::connect`] waits for the engine to answer.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Settings of a [`DockerRuntime`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DockerConfig {
+    /// The longest one image pull may take, from the request to the last progress line.
+    /// Default: 10 minutes.
+    pub pull_timeout: Duration,
+    /// The stop timeout a container is created with when its plan gives none (a zero
+    /// [`ContainerPlan::stop_timeout`]): how long the engine waits after `SIGTERM` before it
+    /// kills. Default: 10 seconds.
+    pub stop_timeout: Duration,
+}
+
+impl Default for DockerConfig {
+    fn default() -> Self {
+        Self {
+            pull_timeout: Duration::from_secs(600),
+            stop_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The [`Runtime`] on a Docker engine, reached through bollard.
+///
+/// Share it behind an `Arc`. Calls run concurrently, except two kinds that this runtime
+/// serialises: disk-usage reads (the engine refuses a second one while one runs) and network
+/// creation (the engine's duplicate-name check races with concurrent creates).
+pub struct DockerRuntime {
+    docker: Docker,
+    config: DockerConfig,
+    host: String,
+    raw: Option<RawClient>,
+    disk_usage: Mutex<()>,
+    network_create: Mutex<()>,
+}
+
+impl std::fmt::Debug for DockerRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DockerRuntime")
+            .field("host", &self.host)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DockerRuntime {
+    /// Connects to the engine `DOCKER_HOST` names (by default the local socket
+    /// [`DEFAULT_DOCKER_HOST`]), agrees on an API version and pings it.
+    ///
+    /// An engine that cannot be reached is [`RuntimeError::Unavailable`], with a sentence saying
+    /// what to check.
+    pub async fn connect(config: DockerConfig) -> Result<Self, RuntimeError> {
+        let host = std::env::var("DOCKER_HOST")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| DEFAULT_DOCKER_HOST.to_owned());
+        let docker = Docker::connect_with_defaults();
+        Self::finish_connect(docker, host, config).await
+    }
+
+    /// Like [`DockerRuntime::connect`], to the engine at `host` (`unix:///path` or
+    /// `tcp://host:port`) whatever `DOCKER_HOST` says.
+    pub async fn connect_to(host: &str, config: DockerConfig) -> Result<Self, RuntimeError> {
+        let docker = Docker::connect_with_host(host);
+        Self::finish_connect(docker, host.to_owned(), config).await
+    }
+
+    async fn finish_connect(
+        docker: Result<Docker, bollard::errors::Error>,
+        host: String,
+        config: DockerConfig,
+    ) -> Result<Self, RuntimeError> {
+        let unreachable = |cause: String| {
+            RuntimeError::Unavailable(format!(
+                "could not reach the Docker engine at {host} ({cause}); check that Docker is \
+                 running, that DOCKER_HOST names it when it is not the local socket, and that \
+                 this user may open /var/run/docker.sock (root, or a member of the docker group)"
+            ))
+        };
+        let docker = docker.map_err(|e| unreachable(e.to_string()))?;
+        let docker = match tokio::time::timeout(CONNECT_TIMEOUT, async {
+            let docker = docker.negotiate_version().await?;
+            docker.ping().await?;
+            Ok::<_, bollard::errors::Error>(docker)
+        })
+        .await
+        {
+            Ok(Ok(docker)) => docker,
+            Ok(Err(e)) => return Err(unreachable(e.to_string())),
+            Err(_) => {
+                return Err(unreachable(format!(
+                    "no answer within {}",
+                    error::human(CONNECT_TIMEOUT)
+                )));
+            }
+        };
+        let raw = RawClient::for_host(&host, &docker.client_version().to_string());
+        tracing::debug!(host = %host, api = %docker.client_version(), "connected to the Docker engine");
+        Ok(Self {
+            docker,
+            config,
+            host,
+            raw,
+            disk_usage: Mutex::new(()),
+            network_create: Mutex::new(()),
+        })
+    }
+
+    /// The engine's address, as given by `DOCKER_HOST` or to [`DockerRuntime::connect_to`].
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The settings this runtime was made with.
+    pub fn config(&self) -> &DockerConfig {
+        &self.config
+    }
+}
+
+#[async_trait]
+impl Runtime for DockerRuntime {
+    fn kind(&self) -> &'static str {
+        "docker"
+    }
+
+    async fn ensure_image(&self, image: &PinnedImage) -> Result<ImageFacts, RuntimeError> {
+        images::ensure_image(&self.docker, self.config.pull_timeout, image).await
+    }
+
+    async fn ensure_network(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError> {
+        // Docker 20.10 checks for a duplicate name and creates the network in two steps, so
+        // concurrent creates of one name make several networks: berth makes them one at a time.
+        let _one_at_a_time = self.network_create.lock().await;
+        networks::ensure_network(&self.docker, self.raw.as_ref(), name, labels).await
+    }
+
+    async fn ensure_volume(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError> {
+        volumes::ensure_volume(&self.docker, name, labels).await
+    }
+
+    async fn inspect_container(&self, name: &str) -> Result<Option<ContainerFacts>, RuntimeError> {
+        containers::inspect(&self.docker, name).await
+    }
+
+    async fn create_container(&self, plan: &ContainerPlan) -> Result<String, RuntimeError> {
+        containers::create(&self.docker, &self.config, plan).await
+    }
+
+    async fn start_container(&self, id: &str) -> Result<(), RuntimeError> {
+        containers::start(&self.docker, id).await
+    }
+
+    async fn stop_container(&self, id: &str, timeout: Duration) -> Result<(), RuntimeError> {
+        containers::stop(&self.docker, id, timeout).await
+    }
+
+    async fn remove_container(&self, id: &str) -> Result<(), RuntimeError> {
+        containers::remove(&self.docker, id).await
+    }
+
+    async fn probe(
+        &self,
+        container: &ContainerFacts,
+        network: &str,
+        ready: &Ready,
+        budget: Duration,
+    ) -> Result<bool, RuntimeError> {
+        probe::probe(&self.docker, container, network, ready, budget).await
+    }
+
+    /// Every container labelled `berth.prefix=<prefix>`, running or not, from the engine's list.
+    /// The list carries no exit code nor start and end times: those fields stay `None` here and
+    /// come from [`Runtime::inspect_container`].
+    async fn list_containers(&self, prefix: &str) -> Result<Vec<ContainerFacts>, RuntimeError> {
+        containers::list(&self.docker, &format!("{LABEL_PREFIX}={prefix}")).await
+    }
+
+    async fn list_labelled(&self, label: &str) -> Result<Vec<ContainerFacts>, RuntimeError> {
+        containers::list(&self.docker, label).await
+    }
+
+    async fn connect_network(
+        &self,
+        network: &str,
+        container: &str,
+        aliases: &[String],
+    ) -> Result<(), RuntimeError> {
+        networks::connect(&self.docker, network, container, aliases).await
+    }
+
+    async fn disconnect_network(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
+        networks::disconnect(&self.docker, network, container).await
+    }
+
+    /// The apparent size of each volume as the engine's disk-usage report gives it: the sum of
+    /// the byte sizes (`st_size`) of the files, links and other non-directory entries in the
+    /// volume, a hard-linked file counted once, directories not counted, sparse files at their
+    /// full length. `None` for a volume the report does not measure (missing, or not on the
+    /// `local` driver) or when the report cannot be had.
+    async fn volume_bytes(
+        &self,
+        names: &[String],
+    ) -> Result<BTreeMap<String, Option<u64>>, RuntimeError> {
+        volumes::volume_bytes(self.raw.as_ref(), &self.disk_usage, names).await
+    }
+
+    /// Runs `request.argv` in the container with no TTY, streaming `stdin` in as it arrives
+    /// and closing it at its end. At `request.timeout`, or when the returned future is dropped,
+    /// the command's process and every process it started are killed.
+    async fn exec(
+        &self,
+        container_id: &str,
+        request: ExecRequest,
+        stdin: ExecStdin,
+    ) -> Result<ExecOutcome, RuntimeError> {
+        exec::run(&self.docker, container_id, request, stdin).await
+    }
+
+    /// Spawns the watcher on the current tokio runtime (so it must be called from within one).
+    fn watch(&self, prefix: &str) -> mpsc::Receiver<RuntimeEvent> {
+        events::watch(self.docker.clone(), prefix.to_owned())
+    }
+}

@@ -1,0 +1,209 @@
+//! Networks: one user-defined bridge per berth use, created once and never adopted when foreign.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use berth_core::runtime::{LABEL_MANAGED, LABEL_PREFIX, Labels, RuntimeError};
+use bollard::Docker;
+use bollard::models::{
+    EndpointSettings, NetworkConnectRequest, NetworkCreateRequest, NetworkDisconnectRequest,
+};
+use http::{Method, StatusCode};
+
+use crate::error;
+use crate::raw::RawClient;
+
+const RAW_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub(crate) async fn ensure_network(
+    docker: &Docker,
+    raw: Option<&RawClient>,
+    name: &str,
+    labels: &Labels,
+) -> Result<(), RuntimeError> {
+    if let Some(existing) = existing_labels(docker, name).await? {
+        return check(name, labels, &existing);
+    }
+    tracing::debug!(network = %name, "creating network");
+    match create(docker, raw, name, labels).await {
+        Ok(()) => Ok(()),
+        // Someone created it between the inspect and the create: judge theirs.
+        Err(RuntimeError::Conflict(message)) => match existing_labels(docker, name).await? {
+            Some(existing) => check(name, labels, &existing),
+            None => Err(RuntimeError::Conflict(message)),
+        },
+        Err(e) => Err(e),
+    }
+}
+
+/// Attaches a container with `aliases`. Already attached is Ok (the engine answers 403 for
+/// that on 20.10 and 409 on later versions).
+pub(crate) async fn connect(
+    docker: &Docker,
+    network: &str,
+    container: &str,
+    aliases: &[String],
+) -> Result<(), RuntimeError> {
+    let request = NetworkConnectRequest {
+        container: container.to_owned(),
+        endpoint_config: Some(EndpointSettings {
+            aliases: (!aliases.is_empty()).then(|| aliases.to_vec()),
+            ..Default::default()
+        }),
+    };
+    tracing::debug!(network = %network, container = %container, "attaching a container");
+    match docker.connect_network(network, request).await {
+        Ok(()) => Ok(()),
+        Err(e)
+            if matches!(error::status(&e), Some(403 | 409))
+                && e.to_string().contains("already exists") =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(error::map(
+            e,
+            &format!("attaching {container} to network {network}"),
+        )),
+    }
+}
+
+/// Detaches a container. Not attached, or either of them gone, is Ok.
+pub(crate) async fn disconnect(
+    docker: &Docker,
+    network: &str,
+    container: &str,
+) -> Result<(), RuntimeError> {
+    let request = NetworkDisconnectRequest {
+        container: container.to_owned(),
+        force: Some(true),
+    };
+    tracing::debug!(network = %network, container = %container, "detaching a container");
+    match docker.disconnect_network(network, request).await {
+        Ok(()) => Ok(()),
+        Err(e) if matches!(error::status(&e), Some(403 | 404 | 409)) => Ok(()),
+        Err(e) => Err(error::map(
+            e,
+            &format!("detaching {container} from network {network}"),
+        )),
+    }
+}
+
+/// The labels of the network named exactly `name`, if there is one.
+async fn existing_labels(
+    docker: &Docker,
+    name: &str,
+) -> Result<Option<HashMap<String, String>>, RuntimeError> {
+    match docker.inspect_network(name, None).await {
+        // The engine also finds a network by id prefix: only an exact name counts.
+        Ok(network) if network.name.as_deref() == Some(name) => {
+            Ok(Some(network.labels.unwrap_or_default()))
+        }
+        Ok(_) => Ok(None),
+        Err(e) if error::status(&e) == Some(404) => Ok(None),
+        Err(e) => Err(error::map(e, &format!("network {name}"))),
+    }
+}
+
+/// berth adopts a network only when it is managed by berth under the same prefix.
+fn check(
+    name: &str,
+    labels: &Labels,
+    existing: &HashMap<String, String>,
+) -> Result<(), RuntimeError> {
+    let managed = existing.get(LABEL_MANAGED).map(String::as_str) == Some("1");
+    let same_prefix = existing.get(LABEL_PREFIX) == labels.get(LABEL_PREFIX);
+    if managed && same_prefix {
+        Ok(())
+    } else {
+        Err(RuntimeError::Foreign(format!(
+            "a network named {name} exists that berth did not create; remove or rename it"
+        )))
+    }
+}
+
+/// Creates a bridge network, refusing a duplicate name (409 → `Conflict`).
+async fn create(
+    docker: &Docker,
+    raw: Option<&RawClient>,
+    name: &str,
+    labels: &Labels,
+) -> Result<(), RuntimeError> {
+    let what = format!("network {name}");
+    let Some(raw) = raw else {
+        // Without a raw client the typed request cannot ask for `CheckDuplicate`; the engine
+        // still refuses a duplicate from API 1.44 on.
+        let request = NetworkCreateRequest {
+            name: name.to_owned(),
+            driver: Some("bridge".to_owned()),
+            labels: Some(labels.clone().into_iter().collect()),
+            ..Default::default()
+        };
+        return docker
+            .create_network(request)
+            .await
+            .map(|_| ())
+            .map_err(|e| error::map(e, &what));
+    };
+    let body = serde_json::json!({
+        "Name": name,
+        "Driver": "bridge",
+        "CheckDuplicate": true,
+        "Labels": labels,
+    });
+    let response = raw
+        .request(
+            Method::POST,
+            "/networks/create",
+            Some(body.to_string().into_bytes()),
+            RAW_TIMEOUT,
+        )
+        .await?;
+    match response.status {
+        s if s.is_success() => Ok(()),
+        StatusCode::CONFLICT => Err(RuntimeError::Conflict(response.message())),
+        StatusCode::NOT_FOUND => Err(RuntimeError::NotFound(what)),
+        s => Err(RuntimeError::Engine(format!(
+            "{} ({what}, HTTP {})",
+            response.message(),
+            s.as_u16()
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adopts_only_a_managed_network_of_the_same_prefix() {
+        let ours: Labels = [(LABEL_MANAGED, "1"), (LABEL_PREFIX, "p1")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        let theirs = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        assert!(
+            check(
+                "n",
+                &ours,
+                &theirs(&[(LABEL_MANAGED, "1"), (LABEL_PREFIX, "p1")])
+            )
+            .is_ok()
+        );
+        for foreign in [
+            theirs(&[]),
+            theirs(&[(LABEL_PREFIX, "p1")]),
+            theirs(&[(LABEL_MANAGED, "1"), (LABEL_PREFIX, "p2")]),
+        ] {
+            let err = check("n", &ours, &foreign).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                "a network named n exists that berth did not create; remove or rename it"
+            );
+        }
+    }
+}

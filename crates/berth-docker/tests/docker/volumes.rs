@@ -1,0 +1,142 @@
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use berth_core::runtime::{LABEL_PREFIX, LABEL_VOLUME, Mount, Runtime, RuntimeError};
+use bollard::models::VolumeCreateRequest;
+
+use crate::common::{self, Scope};
+
+#[tokio::test]
+async fn ensure_volume_twice_is_fine_and_a_volume_with_foreign_labels_is_foreign() {
+    let rt = common::runtime().await;
+    let scope = Scope::new("volume-labels");
+    let docker = common::docker();
+
+    let name = scope.name("data");
+    let mut labels = common::labels();
+    labels.insert(LABEL_VOLUME.to_owned(), "data".to_owned());
+    rt.ensure_volume(&name, &labels)
+        .await
+        .expect("the volume is made");
+    rt.ensure_volume(&name, &labels)
+        .await
+        .expect("the volume is adopted again");
+    let volume = docker
+        .inspect_volume(&name)
+        .await
+        .expect("the volume exists");
+    for (key, value) in &labels {
+        assert_eq!(volume.labels.get(key), Some(value), "label {key}");
+    }
+
+    // Asked again with other berth labels: the volume keeps its own, and is not adopted.
+    let mut other = labels.clone();
+    other.insert(LABEL_VOLUME.to_owned(), "other".to_owned());
+    let err = rt
+        .ensure_volume(&name, &other)
+        .await
+        .expect_err("its labels differ");
+    let RuntimeError::Foreign(message) = &err else {
+        panic!("expected Foreign, got {err:?}");
+    };
+    assert!(message.contains(&name), "{message}");
+    assert!(message.contains("will not adopt it"), "{message}");
+
+    // A volume someone else made under the name.
+    let foreign = scope.name("foreign");
+    docker
+        .create_volume(VolumeCreateRequest {
+            name: Some(foreign.clone()),
+            labels: Some(HashMap::from([("owner".to_owned(), "someone".to_owned())])),
+            ..Default::default()
+        })
+        .await
+        .expect("a foreign volume is made");
+    let err = rt
+        .ensure_volume(&foreign, &labels)
+        .await
+        .expect_err("it is not berth's");
+    assert!(
+        matches!(&err, RuntimeError::Foreign(m) if m.contains(&foreign)),
+        "{err:?}"
+    );
+
+    // And one made by another berth.
+    let theirs = scope.name("theirs");
+    let mut their_labels = labels.clone();
+    their_labels.insert(LABEL_PREFIX.to_owned(), "another-berth".to_owned());
+    rt.ensure_volume(&theirs, &their_labels)
+        .await
+        .expect("their volume is made");
+    let err = rt
+        .ensure_volume(&theirs, &labels)
+        .await
+        .expect_err("it is another berth's");
+    assert!(
+        matches!(&err, RuntimeError::Foreign(m) if m.contains(LABEL_PREFIX)),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn volume_bytes_reports_at_least_the_size_of_a_1_mib_file() {
+    let rt = common::runtime().await;
+    let scope = Scope::new("volume-bytes");
+    let image = common::image(common::VOLUME);
+    rt.ensure_image(&image)
+        .await
+        .expect("the volume image is ready");
+    let network = scope.name("net");
+    rt.ensure_network(&network, &common::labels())
+        .await
+        .expect("the network is made");
+    let volume = scope.name("data");
+    rt.ensure_volume(&volume, &common::labels())
+        .await
+        .expect("the volume is made");
+
+    let mut plan = scope.plan("c", &image, &network);
+    plan.mounts = vec![Mount {
+        volume: volume.clone(),
+        path: "/data".to_owned(),
+    }];
+    let id = rt
+        .create_container(&plan)
+        .await
+        .expect("the container is created");
+    rt.start_container(&id).await.expect("the container starts");
+    let out = common::exec(
+        &rt,
+        &id,
+        &[
+            "sh",
+            "-c",
+            "head -c 1048576 /dev/zero > /data/one-mib && sync",
+        ],
+        None,
+        Duration::from_secs(20),
+        4096,
+        b"",
+    )
+    .await;
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+
+    let missing = scope.name("never-made");
+    let started = Instant::now();
+    let sizes = rt
+        .volume_bytes(&[volume.clone(), missing.clone()])
+        .await
+        .expect("the sizes are read");
+    eprintln!("volume_bytes took {:?}", started.elapsed());
+    let size = sizes[&volume].expect("the volume is measured");
+    assert!(size >= 1 << 20, "{size} bytes");
+    assert_eq!(sizes[&missing], None);
+
+    // Concurrent calls are serialised rather than refused by the engine.
+    let (a, b) = tokio::join!(
+        rt.volume_bytes(std::slice::from_ref(&volume)),
+        rt.volume_bytes(std::slice::from_ref(&volume))
+    );
+    assert!(a.expect("first")[&volume].is_some_and(|s| s >= 1 << 20));
+    assert!(b.expect("second")[&volume].is_some_and(|s| s >= 1 << 20));
+}

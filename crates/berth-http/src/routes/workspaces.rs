@@ -1,0 +1,239 @@
+//! Workspaces, their leases, and links to resource domains.
+
+use axum::extract::State;
+use axum::{Extension, Json};
+use berth_core::model::{LeaseView, LinkView, WorkspaceView};
+use berth_core::workspaces::{
+    WORKSPACE_ID_EXPECTED, decode_lease, decode_link, decode_workspace, is_workspace_id,
+};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::App;
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorBody};
+use crate::extract::{JsonBody, NoBody, Params};
+
+/// `/v1/workspaces/{workspaceId}`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkspacePath {
+    /// 1 to 128 of `A-Za-z0-9._:@-`.
+    pub workspace_id: String,
+}
+
+impl WorkspacePath {
+    fn id(&self) -> Result<&str, ApiError> {
+        if is_workspace_id(&self.workspace_id) {
+            Ok(&self.workspace_id)
+        } else {
+            Err(ApiError::refused(format!(
+                "path.workspaceId {WORKSPACE_ID_EXPECTED}"
+            )))
+        }
+    }
+}
+
+/// `/v1/workspaces/{workspaceId}/leases/{leaseId}`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+#[serde(rename_all = "camelCase")]
+pub struct LeasePath {
+    /// The workspace.
+    pub workspace_id: String,
+    /// `lse:<uuid>`.
+    pub lease_id: String,
+}
+
+/// `/v1/resource-domains/{resourceDomainId}/workspace-links/{workspaceId}`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+#[serde(rename_all = "camelCase")]
+pub struct LinkPath {
+    /// `rdm:<uuid>`.
+    pub resource_domain_id: String,
+    /// The workspace.
+    pub workspace_id: String,
+}
+
+/// `PUT /v1/workspaces/{workspaceId}`.
+#[derive(Debug, ToSchema)]
+pub struct WorkspaceRequest {
+    /// Container names or ids that are executors (at most 64).
+    pub containers: Vec<String>,
+    /// Containers carrying this label are executors too; null for none.
+    #[schema(value_type = Option<Object>)]
+    pub selector: Option<serde_json::Value>,
+}
+
+/// `POST /v1/workspaces/{workspaceId}/leases`.
+#[derive(Debug, ToSchema)]
+#[schema(rename_all = "camelCase")]
+pub struct LeaseRequest {
+    /// 1 to 86400.
+    pub ttl_seconds: i64,
+}
+
+/// `PUT .../workspace-links/{workspaceId}`.
+#[derive(Debug, ToSchema)]
+#[schema(rename_all = "camelCase")]
+pub struct LinkRequest {
+    /// The worktree key the workspace is linked with.
+    pub worktree_key: String,
+}
+
+/// A list of workspaces.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WorkspaceList {
+    /// The caller's workspaces, by id.
+    pub items: Vec<WorkspaceView>,
+}
+
+/// An empty object.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Empty {}
+
+pub(crate) fn router() -> OpenApiRouter<App> {
+    OpenApiRouter::new()
+        .routes(routes!(put_workspace, get_workspace, delete_workspace))
+        .routes(routes!(list_workspaces))
+        .routes(routes!(create_lease))
+        .routes(routes!(renew_lease))
+        .routes(routes!(delete_lease))
+        .routes(routes!(link_workspace))
+}
+
+/// Registers a workspace's executors (idempotent); its link is kept.
+#[utoipa::path(put, path = "/v1/workspaces/{workspaceId}", tag = "workspaces", params(WorkspacePath),
+    request_body = WorkspaceRequest,
+    responses((status = 200, body = WorkspaceView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn put_workspace(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<WorkspacePath>,
+    body: JsonBody,
+) -> Result<Json<WorkspaceView>, ApiError> {
+    let id = path.id()?;
+    let request = body.decode(decode_workspace)?;
+    Ok(Json(
+        app.berth.put_workspace(&caller.owner, id, request).await?,
+    ))
+}
+
+/// One workspace, with its live executors.
+#[utoipa::path(get, path = "/v1/workspaces/{workspaceId}", tag = "workspaces", params(WorkspacePath),
+    responses((status = 200, body = WorkspaceView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn get_workspace(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<WorkspacePath>,
+) -> Result<Json<WorkspaceView>, ApiError> {
+    Ok(Json(app.berth.workspace(&caller.owner, path.id()?).await?))
+}
+
+/// Forgets a workspace: detaches its executors and removes its link and leases.
+#[utoipa::path(delete, path = "/v1/workspaces/{workspaceId}", tag = "workspaces", params(WorkspacePath),
+    responses((status = 200, body = Empty), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn delete_workspace(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<WorkspacePath>,
+) -> Result<Json<Empty>, ApiError> {
+    app.berth
+        .delete_workspace(&caller.owner, path.id()?)
+        .await?;
+    Ok(Json(Empty {}))
+}
+
+/// The caller's workspaces.
+#[utoipa::path(get, path = "/v1/workspaces", tag = "workspaces",
+    responses((status = 200, body = WorkspaceList), (status = 401, body = ErrorBody)))]
+async fn list_workspaces(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<WorkspaceList>, ApiError> {
+    Ok(Json(WorkspaceList {
+        items: app.berth.workspaces(&caller.owner).await?,
+    }))
+}
+
+/// A lease for a host tool: the workspace has a live executor until it expires.
+#[utoipa::path(post, path = "/v1/workspaces/{workspaceId}/leases", tag = "workspaces", params(WorkspacePath),
+    request_body = LeaseRequest,
+    responses((status = 200, body = LeaseView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn create_lease(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<WorkspacePath>,
+    body: JsonBody,
+) -> Result<Json<LeaseView>, ApiError> {
+    let id = path.id()?;
+    let ttl = body.decode(decode_lease)?;
+    Ok(Json(app.berth.create_lease(&caller.owner, id, ttl)?))
+}
+
+/// Renews a lease by its TTL, from now.
+#[utoipa::path(post, path = "/v1/workspaces/{workspaceId}/leases/{leaseId}/renew", tag = "workspaces", params(LeasePath),
+    responses((status = 200, body = LeaseView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn renew_lease(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<LeasePath>,
+    _: NoBody,
+) -> Result<Json<LeaseView>, ApiError> {
+    let id = WorkspacePath {
+        workspace_id: path.workspace_id.clone(),
+    };
+    Ok(Json(app.berth.renew_lease(
+        &caller.owner,
+        id.id()?,
+        &path.lease_id,
+    )?))
+}
+
+/// Ends a lease.
+#[utoipa::path(delete, path = "/v1/workspaces/{workspaceId}/leases/{leaseId}", tag = "workspaces", params(LeasePath),
+    responses((status = 200, body = Empty), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn delete_lease(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<LeasePath>,
+) -> Result<Json<Empty>, ApiError> {
+    let id = WorkspacePath {
+        workspace_id: path.workspace_id.clone(),
+    };
+    app.berth
+        .delete_lease(&caller.owner, id.id()?, &path.lease_id)?;
+    Ok(Json(Empty {}))
+}
+
+/// Links a workspace to a domain with a worktree key: its containers join that key's view and
+/// resolve the aliases of the key's instances and the domain's shared ones.
+#[utoipa::path(put, path = "/v1/resource-domains/{resourceDomainId}/workspace-links/{workspaceId}", tag = "resource-instances",
+    params(LinkPath), request_body = LinkRequest,
+    responses((status = 200, body = LinkView), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn link_workspace(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<LinkPath>,
+    body: JsonBody,
+) -> Result<Json<LinkView>, ApiError> {
+    let domain = crate::extract::DomainPath {
+        resource_domain_id: path.resource_domain_id.clone(),
+    }
+    .id()?;
+    let workspace = WorkspacePath {
+        workspace_id: path.workspace_id.clone(),
+    };
+    let workspace = workspace.id()?;
+    let key = body.decode(decode_link)?;
+    Ok(Json(
+        app.berth
+            .link(&caller.owner, &domain, workspace, key)
+            .await?,
+    ))
+}
