@@ -36,6 +36,11 @@ pub fn volume_image() -> String {
     fixture("BERTH_TEST_VOLUME_IMAGE")
 }
 
+/// The echo image (`nc -ll -p 7000 -e cat`, EXPOSE 7000).
+pub fn echo_image() -> String {
+    fixture("BERTH_TEST_ECHO_IMAGE")
+}
+
 /// The prefix of every Docker object this test run creates.
 pub fn run_prefix() -> String {
     std::env::var("BERTH_TEST_PREFIX")

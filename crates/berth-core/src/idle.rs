@@ -1,6 +1,7 @@
 //! Idle stop. An instance is *reached* while at least one live executor of a workspace linked to
 //! its domain, with its worktree key (or any key, for a shared instance), exists: a running
-//! executor container or an unexpired lease. While it is reached, `lastReachedAt` moves; after
+//! executor container or an unexpired lease; or while a connection through one of its host
+//! endpoints is open. While it is reached, `lastReachedAt` moves; after
 //! `idleStopAfterSeconds` unreached, it is stopped with reason `idle`. A `use` up wakes it.
 //!
 //! The clock of an instance never reached starts when it became ready. Both times are stored, so
@@ -66,11 +67,12 @@ impl Reconciler {
             let InstanceState::Running { since } = instance.state else {
                 continue;
             };
-            let reached = live_keys.get(&instance.domain_id).is_some_and(|keys| {
-                keys.iter().any(|k| {
-                    instance.spec.worktree_key.is_none() || *k == instance.spec.worktree_key
-                })
-            });
+            let reached = self.has_open_connections(&instance.id)
+                || live_keys.get(&instance.domain_id).is_some_and(|keys| {
+                    keys.iter().any(|k| {
+                        instance.spec.worktree_key.is_none() || *k == instance.spec.worktree_key
+                    })
+                });
             self.account(instance, since, reached, now)?;
         }
         Ok(())

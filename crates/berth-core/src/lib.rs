@@ -9,6 +9,7 @@
 //! that is refused writes nothing.
 
 pub mod decode;
+pub mod endpoints;
 pub mod error;
 pub mod exec;
 mod executors;

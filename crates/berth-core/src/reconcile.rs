@@ -111,6 +111,12 @@ pub(crate) struct Inner {
     pub(crate) executors: Mutex<HashMap<String, crate::executors::ExecutorEntry>>,
     /// When each instance was last seen reached, ahead of what the store holds.
     pub(crate) last_reached: Mutex<HashMap<InstanceId, Timestamp>>,
+    /// The listening tasks of each instance's host endpoints.
+    pub(crate) listeners: Mutex<HashMap<InstanceId, Vec<tokio::task::JoinHandle<()>>>>,
+    /// Open proxied connections per instance: each is reach.
+    pub(crate) connections: Mutex<HashMap<InstanceId, usize>>,
+    /// The container address proxied connections last reached, per instance.
+    pub(crate) addresses: Mutex<HashMap<InstanceId, std::net::IpAddr>>,
 }
 
 /// The reconciler. Clones share one queue.
@@ -131,6 +137,9 @@ impl Reconciler {
                 locks: Mutex::new(HashMap::new()),
                 executors: Mutex::new(HashMap::new()),
                 last_reached: Mutex::new(HashMap::new()),
+                listeners: Mutex::new(HashMap::new()),
+                connections: Mutex::new(HashMap::new()),
+                addresses: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -175,7 +184,10 @@ impl Reconciler {
             }
         });
         let this = self.clone();
-        tokio::spawn(async move { this.idle_loop().await });
+        tokio::spawn(async move {
+            this.open_stored_endpoints().await;
+            this.idle_loop().await
+        });
         let this = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(this.inner.config.resync_every);
@@ -357,6 +369,7 @@ impl Reconciler {
                         at: obs.observed_at,
                     };
                 }
+                self.close_endpoints(&instance.id)?;
                 self.inner.store.record_observation(&obs)?;
                 Ok(Next::Done)
             }
@@ -416,6 +429,8 @@ impl Reconciler {
             Err(e) => return Err(e.into()),
         };
         obs.volumes = self.plan_volumes(instance, &image);
+        let ports = Self::service_ports(instance, &image.exposed_tcp_ports);
+        self.ensure_endpoints(instance, &ports).await?;
         let labels = self.labels(instance);
         for volume in &obs.volumes {
             let mut volume_labels = labels.clone();

@@ -392,6 +392,18 @@ impl Berth {
 }
 
 impl Berth {
+    /// An instance's host endpoints: a loopback port per service port, stable for its life.
+    pub fn endpoints(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+    ) -> Result<Vec<crate::endpoints::EndpointView>, Error> {
+        let instance = self.instance(owner, domain_id, key)?;
+        let reconciler = self.require_runtime()?;
+        Ok(reconciler.endpoints_of(&instance.id)?)
+    }
+
     /// Runs a command in a running instance, streaming `stdin` into it. Nothing about the run
     /// (argv, stdin, output) is logged or stored.
     pub async fn exec(

@@ -80,6 +80,13 @@ const MIGRATIONS: &[&str] = &[
         expires_at INTEGER NOT NULL
     );
     CREATE INDEX leases_by_workspace ON leases(workspace_id, expires_at);",
+    // 3: host endpoints: one loopback port per service port of an instance, kept for its life.
+    "CREATE TABLE endpoints (
+        instance_id TEXT NOT NULL REFERENCES instances(id),
+        port INTEGER NOT NULL,
+        host_port INTEGER NOT NULL UNIQUE,
+        PRIMARY KEY (instance_id, port)
+    );",
 ];
 
 /// The store. Cheap to share behind an `Arc`; calls are short and serialised on one connection.
@@ -593,6 +600,61 @@ impl Tx<'_> {
         self.0.execute(
             "UPDATE instances SET last_reached_at = ?2 WHERE id = ?1",
             params![id.as_str(), at.millis()],
+        )?;
+        Ok(())
+    }
+
+    /// An instance's endpoints as `(port, host_port)`, by port.
+    pub fn endpoints(&self, instance: &InstanceId) -> Result<Vec<(u16, u16)>, StoreError> {
+        let mut stmt = self.0.prepare_cached(
+            "SELECT port, host_port FROM endpoints WHERE instance_id = ?1 ORDER BY port",
+        )?;
+        let rows = stmt.query_map([instance.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Every endpoint of every instance that is not archived.
+    pub fn live_endpoints(&self) -> Result<Vec<(InstanceId, u16, u16)>, StoreError> {
+        let mut stmt = self.0.prepare_cached(
+            "SELECT e.instance_id, e.port, e.host_port FROM endpoints e JOIN instances i ON i.id = e.instance_id
+             WHERE i.desired != 'archived' ORDER BY e.host_port",
+        )?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get(1)?, r.get(2)?)))?;
+        rows.map(|r| {
+            let (id, port, host_port) = r?;
+            let id = InstanceId::parse(&id)
+                .ok_or_else(|| StoreError::Corrupt(format!("instance id {id}")))?;
+            Ok((id, port, host_port))
+        })
+        .collect()
+    }
+
+    /// Records an endpoint; false when the host port is another instance's already.
+    pub fn insert_endpoint(
+        &self,
+        instance: &InstanceId,
+        port: u16,
+        host_port: u16,
+    ) -> Result<bool, StoreError> {
+        match self.0.execute(
+            "INSERT INTO endpoints (instance_id, port, host_port) VALUES (?1, ?2, ?3)",
+            params![instance.as_str(), port, host_port],
+        ) {
+            Ok(_) => Ok(true),
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::ConstraintViolation =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Forgets an instance's endpoints (when it is archived).
+    pub fn delete_endpoints(&self, instance: &InstanceId) -> Result<(), StoreError> {
+        self.0.execute(
+            "DELETE FROM endpoints WHERE instance_id = ?1",
+            [instance.as_str()],
         )?;
         Ok(())
     }

@@ -3,6 +3,7 @@
 use axum::extract::{RawQuery, State};
 use axum::{Extension, Json};
 use berth_core::UpCause;
+use berth_core::endpoints::EndpointView;
 use berth_core::model::{ArchivedVolume, InstanceView};
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -56,6 +57,30 @@ pub(crate) fn router() -> OpenApiRouter<App> {
         .routes(routes!(get_instance))
         .routes(routes!(stop_instance))
         .routes(routes!(archive_instance))
+        .routes(routes!(instance_endpoints))
+}
+
+/// An instance's host endpoints.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EndpointList {
+    /// One per service port (the tcp ready port and the image's exposed tcp ports), by port.
+    pub items: Vec<EndpointView>,
+}
+
+/// The loopback ports on the host that reach an instance's service ports. Each is allocated once
+/// and kept for the instance's life; a connection to one wakes an idle-stopped instance.
+#[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/endpoints", tag = "resource-instances",
+    params(InstancePath),
+    responses((status = 200, body = EndpointList), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn instance_endpoints(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<InstancePath>,
+) -> Result<Json<EndpointList>, ApiError> {
+    let (domain, key) = path.parts()?;
+    Ok(Json(EndpointList {
+        items: app.berth.endpoints(&caller.owner, &domain, key)?,
+    }))
 }
 
 /// Asks for an instance to run with a spec; answers at once with the instance as stored.

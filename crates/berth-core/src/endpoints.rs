@@ -1,0 +1,369 @@
+//! Host endpoints: every service port of an instance (its tcp ready port and its image's exposed
+//! tcp ports) gets a loopback port on the host, allocated once and kept for the instance's life,
+//! across stops, spec changes and daemon restarts.
+//!
+//! berth listens on that port itself and proxies each connection to the container, rather than
+//! publishing the port through Docker, so that the endpoint exists while the instance is stopped:
+//! a connection to an idle-stopped or not-yet-started instance wakes it (a `use`, which leaves a
+//! person's stop standing), is held until the instance is ready, and is then proxied. An open
+//! proxied connection counts as a live executor reaching the instance, so idle stop never cuts a
+//! connection in use.
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::net::{TcpListener, TcpStream};
+use utoipa::ToSchema;
+
+use crate::ids::InstanceId;
+use crate::model::{Desired, Instance, InstanceState, StopReason};
+use crate::names;
+use crate::reconcile::Reconciler;
+use crate::store::StoreError;
+
+/// The host address every endpoint listens on.
+pub const ENDPOINT_HOST: Ipv4Addr = Ipv4Addr::LOCALHOST;
+/// How long a connection to the container may take once the instance is ready: a busy service's
+/// accept queue drops connection attempts, which the kernel retries after 1 s, then 3 s.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Between attempts after a refused connection.
+const CONNECT_RETRY: Duration = Duration::from_millis(50);
+/// How often a held connection looks at its waking instance.
+const WAKE_POLL: Duration = Duration::from_millis(20);
+
+/// An endpoint on the wire.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointView {
+    /// The port in the container.
+    pub port: u16,
+    /// The host address to connect to.
+    pub host: String,
+    /// The port on the host.
+    pub host_port: u16,
+}
+
+impl Reconciler {
+    /// The service ports of an instance: its tcp ready port and its image's exposed tcp ports.
+    pub(crate) fn service_ports(instance: &Instance, exposed: &[u16]) -> BTreeSet<u16> {
+        let mut ports: BTreeSet<u16> = exposed.iter().copied().collect();
+        if let crate::spec::Ready::Tcp { port } = instance.spec.ready {
+            ports.insert(port);
+        }
+        ports
+    }
+
+    /// Gives every service port of an instance an endpoint, once.
+    pub(crate) async fn ensure_endpoints(
+        &self,
+        instance: &Instance,
+        ports: &BTreeSet<u16>,
+    ) -> Result<(), StoreError> {
+        let known: BTreeSet<u16> = self
+            .inner
+            .store
+            .read(|tx| tx.endpoints(&instance.id))?
+            .into_iter()
+            .map(|(port, _)| port)
+            .collect();
+        for &port in ports.difference(&known) {
+            // Binding port 0 lets the kernel pick a free port, and keeps it: no other process can
+            // take it between the pick and the listen.
+            let listener = match TcpListener::bind(SocketAddr::new(IpAddr::V4(ENDPOINT_HOST), 0))
+                .await
+            {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(instance = %instance.id, port, error = %e, "could not open a host endpoint");
+                    continue;
+                }
+            };
+            let host_port = match listener.local_addr() {
+                Ok(a) => a.port(),
+                Err(_) => continue,
+            };
+            if self
+                .inner
+                .store
+                .write(|tx| tx.insert_endpoint(&instance.id, port, host_port))?
+            {
+                tracing::info!(instance = %instance.id, key = %instance.key, port, host_port, "host endpoint");
+                self.serve_endpoint(instance.id.clone(), port, listener);
+            }
+        }
+        Ok(())
+    }
+
+    /// Listens again on every stored endpoint (at start).
+    pub(crate) async fn open_stored_endpoints(&self) {
+        let endpoints = match self.inner.store.read(|tx| tx.live_endpoints()) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::error!(error = %e, "could not read the endpoints");
+                return;
+            }
+        };
+        for (id, port, host_port) in endpoints {
+            match TcpListener::bind(SocketAddr::new(IpAddr::V4(ENDPOINT_HOST), host_port)).await {
+                Ok(listener) => self.serve_endpoint(id, port, listener),
+                Err(e) => tracing::error!(instance = %id, host_port, error = %e,
+                    "the host endpoint's port is taken by another program; the endpoint is unavailable"),
+            }
+        }
+    }
+
+    /// An instance's endpoints.
+    pub fn endpoints_of(&self, id: &InstanceId) -> Result<Vec<EndpointView>, StoreError> {
+        Ok(self
+            .inner
+            .store
+            .read(|tx| tx.endpoints(id))?
+            .into_iter()
+            .map(|(port, host_port)| EndpointView {
+                port,
+                host: ENDPOINT_HOST.to_string(),
+                host_port,
+            })
+            .collect())
+    }
+
+    fn serve_endpoint(&self, id: InstanceId, port: u16, listener: TcpListener) {
+        let id_for_map = id.clone();
+        let this = self.clone();
+        let handle = tokio::spawn(async move {
+            loop {
+                let (client, _) = match listener.accept().await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!(instance = %id, error = %e, "an endpoint could not accept");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let this = this.clone();
+                let id = id.clone();
+                tokio::spawn(async move { this.proxy(id, port, client).await });
+            }
+        });
+        self.listeners().entry(id_for_map).or_default().push(handle);
+    }
+
+    /// Closes an archived instance's endpoints and frees their ports.
+    pub(crate) fn close_endpoints(&self, id: &InstanceId) -> Result<(), StoreError> {
+        if let Some(handles) = self.listeners().remove(id) {
+            handles.iter().for_each(tokio::task::JoinHandle::abort);
+        }
+        self.inner.store.write(|tx| tx.delete_endpoints(id))
+    }
+
+    /// One proxied connection: wake the instance if it may be woken, wait for it, then copy
+    /// bytes both ways until either side closes.
+    async fn proxy(&self, id: InstanceId, port: u16, mut client: TcpStream) {
+        let _reach = ReachGuard::new(self, &id);
+        let upstream = match self.wait_ready(&id).await {
+            Some(instance) => self.connect_upstream(&instance, port).await,
+            None => None,
+        };
+        let Some(mut upstream) = upstream else {
+            // Closed promptly: nothing is left hanging.
+            return;
+        };
+        let _ = client.set_nodelay(true);
+        let _ = upstream.set_nodelay(true);
+        if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+            tracing::debug!(instance = %id, error = %e, "a proxied connection ended with an error");
+        }
+    }
+
+    /// Waits until the instance runs, waking it when it may be woken; `None` when it will not
+    /// run (a person stopped it, it is archived, or its start failed).
+    async fn wait_ready(&self, id: &InstanceId) -> Option<Instance> {
+        let deadline =
+            tokio::time::Instant::now() + self.inner.config.ready_timeout + Duration::from_secs(30);
+        let mut woke = false;
+        loop {
+            let instance = self.inner.store.read(|tx| tx.instance_by_id(id)).ok()??;
+            match (&instance.desired, &instance.state) {
+                (Desired::Archived, _) => return None,
+                (Desired::Stopped, _)
+                    if matches!(instance.stop_reason, Some(StopReason::Person { .. })) =>
+                {
+                    return None;
+                }
+                (Desired::Running, InstanceState::Running { .. }) => return Some(instance),
+                (Desired::Running, InstanceState::Failed { .. }) if woke => return None,
+                (Desired::Running, InstanceState::Failed { .. }) => {
+                    tracing::info!(instance = %id, "a connection found the instance failed");
+                    return None;
+                }
+                (Desired::Stopped, _) if !woke => {
+                    woke = true;
+                    if !self.wake_for_use(id).ok()? {
+                        return None;
+                    }
+                }
+                _ => {}
+            }
+            if tokio::time::Instant::now() > deadline {
+                tracing::warn!(instance = %id, "a connection waited too long for the instance to be ready");
+                return None;
+            }
+            tokio::time::sleep(WAKE_POLL).await;
+        }
+    }
+
+    /// A `use` wake: desired running again unless a person stopped it. True when it will run.
+    pub(crate) fn wake_for_use(&self, id: &InstanceId) -> Result<bool, StoreError> {
+        let woken = self.inner.store.write(|tx| {
+            let Some(mut instance) = tx.instance_by_id(id)? else {
+                return Ok(false);
+            };
+            match (&instance.desired, &instance.stop_reason) {
+                (Desired::Running, _) => Ok(true),
+                (Desired::Stopped, Some(StopReason::Person { .. })) | (Desired::Archived, _) => {
+                    Ok(false)
+                }
+                (Desired::Stopped, _) => {
+                    instance.desired = Desired::Running;
+                    instance.stop_reason = None;
+                    tx.save_desired(&instance)?;
+                    Ok::<_, StoreError>(true)
+                }
+            }
+        })?;
+        if woken {
+            tracing::info!(instance = %id, "woken by a connection");
+            self.enqueue(id);
+        }
+        Ok(woken)
+    }
+
+    /// Connects to the instance's container, from the address last seen when the cache holds
+    /// one (many connections at once must not each ask the engine), else from an inspect.
+    async fn connect_upstream(&self, instance: &Instance, port: u16) -> Option<TcpStream> {
+        for fresh in [false, true] {
+            let cached = self.addresses().get(&instance.id).copied();
+            let ip = match cached {
+                Some(ip) if !fresh => ip,
+                _ => {
+                    let ip = self.container_address(instance).await?;
+                    self.addresses().insert(instance.id.clone(), ip);
+                    ip
+                }
+            };
+            if let Some(stream) = connect_with_retries(ip, port).await {
+                return Some(stream);
+            }
+            self.addresses().remove(&instance.id);
+        }
+        tracing::warn!(instance = %instance.id, port, "could not connect a proxied connection to the container");
+        None
+    }
+
+    async fn container_address(&self, instance: &Instance) -> Option<IpAddr> {
+        let name = names::container(
+            &self.inner.config.prefix,
+            &instance.domain_id,
+            &instance.key,
+        );
+        let network = match &instance.spec.worktree_key {
+            Some(key) => names::view_network(&self.inner.config.prefix, &instance.domain_id, key),
+            None => names::domain_network(&self.inner.config.prefix, &instance.domain_id),
+        };
+        let facts = match self.inner.runtime.inspect_container(&name).await {
+            Ok(Some(facts)) => facts,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::warn!(instance = %instance.id, error = %e, "could not find the container's address");
+                return None;
+            }
+        };
+        facts
+            .addresses
+            .get(&network)
+            .copied()
+            .or_else(|| facts.addresses.values().next().copied())
+    }
+
+    fn addresses(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<InstanceId, IpAddr>> {
+        self.inner
+            .addresses
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn listeners(
+        &self,
+    ) -> std::sync::MutexGuard<
+        '_,
+        std::collections::HashMap<InstanceId, Vec<tokio::task::JoinHandle<()>>>,
+    > {
+        self.inner
+            .listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a proxied connection is open to the instance.
+    pub(crate) fn has_open_connections(&self, id: &InstanceId) -> bool {
+        self.connections().get(id).is_some_and(|n| *n > 0)
+    }
+
+    fn connections(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<InstanceId, usize>> {
+        self.inner
+            .connections
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Connects, retrying a refused connection until `CONNECT_TIMEOUT`.
+async fn connect_with_retries(ip: IpAddr, port: u16) -> Option<TcpStream> {
+    let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
+    loop {
+        match tokio::time::timeout_at(deadline, TcpStream::connect((ip, port))).await {
+            Ok(Ok(stream)) => return Some(stream),
+            Ok(Err(e))
+                if e.kind() == std::io::ErrorKind::ConnectionRefused
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(CONNECT_RETRY).await;
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// Counts an open connection as reach while it lives.
+struct ReachGuard {
+    reconciler: Reconciler,
+    id: InstanceId,
+}
+
+impl ReachGuard {
+    fn new(reconciler: &Reconciler, id: &InstanceId) -> Self {
+        *reconciler.connections().entry(id.clone()).or_default() += 1;
+        Self {
+            reconciler: reconciler.clone(),
+            id: id.clone(),
+        }
+    }
+}
+
+impl Drop for ReachGuard {
+    fn drop(&mut self) {
+        let mut connections = self.reconciler.connections();
+        if let Some(n) = connections.get_mut(&self.id) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                connections.remove(&self.id);
+            }
+        }
+    }
+}

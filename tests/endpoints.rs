@@ -1,0 +1,239 @@
+//! Host endpoints: a stable loopback port per service port, proxied by berth, that wakes an idle
+//! instance on the first connection and counts as reach while open.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{Client, Daemon, busybox_image, echo_image, spec};
+
+const READY: Duration = Duration::from_secs(60);
+
+fn endpoints(api: &Client, domain: &str, key: &str) -> Value {
+    api.get(&format!(
+        "/v1/resource-domains/{domain}/instances/{key}/endpoints"
+    ))
+    .expect(200)["items"]
+        .clone()
+}
+
+fn host_port(api: &Client, domain: &str, key: &str, port: u16) -> u16 {
+    let items = endpoints(api, domain, key);
+    let e = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["port"] == port)
+        .unwrap_or_else(|| panic!("no endpoint for {port}: {items}"));
+    assert_eq!(e["host"], "127.0.0.1");
+    e["hostPort"].as_u64().unwrap() as u16
+}
+
+/// `GET /` through an endpoint; the body, and the time to the first byte.
+fn http_get(host_port: u16) -> (String, Duration) {
+    let started = Instant::now();
+    let mut s = TcpStream::connect(("127.0.0.1", host_port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    let mut first = [0u8; 1];
+    s.read_exact(&mut first).expect("a first byte");
+    let to_first_byte = started.elapsed();
+    let mut rest = String::new();
+    s.read_to_string(&mut rest).unwrap();
+    (format!("{}{rest}", first[0] as char), to_first_byte)
+}
+
+fn idle_spec(image: &str, alias: &str, port: u16, idle: u64) -> Value {
+    let mut s = spec(image, alias);
+    s["ready"] = json!({"kind": "tcp", "port": port});
+    s["idleStopAfterSeconds"] = json!(idle);
+    s
+}
+
+#[test]
+fn an_instance_keeps_its_host_port_across_stop_spec_change_and_restart() {
+    let mut daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let mut s = spec(&busybox_image(), "web");
+    api.up(&domain, "web", &s, "use").expect(200);
+    api.wait_state(&domain, "web", "running", READY);
+    let port = host_port(&api, &domain, "web", 8080);
+    assert!(http_get(port).0.contains("berth fixture"));
+
+    api.post(
+        &format!("/v1/resource-domains/{domain}/instances/web/stop"),
+        json!({"by": "Ada"}),
+    )
+    .expect(200);
+    api.wait_state(&domain, "web", "stopped", READY);
+    api.up(&domain, "web", &s, "person").expect(200);
+    api.wait_state(&domain, "web", "running", READY);
+    assert_eq!(
+        host_port(&api, &domain, "web", 8080),
+        port,
+        "the same port after a stop and start"
+    );
+
+    s["env"]["GREETING"] = json!("changed");
+    api.up(&domain, "web", &s, "use").expect(200);
+    api.wait_for(&domain, "web", READY, "running the new spec", |i| {
+        i["state"]["kind"] == "running"
+    });
+    assert_eq!(
+        host_port(&api, &domain, "web", 8080),
+        port,
+        "the same port after a spec change"
+    );
+
+    daemon.restart();
+    let api = daemon.client();
+    assert_eq!(
+        host_port(&api, &domain, "web", 8080),
+        port,
+        "the same port after a daemon restart"
+    );
+    api.wait_state(&domain, "web", "running", READY);
+    assert!(
+        http_get(port).0.contains("berth fixture"),
+        "and it still proxies"
+    );
+
+    api.up(&domain, "other", &spec(&busybox_image(), "other"), "use")
+        .expect(200);
+    api.wait_state(&domain, "other", "running", READY);
+    assert_ne!(
+        host_port(&api, &domain, "other", 8080),
+        port,
+        "two instances never share a port"
+    );
+}
+
+#[test]
+fn a_connection_wakes_an_idle_stopped_instance() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    api.up(
+        &domain,
+        "web",
+        &idle_spec(&busybox_image(), "web", 8080, 2),
+        "use",
+    )
+    .expect(200);
+    api.wait_state(&domain, "web", "running", READY);
+    let port = host_port(&api, &domain, "web", 8080);
+    let stopped = api.wait_state(&domain, "web", "stopped", READY);
+    assert_eq!(stopped["stopReason"], json!({"kind": "idle"}));
+
+    let (body, to_first_byte) = http_get(port);
+    assert!(body.contains("berth fixture"), "{body}");
+    eprintln!("connect to first byte through a waking endpoint: {to_first_byte:?}");
+    let instance = api.instance(&domain, "web");
+    assert_eq!(instance["desired"], "running");
+    assert_eq!(instance["state"]["kind"], "running");
+}
+
+#[test]
+fn a_person_stopped_instance_closes_connections_promptly_and_stays_stopped() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    api.up(&domain, "web", &spec(&busybox_image(), "web"), "use")
+        .expect(200);
+    api.wait_state(&domain, "web", "running", READY);
+    let port = host_port(&api, &domain, "web", 8080);
+    api.post(
+        &format!("/v1/resource-domains/{domain}/instances/web/stop"),
+        json!({"by": "Ada"}),
+    )
+    .expect(200);
+    api.wait_state(&domain, "web", "stopped", READY);
+
+    let started = Instant::now();
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("the endpoint still listens");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = [0u8; 16];
+    let n = s.read(&mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "closed without an answer");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "closed promptly, after {:?}",
+        started.elapsed()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let i = api.instance(&domain, "web");
+    assert_eq!(i["desired"], "stopped");
+    assert_eq!(i["stopReason"], json!({"kind": "person", "by": "Ada"}));
+}
+
+#[test]
+fn an_open_connection_keeps_the_instance_from_idle_stop_until_it_closes() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    api.up(
+        &domain,
+        "echo",
+        &idle_spec(&echo_image(), "echo", 7000, 2),
+        "use",
+    )
+    .expect(200);
+    api.wait_state(&domain, "echo", "running", READY);
+    let port = host_port(&api, &domain, "echo", 7000);
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    for i in 0..6 {
+        let line = format!("ping {i}\n");
+        s.write_all(line.as_bytes()).unwrap();
+        let mut back = vec![0u8; line.len()];
+        s.read_exact(&mut back).unwrap();
+        assert_eq!(back, line.as_bytes());
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    assert_eq!(
+        api.instance(&domain, "echo")["state"]["kind"],
+        "running",
+        "an open connection is reach"
+    );
+    drop(s);
+    let stopped = api.wait_state(&domain, "echo", "stopped", Duration::from_secs(30));
+    assert_eq!(stopped["stopReason"], json!({"kind": "idle"}));
+}
+
+#[test]
+fn two_hundred_concurrent_connections_each_echo_their_own_bytes() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    // The echo server forks a process per connection: give it room for 200 at once.
+    let mut s = idle_spec(&echo_image(), "echo", 7000, 3600);
+    s["limits"] = json!({"cpuMillicores": 2000, "memoryBytes": 536870912});
+    api.up(&domain, "echo", &s, "use").expect(200);
+    api.wait_state(&domain, "echo", "running", READY);
+    let port = host_port(&api, &domain, "echo", 7000);
+    let workers: Vec<_> = (0..200)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let payload: Vec<u8> = (0..4096u32).map(|j| ((i * 31 + j) % 251) as u8).collect();
+                let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+                s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                s.write_all(&payload).unwrap();
+                s.shutdown(Shutdown::Write).unwrap();
+                let mut back = Vec::new();
+                s.read_to_end(&mut back).unwrap();
+                assert!(
+                    back == payload,
+                    "connection {i} got {} bytes back, not its own 4096",
+                    back.len()
+                );
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("a connection failed");
+    }
+}
