@@ -1,13 +1,22 @@
 //! `berth`: the daemon (`berth serve`) and, over its HTTP API, the commands people run.
 
+mod cli;
+mod client;
+mod project;
+mod repo;
 mod serve;
+mod ui;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "berth", version, about = "A local runner for developers' resource instances")]
+#[command(
+    name = "berth",
+    version,
+    about = "A local runner for developers' resource instances"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -17,22 +26,37 @@ struct Cli {
 enum Command {
     /// Run the daemon: the HTTP API and the reconciler.
     Serve(serve::ServeArgs),
+    #[command(flatten)]
+    Client(cli::Command),
+    /// Print a completion script for a shell (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let command = match cli.command {
+        Command::Serve(args) => args,
+        // The commands people run are blocking HTTP calls: no async runtime under them.
+        Command::Client(command) => return cli::run(command),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "berth", &mut std::io::stdout());
+            return ExitCode::SUCCESS;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("berth: could not start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(async {
-        match cli.command {
-            Command::Serve(args) => serve::run(args).await,
-        }
-    });
+    let result = runtime.block_on(serve::run(command));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

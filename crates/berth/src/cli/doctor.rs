@@ -1,0 +1,265 @@
+//! `berth doctor`: checks what berth needs, one line each, and says what to fix.
+
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+use berth_core::image::PinnedImage;
+use clap::Args;
+use serde_json::{Value, json};
+
+use super::{Conn, load_project, print_json, ui};
+use crate::repo::Repo;
+
+#[derive(Args, Debug)]
+pub struct DoctorArgs {
+    #[command(flatten)]
+    conn: Conn,
+    /// Print the checks as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+struct Check {
+    name: String,
+    ok: bool,
+    detail: String,
+    fix: Option<String>,
+}
+
+impl Check {
+    fn ok(name: &str, detail: impl Into<String>) -> Check {
+        Check {
+            name: name.to_owned(),
+            ok: true,
+            detail: detail.into(),
+            fix: None,
+        }
+    }
+
+    fn fail(name: &str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+        Check {
+            name: name.to_owned(),
+            ok: false,
+            detail: detail.into(),
+            fix: Some(fix.into()),
+        }
+    }
+}
+
+fn first_line(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes)
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim()
+        .to_owned()
+}
+
+fn docker() -> Check {
+    match Command::new("docker")
+        .args(["info", "--format", "{{.ServerVersion}}"])
+        .output()
+    {
+        Ok(out) if out.status.success() => Check::ok(
+            "docker",
+            format!(
+                "the Docker engine answers (version {})",
+                first_line(&out.stdout)
+            ),
+        ),
+        Ok(out) => Check::fail(
+            "docker",
+            format!("`docker info` failed: {}", first_line(&out.stderr)),
+            "start Docker (or point DOCKER_HOST at it) and make sure you may use it (the docker group)",
+        ),
+        Err(e) => Check::fail(
+            "docker",
+            format!("could not run the docker CLI: {e}"),
+            "install Docker and put `docker` on PATH",
+        ),
+    }
+}
+
+fn image_check(image: &str) -> Check {
+    let name = "image";
+    let pinned = match PinnedImage::parse(image) {
+        Ok(p) => p,
+        Err(e) => {
+            return Check::fail(
+                name,
+                format!("{image} {e}"),
+                "pin the image by digest in berth.toml",
+            );
+        }
+    };
+    let local = Command::new("docker")
+        .args([
+            "image",
+            "inspect",
+            "--format",
+            "{{.Id}}",
+            &pinned.repo_digest(),
+        ])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if local {
+        return Check::ok(name, format!("{image} is on this machine"));
+    }
+    let Some(registry) = pinned
+        .registry()
+        .filter(|r| !matches!(*r, "docker.io" | "index.docker.io" | "registry-1.docker.io"))
+    else {
+        return Check::ok(
+            name,
+            format!(
+                "{image} is not on this machine; berth pulls it from Docker Hub on first use (not checked here)"
+            ),
+        );
+    };
+    let url = format!("http://{registry}/v2/");
+    let http = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build();
+    let answer = http.map_err(|e| e.to_string()).and_then(|c| {
+        c.get(&url).send().map_err(|e| {
+            let mut cause: &dyn std::error::Error = &e;
+            while let Some(next) = cause.source() {
+                cause = next;
+            }
+            cause.to_string()
+        })
+    });
+    match answer {
+        Ok(res) => Check::ok(
+            name,
+            format!(
+                "{image} is not on this machine; its registry answers at {url} ({}), so berth can pull it",
+                res.status()
+            ),
+        ),
+        Err(e) => Check::fail(
+            name,
+            format!(
+                "{image} is not on this machine and its registry does not answer at {url} ({e})"
+            ),
+            format!(
+                "start the registry {registry}, or pull the image yourself: docker pull {image}"
+            ),
+        ),
+    }
+}
+
+pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
+    let ui = ui(args.json);
+    let mut checks = vec![docker()];
+
+    let endpoint = args.conn.endpoint();
+    let daemon_up = match endpoint.health() {
+        Ok(()) => {
+            checks.push(Check::ok(
+                "daemon",
+                format!("berth answers at {}", endpoint.base()),
+            ));
+            true
+        }
+        Err(e) => {
+            checks.push(Check::fail(
+                "daemon",
+                format!("{e:#}"),
+                "run `berth serve` (in a checkout of berth: `cargo run --release -- serve`), or point --url or BERTH_URL at the daemon",
+            ));
+            false
+        }
+    };
+    if daemon_up {
+        match endpoint.connect().and_then(|c| c.domains()) {
+            Ok(domains) => checks.push(Check::ok("key", format!("the daemon accepts the service key ({} domain(s))", domains.len()))),
+            Err(e) => checks.push(Check::fail(
+                "key",
+                format!("{e:#}"),
+                "use the key file of the daemon you run (--data-dir or BERTH_DATA_DIR) or set BERTH_SERVICE_KEYS",
+            )),
+        }
+    } else {
+        checks.push(Check::fail(
+            "key",
+            "not checked: the daemon does not answer",
+            "start the daemon first",
+        ));
+    }
+
+    match Repo::discover() {
+        Err(e) => checks.push(Check::fail(
+            "berth.toml",
+            format!("{e:#}"),
+            "run berth doctor inside the repository",
+        )),
+        Ok(repo) => match load_project(&repo) {
+            Ok(project) => {
+                checks.push(Check::ok(
+                    "berth.toml",
+                    format!(
+                        "{} defines {} instance(s)",
+                        project.path.display(),
+                        project.instances.len()
+                    ),
+                ));
+                let mut images: Vec<&str> =
+                    project.instances.iter().map(|i| i.image.as_str()).collect();
+                images.sort_unstable();
+                images.dedup();
+                for image in images {
+                    checks.push(image_check(image));
+                }
+            }
+            Err(e) => {
+                let detail = match e.downcast_ref::<crate::project::ProjectErrors>() {
+                    Some(p) => p.0.join("\n"),
+                    None => format!("{e:#}"),
+                };
+                checks.push(Check::fail(
+                    "berth.toml",
+                    detail,
+                    "correct berth.toml as the lines above say (docs/cli.md has its reference)",
+                ));
+            }
+        },
+    }
+
+    let failed = checks.iter().filter(|c| !c.ok).count();
+    if args.json {
+        print_json(&Value::Array(
+            checks
+                .iter()
+                .map(|c| json!({"check": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix}))
+                .collect(),
+        ));
+    } else {
+        for c in &checks {
+            let mark = if c.ok { ui.ok_mark() } else { ui.fail_mark() };
+            let pad = if ui.color {
+                ""
+            } else if c.ok {
+                "  "
+            } else {
+                ""
+            };
+            let mut lines = c.detail.lines();
+            println!("{mark}{pad} {}: {}", c.name, lines.next().unwrap_or(""));
+            for more in lines {
+                println!("       {more}");
+            }
+            if let Some(fix) = &c.fix {
+                println!("       fix: {fix}");
+            }
+        }
+        if failed > 0 {
+            println!("{failed} check(s) failed");
+        }
+    }
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

@@ -1,0 +1,418 @@
+//! `ps`, `stop`, `archive`, `env` and `domains`.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use clap::Args;
+use serde_json::{Value, json};
+
+use super::{
+    Conn, annotated, current_keys, domain_id, find_domain, load_project, print_json, scope_of, ui,
+};
+use crate::client::Client;
+use crate::repo::{Repo, generation, name_of_key};
+use crate::ui::{Cell, ago, bytes, state_detail, state_kind, state_time};
+
+#[derive(Args, Debug)]
+pub struct PsArgs {
+    #[command(flatten)]
+    conn: Conn,
+    /// List the archived instances instead of the live ones.
+    #[arg(long)]
+    archived: bool,
+    /// Print the instances as JSON (the API's instances, with `name` and `scope` added).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct StopArgs {
+    #[command(flatten)]
+    conn: Conn,
+    /// Print the stopped instances as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Instance names from berth.toml (or full keys, `name@worktree`) [default: this worktree's
+    /// instances and the shared ones].
+    #[arg(value_name = "NAME")]
+    names: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ArchiveArgs {
+    #[command(flatten)]
+    conn: Conn,
+    /// Print the archived instances and their kept volumes as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Instance names from berth.toml (or full keys, `name@worktree`).
+    #[arg(required = true, value_name = "NAME")]
+    names: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct EnvArgs {
+    #[command(flatten)]
+    conn: Conn,
+    /// Print the variables as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Instance names from berth.toml [default: all of them].
+    #[arg(value_name = "NAME")]
+    names: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct DomainsArgs {
+    #[command(flatten)]
+    conn: Conn,
+    /// Print the domains as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The repository, a client, and the repository's domain id if it has one yet.
+fn open(conn: &Conn) -> anyhow::Result<(Repo, Client, Option<String>)> {
+    let repo = Repo::discover()?;
+    let client = conn.endpoint().connect()?;
+    let domain = match find_domain(&client, &repo)? {
+        Some(d) => Some(domain_id(&d)?),
+        None => None,
+    };
+    Ok((repo, client, domain))
+}
+
+/// The live instances `names` mean in this worktree: for each name, this worktree's instance of
+/// that name, else the shared one; a name with `@` is a full key. No names: this worktree's
+/// instances and the shared ones.
+pub(super) fn resolve(
+    client: &Client,
+    domain: &str,
+    repo: &Repo,
+    names: &[String],
+) -> anyhow::Result<Vec<Value>> {
+    let live = client.instances(domain, false)?;
+    if names.is_empty() {
+        return Ok(live
+            .into_iter()
+            .filter(|i| {
+                i["worktreeKey"].is_null()
+                    || i["worktreeKey"].as_str() == Some(repo.worktree_key.as_str())
+            })
+            .collect());
+    }
+    let mut out: Vec<Value> = Vec::new();
+    for name in names {
+        let bases = if name.contains('@') {
+            vec![name.clone()]
+        } else {
+            vec![
+                repo.instance_key(name, false),
+                repo.instance_key(name, true),
+            ]
+        };
+        // An exact key first; then, for each base key, its newest live generation.
+        let found = live
+            .iter()
+            .find(|i| key_of(i) == name.as_str())
+            .or_else(|| {
+                bases.iter().find_map(|base| {
+                    live.iter()
+                        .filter_map(|i| generation(key_of(i), base).map(|g| (g, i)))
+                        .max_by_key(|(g, _)| *g)
+                        .map(|(_, i)| i)
+                })
+            });
+        match found {
+            Some(i) => {
+                if !out.iter().any(|o| o["key"] == i["key"]) {
+                    out.push(i.clone());
+                }
+            }
+            None => bail!(
+                "no live instance {name:?} in this repository (looked for the key{} {}): `berth ps` lists them",
+                if bases.len() > 1 { "s" } else { "" },
+                bases.join(" and ")
+            ),
+        }
+    }
+    Ok(out)
+}
+
+fn key_of(instance: &Value) -> &str {
+    instance["key"].as_str().unwrap_or("")
+}
+
+pub fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
+    let ui = ui(args.json);
+    let (repo, client, domain) = open(&args.conn)?;
+    let mut items = match &domain {
+        Some(d) => client.instances(d, args.archived)?,
+        None => Vec::new(),
+    };
+    items.sort_by(|a, b| {
+        (name_of_key(key_of(a)), a["worktreeKey"].as_str(), key_of(a)).cmp(&(
+            name_of_key(key_of(b)),
+            b["worktreeKey"].as_str(),
+            key_of(b),
+        ))
+    });
+    if args.json {
+        print_json(&Value::Array(
+            items.iter().map(|i| annotated(i, &repo)).collect(),
+        ));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if items.is_empty() {
+        let what = if args.archived {
+            "archived instances"
+        } else {
+            "instances"
+        };
+        eprintln!(
+            "berth: this repository has no {what} yet{}",
+            if args.archived {
+                ""
+            } else {
+                ": `berth up` starts them"
+            }
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<Vec<Cell>> = items
+        .iter()
+        .map(|i| {
+            vec![
+                Cell::plain(name_of_key(key_of(i))),
+                Cell::plain(scope_of(i, &repo)),
+                Cell::plain(key_of(i)),
+                Cell::state(state_kind(i)),
+                Cell::plain(ago(state_time(i))),
+                Cell::plain(detail_note(i)),
+            ]
+        })
+        .collect();
+    ui.table(&["NAME", "SCOPE", "KEY", "STATE", "SINCE", "NOTE"], &rows);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What the state carries besides its kind: who stopped it, why it failed.
+fn detail_note(instance: &Value) -> String {
+    let detail = state_detail(instance);
+    let kind = state_kind(instance);
+    match detail.strip_prefix(kind) {
+        Some(rest) => rest.trim_start_matches([':', ' ']).to_owned(),
+        None => detail,
+    }
+}
+
+/// Who stops: `$USER`, else git's `user.name`.
+fn who() -> String {
+    if let Ok(user) = std::env::var("USER")
+        && !user.trim().is_empty()
+    {
+        return user.trim().chars().take(200).collect();
+    }
+    let out = std::process::Command::new("git")
+        .args(["config", "user.name"])
+        .output();
+    match out {
+        Ok(o) if o.status.success() && !String::from_utf8_lossy(&o.stdout).trim().is_empty() => {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .chars()
+                .take(200)
+                .collect()
+        }
+        _ => "berth".to_owned(),
+    }
+}
+
+pub fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
+    let ui = ui(args.json);
+    let (repo, client, domain) = open(&args.conn)?;
+    let Some(domain) = domain else {
+        bail!("this repository has no instances yet: `berth up` starts them");
+    };
+    let targets = resolve(&client, &domain, &repo, &args.names)?;
+    if targets.is_empty() {
+        eprintln!("berth: nothing to stop: this worktree has no live instances");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let by = who();
+    for t in &targets {
+        client.stop(&domain, key_of(t), &by)?;
+    }
+    // The daemon stops them in the background; wait until each is.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut stopped = Vec::new();
+    for t in &targets {
+        let key = key_of(t);
+        loop {
+            let now = client.instance(&domain, key)?.unwrap_or(Value::Null);
+            let kind = state_kind(&now);
+            if kind == "stopped" || kind == "archived" || Instant::now() > deadline {
+                if !args.json {
+                    let mark = if kind == "stopped" {
+                        ui.ok_mark()
+                    } else {
+                        ui.fail_mark()
+                    };
+                    println!(
+                        "{mark} {} ({key}): {}",
+                        name_of_key(key),
+                        state_detail(&now)
+                    );
+                }
+                stopped.push(annotated(&now, &repo));
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    if args.json {
+        print_json(&Value::Array(stopped));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn archive(args: ArchiveArgs) -> anyhow::Result<ExitCode> {
+    let ui = ui(args.json);
+    let (repo, client, domain) = open(&args.conn)?;
+    let Some(domain) = domain else {
+        bail!("this repository has no instances yet: nothing to archive");
+    };
+    let targets = resolve(&client, &domain, &repo, &args.names)?;
+    let mut answers = Vec::new();
+    for t in &targets {
+        let key = key_of(t);
+        let answer = client.archive(&domain, key)?;
+        if !args.json {
+            println!(
+                "{} archived {} ({key}); its volumes are kept:",
+                ui.ok_mark(),
+                name_of_key(key)
+            );
+            let volumes = answer["volumes"].as_array().cloned().unwrap_or_default();
+            if volumes.is_empty() {
+                println!("  (none)");
+            }
+            for v in volumes {
+                let size = v["bytes"]
+                    .as_i64()
+                    .map(bytes)
+                    .unwrap_or_else(|| "size unknown".to_owned());
+                println!(
+                    "  {}  {}  {size}",
+                    v["name"].as_str().unwrap_or(""),
+                    v["dockerName"].as_str().unwrap_or("")
+                );
+            }
+        }
+        answers.push(json!({"name": name_of_key(key), "instance": annotated(&answer["instance"], &repo), "volumes": answer["volumes"]}));
+    }
+    if args.json {
+        print_json(&Value::Array(answers));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A value in single quotes for a POSIX shell.
+pub fn shell_quote(value: &str) -> String {
+    format!("'{}'", value.replace('\'', r"'\''"))
+}
+
+pub fn env(args: EnvArgs) -> anyhow::Result<ExitCode> {
+    let repo = Repo::discover()?;
+    let project = load_project(&repo)?;
+    let selected: Vec<_> = project
+        .select(&args.names)?
+        .into_iter()
+        .filter(|d| !d.connect.is_empty())
+        .collect();
+    let mut vars: Vec<(String, String)> = Vec::new();
+    if !selected.is_empty() {
+        let client = args.conn.endpoint().connect()?;
+        let Some(domain) = find_domain(&client, &repo)? else {
+            bail!(
+                "this repository has no instances yet: `berth up` starts them and gives them their host endpoints"
+            );
+        };
+        let domain = domain_id(&domain)?;
+        let keys = current_keys(&client, &domain, &repo, &selected)?;
+        for (def, (key, live)) in selected.iter().zip(keys) {
+            if !live {
+                bail!(
+                    "{} is not up in this worktree (key {key}): `berth up {}` starts it and gives it its host endpoints",
+                    def.name,
+                    def.name
+                );
+            }
+            let endpoints = client.endpoints(&domain, &key)?;
+            vars.extend(def.connect_values(&endpoints).map_err(anyhow::Error::msg)?);
+        }
+    }
+    if args.json {
+        let map: serde_json::Map<String, Value> =
+            vars.into_iter().map(|(k, v)| (k, Value::from(v))).collect();
+        print_json(&Value::Object(map));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if vars.is_empty() {
+        eprintln!(
+            "berth: no instance has a connect table: add [instances.NAME.connect] to berth.toml"
+        );
+    }
+    for (name, value) in vars {
+        println!("export {name}={}", shell_quote(&value));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn domains(args: DomainsArgs) -> anyhow::Result<ExitCode> {
+    let ui = ui(args.json);
+    let client = args.conn.endpoint().connect()?;
+    let items = client.domains()?;
+    if args.json {
+        print_json(&Value::Array(items));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if items.is_empty() {
+        eprintln!("berth: no domains yet: `berth up` in a repository makes its domain");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let here = Repo::discover().ok().map(|r| r.domain_name);
+    let rows: Vec<Vec<Cell>> = items
+        .iter()
+        .map(|d| {
+            let name = d["name"].as_str().unwrap_or("");
+            let mark = if here.as_deref() == Some(name) && d["state"] != "archived" {
+                "*"
+            } else {
+                ""
+            };
+            vec![
+                Cell::plain(mark),
+                Cell::plain(d["resourceDomainId"].as_str().unwrap_or("")),
+                Cell::plain(name),
+                Cell::state(d["state"].as_str().unwrap_or("")),
+                Cell::plain(ago(d["createdAt"].as_str())),
+            ]
+        })
+        .collect();
+    ui.table(&["", "DOMAIN", "NAME", "STATE", "CREATED"], &rows);
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shell_quote;
+
+    #[test]
+    fn values_are_quoted_for_the_shell() {
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+}

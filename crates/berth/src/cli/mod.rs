@@ -1,0 +1,232 @@
+//! The commands people run, over the daemon's HTTP API: `up`, `ps`, `stop`, `start`,
+//! `archive`, `exec`, `env`, `domains` and `doctor`.
+//!
+//! Each runs in a git worktree: the repository is the resource domain (created on first use),
+//! the worktree gives the worktree key, and `berth.toml` at the worktree's top level says what
+//! runs. See docs/cli.md.
+
+mod doctor;
+mod exec;
+mod instances;
+mod up;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use serde_json::Value;
+
+use crate::client::{Client, DEFAULT_URL, Endpoint};
+use crate::project::Project;
+use crate::repo::{PROJECT_FILE, Repo};
+use crate::ui::Ui;
+
+/// Where the daemon is, for every command that talks to it.
+#[derive(Args, Debug, Clone)]
+pub struct Conn {
+    /// The daemon's address.
+    #[arg(long, env = "BERTH_URL", default_value = DEFAULT_URL)]
+    url: String,
+
+    /// The daemon's data directory, where its key file is [default: the user's data directory/berth].
+    #[arg(long, env = "BERTH_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+}
+
+impl Conn {
+    fn endpoint(&self) -> Endpoint {
+        Endpoint {
+            url: self.url.clone(),
+            data_dir: self.data_dir.clone(),
+        }
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Start this worktree's instances from berth.toml (all, or the named ones) and wait until
+    /// each is running or failed.
+    Up(up::UpArgs),
+    /// Start instances again after `berth stop` (the same as `berth up`).
+    Start(up::UpArgs),
+    /// List the repository's instances: name, scope, key, state, since.
+    Ps(instances::PsArgs),
+    /// Stop instances (a person's stop: they stay stopped until `berth start`).
+    Stop(instances::StopArgs),
+    /// Archive instances: their containers are removed for good, their volumes kept and measured.
+    Archive(instances::ArchiveArgs),
+    /// Run a command in an instance; stdin passes through, its exit code becomes berth's.
+    Exec(exec::ExecArgs),
+    /// Print `export NAME='value'` lines from the instances' connect tables in berth.toml.
+    Env(instances::EnvArgs),
+    /// List your resource domains (a repository is one).
+    Domains(instances::DomainsArgs),
+    /// Check Docker, the daemon, the service key, berth.toml and its images, and say what to fix.
+    Doctor(doctor::DoctorArgs),
+}
+
+/// Runs a command; errors are printed here, and the exit code is returned.
+pub fn run(command: Command) -> ExitCode {
+    let result = match command {
+        Command::Up(args) => up::run(args, "up"),
+        Command::Start(args) => up::run(args, "start"),
+        Command::Ps(args) => instances::ps(args),
+        Command::Stop(args) => instances::stop(args),
+        Command::Archive(args) => instances::archive(args),
+        Command::Exec(args) => exec::run(args),
+        Command::Env(args) => instances::env(args),
+        Command::Domains(args) => instances::domains(args),
+        Command::Doctor(args) => doctor::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            report(&e);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Prints an error: a project file's problems one per line as they are, anything else after
+/// `berth: `.
+pub fn report(e: &anyhow::Error) {
+    if let Some(problems) = e.downcast_ref::<crate::project::ProjectErrors>() {
+        for line in &problems.0 {
+            eprintln!("{line}");
+        }
+        eprintln!(
+            "berth: {} has {} problem(s); nothing was sent to the daemon",
+            PROJECT_FILE,
+            problems.0.len()
+        );
+    } else {
+        eprintln!("berth: {e:#}");
+    }
+}
+
+/// The project file's path as a person at the current directory would write it.
+fn shown_path(file: &Path) -> String {
+    let Ok(cwd) = std::env::current_dir().and_then(|d| d.canonicalize()) else {
+        return file.display().to_string();
+    };
+    if let Ok(rel) = file.strip_prefix(&cwd) {
+        return rel.display().to_string();
+    }
+    let dir = file.parent().unwrap_or(Path::new("/"));
+    if let Ok(below) = cwd.strip_prefix(dir) {
+        let ups = below.components().count();
+        if ups <= 3 {
+            let mut p = PathBuf::new();
+            for _ in 0..ups {
+                p.push("..");
+            }
+            p.push(file.file_name().unwrap_or_default());
+            return p.display().to_string();
+        }
+    }
+    file.display().to_string()
+}
+
+/// Reads and checks this worktree's berth.toml.
+fn load_project(repo: &Repo) -> anyhow::Result<Project> {
+    let file = repo.project_file();
+    Project::load(&file, &shown_path(&file))
+}
+
+/// The repository's domain: the oldest of the caller's domains with the repository's name that
+/// is not archived.
+fn find_domain(client: &Client, repo: &Repo) -> anyhow::Result<Option<Value>> {
+    Ok(client.domains()?.into_iter().find(|d| {
+        d["name"].as_str() == Some(repo.domain_name.as_str()) && d["state"] != "archived"
+    }))
+}
+
+/// The repository's domain, created on first use.
+fn ensure_domain(client: &Client, repo: &Repo) -> anyhow::Result<Value> {
+    if let Some(d) = find_domain(client, repo)? {
+        return Ok(d);
+    }
+    let created = client
+        .create_domain(&repo.domain_name)
+        .context("could not create the repository's domain")?;
+    // Two commands may create one each at the same moment: all of them settle on the oldest,
+    // and one that lost the race archives its own (empty) domain.
+    let chosen = find_domain(client, repo)?.unwrap_or_else(|| created.clone());
+    if chosen["resourceDomainId"] != created["resourceDomainId"]
+        && let Some(id) = created["resourceDomainId"].as_str()
+    {
+        let _ = client.archive_domain(id);
+    }
+    Ok(chosen)
+}
+
+/// The key each of `defs` has now in this worktree (see [`crate::repo::current_key`]), and
+/// whether an instance with that key is live.
+fn current_keys(
+    client: &Client,
+    domain: &str,
+    repo: &Repo,
+    defs: &[&crate::project::InstanceDef],
+) -> anyhow::Result<Vec<(String, bool)>> {
+    let keys = |list: Vec<Value>| -> Vec<String> {
+        list.iter()
+            .filter_map(|i| i["key"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let live = keys(client.instances(domain, false)?);
+    let archived = keys(client.instances(domain, true)?);
+    Ok(defs
+        .iter()
+        .map(|def| {
+            let base = repo.instance_key(&def.name, def.scope == crate::project::Scope::Shared);
+            let key = crate::repo::current_key(
+                &base,
+                live.iter().map(String::as_str),
+                archived.iter().map(String::as_str),
+            );
+            let is_live = live.contains(&key);
+            (key, is_live)
+        })
+        .collect())
+}
+
+fn domain_id(domain: &Value) -> anyhow::Result<String> {
+    domain["resourceDomainId"]
+        .as_str()
+        .map(str::to_owned)
+        .context("the daemon answered a domain without an id")
+}
+
+/// An instance with the project-file name and scope it was made from, for `--json`.
+fn annotated(instance: &Value, repo: &Repo) -> Value {
+    let mut out = instance.clone();
+    if let Some(map) = out.as_object_mut() {
+        let key = instance["key"].as_str().unwrap_or("");
+        map.insert("name".into(), Value::from(crate::repo::name_of_key(key)));
+        map.insert("scope".into(), Value::from(scope_of(instance, repo)));
+    }
+    out
+}
+
+/// `shared`, `worktree` (this one's), or `worktree <key>` (another one's).
+fn scope_of(instance: &Value, repo: &Repo) -> String {
+    match instance["worktreeKey"].as_str() {
+        None => "shared".to_owned(),
+        Some(k) if k == repo.worktree_key => "worktree".to_owned(),
+        Some(k) => format!("worktree {k}"),
+    }
+}
+
+/// Prints JSON on stdout.
+fn print_json(value: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_default()
+    );
+}
+
+/// A ui for the command.
+fn ui(json: bool) -> Ui {
+    Ui::new(json)
+}

@@ -1,0 +1,1293 @@
+//! `berth.toml`: the instances a repository runs, one `[instances.NAME]` table each.
+//!
+//! The file is read with spans kept for every key and value, so each problem is reported as
+//! `berth.toml:LINE: instances.NAME.FIELD ...`, all of them at once, before anything is sent to
+//! the daemon. Each instance is then turned into the contract's spec and checked with the same
+//! decoder the daemon runs ([`berth_core::spec::decode_spec`]), its refusals mapped back to the
+//! field they came from.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use berth_core::image::PinnedImage;
+use berth_core::spec::{
+    FORBIDDEN_SPEC_FIELDS, MAX_IDLE_SECONDS, MAX_VOLUMES, decode_spec, mount_path_problem,
+};
+use regex::Regex;
+use serde_json::{Value, json};
+use toml::Spanned;
+use toml::de::{DeTable, DeValue};
+
+/// The default CPU limit: one core.
+pub const DEFAULT_CPU_MILLICORES: i64 = 1000;
+/// The default memory limit: 512 MiB.
+pub const DEFAULT_MEMORY_BYTES: i64 = 512 * 1024 * 1024;
+/// The default idle stop: one hour.
+pub const DEFAULT_IDLE_STOP_SECONDS: i64 = 3600;
+
+/// Every field an instance table may have.
+pub const FIELDS: [&str; 11] = [
+    "image",
+    "scope",
+    "alias",
+    "command",
+    "env",
+    "volumes",
+    "ready",
+    "cpu",
+    "memory",
+    "idle-stop",
+    "connect",
+];
+
+static NAME: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[a-z0-9][a-z0-9_-]{0,62}$").unwrap());
+static ALIAS: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(berth_core::spec::ALIAS_PATTERN).unwrap());
+static ENV_NAME: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$").unwrap());
+static VOLUME_NAME: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[a-z][a-z0-9-]{0,30}$").unwrap());
+static READY_USER: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[A-Za-z0-9._-]{1,64}$").unwrap());
+
+/// Whether an instance is one per worktree or one for the whole repository.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// One per worktree: its key and its volumes carry the worktree key.
+    Worktree,
+    /// One for every worktree of the repository.
+    Shared,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Worktree => "worktree",
+            Scope::Shared => "shared",
+        }
+    }
+}
+
+/// The ready check, as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadyDef {
+    /// `{ tcp = PORT }`.
+    Tcp(u16),
+    /// `{ exec = [...], user = "..." }`.
+    Exec {
+        argv: Vec<String>,
+        user: Option<String>,
+    },
+}
+
+/// One `[instances.NAME]` table, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceDef {
+    pub name: String,
+    pub scope: Scope,
+    pub alias: String,
+    pub image: String,
+    pub command: Option<Vec<String>>,
+    pub env: BTreeMap<String, String>,
+    /// Volume name to mount path.
+    pub volumes: BTreeMap<String, String>,
+    pub ready: ReadyDef,
+    pub cpu_millicores: i64,
+    pub memory_bytes: i64,
+    pub idle_stop_seconds: i64,
+    /// Variable name to template, in file order.
+    pub connect: Vec<(String, String)>,
+}
+
+impl InstanceDef {
+    /// The contract's spec for this instance, with `worktree_key` for a worktree-scoped one.
+    pub fn spec(&self, worktree_key: Option<&str>) -> Value {
+        let ready = match &self.ready {
+            ReadyDef::Tcp(port) => json!({"kind": "tcp", "port": port}),
+            ReadyDef::Exec { argv, user } => json!({"kind": "exec", "argv": argv, "user": user}),
+        };
+        let volumes: Vec<Value> = self
+            .volumes
+            .iter()
+            .map(|(name, path)| json!({"name": name, "mountPath": path}))
+            .collect();
+        json!({
+            "alias": self.alias,
+            "worktreeKey": match self.scope {
+                Scope::Worktree => worktree_key.map(Value::from).unwrap_or(Value::Null),
+                Scope::Shared => Value::Null,
+            },
+            "image": self.image,
+            "command": self.command,
+            "env": self.env,
+            "volumes": volumes,
+            "limits": {"cpuMillicores": self.cpu_millicores, "memoryBytes": self.memory_bytes},
+            "ready": ready,
+            "idleStopAfterSeconds": self.idle_stop_seconds,
+        })
+    }
+
+    /// The tcp port of the ready check, if it is one.
+    pub fn port(&self) -> Option<u16> {
+        match self.ready {
+            ReadyDef::Tcp(port) => Some(port),
+            ReadyDef::Exec { .. } => None,
+        }
+    }
+
+    /// The `connect` variables, filled in from the instance's host endpoints, given as
+    /// `(container port, host, host port)`: `{host}` is the endpoints' host, `{port}` the host
+    /// port that reaches the tcp ready port, `{port:N}` the one that reaches container port N.
+    pub fn connect_values(
+        &self,
+        endpoints: &[(u16, String, u16)],
+    ) -> Result<Vec<(String, String)>, String> {
+        let host_port = |port: u16| {
+            endpoints
+                .iter()
+                .find(|(p, _, _)| *p == port)
+                .map(|(_, _, h)| h.to_string())
+        };
+        let mut missing = None;
+        let values = self
+            .connect
+            .iter()
+            .map(|(name, template)| {
+                let value = expand(template, |p| {
+                    let found = match placeholder(p)? {
+                        Wanted::Host => endpoints.first().map(|(_, h, _)| h.clone()),
+                        Wanted::ReadyPort => host_port(self.port()?),
+                        Wanted::Port(n) => host_port(n),
+                    };
+                    if found.is_none() {
+                        missing.get_or_insert_with(|| p.to_owned());
+                    }
+                    Some(found.unwrap_or_default())
+                })
+                .unwrap_or_default();
+                (name.clone(), value)
+            })
+            .collect();
+        match missing {
+            None => Ok(values),
+            Some(p) => {
+                let known: Vec<String> = endpoints.iter().map(|(p, _, _)| p.to_string()).collect();
+                Err(format!(
+                    "{} has no host endpoint for {{{p}}} (it has them for port(s) {}): a host endpoint exists for the tcp ready port and each port the image exposes, once the instance has started",
+                    self.name,
+                    if known.is_empty() {
+                        "none yet".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                ))
+            }
+        }
+    }
+}
+
+/// What a `connect` placeholder asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wanted {
+    /// `{host}`.
+    Host,
+    /// `{port}`: the host port of the tcp ready port.
+    ReadyPort,
+    /// `{port:N}`: the host port of container port N.
+    Port(u16),
+}
+
+fn placeholder(text: &str) -> Option<Wanted> {
+    match text {
+        "host" => Some(Wanted::Host),
+        "port" => Some(Wanted::ReadyPort),
+        _ => {
+            let n: u16 = text.strip_prefix("port:")?.parse().ok()?;
+            (n > 0).then_some(Wanted::Port(n))
+        }
+    }
+}
+
+/// A checked project file.
+#[derive(Debug, Clone)]
+pub struct Project {
+    pub path: PathBuf,
+    pub instances: Vec<InstanceDef>,
+}
+
+impl Project {
+    /// Reads and checks the project file at `path`; problems name it as `shown`.
+    pub fn load(path: &Path, shown: &str) -> anyhow::Result<Project> {
+        let source = match std::fs::read_to_string(path) {
+            Ok(s) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                anyhow::bail!(
+                    "there is no {} at the top of this worktree ({}): write one with an [instances.NAME] table for each service (see docs/cli.md)",
+                    crate::repo::PROJECT_FILE,
+                    path.display()
+                )
+            }
+            Err(e) => anyhow::bail!("could not read {}: {e}", path.display()),
+        };
+        let instances = parse(&source, shown)?;
+        Ok(Project {
+            path: path.to_owned(),
+            instances,
+        })
+    }
+
+    /// The named instances, in the order given, or all of them when `names` is empty.
+    pub fn select(&self, names: &[String]) -> anyhow::Result<Vec<&InstanceDef>> {
+        if names.is_empty() {
+            return Ok(self.instances.iter().collect());
+        }
+        let mut out = Vec::new();
+        for name in names {
+            match self.instances.iter().find(|i| &i.name == name) {
+                Some(i) if !out.iter().any(|o: &&InstanceDef| o.name == i.name) => out.push(i),
+                Some(_) => {}
+                None => anyhow::bail!(
+                    "{} has no instance named {name:?}; it has {}",
+                    crate::repo::PROJECT_FILE,
+                    self.instances
+                        .iter()
+                        .map(|i| i.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Every problem found in a project file, each one line `FILE:LINE: PLACE ...`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectErrors(pub Vec<String>);
+
+impl fmt::Display for ProjectErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.join("\n"))
+    }
+}
+
+impl std::error::Error for ProjectErrors {}
+
+/// Parses and checks a project file's text.
+pub fn parse(source: &str, shown: &str) -> Result<Vec<InstanceDef>, ProjectErrors> {
+    let mut cx = Checker {
+        source,
+        shown,
+        problems: Vec::new(),
+    };
+    let doc = match DeTable::parse(source) {
+        Ok(doc) => doc,
+        Err(e) => {
+            let at = e.span().map_or(0, |s| s.start);
+            cx.problem(at..at, e.message().trim().to_owned());
+            return Err(cx.finish());
+        }
+    };
+    let mut instances_table = None;
+    for (key, value) in doc.get_ref().iter() {
+        if key.get_ref() == "instances" {
+            instances_table = Some(value);
+        } else {
+            cx.problem(
+                key.span(),
+                format!(
+                    "{} is not a section of {shown}: it holds only [instances.NAME] tables",
+                    display_key(key.get_ref())
+                ),
+            );
+        }
+    }
+    let mut parsed: Vec<(Range<usize>, Parsed)> = Vec::new();
+    match instances_table {
+        None => cx.problem(
+            0..0,
+            format!("{shown} defines no instance: add an [instances.NAME] table for each service"),
+        ),
+        Some(value) => match value.get_ref() {
+            DeValue::Table(table) => {
+                if table.is_empty() {
+                    cx.problem(
+                        value.span(),
+                        "instances holds no instance: add an [instances.NAME] table".to_owned(),
+                    );
+                }
+                for (name, body) in table.iter() {
+                    if let Some(p) = cx.instance(name, body) {
+                        parsed.push((name.span(), p));
+                    }
+                }
+            }
+            _ => cx.problem(
+                value.span(),
+                "instances must be a table of [instances.NAME] tables".to_owned(),
+            ),
+        },
+    }
+    parsed.sort_by_key(|(span, _)| span.start);
+
+    // Aliases are what linked workspaces resolve; within one scope each must be distinct.
+    let mut seen: HashMap<(Scope, String), String> = HashMap::new();
+    for (_, p) in &parsed {
+        let def = &p.def;
+        let place = format!("instances.{}.alias", def.name);
+        if let Some(first) = seen.get(&(def.scope, def.alias.clone())) {
+            cx.problem(
+                p.span_of("alias"),
+                format!(
+                    "{place} {:?} is already the alias of instances.{first}: aliases must be distinct among {} instances",
+                    def.alias,
+                    def.scope.as_str()
+                ),
+            );
+        } else {
+            seen.insert((def.scope, def.alias.clone()), def.name.clone());
+        }
+    }
+    if cx.problems.is_empty() {
+        Ok(parsed.into_iter().map(|(_, p)| p.def).collect())
+    } else {
+        Err(cx.finish())
+    }
+}
+
+/// An instance and where each of its fields was written.
+struct Parsed {
+    def: InstanceDef,
+    header: Range<usize>,
+    spans: HashMap<String, Range<usize>>,
+}
+
+impl Parsed {
+    fn span_of(&self, field: &str) -> Range<usize> {
+        let top = field.split(['.', '[']).next().unwrap_or(field);
+        self.spans
+            .get(field)
+            .or_else(|| self.spans.get(top))
+            .cloned()
+            .unwrap_or_else(|| self.header.clone())
+    }
+}
+
+struct Checker<'s> {
+    source: &'s str,
+    shown: &'s str,
+    problems: Vec<(usize, usize, String)>,
+}
+
+type Item<'i> = Spanned<DeValue<'i>>;
+
+impl Checker<'_> {
+    fn problem(&mut self, span: Range<usize>, message: String) {
+        let start = span.start.min(self.source.len());
+        let line = self.source[..start].matches('\n').count() + 1;
+        self.problems.push((line, self.problems.len(), message));
+    }
+
+    fn finish(mut self) -> ProjectErrors {
+        self.problems.sort();
+        ProjectErrors(
+            self.problems
+                .into_iter()
+                .map(|(line, _, m)| format!("{}:{line}: {m}", self.shown))
+                .collect(),
+        )
+    }
+
+    fn instance(
+        &mut self,
+        name_key: &Spanned<std::borrow::Cow<'_, str>>,
+        body: &Item<'_>,
+    ) -> Option<Parsed> {
+        let name = name_key.get_ref().to_string();
+        let base = format!("instances.{}", display_key(&name));
+        let before = self.problems.len();
+        if !NAME.is_match(&name) {
+            self.problem(
+                name_key.span(),
+                format!("{base}: an instance name must be 1 to 63 lower-case letters, digits, '_' or '-', starting with a letter or digit"),
+            );
+        }
+        let DeValue::Table(table) = body.get_ref() else {
+            self.problem(
+                body.span(),
+                format!("{base} must be a table: [instances.{name}] with image = ..., ready = ..."),
+            );
+            return None;
+        };
+        let mut spans = HashMap::new();
+        let mut image = None;
+        let mut scope = Scope::Worktree;
+        let mut alias = None;
+        let mut command = None;
+        let mut env = BTreeMap::new();
+        let mut volumes = BTreeMap::new();
+        let mut ready = None;
+        let mut cpu = DEFAULT_CPU_MILLICORES;
+        let mut memory = DEFAULT_MEMORY_BYTES;
+        let mut idle = DEFAULT_IDLE_STOP_SECONDS;
+        let mut connect_raw: Vec<(Range<usize>, String, String)> = Vec::new();
+
+        for (key, value) in table.iter() {
+            let field = key.get_ref().as_ref();
+            let place = format!("{base}.{}", display_key(field));
+            spans.insert(field.to_owned(), value.span());
+            match field {
+                "image" => image = self.image(value, &place),
+                "scope" => {
+                    if let Some(s) = self.string(value, &place) {
+                        match s.as_str() {
+                            "worktree" => scope = Scope::Worktree,
+                            "shared" => scope = Scope::Shared,
+                            _ => self.problem(
+                                value.span(),
+                                format!("{place} must be \"worktree\" (one per worktree) or \"shared\" (one for the repository)"),
+                            ),
+                        }
+                    }
+                }
+                "alias" => {
+                    if let Some(s) = self.string(value, &place) {
+                        if ALIAS.is_match(&s) {
+                            alias = Some(s);
+                        } else {
+                            self.problem(
+                                value.span(),
+                                format!("{place} must be a DNS label: 1 to 63 lower-case letters, digits and '-', starting with a letter"),
+                            );
+                        }
+                    }
+                }
+                "command" => {
+                    command =
+                        self.strings(value, &place, 0, "[\"postgres\", \"-c\", \"fsync=off\"]")
+                }
+                "env" => env = self.env(value, &place),
+                "volumes" => volumes = self.volumes(value, &place),
+                "ready" => ready = self.ready(value, &place),
+                "cpu" => cpu = self.cpu(value, &place).unwrap_or(cpu),
+                "memory" => memory = self.memory(value, &place).unwrap_or(memory),
+                "idle-stop" => idle = self.idle(value, &place).unwrap_or(idle),
+                "connect" => connect_raw = self.connect(value, &place),
+                other => self.unknown(key.span(), &place, other),
+            }
+        }
+        if image.is_none() && !spans.contains_key("image") {
+            self.problem(
+                name_key.span(),
+                format!("{base}.image is missing: every instance runs an image pinned by digest (repo[:tag]@sha256:<64 hex>)"),
+            );
+        }
+        if ready.is_none() && !spans.contains_key("ready") {
+            self.problem(
+                name_key.span(),
+                format!("{base}.ready is missing: say how berth knows it is ready, ready = {{ tcp = PORT }} or ready = {{ exec = [\"cmd\", ...] }}"),
+            );
+        }
+        let alias = match alias {
+            Some(a) => a,
+            None if spans.contains_key("alias") => String::new(),
+            None if ALIAS.is_match(&name) => name.clone(),
+            None => {
+                self.problem(
+                    name_key.span(),
+                    format!("{base}: the name is not a DNS label, so it cannot be the alias; set alias = \"...\" (lower-case letters, digits and '-', starting with a letter)"),
+                );
+                String::new()
+            }
+        };
+        let mut connect = Vec::new();
+        for (span, var, template) in connect_raw {
+            let place = format!("{base}.connect.{var}");
+            let tcp = matches!(ready, Some(ReadyDef::Tcp(_)));
+            match expand(&template, |p| match placeholder(p)? {
+                Wanted::ReadyPort if !tcp => None,
+                _ => Some(String::new()),
+            }) {
+                Ok(_) => connect.push((var, template)),
+                Err(Placeholder::Unknown(p)) if p == "port" => self.problem(
+                    span,
+                    format!("{place} uses {{port}}, the host port of the tcp ready check, and this instance's ready check is not tcp: write {{port:N}} for container port N"),
+                ),
+                Err(Placeholder::Unknown(p)) => self.problem(
+                    span,
+                    format!("{place} uses {{{p}}}: the placeholders are {{host}}, {{port}} and {{port:N}} (write {{{{ and }}}} for braces)"),
+                ),
+                Err(Placeholder::Unclosed) => {
+                    self.problem(span, format!("{place} has a '{{' or '}}' that is not part of a placeholder (write {{{{ and }}}} for braces)"))
+                }
+            }
+        }
+        if self.problems.len() > before {
+            return None;
+        }
+        let (Some(image), Some(ready)) = (image, ready) else {
+            return None;
+        };
+        let def = InstanceDef {
+            name,
+            scope,
+            alias,
+            image,
+            command,
+            env,
+            volumes,
+            ready,
+            cpu_millicores: cpu,
+            memory_bytes: memory,
+            idle_stop_seconds: idle,
+            connect,
+        };
+        let parsed = Parsed {
+            def,
+            header: name_key.span(),
+            spans,
+        };
+        // The daemon's own decoder, so that nothing it would refuse gets past here.
+        let placeholder_key = (parsed.def.scope == Scope::Worktree).then_some("worktree-00000000");
+        if let Err(refusals) = decode_spec(&parsed.def.spec(placeholder_key)) {
+            for refusal in refusals {
+                for problem in refusal.reason.split("; ") {
+                    let (field, rest) = field_of_problem(problem);
+                    let span = field
+                        .as_deref()
+                        .map_or_else(|| parsed.header.clone(), |f| parsed.span_of(f));
+                    let place = match &field {
+                        Some(f) => format!("{base}.{f}"),
+                        None => base.clone(),
+                    };
+                    self.problem(span, format!("{place}: the daemon would refuse it: {rest}"));
+                }
+            }
+            return None;
+        }
+        Some(parsed)
+    }
+
+    fn unknown(&mut self, span: Range<usize>, place: &str, field: &str) {
+        if let Some((_, reason)) = FORBIDDEN_SPEC_FIELDS.iter().find(|(f, _)| *f == field) {
+            self.problem(span, format!("{place} is refused: {reason}"));
+            return;
+        }
+        let normal = field.to_ascii_lowercase().replace('_', "-");
+        let hint = match FIELDS
+            .iter()
+            .find(|f| **f == normal || (normal == "idle" && **f == "idle-stop"))
+        {
+            Some(f) => format!(" (did you mean {f}?)"),
+            None => String::new(),
+        };
+        self.problem(
+            span,
+            format!(
+                "{place} is not a field of an instance{hint}; the fields are {}",
+                FIELDS.join(", ")
+            ),
+        );
+    }
+
+    fn string(&mut self, value: &Item<'_>, place: &str) -> Option<String> {
+        match value.get_ref() {
+            DeValue::String(s) => Some(s.to_string()),
+            other => {
+                self.problem(
+                    value.span(),
+                    format!("{place} must be a string, not {}", other.type_str()),
+                );
+                None
+            }
+        }
+    }
+
+    fn integer(&mut self, value: &Item<'_>, place: &str) -> Option<i64> {
+        match value.get_ref() {
+            DeValue::Integer(i) => match i64::from_str_radix(i.as_str(), i.radix()) {
+                Ok(n) => Some(n),
+                Err(_) => {
+                    self.problem(value.span(), format!("{place} is too large"));
+                    None
+                }
+            },
+            other => {
+                self.problem(
+                    value.span(),
+                    format!("{place} must be an integer, not {}", other.type_str()),
+                );
+                None
+            }
+        }
+    }
+
+    fn strings(
+        &mut self,
+        value: &Item<'_>,
+        place: &str,
+        min: usize,
+        example: &str,
+    ) -> Option<Vec<String>> {
+        let DeValue::Array(items) = value.get_ref() else {
+            self.problem(
+                value.span(),
+                format!("{place} must be an array of strings, such as {example}"),
+            );
+            return None;
+        };
+        if items.len() < min {
+            self.problem(
+                value.span(),
+                format!("{place} must have at least {min} item(s), such as {example}"),
+            );
+            return None;
+        }
+        let mut out = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            match item.get_ref() {
+                DeValue::String(s) => out.push(s.to_string()),
+                other => {
+                    self.problem(
+                        item.span(),
+                        format!("{place}[{i}] must be a string, not {}", other.type_str()),
+                    );
+                    return None;
+                }
+            }
+        }
+        Some(out)
+    }
+
+    fn table<'a, 'i>(
+        &mut self,
+        value: &'a Item<'i>,
+        place: &str,
+        example: &str,
+    ) -> Option<&'a DeTable<'i>> {
+        match value.get_ref() {
+            DeValue::Table(t) => Some(t),
+            other => {
+                self.problem(
+                    value.span(),
+                    format!(
+                        "{place} must be a table, such as {example}, not {}",
+                        other.type_str()
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    fn image(&mut self, value: &Item<'_>, place: &str) -> Option<String> {
+        let text = self.string(value, place)?;
+        match PinnedImage::parse(&text) {
+            Ok(_) => Some(text),
+            Err(berth_core::image::ReferenceError::NotPinned) if !text.contains("@sha256:") => {
+                self.problem(
+                    value.span(),
+                    format!(
+                        "{place} {text:?} is not pinned by digest: berth runs images by digest only; write repo[:tag]@sha256:<64 hex> (`docker inspect --format '{{{{index .RepoDigests 0}}}}' IMAGE` prints it)"
+                    ),
+                );
+                None
+            }
+            Err(e) => {
+                self.problem(value.span(), format!("{place} {text:?} {e}"));
+                None
+            }
+        }
+    }
+
+    fn env(&mut self, value: &Item<'_>, place: &str) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        let Some(table) = self.table(value, place, "{ POSTGRES_PASSWORD = \"dev\" }") else {
+            return out;
+        };
+        for (key, v) in table.iter() {
+            let name = key.get_ref().to_string();
+            let p = format!("{place}.{}", display_key(&name));
+            if !ENV_NAME.is_match(&name) {
+                self.problem(
+                    key.span(),
+                    format!("{p} is not an environment variable name (a letter or '_', then letters, digits or '_', at most 128)"),
+                );
+                continue;
+            }
+            let text = match v.get_ref() {
+                DeValue::String(s) => s.to_string(),
+                DeValue::Integer(i) => i.to_string(),
+                DeValue::Float(f) => f.to_string(),
+                DeValue::Boolean(b) => b.to_string(),
+                other => {
+                    self.problem(
+                        v.span(),
+                        format!(
+                            "{p} must be a string (or a number or boolean), not {}",
+                            other.type_str()
+                        ),
+                    );
+                    continue;
+                }
+            };
+            out.insert(name, text);
+        }
+        out
+    }
+
+    fn volumes(&mut self, value: &Item<'_>, place: &str) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        let Some(table) = self.table(value, place, "{ data = \"/var/lib/postgresql/data\" }")
+        else {
+            return out;
+        };
+        if table.len() > MAX_VOLUMES {
+            self.problem(
+                value.span(),
+                format!("{place} may name at most {MAX_VOLUMES} volumes"),
+            );
+        }
+        let mut paths: HashMap<String, String> = HashMap::new();
+        for (key, v) in table.iter() {
+            let name = key.get_ref().to_string();
+            let p = format!("{place}.{}", display_key(&name));
+            if !VOLUME_NAME.is_match(&name) {
+                self.problem(key.span(), format!("{p}: a volume name must be 1 to 31 lower-case letters, digits or '-', starting with a letter"));
+                continue;
+            }
+            let Some(path) = self.string(v, &p) else {
+                continue;
+            };
+            if let Some(problem) = mount_path_problem(&path) {
+                self.problem(v.span(), format!("{p} (the mount path) {problem}"));
+                continue;
+            }
+            if let Some(other) = paths.insert(path.clone(), name.clone()) {
+                self.problem(
+                    v.span(),
+                    format!("{p} is mounted at the same path as {place}.{other}"),
+                );
+                continue;
+            }
+            out.insert(name, path);
+        }
+        out
+    }
+
+    fn ready(&mut self, value: &Item<'_>, place: &str) -> Option<ReadyDef> {
+        let example = "{ tcp = 5432 } or { exec = [\"pg_isready\"], user = \"postgres\" }";
+        let table = self.table(value, place, example)?;
+        let (mut tcp, mut exec, mut user) = (None, None, None);
+        let mut ok = true;
+        for (key, v) in table.iter() {
+            let field = key.get_ref().as_ref();
+            let p = format!("{place}.{}", display_key(field));
+            match field {
+                "tcp" => match self.integer(v, &p) {
+                    Some(port) if (1..=65535).contains(&port) => tcp = Some(port as u16),
+                    Some(_) => {
+                        self.problem(v.span(), format!("{p} must be a port between 1 and 65535"));
+                        ok = false;
+                    }
+                    None => ok = false,
+                },
+                "exec" => match self.strings(v, &p, 1, "[\"pg_isready\", \"-U\", \"postgres\"]") {
+                    Some(argv) => exec = Some(argv),
+                    None => ok = false,
+                },
+                "user" => match self.string(v, &p) {
+                    Some(u) if READY_USER.is_match(&u) => user = Some((u, v.span())),
+                    Some(_) => {
+                        self.problem(v.span(), format!("{p} must be a user name or uid (1 to 64 letters, digits, '.', '_' or '-')"));
+                        ok = false;
+                    }
+                    None => ok = false,
+                },
+                _ => {
+                    self.problem(
+                        key.span(),
+                        format!("{p} is not a field of ready: it is {example}"),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        if !ok {
+            return None;
+        }
+        match (tcp, exec) {
+            (Some(port), None) => {
+                if let Some((_, span)) = user {
+                    self.problem(
+                        span,
+                        format!("{place}.user goes only with exec: a tcp check runs nothing"),
+                    );
+                    return None;
+                }
+                Some(ReadyDef::Tcp(port))
+            }
+            (None, Some(argv)) => Some(ReadyDef::Exec {
+                argv,
+                user: user.map(|(u, _)| u),
+            }),
+            (Some(_), Some(_)) => {
+                self.problem(
+                    value.span(),
+                    format!("{place} must have tcp or exec, not both"),
+                );
+                None
+            }
+            (None, None) => {
+                self.problem(
+                    value.span(),
+                    format!("{place} must have tcp or exec: {example}"),
+                );
+                None
+            }
+        }
+    }
+
+    fn cpu(&mut self, value: &Item<'_>, place: &str) -> Option<i64> {
+        let millis = match value.get_ref() {
+            DeValue::Integer(_) => self.integer(value, place).map(|n| n.saturating_mul(1000)),
+            DeValue::Float(f) => f.as_str().parse::<f64>().ok().and_then(cores_to_millis),
+            DeValue::String(s) => parse_cpu(s),
+            _ => None,
+        };
+        match millis {
+            Some(m) if (10..=256_000).contains(&m) => Some(m),
+            Some(_) => {
+                self.problem(
+                    value.span(),
+                    format!("{place} must be between 10m (a hundredth of a core) and 256 cores"),
+                );
+                None
+            }
+            None => {
+                self.problem(
+                    value.span(),
+                    format!("{place} must be cores (\"1\", \"0.5\") or millicores (\"500m\")"),
+                );
+                None
+            }
+        }
+    }
+
+    fn memory(&mut self, value: &Item<'_>, place: &str) -> Option<i64> {
+        let bytes = match value.get_ref() {
+            DeValue::Integer(_) => self.integer(value, place),
+            DeValue::String(s) => parse_size(s),
+            _ => None,
+        };
+        match bytes {
+            Some(b) if (16 * 1024 * 1024..=berth_core::decode::MAX_SAFE_INTEGER).contains(&b) => {
+                Some(b)
+            }
+            Some(_) => {
+                self.problem(value.span(), format!("{place} must be at least 16MiB"));
+                None
+            }
+            None => {
+                self.problem(
+                    value.span(),
+                    format!("{place} must be a size such as \"512MiB\", \"1GiB\" or \"256M\" (or a number of bytes)"),
+                );
+                None
+            }
+        }
+    }
+
+    fn idle(&mut self, value: &Item<'_>, place: &str) -> Option<i64> {
+        let seconds = match value.get_ref() {
+            DeValue::Integer(_) => self.integer(value, place),
+            DeValue::String(s) => {
+                match humantime::parse_duration(s.trim()) {
+                    Ok(d) if d.subsec_nanos() == 0 => i64::try_from(d.as_secs()).ok(),
+                    Ok(_) => {
+                        self.problem(value.span(), format!("{place} must be whole seconds"));
+                        return None;
+                    }
+                    Err(e) => {
+                        self.problem(value.span(), format!("{place} must be a duration such as \"30m\", \"1h\" or \"2h 30m\": {e}"));
+                        return None;
+                    }
+                }
+            }
+            other => {
+                self.problem(
+                    value.span(),
+                    format!(
+                        "{place} must be a duration such as \"30m\" or \"1h\", not {}",
+                        other.type_str()
+                    ),
+                );
+                return None;
+            }
+        };
+        match seconds {
+            Some(s) if (1..=MAX_IDLE_SECONDS).contains(&s) => Some(s),
+            Some(_) => {
+                let max = humantime::format_duration(Duration::from_secs(MAX_IDLE_SECONDS as u64));
+                self.problem(
+                    value.span(),
+                    format!("{place} must be between 1s and {max}"),
+                );
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn connect(&mut self, value: &Item<'_>, place: &str) -> Vec<(Range<usize>, String, String)> {
+        let mut out = Vec::new();
+        let example = "{ DATABASE_URL = \"postgres://postgres@{host}:{port}/postgres\" }";
+        let Some(table) = self.table(value, place, example) else {
+            return out;
+        };
+        for (key, v) in table.iter() {
+            let name = key.get_ref().to_string();
+            let p = format!("{place}.{}", display_key(&name));
+            if !ENV_NAME.is_match(&name) {
+                self.problem(
+                    key.span(),
+                    format!("{p} is not an environment variable name (a letter or '_', then letters, digits or '_', at most 128)"),
+                );
+                continue;
+            }
+            if let Some(t) = self.string(v, &p) {
+                out.push((v.span(), name, t));
+            }
+        }
+        out.sort_by_key(|(span, _, _)| span.start);
+        out
+    }
+}
+
+/// A key as it would be written in a dotted path.
+fn display_key(key: &str) -> String {
+    if !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        key.to_owned()
+    } else {
+        format!("{key:?}")
+    }
+}
+
+/// Maps a problem of the contract's decoder (`spec.limits.cpuMillicores must ...`) to the
+/// project file's field and the rest of the sentence.
+fn field_of_problem(problem: &str) -> (Option<String>, &str) {
+    let Some(rest) = problem.strip_prefix("spec.") else {
+        return (None, problem);
+    };
+    let place = rest.split_whitespace().next().unwrap_or("");
+    let field = if let Some(var) = place.strip_prefix("env.") {
+        Some(format!("env.{var}"))
+    } else if place.starts_with("alias") {
+        Some("alias".into())
+    } else if place.starts_with("image") {
+        Some("image".into())
+    } else if place.starts_with("command") {
+        Some("command".into())
+    } else if place.starts_with("volumes") {
+        Some("volumes".into())
+    } else if place.starts_with("limits.cpu") {
+        Some("cpu".into())
+    } else if place.starts_with("limits.memory") {
+        Some("memory".into())
+    } else if place.starts_with("ready") {
+        Some("ready".into())
+    } else if place.starts_with("idleStop") {
+        Some("idle-stop".into())
+    } else {
+        None
+    };
+    (field, problem)
+}
+
+fn cores_to_millis(cores: f64) -> Option<i64> {
+    let millis = cores * 1000.0;
+    (cores.is_finite() && millis >= 0.0 && (millis - millis.round()).abs() < 1e-6 && millis < 1e12)
+        .then(|| millis.round() as i64)
+}
+
+/// `"1"`, `"0.5"` (cores) or `"500m"` (millicores) as millicores.
+pub fn parse_cpu(text: &str) -> Option<i64> {
+    let text = text.trim();
+    if let Some(m) = text.strip_suffix('m') {
+        return m.parse::<i64>().ok();
+    }
+    if text.is_empty() || !text.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return None;
+    }
+    cores_to_millis(text.parse::<f64>().ok()?)
+}
+
+/// A size: a number and a unit (`B`; `K`/`Ki`/`KiB`, `M`/`Mi`/`MiB`, `G`/`Gi`/`GiB`,
+/// `T`/`Ti`/`TiB` in powers of 1024, as Docker counts them; `KB`, `MB`, `GB`, `TB` in powers of
+/// 1000). Units are case-insensitive except that `kb`-style units are read as `KB`.
+pub fn parse_size(text: &str) -> Option<i64> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    if number.is_empty() {
+        return None;
+    }
+    let factor: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "ki" | "kib" => 1024.0,
+        "m" | "mi" | "mib" => 1024.0 * 1024.0,
+        "g" | "gi" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "t" | "ti" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        _ => return None,
+    };
+    let bytes = number.parse::<f64>().ok()? * factor;
+    (bytes.is_finite() && bytes < 9.0e15 && (bytes - bytes.round()).abs() < 1e-3)
+        .then(|| bytes.round() as i64)
+}
+
+/// Why a template does not expand.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Placeholder {
+    Unknown(String),
+    Unclosed,
+}
+
+/// Expands `{name}` placeholders with `value`; `{{` and `}}` are literal braces.
+pub fn expand(
+    template: &str,
+    mut value: impl FnMut(&str) -> Option<String>,
+) -> Result<String, Placeholder> {
+    let mut out = String::new();
+    let mut chars = template.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '{' if chars.peek() == Some(&'{') => {
+                chars.next();
+                out.push('{');
+            }
+            '}' if chars.peek() == Some(&'}') => {
+                chars.next();
+                out.push('}');
+            }
+            '{' => {
+                let mut name = String::new();
+                loop {
+                    match chars.next() {
+                        Some('}') => break,
+                        Some(c) => name.push(c),
+                        None => return Err(Placeholder::Unclosed),
+                    }
+                }
+                out.push_str(&value(&name).ok_or(Placeholder::Unknown(name))?);
+            }
+            '}' => return Err(Placeholder::Unclosed),
+            c => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEX: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    fn image() -> String {
+        format!("127.0.0.1:5000/team/postgres:16@sha256:{HEX}")
+    }
+
+    fn errors(text: &str) -> Vec<String> {
+        parse(text, "berth.toml").expect_err("refused").0
+    }
+
+    #[test]
+    fn a_full_instance_becomes_the_contract_spec() {
+        let text = format!(
+            r#"
+[instances.db]
+image = "{}"
+scope = "worktree"
+command = ["postgres", "-c", "fsync=off"]
+env = {{ POSTGRES_PASSWORD = "dev", PORT = 5432 }}
+volumes = {{ data = "/var/lib/postgresql/data" }}
+ready = {{ exec = ["pg_isready"], user = "postgres" }}
+cpu = "500m"
+memory = "1GiB"
+idle-stop = "30m"
+[instances.db.connect]
+DATABASE_URL = "postgres://postgres:dev@{{host}}:{{port:5432}}/postgres"
+
+[instances.cache]
+image = "{}"
+scope = "shared"
+alias = "redis"
+ready = {{ tcp = 6379 }}
+"#,
+            image(),
+            image()
+        );
+        let defs = parse(&text, "berth.toml").unwrap();
+        assert_eq!(
+            defs.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
+            ["db", "cache"]
+        );
+        let spec = defs[0].spec(Some("main-0a1b2c3d"));
+        assert_eq!(
+            spec,
+            json!({
+                "alias": "db", "worktreeKey": "main-0a1b2c3d", "image": image(),
+                "command": ["postgres", "-c", "fsync=off"],
+                "env": {"POSTGRES_PASSWORD": "dev", "PORT": "5432"},
+                "volumes": [{"name": "data", "mountPath": "/var/lib/postgresql/data"}],
+                "limits": {"cpuMillicores": 500, "memoryBytes": 1073741824},
+                "ready": {"kind": "exec", "argv": ["pg_isready"], "user": "postgres"},
+                "idleStopAfterSeconds": 1800
+            })
+        );
+        assert!(decode_spec(&spec).is_ok());
+        let cache = defs[1].spec(Some("ignored"));
+        assert_eq!(cache["worktreeKey"], Value::Null);
+        assert_eq!(
+            cache["limits"],
+            json!({"cpuMillicores": 1000, "memoryBytes": 536870912})
+        );
+        assert_eq!(cache["idleStopAfterSeconds"], 3600);
+        assert_eq!(defs[1].alias, "redis");
+        let endpoints = [(5432, "127.0.0.1".to_owned(), 40001)];
+        assert_eq!(
+            defs[0].connect_values(&endpoints),
+            Ok(vec![(
+                "DATABASE_URL".to_owned(),
+                "postgres://postgres:dev@127.0.0.1:40001/postgres".to_owned()
+            )])
+        );
+        let err = defs[0].connect_values(&[]).unwrap_err();
+        assert!(err.contains("db has no host endpoint for {host}"), "{err}");
+    }
+
+    #[test]
+    fn every_problem_names_its_line_and_field() {
+        let text = format!(
+            "[instances.db]\nimage = \"{}\"\nready = {{ tcp = 1 }}\nidle-stop = \"soon\"\nfoo = 1\n",
+            image()
+        );
+        let errs = errors(&text);
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert!(
+            errs[0].starts_with("berth.toml:4: instances.db.idle-stop must be a duration"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[1].starts_with("berth.toml:5: instances.db.foo is not a field"),
+            "{errs:?}"
+        );
+
+        let errs = errors("[instances.db]\nimage = \"postgres:16\"\nready = { tcp = 1 }\n");
+        assert!(
+            errs[0].starts_with(
+                "berth.toml:2: instances.db.image \"postgres:16\" is not pinned by digest"
+            ),
+            "{errs:?}"
+        );
+
+        let text = format!(
+            "[instances.a]\nimage = \"{i}\"\nready = {{ tcp = 1 }}\nalias = \"db\"\n[instances.b]\nimage = \"{i}\"\nready = {{ tcp = 1 }}\nalias = \"db\"\n",
+            i = image()
+        );
+        let errs = errors(&text);
+        assert_eq!(
+            errs,
+            vec![
+                "berth.toml:8: instances.b.alias \"db\" is already the alias of instances.a: aliases must be distinct among worktree instances"
+            ]
+        );
+
+        let errs = errors("[instances.db]\nready = { tcp = 1 }\n");
+        assert!(
+            errs[0].starts_with("berth.toml:1: instances.db.image is missing"),
+            "{errs:?}"
+        );
+
+        let errs = errors("[instances.db]\nprivileged = true\n");
+        assert!(errs.iter().any(|e| e == "berth.toml:2: instances.db.privileged is refused: berth never runs an instance privileged"), "{errs:?}");
+
+        let errs = errors("[instances.db]\nimage = \"x\"\nimage = \"y\"\n");
+        assert!(errs[0].starts_with("berth.toml:3: "), "{errs:?}");
+
+        let errs = errors(&format!(
+            "[instances.db]\nimage = \"{}\"\nready = {{ exec = [\"true\"] }}\nenv = {{ A = \"a\\u0000b\" }}\n[instances.db.connect]\nX = \"{{port}}\"\n",
+            image()
+        ));
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("berth.toml:6: instances.db.connect.X uses {port}")),
+            "{errs:?}"
+        );
+
+        let errs = errors(&format!(
+            "[instances.db]\nimage = \"{}\"\nready = {{ tcp = 1 }}\n[instances.db.connect]\nA = \"{{port:1}}\"\nB = \"{{port:x}}\"\nC = \"{{port:0}}\"\n",
+            image()
+        ));
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert!(
+            errs[0].starts_with("berth.toml:6: instances.db.connect.B uses {port:x}"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[1].starts_with("berth.toml:7: instances.db.connect.C uses {port:0}"),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
+    fn the_contract_decoder_catches_what_the_file_checks_miss() {
+        let errs = errors(&format!(
+            "[instances.db]\nimage = \"{}\"\nready = {{ exec = [\"true\"] }}\nenv = {{ A = \"a\\u0000b\" }}\n",
+            image()
+        ));
+        assert_eq!(
+            errs,
+            vec![
+                "berth.toml:4: instances.db.env.A: the daemon would refuse it: spec.env.A must not contain a NUL byte"
+            ]
+        );
+    }
+
+    #[test]
+    fn sizes_cpus_and_templates() {
+        assert_eq!(parse_size("512MiB"), Some(512 * 1024 * 1024));
+        assert_eq!(parse_size("512m"), Some(512 * 1024 * 1024));
+        assert_eq!(parse_size("1.5GiB"), Some(1536 * 1024 * 1024));
+        assert_eq!(parse_size("100MB"), Some(100_000_000));
+        assert_eq!(parse_size("12"), Some(12));
+        assert_eq!(parse_size("lots"), None);
+        assert_eq!(parse_size("1 parsec"), None);
+        assert_eq!(parse_cpu("1"), Some(1000));
+        assert_eq!(parse_cpu("0.25"), Some(250));
+        assert_eq!(parse_cpu("500m"), Some(500));
+        assert_eq!(parse_cpu("-1"), None);
+        assert_eq!(parse_cpu("one"), None);
+        let v = |p: &str| (p == "host").then(|| "db".to_owned());
+        assert_eq!(expand("{host}:{{x}}", v), Ok("db:{x}".to_owned()));
+        assert_eq!(
+            expand("{nope}", v),
+            Err(Placeholder::Unknown("nope".into()))
+        );
+        assert_eq!(expand("{host", v), Err(Placeholder::Unclosed));
+    }
+}

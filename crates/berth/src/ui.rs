@@ -1,0 +1,291 @@
+//! Output for people and for scripts: tables, marks and colors when stdout is a terminal, and
+//! not a single control code when it is not.
+
+use std::io::IsTerminal;
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+
+/// How output is shaped.
+#[derive(Debug, Clone, Copy)]
+pub struct Ui {
+    /// stdout is a terminal (and NO_COLOR is unset): colors and marks.
+    pub color: bool,
+    /// Both stdout and stderr are terminals: spinners may be drawn.
+    pub live: bool,
+}
+
+impl Ui {
+    pub fn new(json: bool) -> Ui {
+        let stdout = std::io::stdout().is_terminal();
+        let stderr = std::io::stderr().is_terminal();
+        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        Ui {
+            color: stdout && !no_color,
+            live: stdout && stderr && !json,
+        }
+    }
+
+    fn paint(&self, code: &str, text: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{text}\x1b[0m")
+        } else {
+            text.to_owned()
+        }
+    }
+
+    pub fn green(&self, text: &str) -> String {
+        self.paint("32", text)
+    }
+
+    pub fn red(&self, text: &str) -> String {
+        self.paint("31", text)
+    }
+
+    pub fn yellow(&self, text: &str) -> String {
+        self.paint("33", text)
+    }
+
+    pub fn bold(&self, text: &str) -> String {
+        self.paint("1", text)
+    }
+
+    pub fn dim(&self, text: &str) -> String {
+        self.paint("2", text)
+    }
+
+    /// `✔` in green on a terminal, `ok` otherwise.
+    pub fn ok_mark(&self) -> String {
+        if self.color {
+            self.green("✔")
+        } else {
+            "ok".to_owned()
+        }
+    }
+
+    /// `✘` in red on a terminal, `FAIL` otherwise.
+    pub fn fail_mark(&self) -> String {
+        if self.color {
+            self.red("✘")
+        } else {
+            "FAIL".to_owned()
+        }
+    }
+
+    /// A state's kind, colored by what it means.
+    pub fn state(&self, kind: &str) -> String {
+        match kind {
+            "running" | "active" => self.green(kind),
+            "failed" => self.red(kind),
+            "starting" | "not-started" | "exited" | "fenced" => self.yellow(kind),
+            _ => self.dim(kind),
+        }
+    }
+
+    /// Prints a table: a header and rows, columns padded to their widest cell. A cell may be
+    /// given a paint after padding, so colors never upset the alignment.
+    pub fn table(&self, headers: &[&str], rows: &[Vec<Cell>]) {
+        print!("{}", self.render_table(headers, rows));
+    }
+
+    pub fn render_table(&self, headers: &[&str], rows: &[Vec<Cell>]) -> String {
+        let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+        for row in rows {
+            for (i, cell) in row.iter().enumerate() {
+                if i < widths.len() {
+                    widths[i] = widths[i].max(cell.text.chars().count());
+                }
+            }
+        }
+        let mut out = String::new();
+        let line = |cells: Vec<String>, out: &mut String| {
+            out.push_str(cells.join("  ").trim_end());
+            out.push('\n');
+        };
+        line(
+            headers
+                .iter()
+                .enumerate()
+                .map(|(i, h)| self.bold(&pad(h, widths[i], i + 1 == headers.len())))
+                .collect(),
+            &mut out,
+        );
+        for row in rows {
+            line(
+                row.iter()
+                    .enumerate()
+                    .map(|(i, c)| {
+                        let padded = pad(
+                            &c.text,
+                            widths.get(i).copied().unwrap_or(0),
+                            i + 1 == row.len(),
+                        );
+                        match c.paint {
+                            Paint::None => padded,
+                            Paint::State => {
+                                let rest = padded[c.text.len()..].to_owned();
+                                format!("{}{rest}", self.state(&c.text))
+                            }
+                        }
+                    })
+                    .collect(),
+                &mut out,
+            );
+        }
+        out
+    }
+}
+
+fn pad(text: &str, width: usize, last: bool) -> String {
+    if last {
+        return text.to_owned();
+    }
+    let n = text.chars().count();
+    format!("{text}{}", " ".repeat(width.saturating_sub(n)))
+}
+
+/// How a table cell is colored.
+#[derive(Debug, Clone, Copy)]
+pub enum Paint {
+    None,
+    State,
+}
+
+/// One table cell.
+#[derive(Debug, Clone)]
+pub struct Cell {
+    pub text: String,
+    pub paint: Paint,
+}
+
+impl Cell {
+    pub fn plain(text: impl Into<String>) -> Cell {
+        Cell {
+            text: text.into(),
+            paint: Paint::None,
+        }
+    }
+
+    pub fn state(text: impl Into<String>) -> Cell {
+        Cell {
+            text: text.into(),
+            paint: Paint::State,
+        }
+    }
+}
+
+/// The instance's state kind.
+pub fn state_kind(instance: &Value) -> &str {
+    instance["state"]["kind"].as_str().unwrap_or("unknown")
+}
+
+/// When the instance entered its state (`since` or `at`), as the daemon wrote it.
+pub fn state_time(instance: &Value) -> Option<&str> {
+    let state = &instance["state"];
+    state["since"].as_str().or_else(|| state["at"].as_str())
+}
+
+/// A timestamp as milliseconds since the epoch.
+pub fn millis(timestamp: &str) -> Option<u128> {
+    let t = humantime::parse_rfc3339(timestamp).ok()?;
+    Some(t.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_millis())
+}
+
+/// `12s ago`, `3m ago`, `2h ago`, `4d ago`; `-` for none.
+pub fn ago(timestamp: Option<&str>) -> String {
+    let Some(t) = timestamp.and_then(|t| humantime::parse_rfc3339(t).ok()) else {
+        return "-".to_owned();
+    };
+    let d = SystemTime::now()
+        .duration_since(t)
+        .unwrap_or(Duration::ZERO)
+        .as_secs();
+    match d {
+        0..60 => format!("{d}s ago"),
+        60..3600 => format!("{}m ago", d / 60),
+        3600..86400 => format!("{}h ago", d / 3600),
+        _ => format!("{}d ago", d / 86400),
+    }
+}
+
+/// A byte count for people: `812 B`, `4.0 KiB`, `12.3 MiB`.
+pub fn bytes(n: i64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
+/// A word for the state with what it carries: `stopped (by ada)`, `failed: <message>`.
+pub fn state_detail(instance: &Value) -> String {
+    let state = &instance["state"];
+    let kind = state_kind(instance);
+    match kind {
+        "stopped" => match state["reason"]["kind"].as_str() {
+            Some("person") => format!(
+                "stopped by {}",
+                state["reason"]["by"].as_str().unwrap_or("someone")
+            ),
+            Some("idle") => "stopped (idle)".to_owned(),
+            _ => "stopped".to_owned(),
+        },
+        "exited" => match state["exitCode"].as_i64() {
+            Some(code) => format!("exited with {code}; restarting"),
+            None => "exited; restarting".to_owned(),
+        },
+        "failed" => format!("failed: {}", state["message"].as_str().unwrap_or("")),
+        other => other.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_and_carry_no_control_codes_off_a_terminal() {
+        let ui = Ui {
+            color: false,
+            live: false,
+        };
+        let out = ui.render_table(
+            &["NAME", "STATE", "SINCE"],
+            &[
+                vec![
+                    Cell::plain("db"),
+                    Cell::state("running"),
+                    Cell::plain("3s ago"),
+                ],
+                vec![
+                    Cell::plain("cache"),
+                    Cell::state("failed"),
+                    Cell::plain("-"),
+                ],
+            ],
+        );
+        assert_eq!(
+            out,
+            "NAME   STATE    SINCE\ndb     running  3s ago\ncache  failed   -\n"
+        );
+        let ui = Ui { color: true, ..ui };
+        let out = ui.render_table(
+            &["A", "B"],
+            &[vec![Cell::state("running"), Cell::plain("x")]],
+        );
+        assert!(out.contains("\x1b[32mrunning\x1b[0m  x"), "{out:?}");
+    }
+
+    #[test]
+    fn sizes_read_as_people_count() {
+        assert_eq!(bytes(812), "812 B");
+        assert_eq!(bytes(4096), "4.0 KiB");
+        assert_eq!(bytes(12 * 1024 * 1024 + 300 * 1024), "12.3 MiB");
+    }
+}

@@ -1,0 +1,774 @@
+//! The `berth` CLI end to end: the real binary, in a real git repository with two worktrees,
+//! against a real daemon and Docker. One domain per repository, one worktree-scoped instance
+//! per worktree with its own volumes, one shared instance for both; exec with stdin, exit codes
+//! and timeouts; stop, start and archive; project-file errors that name their line and field
+//! and create nothing; no control codes off a terminal; and, in tmux, the progress display on a
+//! terminal.
+
+mod support;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{Daemon, KEY, busybox_image};
+
+/// A git repository with a main worktree `shop` and a second worktree `shop-feature`.
+struct Repo {
+    _tmp: tempfile::TempDir,
+    main: PathBuf,
+    second: PathBuf,
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=Test",
+            "-c",
+            "user.email=test@example.invalid",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A repository whose berth.toml is `toml`, committed, with a second worktree.
+fn repo(toml: &str) -> Repo {
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    let main = tmp.path().join("shop");
+    std::fs::create_dir(&main).unwrap();
+    git(&main, &["init", "-q"]);
+    std::fs::write(main.join("berth.toml"), toml).unwrap();
+    git(&main, &["add", "berth.toml"]);
+    git(&main, &["commit", "-q", "-m", "services"]);
+    let second = tmp.path().join("shop-feature");
+    git(&main, &["worktree", "add", "-q", second.to_str().unwrap()]);
+    Repo {
+        main: main.canonicalize().unwrap(),
+        second: second.canonicalize().unwrap(),
+        _tmp: tmp,
+    }
+}
+
+/// What a run of the CLI gave.
+#[derive(Debug)]
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn ok(self) -> Run {
+        assert_eq!(self.code, 0, "berth failed: {self:?}");
+        self
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {self:?}"))
+    }
+}
+
+/// Runs `berth args...` in `dir` against `base`, with `stdin` (none: /dev/null). Asserts that
+/// nothing it printed carries a control code: its output is never a terminal here.
+fn berth_at(base: &str, dir: &Path, args: &[&str], stdin: Option<&[u8]>) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(args)
+        .current_dir(dir)
+        .env("BERTH_URL", base)
+        .env("BERTH_SERVICE_KEYS", KEY)
+        .env("USER", "tester")
+        .env_remove("BERTH_DATA_DIR")
+        .env_remove("NO_COLOR")
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the berth binary starts");
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().unwrap();
+        let input = input.to_vec();
+        std::thread::spawn(move || {
+            let _ = pipe.write_all(&input);
+        });
+    }
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = child.wait_with_output().expect("berth ends");
+    let run = Run {
+        code: status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    };
+    assert!(
+        !run.stdout.contains('\x1b') && !run.stderr.contains('\x1b'),
+        "a control code off a terminal: {run:?}"
+    );
+    run
+}
+
+fn berth(daemon: &Daemon, dir: &Path, args: &[&str]) -> Run {
+    berth_at(&daemon.base, dir, args, None)
+}
+
+/// A worktree-scoped `db` with a volume and a shared `web`, both the fixture busybox (httpd on
+/// 8080).
+fn two_instances() -> String {
+    let image = busybox_image();
+    format!(
+        r#"# The services this repository runs.
+[instances.db]
+image = "{image}"
+scope = "worktree"
+volumes = {{ data = "/srv/data" }}
+ready = {{ tcp = 8080 }}
+cpu = "250m"
+memory = "64MiB"
+idle-stop = "30m"
+env = {{ GREETING = "hello" }}
+
+[instances.db.connect]
+DATABASE_URL = "http://{{host}}:{{port}}/db"
+
+[instances.web]
+image = "{image}"
+scope = "shared"
+alias = "www"
+ready = {{ tcp = 8080 }}
+cpu = "0.1"
+memory = "32MiB"
+"#
+    )
+}
+
+fn by_key<'a>(items: &'a Value, key: &str) -> &'a Value {
+    items
+        .as_array()
+        .expect("an array")
+        .iter()
+        .find(|i| i["key"] == key)
+        .unwrap_or_else(|| panic!("no instance {key} in {items:#}"))
+}
+
+fn keys(items: &Value) -> Vec<String> {
+    let mut keys: Vec<String> = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["key"].as_str().unwrap().to_owned())
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// The worktree part of the instance keys for `name` in `items`.
+fn db_key(items: &Value, scope_of_this: &str) -> String {
+    items
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == "db" && i["scope"] == scope_of_this)
+        .and_then(|i| i["key"].as_str())
+        .unwrap_or_else(|| panic!("no db in {items:#}"))
+        .to_owned()
+}
+
+#[test]
+fn each_worktree_gets_its_own_instance_and_both_share_one() {
+    let daemon = Daemon::start();
+    let repo = repo(&two_instances());
+
+    let first = berth(&daemon, &repo.main, &["up", "--json"]).ok();
+    let first_items = first.json();
+    assert_eq!(first_items.as_array().unwrap().len(), 2, "{first_items:#}");
+    for item in first_items.as_array().unwrap() {
+        assert_eq!(item["state"]["kind"], "running", "{item:#}");
+    }
+    // Without a terminal, progress is plain lines on stderr.
+    assert!(first.stderr.contains("db: running"), "{first:?}");
+
+    let second = berth(&daemon, &repo.second, &["up"]).ok();
+    assert!(second.stdout.starts_with("NAME"), "{second:?}");
+    // The table ends with each instance's host endpoint.
+    assert!(
+        second
+            .stdout
+            .lines()
+            .skip(1)
+            .all(|l| l.contains(" 127.0.0.1:") && l.ends_with("->8080")),
+        "{second:?}"
+    );
+
+    // One domain for the repository; three instances: a db per worktree and one shared web.
+    let api = daemon.client();
+    let domains = api.get("/v1/resource-domains").expect(200);
+    assert_eq!(domains["items"].as_array().unwrap().len(), 1, "{domains:#}");
+
+    let from_main = berth(&daemon, &repo.main, &["ps", "--json"]).ok().json();
+    let from_second = berth(&daemon, &repo.second, &["ps", "--json"]).ok().json();
+    assert_eq!(keys(&from_main), keys(&from_second));
+    assert_eq!(from_main.as_array().unwrap().len(), 3, "{from_main:#}");
+    let main_db = db_key(&from_main, "worktree");
+    let second_db = db_key(&from_second, "worktree");
+    assert_ne!(main_db, second_db);
+    assert!(main_db.starts_with("db@shop-"), "{main_db}");
+    assert!(second_db.starts_with("db@shop-feature-"), "{second_db}");
+    let web = by_key(&from_main, "web");
+    assert_eq!(web["scope"], "shared");
+    assert_eq!(web["worktreeKey"], Value::Null);
+    assert_eq!(web["alias"], "www");
+    assert_eq!(
+        web["resourceInstanceId"],
+        by_key(&first_items, "web")["resourceInstanceId"],
+        "the shared instance is made once"
+    );
+    let main_volume = &by_key(&from_main, &main_db)["volumes"][0]["dockerName"];
+    let second_volume = &by_key(&from_main, &second_db)["volumes"][0]["dockerName"];
+    assert_ne!(main_volume, second_volume);
+    for item in from_main.as_array().unwrap() {
+        assert_eq!(item["state"]["kind"], "running", "{item:#}");
+    }
+
+    // A file written in one worktree's db is not in the other's.
+    berth(
+        &daemon,
+        &repo.main,
+        &["exec", "db", "--", "sh", "-c", "echo A > /srv/data/f"],
+    )
+    .ok();
+    let mine = berth(
+        &daemon,
+        &repo.main,
+        &["exec", "db", "--", "cat", "/srv/data/f"],
+    )
+    .ok();
+    assert_eq!(mine.stdout, "A\n");
+    let theirs = berth(
+        &daemon,
+        &repo.second,
+        &["exec", "db", "--", "cat", "/srv/data/f"],
+    );
+    assert_eq!(theirs.code, 1, "{theirs:?}");
+    assert!(theirs.stderr.contains("No such file"), "{theirs:?}");
+    assert_eq!(theirs.stdout, "");
+
+    // Stdin passes through and the remote exit code becomes berth's.
+    let piped = berth_at(
+        &daemon.base,
+        &repo.second,
+        &["exec", "db", "--", "sh", "-c", "cat; exit 7"],
+        Some(b"through the pipe\n"),
+    );
+    assert_eq!(piped.code, 7, "{piped:?}");
+    assert_eq!(piped.stdout, "through the pipe\n");
+    // A command that ends before reading all its stdin still gives its answer.
+    let big = vec![b'x'; 32 * 1024 * 1024];
+    let early = berth_at(
+        &daemon.base,
+        &repo.main,
+        &["exec", "db", "--", "sh", "-c", "head -c 3; exit 3"],
+        Some(&big),
+    );
+    assert_eq!(early.code, 3, "{}", early.stderr);
+    assert_eq!(early.stdout, "xxx");
+    let streamed = berth_at(
+        &daemon.base,
+        &repo.main,
+        &["exec", "db", "--", "wc", "-c"],
+        Some(&big),
+    );
+    assert_eq!(streamed.stdout.trim(), (32 * 1024 * 1024).to_string());
+    let env = berth(
+        &daemon,
+        &repo.main,
+        &["exec", "web", "--", "sh", "-c", "echo $GREETING-$HOSTNAME"],
+    )
+    .ok();
+    assert!(env.stdout.starts_with('-'), "web has no GREETING: {env:?}");
+    let env = berth(
+        &daemon,
+        &repo.main,
+        &["exec", "db", "--", "sh", "-c", "echo $GREETING"],
+    )
+    .ok();
+    assert_eq!(env.stdout, "hello\n");
+
+    // A command past its timeout is killed, and berth exits 124 as timeout(1) does.
+    let started = Instant::now();
+    let slow = berth(
+        &daemon,
+        &repo.main,
+        &["exec", "db", "--timeout", "1s", "--", "sleep", "30"],
+    );
+    assert_eq!(slow.code, 124, "{slow:?}");
+    assert!(slow.stderr.contains("killed after 1s"), "{slow:?}");
+    assert!(started.elapsed() < Duration::from_secs(25));
+
+    // Up again changes nothing and answers at once.
+    let again = berth(&daemon, &repo.main, &["up", "--json"]).ok().json();
+    assert_eq!(
+        by_key(&again, &main_db)["resourceInstanceId"],
+        by_key(&from_main, &main_db)["resourceInstanceId"]
+    );
+
+    // `berth env` fills {host} and {port} with the alias and the ready port.
+    let env = berth(&daemon, &repo.second, &["env"]).ok();
+    let domain = domains["items"][0]["resourceDomainId"].as_str().unwrap();
+    let endpoints = api
+        .get(&format!(
+            "/v1/resource-domains/{domain}/instances/{second_db}/endpoints"
+        ))
+        .expect(200);
+    let host_port = endpoints["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["port"] == 8080)
+        .and_then(|e| e["hostPort"].as_u64())
+        .unwrap_or_else(|| panic!("no endpoint for 8080: {endpoints:#}"));
+    assert_eq!(
+        env.stdout,
+        format!("export DATABASE_URL='http://127.0.0.1:{host_port}/db'\n")
+    );
+    let up_endpoints = &by_key(&first_items, &main_db)["endpoints"];
+    assert_eq!(up_endpoints[0]["port"], 8080, "{first_items:#}");
+    // And it reaches the worktree's db from the host.
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", host_port as u16)).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    conn.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    let _ = std::io::Read::read_to_string(&mut conn, &mut answer);
+    assert!(answer.starts_with("HTTP/1."), "{answer:?}");
+}
+
+#[test]
+fn stop_start_and_archive_do_what_they_say() {
+    let daemon = Daemon::start();
+    let repo = repo(&two_instances());
+    let dir = &repo.main;
+    berth(&daemon, dir, &["up", "db"]).ok();
+    let items = berth(&daemon, dir, &["ps", "--json"]).ok().json();
+    assert_eq!(
+        items.as_array().unwrap().len(),
+        1,
+        "only the named instance comes up: {items:#}"
+    );
+    let key = db_key(&items, "worktree");
+
+    let stopped = berth(&daemon, dir, &["stop", "db"]).ok();
+    assert!(stopped.stdout.contains("stopped by tester"), "{stopped:?}");
+    let items = berth(&daemon, dir, &["ps", "--json"]).ok().json();
+    let db = by_key(&items, &key);
+    assert_eq!(db["desired"], "stopped");
+    assert_eq!(db["state"]["kind"], "stopped", "{db:#}");
+    assert_eq!(
+        db["state"]["reason"],
+        serde_json::json!({"kind": "person", "by": "tester"})
+    );
+    let container =
+        support::docker_inspect("container", &support::containers_named(&daemon.prefix)[0])
+            .unwrap();
+    assert_eq!(container["State"]["Running"], Value::Bool(false));
+
+    berth(&daemon, dir, &["start", "db"]).ok();
+    let items = berth(&daemon, dir, &["ps", "--json"]).ok().json();
+    assert_eq!(by_key(&items, &key)["state"]["kind"], "running");
+
+    berth(
+        &daemon,
+        dir,
+        &[
+            "exec",
+            "db",
+            "--",
+            "sh",
+            "-c",
+            "head -c 5000 /dev/zero > /srv/data/blob",
+        ],
+    )
+    .ok();
+    let archived = berth(&daemon, dir, &["archive", "db"]).ok();
+    assert!(archived.stdout.contains("archived db"), "{archived:?}");
+    assert!(archived.stdout.contains(".vol.data"), "{archived:?}");
+    assert!(
+        archived.stdout.contains("4.9 KiB"),
+        "the kept volume is measured: {archived:?}"
+    );
+    let domain =
+        daemon.client().get("/v1/resource-domains").expect(200)["items"][0]["resourceDomainId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    let instance = daemon.client().instance(&domain, &key);
+    assert_eq!(instance["state"]["kind"], "archived", "{instance:#}");
+    assert!(
+        berth(&daemon, dir, &["ps", "--json"])
+            .ok()
+            .json()
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let gone = berth(&daemon, dir, &["exec", "db", "--", "true"]);
+    assert_eq!(gone.code, 1, "{gone:?}");
+    assert!(gone.stderr.contains("no live instance \"db\""), "{gone:?}");
+
+    // An archived key stays archived: the next up makes the next generation, with new volumes.
+    let again = berth(&daemon, dir, &["up", "db", "--json"]).ok().json();
+    assert_eq!(again[0]["key"], format!("{key}.2"));
+    assert_eq!(again[0]["state"]["kind"], "running");
+    let blob = berth(&daemon, dir, &["exec", "db", "--", "ls", "/srv/data"]).ok();
+    assert_eq!(blob.stdout, "");
+    let archived = berth(&daemon, dir, &["ps", "--archived", "--json"])
+        .ok()
+        .json();
+    assert_eq!(keys(&archived), vec![key.clone()]);
+
+    // Archive needs names; an unknown flag is a usage error.
+    assert_eq!(berth(&daemon, dir, &["archive"]).code, 2);
+    assert_eq!(berth(&daemon, dir, &["ps", "--bogus"]).code, 2);
+}
+
+#[test]
+fn an_instance_that_cannot_start_fails_up_with_its_message() {
+    let daemon = Daemon::start();
+    let registry = support::fixture("BERTH_TEST_REGISTRY");
+    let missing = format!(
+        "{registry}/berth-fixtures/busybox@sha256:{}",
+        "0".repeat(64)
+    );
+    let toml = format!(
+        "[instances.db]\nimage = \"{missing}\"\nready = {{ tcp = 8080 }}\n\n[instances.web]\nimage = \"{}\"\nready = {{ tcp = 8080 }}\nmemory = \"32MiB\"\n",
+        busybox_image()
+    );
+    let repo = repo(&toml);
+    let run = berth(&daemon, &repo.main, &["up"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let failed = run
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("berth: db (db@shop-") && l.contains("failed to up: "))
+        .unwrap_or_else(|| panic!("no failure line: {run:?}"));
+    assert!(
+        failed.len() > "berth: db () failed to up: ".len() + 30,
+        "the daemon's message is there: {failed}"
+    );
+    // The other instance still came up, and the table shows both.
+    let table: Vec<&str> = run.stdout.lines().collect();
+    assert!(table[0].starts_with("NAME"), "{run:?}");
+    assert!(
+        table
+            .iter()
+            .any(|l| l.starts_with("db ") && l.contains(" failed ")),
+        "{run:?}"
+    );
+    assert!(
+        table
+            .iter()
+            .any(|l| l.starts_with("web ") && l.contains(" running ")),
+        "{run:?}"
+    );
+}
+
+#[test]
+fn project_file_errors_name_their_line_and_field_and_create_nothing() {
+    let daemon = Daemon::start();
+    let image = busybox_image();
+    let tag_only = format!(
+        "{}/berth-fixtures/busybox:1.36",
+        support::fixture("BERTH_TEST_REGISTRY")
+    );
+    let cases = [
+        (
+            format!(
+                "[instances.db]\nimage = \"{image}\"\nready = {{ tcp = 8080 }}\ncolour = \"red\"\n"
+            ),
+            "berth.toml:4: instances.db.colour is not a field of an instance",
+        ),
+        (
+            format!(
+                "[instances.db]\nimage = \"{image}\"\nready = {{ tcp = 8080 }}\n\nidle-stop = \"soon\"\n"
+            ),
+            "berth.toml:5: instances.db.idle-stop must be a duration",
+        ),
+        (
+            format!("[instances.db]\nimage = \"{tag_only}\"\nready = {{ tcp = 8080 }}\n"),
+            "berth.toml:2: instances.db.image \"",
+        ),
+        (
+            format!(
+                "[instances.db]\nimage = \"{image}\"\nready = {{ tcp = 8080 }}\n\n[instances.db2]\nimage = \"{image}\"\nready = {{ tcp = 8080 }}\nalias = \"db\"\n"
+            ),
+            "berth.toml:8: instances.db2.alias \"db\" is already the alias of instances.db",
+        ),
+        (
+            format!(
+                "[instances.db]\nimage = \"{image}\"\nready = {{ tcp = 8080 }}\nmemory = \"lots\"\n"
+            ),
+            "berth.toml:4: instances.db.memory must be a size",
+        ),
+        (
+            format!(
+                "[instances.db]\nimage = \"{image}\"\nready = {{ tcp = 8080 }}\nprivileged = true\n"
+            ),
+            "berth.toml:4: instances.db.privileged is refused: berth never runs an instance privileged",
+        ),
+    ];
+    for (toml, expected) in &cases {
+        let repo = repo(toml);
+        let run = berth(&daemon, &repo.second, &["up"]);
+        assert_eq!(run.code, 1, "{toml}\n{run:?}");
+        assert!(
+            run.stderr.lines().any(|l| l.starts_with(expected)),
+            "expected {expected:?} in\n{}",
+            run.stderr
+        );
+        assert!(
+            run.stderr.contains("nothing was sent to the daemon"),
+            "{run:?}"
+        );
+        assert_eq!(run.stdout, "");
+    }
+    let run = berth(&daemon, &repo(&cases[2].0).main, &["up"]);
+    assert!(
+        run.stderr.contains(":1.36\" is not pinned by digest"),
+        "{run:?}"
+    );
+
+    // Nothing reached the daemon: no domain, no container.
+    let domains = daemon.client().get("/v1/resource-domains").expect(200);
+    assert_eq!(domains["items"], serde_json::json!([]));
+    assert!(support::containers_named(&daemon.prefix).is_empty());
+
+    // `env` and `doctor` read the same file and refuse it the same way.
+    let repo = repo(&cases[1].0);
+    let env = berth(&daemon, &repo.main, &["env"]);
+    assert_eq!(env.code, 1);
+    assert!(env.stderr.starts_with(cases[1].1), "{env:?}");
+    let doctor = berth(&daemon, &repo.main, &["doctor"]);
+    assert_eq!(doctor.code, 1, "{doctor:?}");
+    assert!(
+        doctor
+            .stdout
+            .contains("FAIL berth.toml: berth.toml:5: instances.db.idle-stop"),
+        "{doctor:?}"
+    );
+}
+
+#[test]
+fn a_daemon_that_does_not_answer_is_named_with_what_to_run() {
+    let repo = repo(&two_instances());
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let base = format!("http://127.0.0.1:{closed}");
+    for args in [
+        &["ps"][..],
+        &["up"],
+        &["domains"],
+        &["exec", "db", "--", "true"],
+    ] {
+        let run = berth_at(&base, &repo.main, args, None);
+        assert_eq!(run.code, 1, "{args:?}: {run:?}");
+        let line = run.stderr.trim();
+        assert!(!line.contains('\n'), "one line: {run:?}");
+        assert!(
+            line.contains(&format!("not answering at {base}")),
+            "{run:?}"
+        );
+        assert!(
+            line.contains("`berth serve`") && line.contains("`cargo run --release -- serve`"),
+            "{run:?}"
+        );
+    }
+    let doctor = berth_at(&base, &repo.main, &["doctor"], None);
+    assert_eq!(doctor.code, 1);
+    assert!(doctor.stdout.contains("FAIL daemon:"), "{doctor:?}");
+    assert!(
+        doctor.stdout.contains("fix: run `berth serve`"),
+        "{doctor:?}"
+    );
+
+    // Outside a repository, the commands that need one say so.
+    let outside = tempfile::tempdir().unwrap();
+    let run = berth_at(&base, outside.path(), &["up"], None);
+    assert_eq!(run.code, 1);
+    assert!(run.stderr.contains("inside a git repository"), "{run:?}");
+}
+
+#[test]
+fn a_refused_key_is_said_plainly_and_doctor_passes_with_a_good_one() {
+    let daemon = Daemon::start();
+    let repo = repo(&two_instances());
+    let out = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["domains"])
+        .current_dir(&repo.main)
+        .env("BERTH_URL", &daemon.base)
+        .env("BERTH_SERVICE_KEYS", "not-the-key-at-all-0000")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("did not accept the service key from BERTH_SERVICE_KEYS"),
+        "{stderr}"
+    );
+
+    let doctor = berth(&daemon, &repo.main, &["doctor"]).ok();
+    for check in ["docker", "daemon", "key", "berth.toml", "image"] {
+        assert!(
+            doctor
+                .stdout
+                .lines()
+                .any(|l| l.starts_with("ok") && l.contains(&format!(" {check}: "))),
+            "{check}: {doctor:?}"
+        );
+    }
+    let checks = berth(&daemon, &repo.main, &["doctor", "--json"])
+        .ok()
+        .json();
+    assert!(
+        checks.as_array().unwrap().iter().all(|c| c["ok"] == true),
+        "{checks:#}"
+    );
+
+    let domains = berth(&daemon, &repo.main, &["domains", "--json"])
+        .ok()
+        .json();
+    assert_eq!(domains, serde_json::json!([]));
+    let completions = berth(&daemon, &repo.main, &["completions", "bash"]).ok();
+    assert!(
+        completions.stdout.contains("berth") && completions.stdout.contains("exec"),
+        "{completions:?}"
+    );
+}
+
+/// A tmux server of this test's own, removed when dropped.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn new() -> Tmux {
+        Tmux {
+            socket: format!("berth-cli-test-{}", std::process::id()),
+        }
+    }
+
+    fn run(&self, args: &[&str]) -> String {
+        let out = Command::new("tmux")
+            .args(["-u", "-L", &self.socket, "-f", "/dev/null"])
+            .args(args)
+            .output()
+            .expect("tmux runs (apt-get install tmux)");
+        assert!(
+            out.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .output();
+    }
+}
+
+#[test]
+fn on_a_terminal_up_shows_progress_and_ends_in_the_table() {
+    let daemon = Daemon::start();
+    let repo = repo(&two_instances());
+    let tmux = Tmux::new();
+    let script = repo.main.join("run-up.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "cd '{}' && BERTH_URL='{}' BERTH_SERVICE_KEYS='{KEY}' '{}' up; echo \"exit=$?\"; sleep 600\n",
+            repo.main.display(),
+            daemon.base,
+            env!("CARGO_BIN_EXE_berth")
+        ),
+    )
+    .unwrap();
+    tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "up",
+        "-x",
+        "120",
+        "-y",
+        "40",
+        &format!("sh '{}'", script.display()),
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let screen = loop {
+        let screen = tmux.run(&["capture-pane", "-p", "-t", "up"]);
+        if screen.contains("exit=") {
+            break screen;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "berth up did not finish on the terminal:\n{screen}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(screen.contains("exit=0"), "{screen}");
+    let lines: Vec<&str> = screen
+        .lines()
+        .map(str::trim_end)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let header = lines
+        .iter()
+        .position(|l| l.starts_with("NAME"))
+        .unwrap_or_else(|| panic!("no table:\n{screen}"));
+    assert!(
+        lines[header].contains("STATE") && lines[header].contains("ENDPOINTS"),
+        "{screen}"
+    );
+    assert!(
+        lines[header + 1].starts_with("db ") && lines[header + 1].contains("running"),
+        "{screen}"
+    );
+    assert!(
+        lines[header + 2].starts_with("web ") && lines[header + 2].contains("running"),
+        "{screen}"
+    );
+    assert_eq!(
+        lines[header + 3],
+        "exit=0",
+        "the table is the last thing berth prints:\n{screen}"
+    );
+    // The spinners finished as marks above the table.
+    assert!(
+        lines[..header]
+            .iter()
+            .any(|l| l.contains("db") && l.contains("✔ running")),
+        "{screen}"
+    );
+}
