@@ -82,6 +82,36 @@ pub enum Error {
         /// Its state's kind.
         state: String,
     },
+    /// A rollback named a spec digest the instance no longer runs.
+    #[error(
+        "the resource instance {key} is asked to run the spec {current}, not the \
+         expectedSpecDigest sent: read the instance again and decide whether to roll back from \
+         {current}"
+    )]
+    ReleaseConflict {
+        /// The key.
+        key: String,
+        /// The spec digest the instance is asked to run now.
+        current: String,
+    },
+    /// A rollback of an instance that never ran another spec.
+    #[error(
+        "the resource instance {key} has no previous release to roll back to: berth has started \
+         no other spec for it"
+    )]
+    NoPreviousRelease {
+        /// The key.
+        key: String,
+    },
+    /// An idempotency key reused for a different rollback.
+    #[error(
+        "this idempotency key was used for a rollback of {key} with another expectedSpecDigest; \
+         use a new key for a new rollback"
+    )]
+    IdempotencyKeyReused {
+        /// The key.
+        key: String,
+    },
     /// This daemon runs no container runtime.
     #[error("resources run on Docker; this berth runs {runtime}")]
     RuntimeUnsupported {

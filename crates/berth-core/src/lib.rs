@@ -11,6 +11,7 @@
 pub mod decode;
 pub mod endpoints;
 pub mod error;
+pub mod evidence;
 pub mod exec;
 mod executors;
 mod idle;

@@ -213,7 +213,7 @@ pub struct Instance {
 }
 
 /// An instance on the wire (`resourceInstanceSchema`).
-#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InstanceView {
     /// `rin:<uuid>`.
@@ -261,6 +261,106 @@ impl Instance {
             volumes: self.volumes.clone(),
         }
     }
+}
+
+/// How a release ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ReleaseEnd {
+    /// Another spec started in its place.
+    Replaced,
+    /// The instance was archived while it was current.
+    Archived,
+}
+
+impl ReleaseEnd {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Replaced => "replaced",
+            Self::Archived => "archived",
+        }
+    }
+
+    /// Parses a wire name.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "replaced" => Some(Self::Replaced),
+            "archived" => Some(Self::Archived),
+            _ => None,
+        }
+    }
+}
+
+/// One spec an instance ran, as stored: a release.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Release {
+    /// Its place in the instance's history, from 1.
+    pub seq: i64,
+    /// `sha256:<hex>` of the spec.
+    pub spec_digest: String,
+    /// The spec's canonical JSON, to run it again.
+    pub spec_json: String,
+    /// The pinned image reference.
+    pub image: String,
+    /// The pinned digest.
+    pub image_digest: String,
+    /// When berth first started a verified container of it.
+    pub first_started_at: Timestamp,
+    /// When berth last did.
+    pub last_started_at: Timestamp,
+    /// How it ended; `None` while current.
+    pub ended: Option<ReleaseEnd>,
+    /// When it ended.
+    pub ended_at: Option<Timestamp>,
+}
+
+/// A release on the wire (`GET .../instances/{key}/releases`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseView {
+    /// `sha256:<hex>` of the spec it ran.
+    pub spec_digest: String,
+    /// The pinned image reference, as written in that spec.
+    pub image: String,
+    /// The digest that reference pins.
+    pub image_digest: String,
+    /// When berth first started a verified container of it.
+    pub first_started_at: Timestamp,
+    /// When berth last started (or adopted) a verified container of it.
+    pub last_started_at: Timestamp,
+    /// `replaced` or `archived`; null while it is the current release.
+    pub ended: Option<ReleaseEnd>,
+    /// When it ended; null while current.
+    pub ended_at: Option<Timestamp>,
+}
+
+impl Release {
+    /// The release's wire form.
+    pub fn view(&self) -> ReleaseView {
+        ReleaseView {
+            spec_digest: self.spec_digest.clone(),
+            image: self.image.clone(),
+            image_digest: self.image_digest.clone(),
+            first_started_at: self.first_started_at,
+            last_started_at: self.last_started_at,
+            ended: self.ended,
+            ended_at: self.ended_at,
+        }
+    }
+}
+
+/// What a rollback did (`POST .../instances/{key}/rollback`). A replay of its idempotency key
+/// answers this same record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RollbackView {
+    /// The instance as stored right after the rollback was asked for.
+    pub instance: InstanceView,
+    /// The spec it was asked to run before.
+    pub from_spec_digest: String,
+    /// The previous release's spec it is now asked to run.
+    pub to_spec_digest: String,
 }
 
 /// A volume kept when its instance was archived (`resourceInstanceArchivedVolumeSchema`).

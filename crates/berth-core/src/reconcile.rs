@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::sync::Mutex as AsyncMutex;
 use tokio::time::Instant;
 
+use crate::evidence::{ImageEvidence, MismatchReason};
 use crate::ids::{DomainId, InstanceId};
 use crate::model::{Desired, Instance, InstanceState, InstanceVolume, StopReason};
 use crate::names;
@@ -414,7 +415,11 @@ impl Reconciler {
             && matches!(instance.state, InstanceState::Running { .. })
             && c.labels.get(LABEL_SPEC_DIGEST) == Some(&instance.spec_digest)
         {
-            // Converged: only the network views can have moved (a link, a new worktree key).
+            // Converged: only the network views can have moved (a link, a new worktree key),
+            // or the container was swapped behind berth's back (its evidence is not for it).
+            if let Some(next) = self.check_evidence(instance, c, None).await? {
+                return Ok(next);
+            }
             self.ensure_attachments(instance, c).await?;
             self.inner.store.record_observation(&obs)?;
             return Ok(Next::Done);
@@ -422,7 +427,19 @@ impl Reconciler {
 
         let image = match runtime.ensure_image(&instance.spec.image).await {
             Ok(facts) => facts,
-            Err(e @ (RuntimeError::Image { .. } | RuntimeError::Foreign(_))) => {
+            Err(RuntimeError::Image { failure, message }) => {
+                let evidence = ImageEvidence::of_image_failure(
+                    &instance.spec_digest,
+                    instance.spec.image.as_str(),
+                    failure,
+                    &message,
+                    Timestamp::now(),
+                );
+                self.inner.store.record_evidence(&instance.id, &evidence)?;
+                self.fail(instance, message)?;
+                return Ok(Next::Done);
+            }
+            Err(e @ RuntimeError::Foreign(_)) => {
                 self.fail(instance, e.to_string())?;
                 return Ok(Next::Done);
             }
@@ -521,12 +538,41 @@ impl Reconciler {
                     return Ok(Next::After(due.since(now)));
                 }
             }
-            runtime.start_container(&container.id).await?;
+            if let Err(e) = runtime.start_container(&container.id).await {
+                if let RuntimeError::NotFound(_) = e {
+                    // What the container was made with is gone (its network, removed behind
+                    // berth's back): it can never start again. Replace it; its volumes stay.
+                    tracing::warn!(instance = %instance.id, key = %instance.key, error = %e,
+                        "the container cannot start; replacing it");
+                    runtime.remove_container(&container.id).await?;
+                }
+                return Err(e.into());
+            }
+            // Prove what runs before saying it starts: fail closed on anything unverified.
+            let evidence = self
+                .gather_evidence(instance, &container.name, Some(&image.image_id))
+                .await?;
+            if let Some(next) = self
+                .refuse_unverified(instance, &container, &evidence)
+                .await?
+            {
+                return Ok(next);
+            }
+            self.inner.store.record_release_start(instance, now)?;
             obs.state = InstanceState::Starting { since: now };
             obs.started_at = Some(now);
             self.inner.store.record_observation(&obs)?;
             self.with_key(&instance.id, |s| s.probe_interval = PROBE_INTERVAL_MIN);
             return Ok(Next::After(Duration::ZERO));
+        }
+
+        // A running container berth did not just start (adopted after a crash, woken, or
+        // swapped): its evidence must be its own before it counts.
+        if let Some(next) = self
+            .check_evidence(instance, &container, Some(&image.image_id))
+            .await?
+        {
+            return Ok(next);
         }
 
         match instance.state {
@@ -757,6 +803,104 @@ impl Reconciler {
             message,
         };
         self.inner.store.record_observation(&obs)
+    }
+
+    /// Reads the evidence of what the instance's container runs, records it, and returns it.
+    /// `pinned_image_id` is the id of the image `ensure_image` just verified, when known.
+    async fn gather_evidence(
+        &self,
+        instance: &Instance,
+        container_name: &str,
+        pinned_image_id: Option<&str>,
+    ) -> Result<ImageEvidence, ReconcileError> {
+        let runtime = &self.inner.runtime;
+        let container = runtime.inspect_container(container_name).await?;
+        let image = match &container {
+            Some(c) if crate::image::Digest::parse(&c.image_id).is_some() => {
+                runtime.image_facts_by_id(&c.image_id).await?
+            }
+            _ => None,
+        };
+        let evidence = ImageEvidence::assess(
+            &instance.spec_digest,
+            instance.spec.image.as_str(),
+            pinned_image_id,
+            container.as_ref(),
+            image.as_ref(),
+            Timestamp::now(),
+        );
+        self.inner.store.record_evidence(&instance.id, &evidence)?;
+        Ok(evidence)
+    }
+
+    /// For a running container: gathers evidence again unless the stored evidence is verified,
+    /// for this spec and for this very container. `Some(next)` when the instance must not count
+    /// as running.
+    async fn check_evidence(
+        &self,
+        instance: &Instance,
+        container: &ContainerFacts,
+        pinned_image_id: Option<&str>,
+    ) -> Result<Option<Next>, ReconcileError> {
+        let stored = self.inner.store.read(|tx| tx.evidence(&instance.id))?;
+        let current = stored.is_some_and(|e| {
+            e.is_verified()
+                && e.spec_digest == instance.spec_digest
+                && e.container_id.as_deref() == Some(container.id.as_str())
+        });
+        if current {
+            return Ok(None);
+        }
+        let evidence = self
+            .gather_evidence(instance, &container.name, pinned_image_id)
+            .await?;
+        if let Some(next) = self
+            .refuse_unverified(instance, container, &evidence)
+            .await?
+        {
+            return Ok(Some(next));
+        }
+        let started = container
+            .started_at
+            .as_deref()
+            .and_then(Timestamp::parse)
+            .unwrap_or_else(Timestamp::now);
+        self.inner.store.record_release_start(instance, started)?;
+        Ok(None)
+    }
+
+    /// Fails closed: a container whose image is not verified is stopped and the instance
+    /// `failed`, saying why. `None` when the evidence is verified.
+    async fn refuse_unverified(
+        &self,
+        instance: &Instance,
+        container: &ContainerFacts,
+        evidence: &ImageEvidence,
+    ) -> Result<Option<Next>, ReconcileError> {
+        if evidence.is_verified() {
+            return Ok(None);
+        }
+        let reason = evidence
+            .mismatch_reason
+            .map_or("unverified", MismatchReason::as_str);
+        if evidence.mismatch_reason == Some(MismatchReason::ContainerInspectionUnavailable) {
+            // The container vanished under berth: look again, which recreates it.
+            return Ok(Some(Next::After(ERROR_BACKOFF)));
+        }
+        self.inner
+            .runtime
+            .stop_container(&container.id, self.inner.config.stop_timeout)
+            .await?;
+        let message = format!(
+            "berth stopped the container {} because it cannot prove it runs {} ({reason}: {}); \
+             remove that container (docker rm -f {}) and up again, and see GET .../image",
+            container.name,
+            instance.spec.image,
+            evidence.message.as_deref().unwrap_or("no evidence"),
+            container.name
+        );
+        self.fail(instance, message)?;
+        Ok(Some(Next::Done))
     }
 
     fn restart_wait(&self, restarts: u32) -> Duration {

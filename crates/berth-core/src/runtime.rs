@@ -158,8 +158,10 @@ pub struct ContainerFacts {
     pub addresses: BTreeMap<String, IpAddr>,
     /// Every network it is attached to, with the aliases it was given there.
     pub networks: BTreeMap<String, Vec<String>>,
-    /// The id of the image it runs.
+    /// The id of the image it runs (`.Image`).
     pub image_id: String,
+    /// The image reference it was created from (`.Config.Image`), as the engine recorded it.
+    pub config_image: String,
 }
 
 /// Something changed in the engine.
@@ -218,6 +220,10 @@ pub trait Runtime: Send + Sync + 'static {
     /// Makes the pinned image present and verified: inspect locally first, pull by digest only
     /// when missing, then require that its `RepoDigests` holds exactly the pinned repo digest.
     async fn ensure_image(&self, image: &PinnedImage) -> Result<ImageFacts, RuntimeError>;
+
+    /// The facts of the local image with this id (`sha256:...`), its `RepoDigests` normalised;
+    /// `None` when the engine holds no image with that id. Never pulls.
+    async fn image_facts_by_id(&self, image_id: &str) -> Result<Option<ImageFacts>, RuntimeError>;
 
     /// Creates the network if it is missing. An existing one without `labels` is `Foreign`.
     async fn ensure_network(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError>;

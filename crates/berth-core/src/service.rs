@@ -6,16 +6,19 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::error::Error;
+use crate::evidence::ImageEvidence;
 use crate::exec::{ExecFrame, ExecResult, MAX_OUTPUT_BYTES};
 use crate::ids::{DomainId, InstanceId};
 use crate::model::{
-    ArchivedVolume, Desired, Domain, DomainState, Instance, InstanceState, InstanceView, StopReason,
+    ArchivedVolume, Desired, Domain, DomainState, Instance, InstanceState, InstanceView, Release,
+    ReleaseEnd, ReleaseView, RollbackView, StopReason,
 };
 use crate::names;
 use crate::reconcile::{Reconciler, plan_volumes};
 use crate::runtime::{ExecRequest, ExecStdin};
+use crate::spec::Spec;
 use crate::spec::decode_spec;
-use crate::store::Store;
+use crate::store::{Store, StoreError, Tx};
 use crate::time::Timestamp;
 
 /// Why an instance is asked to run.
@@ -141,97 +144,16 @@ impl Berth {
         let spec_digest = spec.digest().to_string();
         let prefix = self.prefix().to_owned();
         let instance = self.store.write(|tx| {
-            let domain = owned(tx.domain(domain_id)?, owner, domain_id)?;
-            if domain.state == DomainState::Archived {
-                return Err(Error::DomainNotActive {
-                    id: domain_id.to_string(),
-                    state: DomainState::Archived,
-                });
-            }
-            let existing = tx.instance(domain_id, key)?;
-            if existing
-                .as_ref()
-                .is_some_and(|i| i.desired == Desired::Archived)
-            {
-                return Err(Error::InstanceArchived(key.to_owned()));
-            }
-            if existing.is_none() && domain.state == DomainState::Fenced {
-                return Err(Error::DomainNotActive {
-                    id: domain_id.to_string(),
-                    state: DomainState::Fenced,
-                });
-            }
-            if let Some(holder) =
-                tx.alias_holder(domain_id, &spec.alias, spec.worktree_key.as_deref(), key)?
-            {
-                return Err(Error::AliasTaken {
-                    alias: spec.alias.clone(),
-                    holder,
-                    scope: match &spec.worktree_key {
-                        Some(k) => format!("worktree key {k}"),
-                        None => "the whole domain".to_owned(),
-                    },
-                });
-            }
-            let instance = match existing {
-                None => {
-                    let mut instance = Instance {
-                        id: InstanceId::new(),
-                        domain_id: domain_id.clone(),
-                        key: key.to_owned(),
-                        spec: spec.clone(),
-                        spec_digest: spec_digest.clone(),
-                        desired: Desired::Running,
-                        stop_reason: None,
-                        state: InstanceState::NotStarted,
-                        observed_at: Timestamp::now(),
-                        started_at: None,
-                        last_reached_at: None,
-                        volumes: Vec::new(),
-                        restart_count: 0,
-                    };
-                    instance.volumes = plan_volumes(&prefix, &instance, &[]);
-                    tx.insert_instance(&instance)?;
-                    instance
-                }
-                Some(mut instance) => {
-                    let before = instance.clone();
-                    if instance.spec_digest != spec_digest {
-                        instance.spec = spec.clone();
-                        instance.spec_digest = spec_digest.clone();
-                        let image_paths: Vec<String> = before
-                            .volumes
-                            .iter()
-                            .filter(|v| v.name.starts_with("image-"))
-                            .map(|v| v.mount_path.clone())
-                            .collect();
-                        instance.volumes = plan_volumes(&prefix, &instance, &image_paths);
-                        instance.restart_count = 0;
-                    }
-                    let person_stop = instance.desired == Desired::Stopped
-                        && matches!(instance.stop_reason, Some(StopReason::Person { .. }));
-                    if cause == UpCause::Person || !person_stop {
-                        instance.desired = Desired::Running;
-                        instance.stop_reason = None;
-                    }
-                    if instance.desired == Desired::Running
-                        && (matches!(instance.state, InstanceState::Failed { .. })
-                            || before.spec_digest != instance.spec_digest)
-                        && !matches!(
-                            instance.state,
-                            InstanceState::Running { .. } | InstanceState::Starting { .. }
-                        )
-                    {
-                        // Ask again: a failed start is retried by the next up.
-                        instance.state = InstanceState::NotStarted;
-                    }
-                    if instance != before {
-                        tx.save_desired(&instance)?;
-                    }
-                    instance
-                }
-            };
-            Ok(instance)
+            apply_up(
+                tx,
+                owner,
+                domain_id,
+                key,
+                &spec,
+                &spec_digest,
+                cause,
+                &prefix,
+            )
         })?;
         tracing::info!(instance = %instance.id, key, digest = %instance.spec_digest, "up");
         reconciler.enqueue(&instance.id);
@@ -322,7 +244,10 @@ impl Berth {
         if instance.desired != Desired::Archived {
             instance.desired = Desired::Archived;
             instance.stop_reason = None;
-            self.store.write(|tx| tx.save_desired(&instance))?;
+            self.store.write(|tx| {
+                tx.save_desired(&instance)?;
+                tx.end_release(&instance.id, ReleaseEnd::Archived, Timestamp::now())
+            })?;
             tracing::info!(instance = %instance.id, key = %instance.key, "archive");
         }
         match reconciler.teardown(&instance.id).await {
@@ -392,6 +317,119 @@ impl Berth {
 }
 
 impl Berth {
+    /// The image evidence berth last gathered for an instance's current spec; `pending` until
+    /// berth has tried to start it.
+    pub fn image_evidence(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+    ) -> Result<ImageEvidence, Error> {
+        let instance = self.instance(owner, domain_id, key)?;
+        let stored = self.store.read(|tx| tx.evidence(&instance.id))?;
+        Ok(stored
+            .filter(|e| e.spec_digest == instance.spec_digest)
+            .unwrap_or_else(|| {
+                ImageEvidence::pending(&instance.spec_digest, instance.spec.image.as_str())
+            }))
+    }
+
+    /// Every spec an instance ran, newest first.
+    pub fn releases(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+    ) -> Result<Vec<ReleaseView>, Error> {
+        let instance = self.instance(owner, domain_id, key)?;
+        let releases = self.store.read(|tx| tx.releases(&instance.id))?;
+        Ok(releases.iter().map(Release::view).collect())
+    }
+
+    /// Rolls an instance back to its previous release: an `up` of that release's stored spec,
+    /// by a person, keeping every volume. `expected_spec_digest` must be the spec it is asked to
+    /// run now; an `idempotency_key` seen before answers what it answered then.
+    pub fn rollback(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+        idempotency_key: &str,
+        expected_spec_digest: &str,
+    ) -> Result<RollbackView, Error> {
+        self.domain(owner, domain_id)?;
+        let reconciler = self.require_runtime()?;
+        let prefix = self.prefix().to_owned();
+        let corrupt = |e: serde_json::Error| Error::from(StoreError::Corrupt(e.to_string()));
+        let (view, enqueue) = self.store.write(|tx| {
+            let instance = tx
+                .instance(domain_id, key)?
+                .ok_or_else(|| Error::InstanceNotFound {
+                    domain: domain_id.to_string(),
+                    key: key.to_owned(),
+                })?;
+            if let Some((expected, result)) = tx.rollback(&instance.id, idempotency_key)? {
+                if expected != expected_spec_digest {
+                    return Err(Error::IdempotencyKeyReused {
+                        key: key.to_owned(),
+                    });
+                }
+                let view: RollbackView = serde_json::from_str(&result).map_err(corrupt)?;
+                return Ok((view, None));
+            }
+            if instance.desired == Desired::Archived {
+                return Err(Error::InstanceArchived(key.to_owned()));
+            }
+            if instance.spec_digest != expected_spec_digest {
+                return Err(Error::ReleaseConflict {
+                    key: key.to_owned(),
+                    current: instance.spec_digest.clone(),
+                });
+            }
+            let previous = tx
+                .releases(&instance.id)?
+                .into_iter()
+                .find(|r| r.spec_digest != instance.spec_digest)
+                .ok_or_else(|| Error::NoPreviousRelease {
+                    key: key.to_owned(),
+                })?;
+            let stored: Value = serde_json::from_str(&previous.spec_json).map_err(corrupt)?;
+            let spec = decode_spec(&stored).map_err(|_| {
+                Error::Internal(format!(
+                    "the release {} of {key} is stored with a spec that no longer decodes",
+                    previous.spec_digest
+                ))
+            })?;
+            let spec_digest = spec.digest().to_string();
+            let updated = apply_up(
+                tx,
+                owner,
+                domain_id,
+                key,
+                &spec,
+                &spec_digest,
+                UpCause::Person,
+                &prefix,
+            )?;
+            let view = RollbackView {
+                instance: updated.view(),
+                from_spec_digest: instance.spec_digest.clone(),
+                to_spec_digest: spec_digest,
+            };
+            let result = serde_json::to_string(&view).map_err(corrupt)?;
+            tx.insert_rollback(&instance.id, idempotency_key, expected_spec_digest, &result)?;
+            // Answer exactly what a replay of the key will answer.
+            let view: RollbackView = serde_json::from_str(&result).map_err(corrupt)?;
+            Ok((view, Some(updated.id)))
+        })?;
+        if let Some(id) = enqueue {
+            tracing::info!(instance = %id, key, from = %view.from_spec_digest,
+                to = %view.to_spec_digest, "rollback");
+            reconciler.enqueue(&id);
+        }
+        Ok(view)
+    }
+
     /// An instance's host endpoints: a loopback port per service port, stable for its life.
     pub fn endpoints(
         &self,
@@ -459,4 +497,110 @@ fn owned(domain: Option<Domain>, owner: &str, id: &DomainId) -> Result<Domain, E
         Some(d) if d.owner != owner => Err(Error::DomainForbidden(id.to_string())),
         Some(d) => Ok(d),
     }
+}
+
+/// The write of an `up`, inside its transaction: every check, then the instance as it is now
+/// asked to run.
+#[allow(clippy::too_many_arguments)]
+fn apply_up(
+    tx: &Tx<'_>,
+    owner: &str,
+    domain_id: &DomainId,
+    key: &str,
+    spec: &Spec,
+    spec_digest: &str,
+    cause: UpCause,
+    prefix: &str,
+) -> Result<Instance, Error> {
+    let domain = owned(tx.domain(domain_id)?, owner, domain_id)?;
+    if domain.state == DomainState::Archived {
+        return Err(Error::DomainNotActive {
+            id: domain_id.to_string(),
+            state: DomainState::Archived,
+        });
+    }
+    let existing = tx.instance(domain_id, key)?;
+    if existing
+        .as_ref()
+        .is_some_and(|i| i.desired == Desired::Archived)
+    {
+        return Err(Error::InstanceArchived(key.to_owned()));
+    }
+    if existing.is_none() && domain.state == DomainState::Fenced {
+        return Err(Error::DomainNotActive {
+            id: domain_id.to_string(),
+            state: DomainState::Fenced,
+        });
+    }
+    if let Some(holder) =
+        tx.alias_holder(domain_id, &spec.alias, spec.worktree_key.as_deref(), key)?
+    {
+        return Err(Error::AliasTaken {
+            alias: spec.alias.clone(),
+            holder,
+            scope: match &spec.worktree_key {
+                Some(k) => format!("worktree key {k}"),
+                None => "the whole domain".to_owned(),
+            },
+        });
+    }
+    let instance = match existing {
+        None => {
+            let mut instance = Instance {
+                id: InstanceId::new(),
+                domain_id: domain_id.clone(),
+                key: key.to_owned(),
+                spec: spec.clone(),
+                spec_digest: spec_digest.to_owned(),
+                desired: Desired::Running,
+                stop_reason: None,
+                state: InstanceState::NotStarted,
+                observed_at: Timestamp::now(),
+                started_at: None,
+                last_reached_at: None,
+                volumes: Vec::new(),
+                restart_count: 0,
+            };
+            instance.volumes = plan_volumes(prefix, &instance, &[]);
+            tx.insert_instance(&instance)?;
+            instance
+        }
+        Some(mut instance) => {
+            let before = instance.clone();
+            if instance.spec_digest != spec_digest {
+                instance.spec = spec.clone();
+                instance.spec_digest = spec_digest.to_owned();
+                let image_paths: Vec<String> = before
+                    .volumes
+                    .iter()
+                    .filter(|v| v.name.starts_with("image-"))
+                    .map(|v| v.mount_path.clone())
+                    .collect();
+                instance.volumes = plan_volumes(prefix, &instance, &image_paths);
+                instance.restart_count = 0;
+            }
+            let person_stop = instance.desired == Desired::Stopped
+                && matches!(instance.stop_reason, Some(StopReason::Person { .. }));
+            if cause == UpCause::Person || !person_stop {
+                instance.desired = Desired::Running;
+                instance.stop_reason = None;
+            }
+            if instance.desired == Desired::Running
+                && (matches!(instance.state, InstanceState::Failed { .. })
+                    || before.spec_digest != instance.spec_digest)
+                && !matches!(
+                    instance.state,
+                    InstanceState::Running { .. } | InstanceState::Starting { .. }
+                )
+            {
+                // Ask again: a failed start is retried by the next up.
+                instance.state = InstanceState::NotStarted;
+            }
+            if instance != before {
+                tx.save_desired(&instance)?;
+            }
+            instance
+        }
+    };
+    Ok(instance)
 }

@@ -11,10 +11,11 @@ use std::sync::{Mutex, MutexGuard};
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
+use crate::evidence::ImageEvidence;
 use crate::ids::{DomainId, InstanceId};
 use crate::model::{
-    Desired, Domain, DomainState, Instance, InstanceState, InstanceVolume, Lease, StopReason,
-    Workspace,
+    Desired, Domain, DomainState, Instance, InstanceState, InstanceVolume, Lease, Release,
+    ReleaseEnd, StopReason, Workspace,
 };
 use crate::spec::Spec;
 use crate::time::Timestamp;
@@ -86,6 +87,32 @@ const MIGRATIONS: &[&str] = &[
         port INTEGER NOT NULL,
         host_port INTEGER NOT NULL UNIQUE,
         PRIMARY KEY (instance_id, port)
+    );",
+    // 4: image evidence, release history and rollback idempotency keys.
+    "CREATE TABLE image_evidence (
+        instance_id TEXT PRIMARY KEY REFERENCES instances(id),
+        evidence TEXT NOT NULL
+    );
+    CREATE TABLE releases (
+        instance_id TEXT NOT NULL REFERENCES instances(id),
+        seq INTEGER NOT NULL,
+        spec_digest TEXT NOT NULL,
+        spec TEXT NOT NULL,
+        image TEXT NOT NULL,
+        image_digest TEXT NOT NULL,
+        first_started_at INTEGER NOT NULL,
+        last_started_at INTEGER NOT NULL,
+        ended TEXT,
+        ended_at INTEGER,
+        PRIMARY KEY (instance_id, seq)
+    );
+    CREATE TABLE rollbacks (
+        instance_id TEXT NOT NULL REFERENCES instances(id),
+        idempotency_key TEXT NOT NULL,
+        expected_spec_digest TEXT NOT NULL,
+        result TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (instance_id, idempotency_key)
     );",
 ];
 
@@ -171,6 +198,63 @@ impl Store {
             ],
         )?;
         Ok(())
+    }
+}
+
+impl Store {
+    /// Records the image evidence the reconciler gathered for an instance, replacing the last.
+    pub fn record_evidence(
+        &self,
+        id: &InstanceId,
+        evidence: &ImageEvidence,
+    ) -> Result<(), StoreError> {
+        self.lock().execute(
+            "INSERT INTO image_evidence (instance_id, evidence) VALUES (?1, ?2)
+             ON CONFLICT(instance_id) DO UPDATE SET evidence = ?2",
+            params![id.as_str(), to_json(evidence)?],
+        )?;
+        Ok(())
+    }
+
+    /// Records that berth started (or adopted) a verified container of the instance's current
+    /// spec at `at`: the current release's last start moves, or, for another spec, the current
+    /// release ends `replaced` and a new one begins.
+    pub fn record_release_start(
+        &self,
+        instance: &Instance,
+        at: Timestamp,
+    ) -> Result<(), StoreError> {
+        self.write(|tx| {
+            let id = instance.id.as_str();
+            let newest = tx.releases(&instance.id)?.into_iter().next();
+            if let Some(current) = &newest
+                && current.ended.is_none()
+                && current.spec_digest == instance.spec_digest
+            {
+                tx.0.execute(
+                    "UPDATE releases SET last_started_at = max(last_started_at, ?3)
+                     WHERE instance_id = ?1 AND seq = ?2",
+                    params![id, current.seq, at.millis()],
+                )?;
+                return Ok(());
+            }
+            tx.end_release(&instance.id, ReleaseEnd::Replaced, at)?;
+            tx.0.execute(
+                "INSERT INTO releases (instance_id, seq, spec_digest, spec, image, image_digest,
+                    first_started_at, last_started_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+                params![
+                    id,
+                    newest.map_or(1, |r| r.seq + 1),
+                    instance.spec_digest,
+                    instance.spec.canonical_json(),
+                    instance.spec.image.as_str(),
+                    instance.spec.image.digest().as_str(),
+                    at.millis(),
+                ],
+            )?;
+            Ok(())
+        })
     }
 }
 
@@ -459,6 +543,103 @@ impl Tx<'_> {
                 i.stop_reason.as_ref().map(to_json).transpose()?,
                 to_json(&i.state)?,
                 volumes,
+            ],
+        )?;
+        Ok(())
+    }
+}
+
+fn release_from_row(row: &Row<'_>) -> rusqlite::Result<Release> {
+    let ended: Option<String> = row.get(7)?;
+    Ok(Release {
+        seq: row.get(0)?,
+        spec_digest: row.get(1)?,
+        spec_json: row.get(2)?,
+        image: row.get(3)?,
+        image_digest: row.get(4)?,
+        first_started_at: Timestamp::from_millis(row.get(5)?),
+        last_started_at: Timestamp::from_millis(row.get(6)?),
+        ended: ended
+            .map(|e| ReleaseEnd::parse(&e).ok_or(rusqlite::Error::InvalidQuery))
+            .transpose()?,
+        ended_at: row.get::<_, Option<i64>>(8)?.map(Timestamp::from_millis),
+    })
+}
+
+impl Tx<'_> {
+    /// The image evidence last gathered for an instance.
+    pub fn evidence(&self, id: &InstanceId) -> Result<Option<ImageEvidence>, StoreError> {
+        let text: Option<String> = self
+            .0
+            .query_row(
+                "SELECT evidence FROM image_evidence WHERE instance_id = ?1",
+                [id.as_str()],
+                |r| r.get(0),
+            )
+            .optional()?;
+        text.map(|t| serde_json::from_str(&t).map_err(|e| StoreError::Corrupt(e.to_string())))
+            .transpose()
+    }
+
+    /// An instance's releases, newest first.
+    pub fn releases(&self, id: &InstanceId) -> Result<Vec<Release>, StoreError> {
+        let mut stmt = self.0.prepare_cached(
+            "SELECT seq, spec_digest, spec, image, image_digest, first_started_at,
+                last_started_at, ended, ended_at
+             FROM releases WHERE instance_id = ?1 ORDER BY seq DESC",
+        )?;
+        let rows = stmt.query_map([id.as_str()], release_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Ends the instance's current release, if there is one.
+    pub fn end_release(
+        &self,
+        id: &InstanceId,
+        end: ReleaseEnd,
+        at: Timestamp,
+    ) -> Result<(), StoreError> {
+        self.0.execute(
+            "UPDATE releases SET ended = ?2, ended_at = ?3 WHERE instance_id = ?1 AND ended IS NULL",
+            params![id.as_str(), end.as_str(), at.millis()],
+        )?;
+        Ok(())
+    }
+
+    /// The rollback asked with this idempotency key: its expected spec digest and its answer.
+    pub fn rollback(
+        &self,
+        id: &InstanceId,
+        idempotency_key: &str,
+    ) -> Result<Option<(String, String)>, StoreError> {
+        Ok(self
+            .0
+            .query_row(
+                "SELECT expected_spec_digest, result FROM rollbacks
+                 WHERE instance_id = ?1 AND idempotency_key = ?2",
+                params![id.as_str(), idempotency_key],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?)
+    }
+
+    /// Keeps a rollback's answer under its idempotency key.
+    pub fn insert_rollback(
+        &self,
+        id: &InstanceId,
+        idempotency_key: &str,
+        expected_spec_digest: &str,
+        result: &str,
+    ) -> Result<(), StoreError> {
+        self.0.execute(
+            "INSERT INTO rollbacks (instance_id, idempotency_key, expected_spec_digest, result,
+                created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                id.as_str(),
+                idempotency_key,
+                expected_spec_digest,
+                result,
+                Timestamp::now().millis()
             ],
         )?;
         Ok(())

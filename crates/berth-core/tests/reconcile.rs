@@ -6,8 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use berth_core::evidence::{MismatchReason, VerificationStatus};
 use berth_core::image::PinnedImage;
-use berth_core::model::InstanceState;
+use berth_core::model::{InstanceState, ReleaseEnd};
 use berth_core::reconcile::{Next, ReconcileConfig, Reconciler};
 use berth_core::runtime::*;
 use berth_core::spec::Ready;
@@ -23,6 +24,8 @@ struct World {
     networks: BTreeMap<String, Labels>,
     image_failure: Option<ImageFailure>,
     image_volumes: Vec<String>,
+    /// Local images by id, with their normalised RepoDigests.
+    images: BTreeMap<String, Vec<String>>,
     ready: bool,
     calls: Vec<String>,
 }
@@ -49,12 +52,25 @@ impl Runtime for Fake {
                 message: format!("no {}", image.digest()),
             });
         }
+        let mut w = w;
+        w.images.insert(IMAGE_ID.into(), vec![image.repo_digest()]);
         Ok(ImageFacts {
-            image_id: "sha256:id".into(),
+            image_id: IMAGE_ID.into(),
             repo_digests: vec![image.repo_digest()],
             volumes: w.image_volumes.clone(),
             exposed_tcp_ports: vec![],
         })
+    }
+    async fn image_facts_by_id(&self, image_id: &str) -> Result<Option<ImageFacts>, RuntimeError> {
+        Ok(self
+            .world()
+            .images
+            .get(image_id)
+            .map(|repo_digests| ImageFacts {
+                image_id: image_id.into(),
+                repo_digests: repo_digests.clone(),
+                ..Default::default()
+            }))
     }
     async fn ensure_network(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError> {
         self.world()
@@ -128,6 +144,8 @@ impl Runtime for Fake {
                 name: plan.name.clone(),
                 labels: plan.labels.clone(),
                 networks,
+                image_id: IMAGE_ID.into(),
+                config_image: plan.image.clone(),
                 ..Default::default()
             },
         );
@@ -191,6 +209,9 @@ impl Runtime for Fake {
 }
 
 const HEX: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+const IMAGE_ID: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+const OTHER_IMAGE_ID: &str =
+    "sha256:2222222222222222222222222222222222222222222222222222222222222222";
 
 fn spec() -> serde_json::Value {
     json!({
@@ -490,4 +511,186 @@ async fn archive_removes_the_container_keeps_volumes_and_frees_the_alias() {
     s.berth
         .up("owner", &s.domain, "db2", &spec(), UpCause::Use)
         .expect("the alias is free again");
+}
+
+#[tokio::test]
+async fn a_started_instance_is_verified_and_its_release_recorded() {
+    let s = setup();
+    s.fake.world().ready = true;
+    let pending = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .unwrap();
+    let evidence = s.berth.image_evidence("owner", &s.domain, "db").unwrap();
+    assert_eq!(evidence.verification_status, VerificationStatus::Pending);
+    assert!(!evidence.is_verified());
+    converge(&s, &pending.resource_instance_id).await;
+    assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
+    let evidence = s.berth.image_evidence("owner", &s.domain, "db").unwrap();
+    assert!(evidence.is_verified(), "{evidence:?}");
+    assert_eq!(evidence.container_image_id.as_deref(), Some(IMAGE_ID));
+    assert_eq!(evidence.spec_digest, pending.spec_digest);
+    let releases = s.berth.releases("owner", &s.domain, "db").unwrap();
+    assert_eq!(releases.len(), 1);
+    assert_eq!(releases[0].spec_digest, pending.spec_digest);
+    assert_eq!(releases[0].image_digest, format!("sha256:{HEX}"));
+    assert_eq!(releases[0].ended, None);
+}
+
+#[tokio::test]
+async fn a_container_swapped_for_another_image_is_stopped_and_fails() {
+    let s = setup();
+    s.fake.world().ready = true;
+    let id = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .unwrap()
+        .resource_instance_id;
+    converge(&s, &id).await;
+    {
+        // The same name and labels, another image, created and not yet started.
+        let mut w = s.fake.world();
+        let other = format!("127.0.0.1:5000/fixtures/echo@sha256:{}", "e".repeat(64));
+        w.images.insert(OTHER_IMAGE_ID.into(), vec![other.clone()]);
+        let c = w.containers.values_mut().next().unwrap();
+        c.running = false;
+        c.started_at = None;
+        c.finished_at = None;
+        c.image_id = OTHER_IMAGE_ID.into();
+        c.config_image = other;
+    }
+    converge(&s, &id).await;
+    match state(&s, "db") {
+        InstanceState::Failed { message, .. } => {
+            assert!(
+                message.contains("container-repodigest-mismatch"),
+                "{message}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!s.fake.world().containers.values().next().unwrap().running);
+    let evidence = s.berth.image_evidence("owner", &s.domain, "db").unwrap();
+    assert_eq!(evidence.verification_status, VerificationStatus::Mismatched);
+    assert_eq!(
+        evidence.mismatch_reason,
+        Some(MismatchReason::ContainerRepodigestMismatch)
+    );
+    // A running impostor is caught on the next look too.
+    {
+        let mut w = s.fake.world();
+        let c = w.containers.values_mut().next().unwrap();
+        c.running = true;
+    }
+    s.berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
+        .unwrap();
+    converge(&s, &id).await;
+    assert!(matches!(state(&s, "db"), InstanceState::Failed { .. }));
+    assert!(!s.fake.world().containers.values().next().unwrap().running);
+}
+
+#[tokio::test]
+async fn an_image_that_cannot_be_pulled_leaves_evidence_naming_why() {
+    let s = setup();
+    s.fake.world().image_failure = Some(ImageFailure::PullFailed);
+    let id = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .unwrap()
+        .resource_instance_id;
+    converge(&s, &id).await;
+    let evidence = s.berth.image_evidence("owner", &s.domain, "db").unwrap();
+    assert_eq!(evidence.verification_status, VerificationStatus::Missing);
+    assert_eq!(evidence.mismatch_reason, Some(MismatchReason::PullFailed));
+    assert!(
+        s.berth
+            .releases("owner", &s.domain, "db")
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn a_rollback_runs_the_previous_release_and_is_idempotent() {
+    let s = setup();
+    s.fake.world().ready = true;
+    let first = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .unwrap();
+    let id = first.resource_instance_id.clone();
+    let err = s
+        .berth
+        .rollback("owner", &s.domain, "db", "k0", &first.spec_digest)
+        .unwrap_err();
+    assert!(
+        matches!(err, berth_core::Error::NoPreviousRelease { .. }),
+        "{err:?}"
+    );
+    converge(&s, &id).await;
+    let mut changed = spec();
+    changed["env"] = json!({"A": "b"});
+    let second = s
+        .berth
+        .up("owner", &s.domain, "db", &changed, UpCause::Use)
+        .unwrap();
+    converge(&s, &id).await;
+    let releases = s.berth.releases("owner", &s.domain, "db").unwrap();
+    assert_eq!(releases.len(), 2);
+    assert_eq!(releases[0].spec_digest, second.spec_digest);
+    assert_eq!(releases[0].ended, None);
+    assert_eq!(releases[1].spec_digest, first.spec_digest);
+    assert_eq!(releases[1].ended, Some(ReleaseEnd::Replaced));
+
+    match s
+        .berth
+        .rollback("owner", &s.domain, "db", "k1", &first.spec_digest)
+        .unwrap_err()
+    {
+        berth_core::Error::ReleaseConflict { current, .. } => {
+            assert_eq!(current, second.spec_digest)
+        }
+        other => panic!("{other:?}"),
+    }
+    let rolled = s
+        .berth
+        .rollback("owner", &s.domain, "db", "k1", &second.spec_digest)
+        .unwrap();
+    assert_eq!(rolled.from_spec_digest, second.spec_digest);
+    assert_eq!(rolled.to_spec_digest, first.spec_digest);
+    assert_eq!(rolled.instance.spec_digest, first.spec_digest);
+    let again = s
+        .berth
+        .rollback("owner", &s.domain, "db", "k1", &second.spec_digest)
+        .unwrap();
+    assert_eq!(again, rolled, "a replayed key answers the same result");
+    let reused = s
+        .berth
+        .rollback("owner", &s.domain, "db", "k1", &first.spec_digest)
+        .unwrap_err();
+    assert!(
+        matches!(reused, berth_core::Error::IdempotencyKeyReused { .. }),
+        "{reused:?}"
+    );
+    converge(&s, &id).await;
+    assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
+    let releases = s.berth.releases("owner", &s.domain, "db").unwrap();
+    let digests: Vec<&str> = releases.iter().map(|r| r.spec_digest.as_str()).collect();
+    assert_eq!(
+        digests,
+        vec![
+            first.spec_digest.as_str(),
+            second.spec_digest.as_str(),
+            first.spec_digest.as_str()
+        ]
+    );
+    assert_eq!(
+        s.fake.world().volumes.len(),
+        1,
+        "the same volume throughout"
+    );
+    s.berth.archive("owner", &s.domain, "db").await.unwrap();
+    let releases = s.berth.releases("owner", &s.domain, "db").unwrap();
+    assert_eq!(releases[0].ended, Some(ReleaseEnd::Archived));
 }

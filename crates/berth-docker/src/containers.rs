@@ -232,6 +232,7 @@ pub(crate) fn facts_from_inspect(found: ContainerInspectResponse) -> ContainerFa
     } else {
         None
     };
+    let config = found.config.unwrap_or_default();
     ContainerFacts {
         id: found.id.unwrap_or_default(),
         name: found
@@ -239,12 +240,7 @@ pub(crate) fn facts_from_inspect(found: ContainerInspectResponse) -> ContainerFa
             .as_deref()
             .map(|n| n.trim_start_matches('/').to_owned())
             .unwrap_or_default(),
-        labels: found
-            .config
-            .and_then(|c| c.labels)
-            .unwrap_or_default()
-            .into_iter()
-            .collect(),
+        labels: config.labels.unwrap_or_default().into_iter().collect(),
         running,
         exit_code,
         started_at,
@@ -252,6 +248,7 @@ pub(crate) fn facts_from_inspect(found: ContainerInspectResponse) -> ContainerFa
         addresses: addresses(networks.as_ref()),
         networks: network_aliases(networks.as_ref()),
         image_id: found.image.unwrap_or_default(),
+        config_image: config.image.unwrap_or_default(),
     }
 }
 
@@ -294,6 +291,7 @@ fn facts_from_summary(summary: ContainerSummary) -> ContainerFacts {
         addresses: addresses(networks.as_ref()),
         networks: network_aliases(networks.as_ref()),
         image_id: summary.image_id.unwrap_or_default(),
+        config_image: summary.image.unwrap_or_default(),
     }
 }
 

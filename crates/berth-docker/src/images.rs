@@ -142,12 +142,40 @@ fn repository_name(image: &PinnedImage) -> String {
     }
 }
 
+/// The local image with this id, without pulling anything: its facts, or `None` when the engine
+/// holds no image with that id. Only a full `sha256:<64 hex>` id is looked up, so a short id or a
+/// name can never resolve to some other image.
+pub(crate) async fn facts_by_id(
+    docker: &Docker,
+    image_id: &str,
+) -> Result<Option<ImageFacts>, RuntimeError> {
+    if berth_core::image::Digest::parse(image_id).is_none() {
+        return Ok(None);
+    }
+    match docker.inspect_image(image_id).await {
+        Ok(found) if found.id.as_deref() == Some(image_id) => Ok(Some(facts(found))),
+        Ok(_) => Ok(None),
+        Err(e) if error::status(&e) == Some(404) => Ok(None),
+        Err(e) => Err(error::map(e, &format!("image {image_id}"))),
+    }
+}
+
 /// Requires the image to carry exactly the pinned repo digest, then reads its facts.
 fn verify(
     image: &PinnedImage,
     reference: &str,
     found: ImageInspect,
 ) -> Result<ImageFacts, RuntimeError> {
+    let facts = facts(found);
+    let wanted = image.repo_digest();
+    if !facts.repo_digests.contains(&wanted) {
+        return Err(digest_failure(image, reference, &facts.repo_digests));
+    }
+    Ok(facts)
+}
+
+/// What berth reads of an inspected image; `RepoDigests` normalised and deduplicated.
+fn facts(found: ImageInspect) -> ImageFacts {
     let mut repo_digests: Vec<String> = Vec::new();
     for entry in found.repo_digests.as_deref().unwrap_or_default() {
         if let Some(normalized) = normalize_repo_digest(entry)
@@ -155,10 +183,6 @@ fn verify(
         {
             repo_digests.push(normalized);
         }
-    }
-    let wanted = image.repo_digest();
-    if !repo_digests.contains(&wanted) {
-        return Err(digest_failure(image, reference, &repo_digests));
     }
     let config = found.config.unwrap_or_default();
     let mut volumes = config.volumes.unwrap_or_default();
@@ -172,12 +196,12 @@ fn verify(
         .collect();
     exposed_tcp_ports.sort_unstable();
     exposed_tcp_ports.dedup();
-    Ok(ImageFacts {
+    ImageFacts {
         image_id: found.id.unwrap_or_default(),
         repo_digests,
         volumes,
         exposed_tcp_ports,
-    })
+    }
 }
 
 /// `8080/tcp` or `8080` (TCP is the default protocol) as a port; `53/udp` is not one.

@@ -195,6 +195,10 @@ impl Runtime for DockerRuntime {
         images::ensure_image(&self.docker, self.config.pull_timeout, image).await
     }
 
+    async fn image_facts_by_id(&self, image_id: &str) -> Result<Option<ImageFacts>, RuntimeError> {
+        images::facts_by_id(&self.docker, image_id).await
+    }
+
     async fn ensure_network(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError> {
         // Docker 20.10 checks for a duplicate name and creates the network in two steps, so
         // concurrent creates of one name make several networks: berth makes them one at a time.

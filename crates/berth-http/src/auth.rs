@@ -105,8 +105,18 @@ impl AllowedHosts {
     pub fn allows(&self, host_header: &str) -> bool {
         let host = host_header.trim().to_ascii_lowercase();
         let name = if let Some(rest) = host.strip_prefix('[') {
-            // [::1]:2378
-            rest.split(']').next().unwrap_or("").to_owned()
+            // [::1]:2378, and nothing may follow but the port.
+            match rest.split_once(']') {
+                Some((address, "")) => address.to_owned(),
+                Some((address, port))
+                    if port.len() > 1
+                        && port.starts_with(':')
+                        && port[1..].chars().all(|c| c.is_ascii_digit()) =>
+                {
+                    address.to_owned()
+                }
+                _ => return false,
+            }
         } else {
             match host.rsplit_once(':') {
                 Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) => name.to_owned(),
@@ -178,6 +188,10 @@ mod tests {
             "127.0.0.1.evil.example",
             "localhost.evil",
             "[::2]:80",
+            "[::1].evil.example",
+            "[::1]evil",
+            "[::1]:80x",
+            "[::1",
             "",
         ] {
             assert!(!hosts.allows(bad), "{bad}");

@@ -29,6 +29,9 @@ pub struct ErrorBody {
     /// `ResourceWorkspaceLinkedElsewhereError`: the domain the workspace is linked to.
     #[serde(rename = "resourceDomainId", skip_serializing_if = "Option::is_none")]
     pub resource_domain_id: Option<String>,
+    /// `ResourceInstanceReleaseConflictError`: the spec digest the instance is asked to run now.
+    #[serde(rename = "currentSpecDigest", skip_serializing_if = "Option::is_none")]
+    pub current_spec_digest: Option<String>,
 }
 
 /// An error answered by a route.
@@ -42,6 +45,8 @@ pub enum ApiError {
     HostNotAllowed,
     /// No route answers this path.
     RouteNotFound,
+    /// A route answers this path, but not with this method.
+    MethodNotAllowed,
 }
 
 impl From<Error> for ApiError {
@@ -64,6 +69,7 @@ impl ApiError {
             state: None,
             runtime: None,
             resource_domain_id: None,
+            current_spec_digest: None,
         };
         let e = match self {
             ApiError::Unauthorized => {
@@ -94,6 +100,17 @@ impl ApiError {
                     body(
                         "RouteNotFoundError",
                         "no route answers this method and path; see GET /v1/openapi.json"
+                            .to_owned(),
+                    ),
+                );
+            }
+            ApiError::MethodNotAllowed => {
+                return (
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    body(
+                        "MethodNotAllowedError",
+                        "this path does not answer this method; see GET /v1/openapi.json for the \
+                         methods it has"
                             .to_owned(),
                     ),
                 );
@@ -158,6 +175,21 @@ impl ApiError {
             Error::InstanceNotRunning { .. } => (
                 StatusCode::CONFLICT,
                 body("ResourceInstanceNotRunningError", message),
+            ),
+            Error::ReleaseConflict { current, .. } => (
+                StatusCode::CONFLICT,
+                ErrorBody {
+                    current_spec_digest: Some(current),
+                    ..body("ResourceInstanceReleaseConflictError", message)
+                },
+            ),
+            Error::NoPreviousRelease { .. } => (
+                StatusCode::CONFLICT,
+                body("ResourceInstanceNoPreviousReleaseError", message),
+            ),
+            Error::IdempotencyKeyReused { .. } => (
+                StatusCode::CONFLICT,
+                body("RequestIdempotencyKeyReusedError", message),
             ),
             Error::RuntimeUnsupported { runtime } => (
                 StatusCode::CONFLICT,

@@ -13,12 +13,16 @@ pub mod extract;
 pub mod routes;
 
 use std::future::Future;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Json};
 use berth_core::Berth;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tower_http::trace::TraceLayer;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
@@ -85,6 +89,7 @@ pub fn router(berth: Berth, keys: ServiceKeys, hosts: AllowedHosts) -> Router {
         .merge(v1)
         .merge(health)
         .fallback(|| async { ApiError::RouteNotFound })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
         .layer(from_fn_with_state(hosts, auth::guard_host))
         .layer(TraceLayer::new_for_http())
@@ -107,13 +112,70 @@ async fn openapi_json(
     Json(doc.as_ref().clone())
 }
 
+/// How long a client may take to send a request's line and headers: a connection that dribbles
+/// them slower (a slowloris) is dropped. It bounds an idle kept-alive connection as well.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How [`serve_with`] treats connections.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// How long the request line and headers may take to arrive.
+    pub header_read_timeout: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: HEADER_READ_TIMEOUT,
+        }
+    }
+}
+
 /// Serves `router` on `listener` until `shutdown` completes, then lets requests in flight end.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
+    serve_with(listener, router, shutdown, ServeOptions::default()).await
+}
+
+/// [`serve`] with the given options. HTTP/1.1 only; each connection must send its headers
+/// within `header_read_timeout`.
+pub async fn serve_with(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    options: ServeOptions,
+) -> std::io::Result<()> {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(options.header_read_timeout);
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait rather than spin or stop.
+                    tracing::warn!(error = %e, "could not accept a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(router.clone());
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "a connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
 }

@@ -1,10 +1,12 @@
-//! Resource instances: up, list, get, stop, archive.
+//! Resource instances: up, list, get, stop, archive; image evidence, releases and rollback.
 
 use axum::extract::{RawQuery, State};
 use axum::{Extension, Json};
 use berth_core::UpCause;
 use berth_core::endpoints::EndpointView;
-use berth_core::model::{ArchivedVolume, InstanceView};
+use berth_core::evidence::ImageEvidence;
+use berth_core::image::Digest;
+use berth_core::model::{ArchivedVolume, InstanceView, ReleaseView, RollbackView};
 use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -58,6 +60,103 @@ pub(crate) fn router() -> OpenApiRouter<App> {
         .routes(routes!(stop_instance))
         .routes(routes!(archive_instance))
         .routes(routes!(instance_endpoints))
+        .routes(routes!(instance_image))
+        .routes(routes!(instance_releases))
+        .routes(routes!(rollback_instance))
+}
+
+/// `POST .../instances/{key}/rollback`.
+#[derive(Debug, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RollbackRequest {
+    /// 1 to 128 characters: the same key answers the same result.
+    pub idempotency_key: String,
+    /// The `specDigest` the instance is asked to run now; a stale one is refused with 409.
+    #[schema(pattern = "^sha256:[0-9a-f]{64}$")]
+    pub expected_spec_digest: String,
+}
+
+/// An instance's release history.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReleaseList {
+    /// Every spec it ran, newest first.
+    pub items: Vec<ReleaseView>,
+}
+
+/// What proves which image an instance's container runs: the pinned reference and digest, the
+/// container's image id and configured reference, the image's RepoDigests, and the verdict.
+#[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/image", tag = "resource-instances",
+    params(InstancePath),
+    responses((status = 200, body = ImageEvidence), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 500, body = ErrorBody)))]
+async fn instance_image(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<InstancePath>,
+) -> Result<Json<ImageEvidence>, ApiError> {
+    let (domain, key) = path.parts()?;
+    Ok(Json(app.berth.image_evidence(
+        &caller.owner,
+        &domain,
+        key,
+    )?))
+}
+
+/// Every spec an instance ran, newest first, with when it started and how it ended.
+#[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/releases", tag = "resource-instances",
+    params(InstancePath),
+    responses((status = 200, body = ReleaseList), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 500, body = ErrorBody)))]
+async fn instance_releases(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<InstancePath>,
+) -> Result<Json<ReleaseList>, ApiError> {
+    let (domain, key) = path.parts()?;
+    Ok(Json(ReleaseList {
+        items: app.berth.releases(&caller.owner, &domain, key)?,
+    }))
+}
+
+/// Rolls an instance back to the previous release's spec: a person's up of that spec, keeping
+/// every volume. Answers at once; poll the instance until running.
+#[utoipa::path(post, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/rollback", tag = "resource-instances",
+    params(InstancePath), request_body = RollbackRequest,
+    responses((status = 200, body = RollbackView), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 500, body = ErrorBody)))]
+async fn rollback_instance(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<InstancePath>,
+    body: JsonBody,
+) -> Result<Json<RollbackView>, ApiError> {
+    let (domain, key) = path.parts()?;
+    let (idempotency_key, expected) = body.decode(|v, p| {
+        let mut fields = p.object(v, "body")?;
+        let idempotency_key = fields
+            .required(p, "idempotencyKey")
+            .and_then(|v| p.bounded_string(v, "body.idempotencyKey", 1, 128));
+        let expected = fields
+            .required(p, "expectedSpecDigest")
+            .and_then(|v| p.string(v, "body.expectedSpecDigest"))
+            .and_then(|s| {
+                let digest = Digest::parse(s);
+                if digest.is_none() {
+                    p.push(
+                        "body.expectedSpecDigest",
+                        "must be a digest sha256:<64 hex>",
+                    );
+                }
+                digest
+            });
+        fields.finish(p);
+        Some((idempotency_key?, expected?))
+    })?;
+    Ok(Json(app.berth.rollback(
+        &caller.owner,
+        &domain,
+        key,
+        &idempotency_key,
+        expected.as_str(),
+    )?))
 }
 
 /// An instance's host endpoints.

@@ -48,6 +48,19 @@ pub struct LeasePath {
     pub lease_id: String,
 }
 
+impl LeasePath {
+    /// The lease id, or a refusal naming `path.leaseId` (an unknown id is never echoed raw).
+    fn lease(&self) -> Result<&str, ApiError> {
+        let id = &self.lease_id;
+        let uuid = id.strip_prefix("lse:").unwrap_or_default();
+        if uuid.len() == 36 && uuid.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            Ok(id)
+        } else {
+            Err(ApiError::refused("path.leaseId must be a lease id (lse:<uuid>)"))
+        }
+    }
+}
+
 /// `/v1/resource-domains/{resourceDomainId}/workspace-links/{workspaceId}`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
@@ -190,7 +203,7 @@ async fn renew_lease(
     Ok(Json(app.berth.renew_lease(
         &caller.owner,
         id.id()?,
-        &path.lease_id,
+        path.lease()?,
     )?))
 }
 
@@ -206,7 +219,7 @@ async fn delete_lease(
         workspace_id: path.workspace_id.clone(),
     };
     app.berth
-        .delete_lease(&caller.owner, id.id()?, &path.lease_id)?;
+        .delete_lease(&caller.owner, id.id()?, path.lease()?)?;
     Ok(Json(Empty {}))
 }
 
