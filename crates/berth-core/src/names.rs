@@ -72,6 +72,11 @@ pub fn image_volume(prefix: &str, domain: &DomainId, key: &str, path: &str) -> (
     (format!("image-{slug}"), docker)
 }
 
+/// True when a Docker volume name is one [`image_volume`] made (not one the spec names).
+pub fn is_image_volume(docker_name: &str) -> bool {
+    docker_name.contains(".img.")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,6 +96,7 @@ mod tests {
         );
         let (name, docker) = image_volume("berth", &d, "db", "/var/lib/Data");
         assert_eq!(name, "image-var-lib-data");
-        assert!(docker.contains(".img."));
+        assert!(is_image_volume(&docker));
+        assert!(!is_image_volume(&spec_volume("berth", &d, "db", "image-data")));
     }
 }

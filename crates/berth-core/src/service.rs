@@ -156,7 +156,8 @@ impl Berth {
             )
         })?;
         tracing::info!(instance = %instance.id, key, digest = %instance.spec_digest, "up");
-        reconciler.enqueue(&instance.id);
+        // Its alias or worktree key may have changed the domain's network views.
+        reconciler.enqueue_domain(domain_id);
         Ok(instance.view())
     }
 
@@ -573,7 +574,7 @@ fn apply_up(
                 let image_paths: Vec<String> = before
                     .volumes
                     .iter()
-                    .filter(|v| v.name.starts_with("image-"))
+                    .filter(|v| names::is_image_volume(&v.docker_name))
                     .map(|v| v.mount_path.clone())
                     .collect();
                 instance.volumes = plan_volumes(prefix, &instance, &image_paths);
