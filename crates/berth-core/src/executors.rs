@@ -110,6 +110,46 @@ impl Reconciler {
         self.executors().retain(|_, e| e.workspace != workspace.id);
     }
 
+    /// After a domain's archive: unlinks its workspaces (detaching their executors) and removes
+    /// its networks, so nothing of the domain is left on the engine but its volumes.
+    pub async fn release_domain(&self, domain: &crate::ids::DomainId) {
+        let prefix = self.inner.config.prefix.clone();
+        let (instances, workspaces) = match self
+            .inner
+            .store
+            .read(|tx| Ok((tx.instances(domain, true)?, tx.linked_workspaces(domain)?)))
+        {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::error!(error = %e, "could not read the archived domain");
+                return;
+            }
+        };
+        let mut networks: std::collections::BTreeSet<String> = instances
+            .iter()
+            .filter_map(|i| i.spec.worktree_key.as_deref())
+            .map(|k| names::view_network(&prefix, domain, k))
+            .collect();
+        for w in &workspaces {
+            self.detach_workspace(w).await;
+            if let Some(k) = &w.worktree_key {
+                networks.insert(names::view_network(&prefix, domain, k));
+            }
+            let mut unlinked = w.clone();
+            unlinked.domain_id = None;
+            unlinked.worktree_key = None;
+            if let Err(e) = self.inner.store.write(|tx| tx.put_workspace(&unlinked)) {
+                tracing::error!(workspace = %w.id, error = %e, "could not unlink a workspace");
+            }
+        }
+        networks.insert(names::domain_network(&prefix, domain));
+        for network in networks {
+            if let Err(e) = self.inner.runtime.remove_network(&network, &prefix).await {
+                tracing::warn!(network = %network, error = %e, "could not remove an archived domain's network");
+            }
+        }
+    }
+
     /// Attaches every linked workspace again: catches what missed events would have told.
     pub(crate) async fn reattach_workspaces(&self) {
         let workspaces = match self.inner.store.read(|tx| tx.all_linked_workspaces()) {

@@ -232,6 +232,10 @@ pub trait Runtime: Send + Sync + 'static {
     /// `labels` is `Foreign`.
     async fn ensure_volume(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError>;
 
+    /// Removes a network berth made (labelled with `prefix`); Ok when it is gone already. One
+    /// that is not berth's is `Foreign` and stays.
+    async fn remove_network(&self, name: &str, prefix: &str) -> Result<(), RuntimeError>;
+
     /// Attaches a container (name or id) to a network with `aliases`; Ok when it already is.
     async fn connect_network(
         &self,

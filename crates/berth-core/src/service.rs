@@ -312,6 +312,7 @@ impl Berth {
         for instance in live {
             self.archive_one(reconciler, instance).await?;
         }
+        reconciler.release_domain(domain_id).await;
         let all = self.store.read(|tx| tx.instances(domain_id, true))?;
         Ok(self.measure(reconciler, &all).await)
     }

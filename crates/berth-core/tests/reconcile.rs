@@ -109,6 +109,10 @@ impl Runtime for Fake {
             .or_insert_with(|| aliases.to_vec());
         Ok(())
     }
+    async fn remove_network(&self, name: &str, _: &str) -> Result<(), RuntimeError> {
+        self.world().networks.remove(name);
+        Ok(())
+    }
     async fn disconnect_network(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
         let mut w = self.world();
         w.calls.push(format!("disconnect {container} {network}"));

@@ -260,6 +260,10 @@ impl Runtime for DockerRuntime {
         networks::connect(&self.docker, network, container, aliases).await
     }
 
+    async fn remove_network(&self, name: &str, prefix: &str) -> Result<(), RuntimeError> {
+        networks::remove(&self.docker, name, prefix).await
+    }
+
     async fn disconnect_network(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
         networks::disconnect(&self.docker, network, container).await
     }

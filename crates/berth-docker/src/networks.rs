@@ -88,6 +88,27 @@ pub(crate) async fn disconnect(
     }
 }
 
+/// Removes a network of berth's under `prefix`. Gone already is Ok; a network without berth's
+/// labels is `Foreign` and is left alone.
+pub(crate) async fn remove(docker: &Docker, name: &str, prefix: &str) -> Result<(), RuntimeError> {
+    let Some(existing) = existing_labels(docker, name).await? else {
+        return Ok(());
+    };
+    let ours = existing.get(LABEL_MANAGED).map(String::as_str) == Some("1")
+        && existing.get(LABEL_PREFIX).map(String::as_str) == Some(prefix);
+    if !ours {
+        return Err(RuntimeError::Foreign(format!(
+            "the network {name} is not berth's; berth leaves it"
+        )));
+    }
+    tracing::debug!(network = %name, "removing network");
+    match docker.remove_network(name).await {
+        Ok(()) => Ok(()),
+        Err(e) if error::status(&e) == Some(404) => Ok(()),
+        Err(e) => Err(error::map(e, &format!("network {name}"))),
+    }
+}
+
 /// The labels of the network named exactly `name`, if there is one.
 async fn existing_labels(
     docker: &Docker,
