@@ -28,8 +28,10 @@ pub const ENDPOINT_HOST: Ipv4Addr = Ipv4Addr::LOCALHOST;
 /// How long a connection to the container may take once the instance is ready: a busy service's
 /// accept queue drops connection attempts, which the kernel retries after 1 s, then 3 s.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Between attempts after a refused connection.
+/// Between attempts after a failed connection.
 const CONNECT_RETRY: Duration = Duration::from_millis(50);
+/// One connection attempt; the kernel's own SYN retries are slower than this.
+const CONNECT_ATTEMPT: Duration = Duration::from_secs(2);
 /// How often a held connection looks at its waking instance.
 const WAKE_POLL: Duration = Duration::from_millis(20);
 
@@ -162,11 +164,7 @@ impl Reconciler {
     /// bytes both ways until either side closes.
     async fn proxy(&self, id: InstanceId, port: u16, mut client: TcpStream) {
         let _reach = ReachGuard::new(self, &id);
-        let upstream = match self.wait_ready(&id).await {
-            Some(instance) => self.connect_upstream(&instance, port).await,
-            None => None,
-        };
-        let Some(mut upstream) = upstream else {
+        let Some(mut upstream) = self.upstream(&id, port).await else {
             // Closed promptly: nothing is left hanging.
             return;
         };
@@ -174,6 +172,26 @@ impl Reconciler {
         let _ = upstream.set_nodelay(true);
         if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
             tracing::debug!(instance = %id, error = %e, "a proxied connection ended with an error");
+        }
+    }
+
+    /// A connection to the instance's service port, once it runs. A container that is being
+    /// replaced or restarted (its address moves, or it refuses for a moment) is tried again until
+    /// `CONNECT_TIMEOUT` passes.
+    async fn upstream(&self, id: &InstanceId, port: u16) -> Option<TcpStream> {
+        let mut deadline = None;
+        loop {
+            let instance = self.wait_ready(id).await?;
+            let deadline =
+                *deadline.get_or_insert_with(|| tokio::time::Instant::now() + CONNECT_TIMEOUT);
+            if let Some(stream) = self.connect_upstream(&instance, port).await {
+                return Some(stream);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(instance = %id, port, "could not connect a proxied connection to the container");
+                return None;
+            }
+            tokio::time::sleep(CONNECT_RETRY * 2).await;
         }
     }
 
@@ -243,23 +261,20 @@ impl Reconciler {
     /// Connects to the instance's container, from the address last seen when the cache holds
     /// one (many connections at once must not each ask the engine), else from an inspect.
     async fn connect_upstream(&self, instance: &Instance, port: u16) -> Option<TcpStream> {
-        for fresh in [false, true] {
-            let cached = self.addresses().get(&instance.id).copied();
-            let ip = match cached {
-                Some(ip) if !fresh => ip,
-                _ => {
-                    let ip = self.container_address(instance).await?;
-                    self.addresses().insert(instance.id.clone(), ip);
-                    ip
-                }
-            };
-            if let Some(stream) = connect_with_retries(ip, port).await {
-                return Some(stream);
+        let cached = self.addresses().get(&instance.id).copied();
+        let ip = match cached {
+            Some(ip) => ip,
+            None => {
+                let ip = self.container_address(instance).await?;
+                self.addresses().insert(instance.id.clone(), ip);
+                ip
             }
+        };
+        let stream = connect_once(ip, port).await;
+        if stream.is_none() {
             self.addresses().remove(&instance.id);
         }
-        tracing::warn!(instance = %instance.id, port, "could not connect a proxied connection to the container");
-        None
+        stream
     }
 
     async fn container_address(&self, instance: &Instance) -> Option<IpAddr> {
@@ -323,20 +338,11 @@ impl Reconciler {
     }
 }
 
-/// Connects, retrying a refused connection until `CONNECT_TIMEOUT`.
-async fn connect_with_retries(ip: IpAddr, port: u16) -> Option<TcpStream> {
-    let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
-    loop {
-        match tokio::time::timeout_at(deadline, TcpStream::connect((ip, port))).await {
-            Ok(Ok(stream)) => return Some(stream),
-            Ok(Err(e))
-                if e.kind() == std::io::ErrorKind::ConnectionRefused
-                    && tokio::time::Instant::now() < deadline =>
-            {
-                tokio::time::sleep(CONNECT_RETRY).await;
-            }
-            _ => return None,
-        }
+/// One connection attempt, bounded in time (an exited container's address hangs).
+async fn connect_once(ip: IpAddr, port: u16) -> Option<TcpStream> {
+    match tokio::time::timeout(CONNECT_ATTEMPT, TcpStream::connect((ip, port))).await {
+        Ok(Ok(stream)) => Some(stream),
+        _ => None,
     }
 }
 
