@@ -24,3 +24,7 @@ fixtures:
 # Stop the fixture registry and remove its images (scripts/fixtures stop).
 fixtures-stop:
     scripts/fixtures stop
+
+# Measure berth against raw Docker baselines and update docs/benchmarks.md (scripts/bench).
+bench *ARGS:
+    scripts/bench {{ARGS}}

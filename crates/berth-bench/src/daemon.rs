@@ -1,0 +1,274 @@
+//! A real `berth serve` on a loopback port, with its own data directory, Docker prefix and
+//! service key, and a client for its API.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// How long the daemon may take to print its address.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a graceful stop may take before the daemon is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A running `berth serve`. Call [`Daemon::stop`]; dropping it kills the process.
+pub struct Daemon {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    /// Starts `bin serve` on `127.0.0.1:0` with `prefix` and the one service key `key`, and
+    /// waits for the line that names its address.
+    pub async fn start(bin: &Path, prefix: &str, key: &str) -> anyhow::Result<Daemon> {
+        let dir = tempfile::Builder::new()
+            .prefix("berth-bench-")
+            .tempdir()
+            .context("a temporary data directory")?;
+        let log = dir.path().join("berth.log");
+        let log_file = std::fs::File::create(&log).context("the daemon's log file")?;
+        let mut child = Command::new(bin)
+            .arg("serve")
+            .args(["--listen", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(["--prefix", prefix])
+            .args(["--stop-timeout", "2s"])
+            .env("BERTH_SERVICE_KEYS", key)
+            // The default level, whatever the caller's environment says: a debug log would
+            // measure the logger.
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log_file)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("could not start {}", bin.display()))?;
+        let stdout = child.stdout.take().context("the daemon's stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let first = tokio::time::timeout(START_TIMEOUT, lines.next_line()).await;
+        let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+        let line = match first {
+            Ok(Ok(Some(line))) => line,
+            Ok(_) => bail!(
+                "berth serve ended before it listened; its log:\n{}",
+                log_text()
+            ),
+            Err(_) => bail!(
+                "berth serve printed no address within {}; its log:\n{}",
+                humantime::format_duration(START_TIMEOUT),
+                log_text()
+            ),
+        };
+        let base = line
+            .trim()
+            .strip_prefix("berth listening on ")
+            .ok_or_else(|| anyhow!("berth serve said {line:?} instead of its address"))?
+            .to_owned();
+        // Keep reading whatever else it prints, so it never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Ok(Daemon {
+            child,
+            base,
+            log,
+            _dir: dir,
+        })
+    }
+
+    /// The last `n` lines of the daemon's log.
+    pub fn log_tail(&self, n: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// Stops the daemon with SIGTERM, and kills it if it has not ended within 10 s.
+    pub async fn stop(mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        if let Some(pid) = self.child.id().and_then(|p| i32::try_from(p).ok()) {
+            // SAFETY: kill(2) has no memory effects; the pid is our own child's, not yet reaped.
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+        }
+        if tokio::time::timeout(STOP_TIMEOUT, self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+/// A client for the daemon's API, with one service key and kept-alive connections.
+#[derive(Clone)]
+pub struct Api {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+}
+
+impl Api {
+    pub fn new(base: &str, key: &str) -> anyhow::Result<Self> {
+        Ok(Self {
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(120))
+                .build()
+                .context("an HTTP client")?,
+            base: base.to_owned(),
+            key: key.to_owned(),
+        })
+    }
+
+    /// The full URL of `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// The service key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    async fn answer(response: reqwest::Response, what: &str) -> anyhow::Result<Value> {
+        let status = response.status();
+        let text = response
+            .text()
+            .await
+            .with_context(|| format!("{what}: reading the answer"))?;
+        if !status.is_success() {
+            bail!("{what}: berth answered {status}: {text}");
+        }
+        serde_json::from_str(&text).with_context(|| format!("{what}: the answer is not JSON"))
+    }
+
+    pub async fn get(&self, path: &str) -> anyhow::Result<Value> {
+        let response = self
+            .http
+            .get(self.url(path))
+            .bearer_auth(&self.key)
+            .send()
+            .await
+            .with_context(|| format!("GET {path}"))?;
+        Self::answer(response, &format!("GET {path}")).await
+    }
+
+    pub async fn post(&self, path: &str, body: Vec<u8>) -> anyhow::Result<Value> {
+        let response = self
+            .http
+            .post(self.url(path))
+            .bearer_auth(&self.key)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .with_context(|| format!("POST {path}"))?;
+        Self::answer(response, &format!("POST {path}")).await
+    }
+
+    /// Creates a resource domain and returns its id.
+    pub async fn create_domain(&self, name: &str) -> anyhow::Result<String> {
+        let body = json!({ "name": name }).to_string().into_bytes();
+        let domain = self.post("/v1/resource-domains", body).await?;
+        domain["resourceDomainId"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| anyhow!("the new domain has no id: {domain}"))
+    }
+
+    /// `POST .../instances/{key}/up` with `spec`, as a person.
+    pub async fn up(&self, domain: &str, key: &str, spec: &Value) -> anyhow::Result<Value> {
+        let body = json!({ "spec": spec, "cause": "person" })
+            .to_string()
+            .into_bytes();
+        self.post(&instance_path(domain, key, "/up"), body).await
+    }
+
+    /// `GET .../instances/{key}`.
+    pub async fn instance(&self, domain: &str, key: &str) -> anyhow::Result<Value> {
+        self.get(&instance_path(domain, key, "")).await
+    }
+
+    /// `POST .../instances/{key}/archive`: the container goes, the volumes stay.
+    pub async fn archive(&self, domain: &str, key: &str) -> anyhow::Result<Value> {
+        self.post(&instance_path(domain, key, "/archive"), Vec::new())
+            .await
+    }
+
+    /// Runs `argv` through the raw exec route with no stdin; returns the exec result.
+    pub async fn exec(&self, domain: &str, key: &str, argv: &[&str]) -> anyhow::Result<Value> {
+        let mut body = json!({ "argv": argv, "user": null, "timeoutMs": 10000 })
+            .to_string()
+            .into_bytes();
+        body.push(b'\n');
+        self.post(&instance_path(domain, key, "/exec"), body).await
+    }
+
+    /// Polls the instance every `every` until its state is `running`, and returns it. A state
+    /// it cannot leave without another request (`failed`, `stopped`, `archived`) is an error.
+    pub async fn wait_running(
+        &self,
+        domain: &str,
+        key: &str,
+        every: Duration,
+        timeout: Duration,
+    ) -> anyhow::Result<Value> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let instance = self.instance(domain, key).await?;
+            match instance["state"]["kind"].as_str() {
+                Some("running") => return Ok(instance),
+                Some(kind @ ("failed" | "stopped" | "archived")) => {
+                    bail!("instance {key} became {kind} instead of running: {instance}")
+                }
+                _ => {}
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!(
+                    "instance {key} was not running within {}: {instance}",
+                    humantime::format_duration(timeout)
+                );
+            }
+            tokio::time::sleep(every).await;
+        }
+    }
+}
+
+/// `/v1/resource-domains/{domain}/instances/{key}{rest}`.
+pub fn instance_path(domain: &str, key: &str, rest: &str) -> String {
+    format!("/v1/resource-domains/{domain}/instances/{key}{rest}")
+}
+
+/// The spec every benchmark instance runs: the busybox fixture (httpd on 8080), one named
+/// volume, small limits, and a tcp ready check on 8080. The same as the end-to-end tests'.
+pub fn spec(image: &str, alias: &str) -> Value {
+    json!({
+        "alias": alias,
+        "worktreeKey": null,
+        "image": image,
+        "command": null,
+        "env": {"GREETING": "hello"},
+        "volumes": [{"name": "data", "mountPath": SPEC_MOUNT}],
+        "limits": {"cpuMillicores": SPEC_MILLICORES, "memoryBytes": SPEC_MEMORY},
+        "ready": {"kind": "tcp", "port": READY_PORT},
+        "idleStopAfterSeconds": 3600
+    })
+}
+
+/// Where [`spec`] mounts its volume.
+pub const SPEC_MOUNT: &str = "/srv/data";
+/// [`spec`]'s CPU limit, in thousandths of a CPU.
+pub const SPEC_MILLICORES: i64 = 250;
+/// [`spec`]'s memory limit.
+pub const SPEC_MEMORY: i64 = 64 << 20;
+/// The port [`spec`]'s ready check connects to.
+pub const READY_PORT: u16 = 8080;

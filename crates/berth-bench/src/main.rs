@@ -1,0 +1,355 @@
+//! berth-bench: berth's benchmark suite.
+//!
+//! Performance is measured here, never asserted in tests. Each figure is berth's median over a
+//! baseline's median, both measured by this process in the same run, on the same engine and
+//! images, their samples interleaved: the machines this runs on are noisy, so an absolute time
+//! from another run says little and a ratio from one run says much. A target that is missed is
+//! reported, not failed; the exit code says only whether the run itself worked and cleaned up.
+//!
+//! The berth side drives a real `berth serve` (the release build beside this binary) over its
+//! HTTP API, on a loopback port, with its own data directory, service key and Docker prefix
+//! (`berth-bench-<8 hex>`). The baselines call Docker directly, through bollard and, for one of
+//! them, the `docker` CLI: this crate is the one place outside berth-docker that does, because a
+//! baseline must: it is what the same work costs without berth.
+//!
+//! Every container, network and volume a run makes is named `<prefix>-…` and removed at its end,
+//! also after a failure or Ctrl-C. docs/benchmarks.md says what each figure measures, from where
+//! to where, and why its baseline is fair; the run rewrites the results there, between
+//! `<!-- bench:<figure>:begin -->` and `<!-- bench:<figure>:end -->`, unless `--no-write`.
+
+mod daemon;
+mod engine;
+mod exec;
+mod load;
+mod progress;
+mod report;
+mod stats;
+mod up;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use bollard::Docker;
+use clap::{Parser, ValueEnum};
+use tokio::sync::OnceCell;
+
+use crate::daemon::{Api, Daemon, spec};
+use crate::report::{Figure, Machine};
+
+/// Measures berth against raw Docker baselines taken in the same run, prints one line per
+/// figure (`name value unit ratio baseline`) and rewrites the results in docs/benchmarks.md.
+///
+/// Needs Docker and the fixture images: `scripts/bench` (or `just bench`) prepares them, builds
+/// the release binaries and runs this.
+#[derive(Parser, Debug)]
+#[command(name = "berth-bench", version)]
+struct Args {
+    /// Samples per figure [default: 20 for up, 50 for exec].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    samples: Option<u32>,
+
+    /// Run only these figures (repeat, or separate with commas).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<FigureKind>,
+
+    /// Print the figures without rewriting docs/benchmarks.md.
+    #[arg(long)]
+    no_write: bool,
+
+    /// How long the GET load runs on each side.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+
+    /// Concurrent clients in the GET load.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    concurrency: u32,
+
+    /// The document whose results are rewritten.
+    #[arg(long, default_value = "docs/benchmarks.md")]
+    doc: PathBuf,
+
+    /// The berth binary [default: `berth` beside this one, i.e. target/release/berth].
+    #[arg(long, env = "BERTH_BENCH_BERTH")]
+    berth: Option<PathBuf>,
+
+    /// The start of every Docker object's name this run makes [default: berth-bench-<8 hex>].
+    #[arg(long, env = "BERTH_BENCH_PREFIX")]
+    prefix: Option<String>,
+
+    /// The busybox fixture image, pinned by digest (scripts/fixtures writes it).
+    #[arg(long, env = "BERTH_TEST_BUSYBOX_IMAGE")]
+    image: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum FigureKind {
+    /// up → running for busybox with a tcp ready check.
+    #[value(alias = "up_to_running_busybox_tcp")]
+    Up,
+    /// An exec of `true`, round trip.
+    #[value(alias = "exec_true_roundtrip")]
+    Exec,
+    /// GET instance latency and throughput under concurrent clients.
+    #[value(alias = "get_instance")]
+    Get,
+}
+
+impl FigureKind {
+    /// The figure's marker key in the document.
+    fn key(self) -> &'static str {
+        match self {
+            FigureKind::Up => "up",
+            FigureKind::Exec => "exec",
+            FigureKind::Get => "get",
+        }
+    }
+}
+
+/// What the figures share.
+pub struct Ctx {
+    pub api: Api,
+    pub docker: Docker,
+    pub prefix: String,
+    pub image: String,
+    /// The resource domain every benchmark instance lives in.
+    pub domain: String,
+    steady: OnceCell<(String, String)>,
+}
+
+impl Ctx {
+    /// The instance the exec and GET figures use, up and running, and its container's id.
+    pub async fn steady(&self) -> anyhow::Result<(&str, &str)> {
+        let (key, id) = self
+            .steady
+            .get_or_try_init(|| async {
+                let key = "steady";
+                self.api
+                    .up(&self.domain, key, &spec(&self.image, key))
+                    .await?;
+                self.api
+                    .wait_running(
+                        &self.domain,
+                        key,
+                        Duration::from_millis(20),
+                        Duration::from_secs(120),
+                    )
+                    .await?;
+                let id = engine::berth_container(&self.docker, &self.prefix, key).await?;
+                Ok::<_, anyhow::Error>((key.to_owned(), id))
+            })
+            .await?;
+        Ok((key, id))
+    }
+}
+
+fn random_hex(bytes: usize) -> anyhow::Result<String> {
+    let mut buf = vec![0u8; bytes];
+    getrandom::fill(&mut buf).map_err(|e| anyhow!("no randomness: {e}"))?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A prefix decides what is force-removed at the end: refuse one loose enough to match others'.
+fn check_prefix(prefix: &str) -> anyhow::Result<()> {
+    let ok = prefix.len() >= 6
+        && prefix.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && prefix
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_.-".contains(c));
+    if !ok {
+        bail!("--prefix {prefix:?} is too short or has odd characters (want [a-z0-9_.-], 6+ long)");
+    }
+    Ok(())
+}
+
+fn berth_binary(args: &Args) -> anyhow::Result<PathBuf> {
+    let path = match &args.berth {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()
+            .context("this binary's path")?
+            .with_file_name("berth"),
+    };
+    if !path.is_file() {
+        bail!(
+            "no berth binary at {}: build it with `cargo build --release -p berth -p berth-bench` \
+             (scripts/bench does), or pass --berth",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "interrupted",
+        _ = term.recv() => "terminated",
+    }
+}
+
+async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result<Vec<Figure>> {
+    let mut figures = Vec::new();
+    for kind in kinds {
+        let figure = match kind {
+            FigureKind::Up => up::run(ctx, args.samples.map_or(20, |n| n as usize)).await,
+            FigureKind::Exec => exec::run(ctx, args.samples.map_or(50, |n| n as usize)).await,
+            FigureKind::Get => load::run(ctx, args.duration, args.concurrency as usize).await,
+        }
+        .with_context(|| format!("measuring {}", kind.key()))?;
+        figures.push(figure);
+    }
+    Ok(figures)
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let kinds: Vec<FigureKind> = [FigureKind::Up, FigureKind::Exec, FigureKind::Get]
+        .into_iter()
+        .filter(|k| args.only.is_empty() || args.only.contains(k))
+        .collect();
+    let image = args
+        .image
+        .clone()
+        .filter(|i| !i.is_empty())
+        .ok_or_else(|| {
+            anyhow!(
+                "BERTH_TEST_BUSYBOX_IMAGE is not set: run scripts/bench (or just bench), which \
+             prepares the fixtures, or source target/berth-fixtures/fixtures.env"
+            )
+        })?;
+    let prefix = match &args.prefix {
+        Some(p) => p.clone(),
+        None => format!("berth-bench-{}", random_hex(4)?),
+    };
+    check_prefix(&prefix)?;
+    let berth_bin = berth_binary(&args)?;
+    if !args.no_write && !args.doc.is_file() {
+        bail!(
+            "{} not found (run from the repository's root, pass --doc, or --no-write)",
+            args.doc.display()
+        );
+    }
+
+    let docker = engine::connect().await?;
+    let machine = Machine::describe(&docker).await;
+    eprintln!("berth-bench: {}", machine.sentence());
+    eprintln!("berth-bench: berth at {}, prefix {prefix}", machine.commit);
+
+    let key = format!("bench-{}", random_hex(16)?);
+    let daemon = Daemon::start(&berth_bin, &prefix, &key).await?;
+    let outcome = async {
+        let api = Api::new(&daemon.base, &key)?;
+        let domain = api.create_domain("berth-bench").await?;
+        let ctx = Ctx {
+            api,
+            docker: docker.clone(),
+            prefix: prefix.clone(),
+            image,
+            domain,
+            steady: OnceCell::new(),
+        };
+        tokio::select! {
+            measured = measure(&ctx, &args, &kinds) => measured,
+            why = shutdown_signal() => Err(anyhow!("{why}")),
+        }
+    }
+    .await;
+    if outcome.is_err() {
+        eprintln!(
+            "berth-bench: the daemon's last log lines:\n{}",
+            daemon.log_tail(20)
+        );
+    }
+
+    // Whatever happened: the daemon goes first (so it recreates nothing), then everything
+    // named with the prefix.
+    daemon.stop().await;
+    let leftovers = engine::remove_everything(&docker, &prefix).await;
+
+    let figures = outcome?;
+    let command = std::iter::once("berth-bench".to_owned())
+        .chain(std::env::args().skip(1))
+        .collect::<Vec<_>>()
+        .join(" ");
+    for figure in &figures {
+        eprintln!("\n{}", report::table(figure));
+    }
+    for figure in &figures {
+        for row in &figure.rows {
+            println!("{}", row.line());
+        }
+    }
+    if !args.no_write {
+        let blocks: Vec<(&str, Figure)> = kinds
+            .iter()
+            .map(|k| k.key())
+            .zip(figures.iter().cloned())
+            .collect();
+        report::write_doc(&args.doc, &machine, &command, &blocks)?;
+        eprintln!("berth-bench: wrote the results into {}", args.doc.display());
+    }
+    let leftovers = leftovers.context("cleaning up")?;
+    if !leftovers.is_empty() {
+        bail!("could not remove everything this run made: {leftovers:?}");
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("berth-bench: could not start an async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("berth-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn prefixes_must_be_long_and_plain() {
+        assert!(check_prefix("berth-bench-1a2b3c4d").is_ok());
+        assert!(check_prefix("bench").is_err());
+        assert!(check_prefix("Berth-bench").is_err());
+        assert!(check_prefix("-berth-bench").is_err());
+        assert!(check_prefix("berth bench").is_err());
+    }
+
+    #[test]
+    fn the_arguments_parse() {
+        Args::command().debug_assert();
+        let args = Args::try_parse_from([
+            "berth-bench",
+            "--samples",
+            "5",
+            "--only",
+            "up,exec_true_roundtrip",
+            "--no-write",
+        ])
+        .unwrap();
+        assert_eq!(args.samples, Some(5));
+        assert_eq!(args.only, vec![FigureKind::Up, FigureKind::Exec]);
+        assert!(args.no_write);
+        assert!(Args::try_parse_from(["berth-bench", "--samples", "0"]).is_err());
+    }
+}
