@@ -772,3 +772,59 @@ fn on_a_terminal_up_shows_progress_and_ends_in_the_table() {
         "{screen}"
     );
 }
+
+#[test]
+fn logs_print_an_instances_output_and_link_lets_a_container_resolve_it() {
+    let daemon = Daemon::start();
+    let repo = repo(&two_instances());
+    berth(&daemon, &repo.main, &["up", "db"]).ok();
+    // Whatever the container's first process writes is its log.
+    berth(
+        &daemon,
+        &repo.main,
+        &[
+            "exec",
+            "db",
+            "--",
+            "sh",
+            "-c",
+            "echo a-log-line > /proc/1/fd/1",
+        ],
+    )
+    .ok();
+    let logs = berth(&daemon, &repo.main, &["logs", "db", "--tail", "50"]).ok();
+    assert!(logs.stdout.contains("a-log-line"), "{logs:?}");
+
+    let shell = format!("{}-shell", daemon.prefix);
+    support::docker(&[
+        "run",
+        "-d",
+        "--name",
+        &shell,
+        &busybox_image(),
+        "sleep",
+        "3600",
+    ]);
+    let linked = berth(&daemon, &repo.main, &["link", &shell]).ok();
+    assert!(
+        linked.stdout.contains("1 executor(s) attached"),
+        "{linked:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = Command::new("docker")
+            .args(["exec", &shell, "nslookup", "-type=a", "db"])
+            .output()
+            .unwrap();
+        if out.status.success() && String::from_utf8_lossy(&out.stdout).contains("Address: ") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "db did not resolve from the linked container"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let refused = berth(&daemon, &repo.main, &["link"]);
+    assert_eq!(refused.code, 1, "{refused:?}");
+}

@@ -537,3 +537,56 @@ fn archive_keeps_and_measures_volumes_and_a_domain_archive_archives_everything()
     assert_eq!(err["state"], "archived");
     assert!(support::containers_named(&daemon.prefix).is_empty());
 }
+
+#[test]
+fn logs_answer_the_last_lines_and_follow_what_comes_next() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let mut s = spec(&busybox_image(), "web");
+    s["command"] = json!([
+        "sh",
+        "-c",
+        "echo first-line; (i=0; while true; do echo tick-$i; i=$((i+1)); sleep 0.3; done) & exec httpd -f -p 8080 -h /www"
+    ]);
+    api.up(&domain, "web", &s, "use").expect(200);
+    api.wait_state(&domain, "web", "running", READY);
+    let path = format!("/v1/resource-domains/{domain}/instances/web/logs");
+    let all = api.raw("GET", &format!("{path}?tail=1000"), None, &[]);
+    assert_eq!(all.status, 200);
+    assert!(
+        all.body.as_str().unwrap().contains("first-line"),
+        "{:?}",
+        all.body
+    );
+
+    // Follow: new lines arrive on an open response.
+    let url = format!("{}{path}?tail=0&follow=true", daemon.base);
+    let mut res = reqwest::blocking::Client::new()
+        .get(url)
+        .bearer_auth(support::KEY)
+        .send()
+        .unwrap();
+    assert_eq!(res.status().as_u16(), 200);
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !seen.contains("tick-") {
+        assert!(Instant::now() < deadline, "no followed line: {seen:?}");
+        let mut buf = [0u8; 256];
+        let n = std::io::Read::read(&mut res, &mut buf).unwrap();
+        assert!(n > 0, "the stream ended early");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert!(
+        !seen.contains("first-line"),
+        "tail=0 sends none of the old lines: {seen:?}"
+    );
+    drop(res);
+
+    api.get(&format!("{path}?tail=lots"))
+        .expect_error(400, "RequestRefusedError");
+    api.get(&format!(
+        "/v1/resource-domains/{domain}/instances/nope/logs"
+    ))
+    .expect_error(404, "ResourceInstanceNotFoundError");
+}

@@ -97,6 +97,11 @@ mod tests {
         let (name, docker) = image_volume("berth", &d, "db", "/var/lib/Data");
         assert_eq!(name, "image-var-lib-data");
         assert!(is_image_volume(&docker));
-        assert!(!is_image_volume(&spec_volume("berth", &d, "db", "image-data")));
+        assert!(!is_image_volume(&spec_volume(
+            "berth",
+            &d,
+            "db",
+            "image-data"
+        )));
     }
 }

@@ -180,6 +180,10 @@ pub enum RuntimeEvent {
     Resync,
 }
 
+/// A container's output, as it comes: stdout and stderr interleaved, in chunks.
+pub type LogStream =
+    Pin<Box<dyn futures_core::Stream<Item = Result<bytes::Bytes, RuntimeError>> + Send>>;
+
 /// Stdin for an exec: read to its end, then closed.
 pub type ExecStdin = Pin<Box<dyn AsyncRead + Send>>;
 
@@ -284,6 +288,10 @@ pub trait Runtime: Send + Sync + 'static {
         &self,
         names: &[String],
     ) -> Result<BTreeMap<String, Option<u64>>, RuntimeError>;
+
+    /// A container's output: its last `tail` lines (all when `None`), then, with `follow`, what
+    /// it writes next until it stops or the stream is dropped.
+    fn logs(&self, container: &str, tail: Option<u64>, follow: bool) -> LogStream;
 
     /// Runs a command in a running container, streaming `stdin` into it.
     async fn exec(

@@ -243,11 +243,17 @@ impl Berth {
         mut instance: Instance,
     ) -> Result<Instance, Error> {
         if instance.desired != Desired::Archived {
-            instance.desired = Desired::Archived;
-            instance.stop_reason = None;
-            self.store.write(|tx| {
-                tx.save_desired(&instance)?;
-                tx.end_release(&instance.id, ReleaseEnd::Archived, Timestamp::now())
+            instance = self.store.write(|tx| {
+                // Read it again inside the write: what the reconciler recorded since the caller
+                // read it (the volumes it planned, its state) is not written back over.
+                let mut current = tx
+                    .instance_by_id(&instance.id)?
+                    .unwrap_or_else(|| instance.clone());
+                current.desired = Desired::Archived;
+                current.stop_reason = None;
+                tx.save_desired(&current)?;
+                tx.end_release(&current.id, ReleaseEnd::Archived, Timestamp::now())?;
+                Ok::<_, Error>(current)
             })?;
             tracing::info!(instance = %instance.id, key = %instance.key, "archive");
         }
@@ -442,6 +448,34 @@ impl Berth {
         let instance = self.instance(owner, domain_id, key)?;
         let reconciler = self.require_runtime()?;
         Ok(reconciler.endpoints_of(&instance.id)?)
+    }
+
+    /// An instance's container output: its last `tail` lines, then with `follow` what it writes
+    /// next. Nothing of it is logged or stored by berth.
+    pub async fn logs(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+        tail: Option<u64>,
+        follow: bool,
+    ) -> Result<crate::runtime::LogStream, Error> {
+        let instance = self.instance(owner, domain_id, key)?;
+        let reconciler = self.require_runtime()?;
+        let name = names::container(&reconciler.config().prefix, domain_id, key);
+        let exists = reconciler
+            .runtime()
+            .inspect_container(&name)
+            .await
+            .map_err(|e| Error::Runtime(e.to_string()))?
+            .is_some();
+        if !exists {
+            return Err(Error::InstanceNotRunning {
+                key: key.to_owned(),
+                state: format!("{}, with no container to read from", instance.state.kind()),
+            });
+        }
+        Ok(reconciler.runtime().logs(&name, tail, follow))
     }
 
     /// Runs a command in a running instance, streaming `stdin` into it. Nothing about the run

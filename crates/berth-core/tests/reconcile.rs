@@ -207,6 +207,9 @@ impl Runtime for Fake {
     ) -> Result<ExecOutcome, RuntimeError> {
         Err(RuntimeError::Engine("no exec in the fake".into()))
     }
+    fn logs(&self, _: &str, _: Option<u64>, _: bool) -> LogStream {
+        Box::pin(futures_util::stream::empty())
+    }
     fn watch(&self, _: &str) -> mpsc::Receiver<RuntimeEvent> {
         mpsc::channel(1).1
     }

@@ -5,14 +5,15 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::time::Duration;
 
-use berth_core::runtime::{ContainerFacts, ContainerPlan, RuntimeError};
+use berth_core::runtime::{ContainerFacts, ContainerPlan, LogStream, RuntimeError};
 use bollard::Docker;
 use bollard::models::{
     ContainerCreateBody, ContainerInspectResponse, ContainerSummary, ContainerSummaryStateEnum,
     EndpointSettings, HostConfig, Mount, MountType, NetworkingConfig,
 };
 use bollard::query_parameters::{
-    CreateContainerOptions, ListContainersOptions, RemoveContainerOptions, StopContainerOptions,
+    CreateContainerOptions, ListContainersOptions, LogsOptions, RemoveContainerOptions,
+    StopContainerOptions,
 };
 
 use crate::DockerConfig;
@@ -250,6 +251,23 @@ pub(crate) fn facts_from_inspect(found: ContainerInspectResponse) -> ContainerFa
         image_id: found.image.unwrap_or_default(),
         config_image: config.image.unwrap_or_default(),
     }
+}
+
+/// A container's output, stdout and stderr interleaved as Docker sends them.
+pub(crate) fn logs(docker: &Docker, container: &str, tail: Option<u64>, follow: bool) -> LogStream {
+    use futures_util::StreamExt;
+    let options = LogsOptions {
+        follow,
+        stdout: true,
+        stderr: true,
+        tail: tail.map_or_else(|| "all".to_owned(), |n| n.to_string()),
+        ..Default::default()
+    };
+    let what = format!("the output of {container}");
+    Box::pin(docker.logs(container, Some(options)).map(move |item| {
+        item.map(|output| output.into_bytes())
+            .map_err(|e| error::map(e, &what))
+    }))
 }
 
 /// Every container, running or not, carrying `label` (`key=value`).

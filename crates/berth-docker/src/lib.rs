@@ -53,7 +53,7 @@ use async_trait::async_trait;
 use berth_core::image::PinnedImage;
 use berth_core::runtime::{
     ContainerFacts, ContainerPlan, ExecOutcome, ExecRequest, ExecStdin, ImageFacts, LABEL_PREFIX,
-    Labels, Runtime, RuntimeError, RuntimeEvent,
+    Labels, LogStream, Runtime, RuntimeError, RuntimeEvent,
 };
 use berth_core::spec::Ready;
 use bollard::Docker;
@@ -258,6 +258,10 @@ impl Runtime for DockerRuntime {
         aliases: &[String],
     ) -> Result<(), RuntimeError> {
         networks::connect(&self.docker, network, container, aliases).await
+    }
+
+    fn logs(&self, container: &str, tail: Option<u64>, follow: bool) -> LogStream {
+        containers::logs(&self.docker, container, tail, follow)
     }
 
     async fn remove_network(&self, name: &str, prefix: &str) -> Result<(), RuntimeError> {

@@ -285,6 +285,50 @@ impl Client {
         self.send(req)
     }
 
+    pub fn put(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+        self.send(
+            self.http
+                .put(format!("{}{path}", self.base))
+                .header("content-type", "application/json")
+                .body(body.to_string()),
+        )
+    }
+
+    /// Copies an instance's output to `out` as it comes (with `follow`, until the instance
+    /// stops or the command is interrupted).
+    pub fn logs(
+        &self,
+        domain: &str,
+        key: &str,
+        tail: u64,
+        follow: bool,
+        out: &mut dyn std::io::Write,
+    ) -> anyhow::Result<()> {
+        // No overall timeout: a followed log lasts as long as the instance runs.
+        let http = reqwest::blocking::Client::builder()
+            .no_proxy()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(None)
+            .build()
+            .context("could not set up an HTTP client")?;
+        let url = format!(
+            "{}/v1/resource-domains/{domain}/instances/{key}/logs?tail={tail}&follow={follow}",
+            self.base
+        );
+        let mut res = http
+            .get(url)
+            .bearer_auth(&self.key)
+            .send()
+            .map_err(|e| self.endpoint().unreachable(&e))?;
+        let status = res.status();
+        if !status.is_success() {
+            let text = res.text().unwrap_or_default();
+            return self.answer(status, text).map(|_| ());
+        }
+        std::io::copy(&mut res, out).context("the log stream broke off")?;
+        Ok(())
+    }
+
     /// The caller's domains, oldest first.
     pub fn domains(&self) -> anyhow::Result<Vec<Value>> {
         Ok(self.get("/v1/resource-domains")?["items"]

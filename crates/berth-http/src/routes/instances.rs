@@ -63,6 +63,64 @@ pub(crate) fn router() -> OpenApiRouter<App> {
         .routes(routes!(instance_image))
         .routes(routes!(instance_releases))
         .routes(routes!(rollback_instance))
+        .routes(routes!(instance_logs))
+}
+
+/// The container's output, as plain text: the last `tail` lines (all by default), then with
+/// `follow=true` what it writes next, until it stops or the client goes.
+#[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/logs", tag = "resource-instances",
+    params(InstancePath,
+        ("tail" = Option<u64>, Query, description = "How many of the last lines to send first (0 to 100000)"),
+        ("follow" = Option<String>, Query, description = "`true`: keep sending what the container writes", pattern = "^(true|false)$")),
+    responses((status = 200, description = "stdout and stderr, interleaved", content_type = "text/plain", body = String),
+        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn instance_logs(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<InstancePath>,
+    RawQuery(query): RawQuery,
+) -> Result<axum::response::Response, ApiError> {
+    let (domain, key) = path.parts()?;
+    let mut tail = None;
+    let mut follow = false;
+    for pair in query
+        .as_deref()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        match pair.split_once('=') {
+            Some(("tail", n)) => {
+                tail = Some(
+                    n.parse::<u64>()
+                        .ok()
+                        .filter(|n| *n <= 100_000)
+                        .ok_or_else(|| {
+                            ApiError::refused("query.tail must be an integer between 0 and 100000")
+                        })?,
+                );
+            }
+            Some(("follow", "true")) => follow = true,
+            Some(("follow", "false")) => follow = false,
+            Some(("follow", _)) => {
+                return Err(ApiError::refused(
+                    "query.follow must be one of \"true\", \"false\"",
+                ));
+            }
+            _ => {}
+        }
+    }
+    let stream = app
+        .berth
+        .logs(&caller.owner, &domain, key, tail, follow)
+        .await?;
+    axum::response::Response::builder()
+        .header(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; charset=utf-8",
+        )
+        .body(axum::body::Body::from_stream(stream))
+        .map_err(|e| ApiError::Core(berth_core::Error::Internal(e.to_string())))
 }
 
 /// `POST .../instances/{key}/rollback`.

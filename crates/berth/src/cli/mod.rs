@@ -1,5 +1,5 @@
 //! The commands people run, over the daemon's HTTP API: `up`, `ps`, `stop`, `start`,
-//! `archive`, `exec`, `env`, `domains` and `doctor`.
+//! `archive`, `exec`, `logs`, `link`, `env`, `domains` and `doctor`.
 //!
 //! Each runs in a git worktree: the repository is the resource domain (created on first use),
 //! the worktree gives the worktree key, and `berth.toml` at the worktree's top level says what
@@ -8,6 +8,7 @@
 mod doctor;
 mod exec;
 mod instances;
+mod logs;
 mod up;
 
 use std::path::{Path, PathBuf};
@@ -60,6 +61,10 @@ pub enum Command {
     Exec(exec::ExecArgs),
     /// Print `export NAME='value'` lines from the instances' connect tables in berth.toml.
     Env(instances::EnvArgs),
+    /// Print an instance's output; `-f` keeps following it.
+    Logs(logs::LogsArgs),
+    /// Link containers to this worktree: they resolve its instances (and the shared ones) by alias.
+    Link(logs::LinkArgs),
     /// List your resource domains (a repository is one).
     Domains(instances::DomainsArgs),
     /// Check Docker, the daemon, the service key, berth.toml and its images, and say what to fix.
@@ -77,6 +82,8 @@ pub fn run(command: Command) -> ExitCode {
         Command::Exec(args) => exec::run(args),
         Command::Env(args) => instances::env(args),
         Command::Domains(args) => instances::domains(args),
+        Command::Logs(args) => logs::logs(args),
+        Command::Link(args) => logs::link(args),
         Command::Doctor(args) => doctor::run(args),
     };
     match result {
