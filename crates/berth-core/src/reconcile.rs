@@ -446,6 +446,12 @@ impl Reconciler {
             Err(e) => return Err(e.into()),
         };
         obs.volumes = self.plan_volumes(instance, &image);
+        if obs.volumes != instance.volumes {
+            // Listed before they are made, so a crash in between leaves none unlisted.
+            self.inner
+                .store
+                .record_volumes(&instance.id, &obs.volumes)?;
+        }
         let ports = Self::service_ports(instance, &image.exposed_tcp_ports);
         self.ensure_endpoints(instance, &ports).await?;
         let labels = self.labels(instance);

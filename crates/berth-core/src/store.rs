@@ -181,6 +181,22 @@ impl Store {
         f(&Tx(&conn))
     }
 
+    /// Records the volumes an instance mounts, ahead of making them: a crash between making one
+    /// and recording the rest of an observation then leaves no volume berth made unlisted.
+    pub fn record_volumes(
+        &self,
+        id: &InstanceId,
+        volumes: &[InstanceVolume],
+    ) -> Result<(), StoreError> {
+        let volumes = serde_json::to_string(&StoredVolumes::from(volumes))
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        self.lock().execute(
+            "UPDATE instances SET volumes = ?2 WHERE id = ?1",
+            params![id.as_str(), volumes],
+        )?;
+        Ok(())
+    }
+
     /// Records what the reconciler observed, leaving every desired field as it is.
     pub fn record_observation(&self, obs: &Observation) -> Result<(), StoreError> {
         let volumes = serde_json::to_string(&StoredVolumes::from(&obs.volumes[..]))

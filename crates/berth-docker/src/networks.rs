@@ -8,6 +8,7 @@ use bollard::Docker;
 use bollard::models::{
     EndpointSettings, NetworkConnectRequest, NetworkCreateRequest, NetworkDisconnectRequest,
 };
+use bollard::query_parameters::ListNetworksOptions;
 use http::{Method, StatusCode};
 
 use crate::error;
@@ -21,17 +22,20 @@ pub(crate) async fn ensure_network(
     name: &str,
     labels: &Labels,
 ) -> Result<(), RuntimeError> {
-    if let Some(existing) = existing_labels(docker, name).await? {
+    let prefix = labels.get(LABEL_PREFIX).map_or("", String::as_str);
+    if let Some(existing) = existing_labels(docker, name, prefix).await? {
         return check(name, labels, &existing);
     }
     tracing::debug!(network = %name, "creating network");
     match create(docker, raw, name, labels).await {
         Ok(()) => Ok(()),
         // Someone created it between the inspect and the create: judge theirs.
-        Err(RuntimeError::Conflict(message)) => match existing_labels(docker, name).await? {
-            Some(existing) => check(name, labels, &existing),
-            None => Err(RuntimeError::Conflict(message)),
-        },
+        Err(RuntimeError::Conflict(message)) => {
+            match existing_labels(docker, name, prefix).await? {
+                Some(existing) => check(name, labels, &existing),
+                None => Err(RuntimeError::Conflict(message)),
+            }
+        }
         Err(e) => Err(e),
     }
 }
@@ -91,7 +95,7 @@ pub(crate) async fn disconnect(
 /// Removes a network of berth's under `prefix`. Gone already is Ok; a network without berth's
 /// labels is `Foreign` and is left alone.
 pub(crate) async fn remove(docker: &Docker, name: &str, prefix: &str) -> Result<(), RuntimeError> {
-    let Some(existing) = existing_labels(docker, name).await? else {
+    let Some(existing) = existing_labels(docker, name, prefix).await? else {
         return Ok(());
     };
     let ours = existing.get(LABEL_MANAGED).map(String::as_str) == Some("1")
@@ -109,10 +113,12 @@ pub(crate) async fn remove(docker: &Docker, name: &str, prefix: &str) -> Result<
     }
 }
 
-/// The labels of the network named exactly `name`, if there is one.
+/// The labels of the network named exactly `name`, if there is one. Several networks of that
+/// name are made one again first (see [`deduplicate`]).
 async fn existing_labels(
     docker: &Docker,
     name: &str,
+    prefix: &str,
 ) -> Result<Option<HashMap<String, String>>, RuntimeError> {
     match docker.inspect_network(name, None).await {
         // The engine also finds a network by id prefix: only an exact name counts.
@@ -121,8 +127,77 @@ async fn existing_labels(
         }
         Ok(_) => Ok(None),
         Err(e) if error::status(&e) == Some(404) => Ok(None),
+        Err(e) if error::status(&e) == Some(400) && error::message(&e).contains("ambiguous") => {
+            deduplicate(docker, name, prefix).await
+        }
         Err(e) => Err(error::map(e, &format!("network {name}"))),
     }
+}
+
+/// Docker 20.10 makes a second network of a name when two creates race, as the create of a
+/// daemon killed in the middle of it and its restart's can; the name then answers nothing but
+/// "ambiguous". When every network of the name is this berth's, the one with containers (or
+/// the first by id) is kept and the others, which have none, are removed. Returns the labels of
+/// the one kept.
+async fn deduplicate(
+    docker: &Docker,
+    name: &str,
+    prefix: &str,
+) -> Result<Option<HashMap<String, String>>, RuntimeError> {
+    let what = format!("network {name}");
+    let options = ListNetworksOptions {
+        filters: Some(HashMap::from([("name".to_owned(), vec![name.to_owned()])])),
+    };
+    let listed = docker
+        .list_networks(Some(options))
+        .await
+        .map_err(|e| error::map(e, &what))?;
+    let mut same = Vec::new();
+    for id in listed
+        .into_iter()
+        .filter(|n| n.name.as_deref() == Some(name))
+        .filter_map(|n| n.id)
+    {
+        match docker.inspect_network(&id, None).await {
+            Ok(network) => same.push(network),
+            Err(e) if error::status(&e) == Some(404) => {}
+            Err(e) => return Err(error::map(e, &what)),
+        }
+    }
+    let ours = |labels: &Option<HashMap<String, String>>| {
+        labels.as_ref().is_some_and(|l| {
+            l.get(LABEL_MANAGED).map(String::as_str) == Some("1")
+                && l.get(LABEL_PREFIX).map(String::as_str) == Some(prefix)
+        })
+    };
+    if !same.iter().all(|n| ours(&n.labels)) {
+        return Err(RuntimeError::Foreign(format!(
+            "{} networks are named {name} and not all of them are berth's; remove all but one",
+            same.len()
+        )));
+    }
+    let in_use =
+        |n: &bollard::models::NetworkInspect| n.containers.as_ref().is_some_and(|c| !c.is_empty());
+    same.sort_by_key(|n| (!in_use(n), n.id.clone()));
+    let mut same = same.into_iter();
+    let Some(kept) = same.next() else {
+        return Ok(None);
+    };
+    for extra in same {
+        let id = extra.id.clone().unwrap_or_default();
+        if in_use(&extra) {
+            return Err(RuntimeError::Engine(format!(
+                "several networks are named {name} and more than one has containers; remove all but one"
+            )));
+        }
+        tracing::warn!(network = %name, id = %id, "removing a second network of the same name");
+        match docker.remove_network(&id).await {
+            Ok(()) => {}
+            Err(e) if error::status(&e) == Some(404) => {}
+            Err(e) => return Err(error::map(e, &what)),
+        }
+    }
+    Ok(Some(kept.labels.unwrap_or_default()))
 }
 
 /// berth adopts a network only when it is managed by berth under the same prefix.

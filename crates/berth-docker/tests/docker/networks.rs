@@ -82,3 +82,72 @@ async fn ensure_network_makes_a_labelled_bridge_once_and_refuses_a_foreign_one()
         .expect_err("it is another berth's");
     assert!(matches!(err, RuntimeError::Foreign(_)), "{err:?}");
 }
+
+/// Two networks of one name, as a create cut off by a crash and the restart's create can leave
+/// on Docker 20.10: the name is ambiguous until berth makes them one again.
+#[tokio::test]
+async fn two_networks_of_one_name_are_made_one_when_both_are_berths() {
+    let rt = common::runtime().await;
+    let scope = Scope::new("netdup");
+    let docker = common::docker();
+    let labels = common::labels();
+    let same_name = |name: String| {
+        let docker = docker.clone();
+        async move {
+            docker
+                .list_networks(Some(bollard::query_parameters::ListNetworksOptions {
+                    filters: Some(HashMap::from([("name".to_owned(), vec![name.clone()])])),
+                }))
+                .await
+                .expect("networks are listed")
+                .into_iter()
+                .filter(|n| n.name.as_deref() == Some(name.as_str()))
+                .count()
+        }
+    };
+    // The typed create sends no `CheckDuplicate`, so the engine makes a second network.
+    let create = |name: String, labels: HashMap<String, String>| {
+        let docker = docker.clone();
+        async move {
+            docker
+                .create_network(NetworkCreateRequest {
+                    name,
+                    driver: Some("bridge".to_owned()),
+                    labels: Some(labels),
+                    ..Default::default()
+                })
+                .await
+                .expect("a network is made");
+        }
+    };
+    let ours: HashMap<String, String> = labels.clone().into_iter().collect();
+
+    let name = scope.name("twice");
+    create(name.clone(), ours.clone()).await;
+    create(name.clone(), ours.clone()).await;
+    if same_name(name.clone()).await < 2 {
+        // This engine refuses a duplicate name itself (API 1.44 and later): nothing to mend.
+        return;
+    }
+    rt.ensure_network(&name, &labels)
+        .await
+        .expect("berth's two networks are made one");
+    assert_eq!(same_name(name.clone()).await, 1);
+    rt.ensure_network(&name, &labels)
+        .await
+        .expect("and adopted as before");
+
+    // One of them not berth's: nothing is removed, and berth says what to do.
+    let mixed = scope.name("mixed");
+    create(mixed.clone(), ours.clone()).await;
+    create(mixed.clone(), HashMap::new()).await;
+    let err = rt
+        .ensure_network(&mixed, &labels)
+        .await
+        .expect_err("a foreign network of the name is left alone");
+    assert!(
+        matches!(&err, RuntimeError::Foreign(m) if m.contains("remove all but one")),
+        "{err:?}"
+    );
+    assert_eq!(same_name(mixed).await, 2);
+}

@@ -56,7 +56,9 @@ impl LeasePath {
         if uuid.len() == 36 && uuid.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
             Ok(id)
         } else {
-            Err(ApiError::refused("path.leaseId must be a lease id (lse:<uuid>)"))
+            Err(ApiError::refused(
+                "path.leaseId must be a lease id (lse:<uuid>)",
+            ))
         }
     }
 }

@@ -1,0 +1,270 @@
+//! Concurrent requests against one daemon: many `up`s of one key, many keys racing for one
+//! alias, and one workspace linked to two domains at once. Every race has exactly one winner,
+//! and the engine ends with exactly what the store says.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::Barrier;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::{Answer, Client, Daemon, busybox_image, docker, spec, volume_image};
+
+const READY: Duration = Duration::from_secs(60);
+
+/// Runs `n` calls of `f` at once (released together by a barrier) and returns their answers in
+/// call order.
+fn all_at_once<F>(n: usize, f: F) -> Vec<Answer>
+where
+    F: Fn(usize) -> Answer + Sync,
+{
+    let barrier = Barrier::new(n);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|i| {
+                let (barrier, f) = (&barrier, &f);
+                s.spawn(move || {
+                    barrier.wait();
+                    f(i)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a request thread"))
+            .collect()
+    })
+}
+
+/// Names of the containers labelled with `instance`'s id.
+fn containers_of(instance: &Value) -> Vec<String> {
+    let id = instance["resourceInstanceId"].as_str().expect("an id");
+    docker(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("label=berth.instance={id}"),
+        "--format",
+        "{{.Names}}",
+    ])
+    .lines()
+    .map(str::to_owned)
+    .collect()
+}
+
+fn link(api: &Client, domain: &str, workspace: &str, key: &str) -> Answer {
+    api.raw(
+        "PUT",
+        &format!("/v1/resource-domains/{domain}/workspace-links/{workspace}"),
+        Some(json!({"worktreeKey": key}).to_string().into_bytes()),
+        &[],
+    )
+}
+
+#[test]
+fn a_hundred_concurrent_ups_of_one_key_make_one_instance_and_one_container() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let s = spec(&busybox_image(), "web");
+
+    let answers = all_at_once(100, |_| api.up(&domain, "web", &s, "use"));
+    let ids: BTreeSet<String> = answers
+        .into_iter()
+        .map(|a| {
+            a.expect(200)["resourceInstanceId"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(ids.len(), 1, "one instance id: {ids:?}");
+
+    let running = api.wait_state(&domain, "web", "running", READY);
+    assert_eq!(
+        running["resourceInstanceId"].as_str(),
+        ids.first().map(String::as_str)
+    );
+    // Another burst against the running instance changes nothing either.
+    let again = all_at_once(20, |_| api.up(&domain, "web", &s, "use"));
+    assert!(
+        again
+            .into_iter()
+            .all(|a| a.expect(200)["resourceInstanceId"] == running["resourceInstanceId"])
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(containers_of(&running).len(), 1);
+    assert_eq!(
+        support::containers_named(&daemon.prefix).len(),
+        1,
+        "one container under the daemon's prefix"
+    );
+    let listed = api
+        .get(&format!("/v1/resource-domains/{domain}/instances"))
+        .expect(200);
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn fifty_keys_racing_for_one_alias_give_one_winner_and_forty_nine_conflicts() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let mut s = spec(&busybox_image(), "db");
+    s["worktreeKey"] = json!("feature-x");
+
+    let answers = all_at_once(50, |i| api.up(&domain, &format!("db-{i}"), &s, "use"));
+    let mut winners = Vec::new();
+    for (i, answer) in answers.into_iter().enumerate() {
+        if answer.status == 200 {
+            winners.push((i, answer.body));
+        } else {
+            let err = answer.expect_error(409, "ResourceInstanceAliasTakenError");
+            assert!(
+                err["message"].as_str().unwrap().contains("db"),
+                "the message names the alias: {err}"
+            );
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one up wins the alias");
+    let (i, winner) = &winners[0];
+    let listed = api
+        .get(&format!("/v1/resource-domains/{domain}/instances"))
+        .expect(200);
+    let items = listed["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "only the winner was written: {listed}");
+    assert_eq!(items[0]["key"], format!("db-{i}"));
+    assert_eq!(items[0]["resourceInstanceId"], winner["resourceInstanceId"]);
+
+    let running = api.wait_state(&domain, &format!("db-{i}"), "running", READY);
+    assert_eq!(containers_of(&running).len(), 1);
+    assert_eq!(support::containers_named(&daemon.prefix).len(), 1);
+}
+
+#[test]
+fn one_workspace_linked_to_two_domains_at_once_is_linked_to_exactly_one() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domains = [api.create_domain("one"), api.create_domain("two")];
+    for round in 0..8 {
+        let workspace = format!("ws-{round}");
+        api.raw(
+            "PUT",
+            &format!("/v1/workspaces/{workspace}"),
+            Some(br#"{"containers": [], "selector": null}"#.to_vec()),
+            &[],
+        )
+        .expect(200);
+        let answers = all_at_once(2, |i| link(&api, &domains[i], &workspace, "main"));
+        let mut linked_to = None;
+        let mut refused = 0;
+        for (i, answer) in answers.into_iter().enumerate() {
+            if answer.status == 200 {
+                assert!(linked_to.is_none(), "round {round}: both links succeeded");
+                linked_to = Some(&domains[i]);
+            } else {
+                let err = answer.expect_error(409, "ResourceWorkspaceLinkedElsewhereError");
+                assert_eq!(err["resourceDomainId"], domains[1 - i].as_str());
+                refused += 1;
+            }
+        }
+        assert_eq!(refused, 1, "round {round}: one link is refused");
+        let ws = api.get(&format!("/v1/workspaces/{workspace}")).expect(200);
+        assert_eq!(
+            ws["resourceDomainId"].as_str(),
+            linked_to.map(String::as_str),
+            "round {round}: the store holds the winner's link"
+        );
+        assert_eq!(ws["worktreeKey"], "main");
+    }
+}
+
+#[test]
+fn a_domain_archive_keeps_every_volume_the_reconciler_recorded_while_it_ran() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    // `a` ignores SIGTERM, so its stop takes the whole stop timeout (2 s in these tests).
+    let mut slow = spec(&busybox_image(), "a");
+    slow["command"] = json!(["sh", "-c", "trap '' TERM; exec httpd -f -p 8080 -h /www"]);
+    api.up(&domain, "a", &slow, "use").expect(200);
+    api.wait_state(&domain, "a", "running", READY);
+    // `b`'s image has a VOLUME: berth learns of the volume it gets only when it looks at the
+    // image, which it does while `a` is being stopped.
+    let b = api
+        .up(&domain, "b", &spec(&volume_image(), "b"), "use")
+        .expect(200);
+    let archived = api
+        .post_empty(&format!("/v1/resource-domains/{domain}/archive"))
+        .expect(200);
+    let listed: BTreeSet<String> = archived["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["instanceKey"] == "b")
+        .map(|v| v["dockerName"].as_str().unwrap().to_owned())
+        .collect();
+    // Every volume berth made for `b` is in what the archive answered, and in `b`'s record.
+    let made: BTreeSet<String> = docker(&[
+        "volume",
+        "ls",
+        "--filter",
+        &format!(
+            "label=berth.instance={}",
+            b["resourceInstanceId"].as_str().unwrap()
+        ),
+        "--format",
+        "{{.Name}}",
+    ])
+    .lines()
+    .map(str::to_owned)
+    .collect();
+    eprintln!("made for b: {made:?}; archived: {listed:?}");
+    assert!(
+        made.is_subset(&listed),
+        "made {made:?}, archived {listed:?}"
+    );
+    let b = api.instance(&domain, "b");
+    assert_eq!(b["state"]["kind"], "archived");
+    let recorded: BTreeSet<String> = b["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["dockerName"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(recorded, listed);
+    for name in &recorded {
+        assert!(
+            support::docker_inspect("volume", name).is_some(),
+            "{name} is kept"
+        );
+    }
+}
+
+#[test]
+fn many_instances_started_at_once_in_a_new_domain_share_one_network() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let keys: Vec<String> = (0..12).map(|i| format!("svc-{i}")).collect();
+    let answers = all_at_once(keys.len(), |i| {
+        api.up(&domain, &keys[i], &spec(&busybox_image(), &keys[i]), "use")
+    });
+    for answer in answers {
+        answer.expect(200);
+    }
+    for key in &keys {
+        api.wait_state(&domain, key, "running", READY);
+    }
+    let network = berth_core::names::domain_network(
+        &daemon.prefix,
+        &berth_core::DomainId::parse(&domain).unwrap(),
+    );
+    let same_name: Vec<String> = docker(&["network", "ls", "--format", "{{.Name}}"])
+        .lines()
+        .filter(|n| *n == network)
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(same_name.len(), 1, "one network named {network}");
+}

@@ -1,0 +1,824 @@
+//! Faults: the daemon killed with SIGKILL at random points of a stream of operations, an
+//! instance that crashes as soon as it starts, and engine objects changed behind berth's back.
+//! After each, berth converges to what the store says, keeps every volume, never makes a second
+//! container for an instance, and never adopts what it did not make.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use berth_core::{DomainId, names};
+use serde_json::{Value, json};
+use support::{Answer, Daemon, busybox_image, docker, docker_inspect, spec, volume_image};
+
+const READY: Duration = Duration::from_secs(60);
+
+/// A tiny seeded generator (xorshift64*), so a failing run can be replayed from its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Self(seed.max(1))
+    }
+
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number in `0..n`.
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// True with probability `percent` / 100.
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+fn seed() -> u64 {
+    std::env::var("BERTH_FAULT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        })
+}
+
+fn containers_labelled(id: &str) -> Vec<String> {
+    docker(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("label=berth.instance={id}"),
+        "--format",
+        "{{.Names}}",
+    ])
+    .lines()
+    .map(str::to_owned)
+    .collect()
+}
+
+fn id_of(instance: &Value) -> String {
+    instance["resourceInstanceId"]
+        .as_str()
+        .expect("an instance id")
+        .to_owned()
+}
+
+/// Volumes whose name starts with `prefix`.
+fn volumes_named(prefix: &str) -> BTreeSet<String> {
+    docker(&["volume", "ls", "--format", "{{.Name}}"])
+        .lines()
+        .filter(|n| n.starts_with(&format!("{prefix}-")))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// CPU time (user + system) a process has used, from /proc, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc stat");
+    // The command name is in parentheses and may hold spaces: count fields after it.
+    let rest = &stat[stat.rfind(')').expect("a stat line") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Desired {
+    Running,
+    Stopped,
+    Archived,
+}
+
+impl Desired {
+    fn as_str(self) -> &'static str {
+        match self {
+            Desired::Running => "running",
+            Desired::Stopped => "stopped",
+            Desired::Archived => "archived",
+        }
+    }
+}
+
+/// What the test asked of one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Wanted {
+    desired: Desired,
+    /// The spec generation: the value of its `GEN` variable.
+    generation: u32,
+    /// The last stop was a person's, which a `use` up leaves standing.
+    person_stop: bool,
+}
+
+/// Keys `k0` and `k1` run the image with a `VOLUME`, which gets a volume of its own.
+fn spec_of(key: &str, generation: u32) -> Value {
+    let image = if ["k0", "k1"].contains(&key) {
+        volume_image()
+    } else {
+        busybox_image()
+    };
+    let mut s = spec(&image, key);
+    s["env"] = json!({"GEN": generation.to_string()});
+    s
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Up {
+        key: usize,
+        person: bool,
+        change: bool,
+    },
+    Stop {
+        key: usize,
+    },
+    Archive {
+        key: usize,
+    },
+    Link {
+        worktree: &'static str,
+    },
+}
+
+fn pick(rng: &mut Rng, keys: usize) -> Op {
+    let key = rng.below(keys as u64) as usize;
+    match rng.below(100) {
+        0..=29 => Op::Up {
+            key,
+            person: true,
+            change: true,
+        },
+        30..=44 => Op::Up {
+            key,
+            person: false,
+            change: rng.chance(30),
+        },
+        45..=49 => Op::Up {
+            key,
+            person: true,
+            change: false,
+        },
+        50..=74 => Op::Stop { key },
+        75..=76 => Op::Archive { key },
+        _ => Op::Link {
+            worktree: if rng.chance(50) { "main" } else { "feature" },
+        },
+    }
+}
+
+/// Sends `SIGKILL` to `pid` after `after`, from another thread.
+fn kill_later(pid: u32, after: Duration) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        std::thread::sleep(after);
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    })
+}
+
+/// Sends one request, or says the daemon did not answer (it was killed).
+fn send(base: &str, method: &str, path: &str, body: Option<Value>) -> Result<Answer, ()> {
+    let http = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("an http client");
+    let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method");
+    let mut req = http
+        .request(method, format!("{base}{path}"))
+        .bearer_auth(support::KEY);
+    if let Some(body) = body {
+        req = req
+            .header("content-type", "application/json")
+            .body(body.to_string());
+    }
+    let res = req.send().map_err(|_| ())?;
+    let status = res.status().as_u16();
+    let text = res.text().map_err(|_| ())?;
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    Ok(Answer { status, body })
+}
+
+/// Runs one operation. `Ok(answer)` when the daemon answered, `Err(())` when it died first.
+fn run(
+    base: &str,
+    domain: &str,
+    keys: &[String],
+    wanted: &[Wanted],
+    op: &Op,
+) -> Result<Answer, ()> {
+    let instance = |key: usize| format!("/v1/resource-domains/{domain}/instances/{}", keys[key]);
+    match op {
+        Op::Up {
+            key,
+            person,
+            change,
+        } => {
+            let generation = wanted[*key].generation + u32::from(*change);
+            let cause = if *person { "person" } else { "use" };
+            let body = json!({"spec": spec_of(&keys[*key], generation), "cause": cause});
+            send(base, "POST", &format!("{}/up", instance(*key)), Some(body))
+        }
+        Op::Stop { key } => send(
+            base,
+            "POST",
+            &format!("{}/stop", instance(*key)),
+            Some(json!({"by": "chaos"})),
+        ),
+        Op::Archive { key } => send(base, "POST", &format!("{}/archive", instance(*key)), None),
+        Op::Link { worktree } => send(
+            base,
+            "PUT",
+            &format!("/v1/resource-domains/{domain}/workspace-links/ws"),
+            Some(json!({"worktreeKey": worktree})),
+        ),
+    }
+}
+
+/// What `op` leaves `before` as, when it succeeds.
+fn after(before: Wanted, op: &Op) -> Wanted {
+    let mut w = before;
+    if w.desired == Desired::Archived {
+        return w;
+    }
+    match op {
+        Op::Up { person, change, .. } => {
+            w.generation += u32::from(*change);
+            if *person || !w.person_stop {
+                w.desired = Desired::Running;
+                w.person_stop = false;
+            }
+        }
+        Op::Stop { .. } => {
+            w.desired = Desired::Stopped;
+            w.person_stop = true;
+        }
+        Op::Archive { .. } => w.desired = Desired::Archived,
+        Op::Link { .. } => {}
+    }
+    w
+}
+
+fn key_of(op: &Op) -> Option<usize> {
+    match op {
+        Op::Up { key, .. } | Op::Stop { key } | Op::Archive { key } => Some(*key),
+        Op::Link { .. } => None,
+    }
+}
+
+#[test]
+fn a_daemon_killed_at_random_points_of_a_hundred_operations_converges_and_loses_nothing() {
+    let seed = seed();
+    eprintln!("faults: seed {seed} (BERTH_FAULT_SEED={seed} replays the same operations)");
+    let mut rng = Rng::new(seed);
+    let mut daemon = Daemon::start();
+    let mut api = daemon.client();
+    let domain = api.create_domain("chaos");
+    let keys: Vec<String> = (0..5).map(|i| format!("k{i}")).collect();
+    let mut wanted = vec![
+        Wanted {
+            desired: Desired::Running,
+            generation: 0,
+            person_stop: false,
+        };
+        keys.len()
+    ];
+    // Every key runs once first, so each of its volumes exists before the faults begin.
+    // Digests seen for each key's generations, to tell which side of a cut-off `up` the store is.
+    let mut digests: BTreeMap<(usize, u32), String> = BTreeMap::new();
+    for (k, key) in keys.iter().enumerate() {
+        let up = api.up(&domain, key, &spec_of(key, 0), "use").expect(200);
+        digests.insert((k, 0), up["specDigest"].as_str().unwrap().to_owned());
+    }
+    for key in &keys {
+        api.wait_state(&domain, key, "running", READY);
+    }
+    api.raw(
+        "PUT",
+        "/v1/workspaces/ws",
+        Some(br#"{"containers": [], "selector": null}"#.to_vec()),
+        &[],
+    )
+    .expect(200);
+    let mut seen_volumes = volumes_named(&daemon.prefix);
+    let (mut kills, mut cut_off) = (0, 0);
+    let started = Instant::now();
+
+    for step in 0..100 {
+        let op = pick(&mut rng, keys.len());
+        let kill_during = rng.chance(10);
+        let killer =
+            kill_during.then(|| kill_later(daemon.pid(), Duration::from_millis(rng.below(40))));
+        let outcome = run(&daemon.base, &domain, &keys, &wanted, &op);
+        if let Some(killer) = killer {
+            killer.join().expect("the killer thread");
+        }
+        let key = key_of(&op);
+        let expected = key.map(|k| after(wanted[k], &op));
+        match (&outcome, key) {
+            (Ok(answer), Some(k)) => {
+                let before = wanted[k];
+                if before.desired == Desired::Archived && !matches!(op, Op::Archive { .. }) {
+                    assert_eq!(answer.status, 409, "step {step} {op:?}: {:?}", answer.body);
+                    assert_eq!(answer.body["_tag"], "ResourceInstanceArchivedError");
+                } else {
+                    assert_eq!(answer.status, 200, "step {step} {op:?}: {:?}", answer.body);
+                    let next = expected.expect("a key's op");
+                    let instance = match op {
+                        Op::Archive { .. } => &answer.body["instance"],
+                        _ => &answer.body,
+                    };
+                    assert_eq!(
+                        instance["desired"],
+                        next.desired.as_str(),
+                        "step {step} {op:?}"
+                    );
+                    if let Op::Up { .. } = op {
+                        digests.insert(
+                            (k, next.generation),
+                            instance["specDigest"].as_str().unwrap().to_owned(),
+                        );
+                    }
+                    wanted[k] = next;
+                }
+            }
+            (Ok(answer), None) => {
+                assert_eq!(answer.status, 200, "step {step} {op:?}: {:?}", answer.body);
+            }
+            (Err(()), _) => {}
+        }
+        let kill_after = !kill_during && rng.chance(8);
+        if kill_after {
+            std::thread::sleep(Duration::from_millis(rng.below(400)));
+        } else if !kill_during {
+            std::thread::sleep(Duration::from_millis(rng.below(150)));
+        }
+        if kill_during || kill_after {
+            daemon.kill9();
+            kills += 1;
+            seen_volumes.extend(volumes_named(&daemon.prefix));
+            daemon.start_again();
+            api = daemon.client();
+            // A request the kill cut off either happened whole or not at all.
+            cut_off += usize::from(outcome.is_err());
+            if let (Err(()), Some(k)) = (&outcome, key) {
+                let stored = api.instance(&domain, &keys[k]);
+                let (before, next) = (wanted[k], expected.expect("a key's op"));
+                let matches = |w: Wanted| {
+                    stored["desired"] == w.desired.as_str()
+                        && digests
+                            .get(&(k, w.generation))
+                            .is_none_or(|d| stored["specDigest"] == d.as_str())
+                };
+                wanted[k] = if matches(before) {
+                    before
+                } else {
+                    assert!(
+                        matches(next),
+                        "step {step} {op:?} was cut off and left {stored} (before {before:?}, after {next:?})"
+                    );
+                    next
+                };
+                digests
+                    .entry((k, wanted[k].generation))
+                    .or_insert_with(|| stored["specDigest"].as_str().unwrap().to_owned());
+            }
+        } else if outcome.is_err() {
+            panic!("step {step} {op:?}: the daemon stopped answering without being killed");
+        }
+    }
+    eprintln!(
+        "faults: 100 operations, {kills} kills ({cut_off} in the middle of a request) in {:?}; wanted {wanted:?}",
+        started.elapsed()
+    );
+
+    // Everything converges to what was asked.
+    let mut ids = BTreeMap::new();
+    for (k, key) in keys.iter().enumerate() {
+        let w = wanted[k];
+        let instance = api.wait_for(&domain, key, READY, w.desired.as_str(), |i| {
+            if i["desired"] != w.desired.as_str() {
+                return false;
+            }
+            let containers = containers_labelled(i["resourceInstanceId"].as_str().unwrap());
+            match w.desired {
+                Desired::Running => {
+                    i["state"]["kind"] == "running"
+                        && containers.len() == 1
+                        && docker_inspect("container", &containers[0]).is_some_and(|c| {
+                            c["State"]["Running"] == true
+                                && c["Config"]["Labels"]["berth.spec-digest"] == i["specDigest"]
+                                && c["Config"]["Env"]
+                                    .as_array()
+                                    .unwrap()
+                                    .contains(&json!(format!("GEN={}", w.generation)))
+                        })
+                }
+                Desired::Stopped => {
+                    i["state"]["kind"] == "stopped"
+                        && containers.len() <= 1
+                        && containers.iter().all(|c| {
+                            docker_inspect("container", c)
+                                .is_some_and(|c| c["State"]["Running"] == false)
+                        })
+                }
+                Desired::Archived => i["state"]["kind"] == "archived" && containers.is_empty(),
+            }
+        });
+        if let Some(d) = digests.get(&(k, w.generation)) {
+            assert_eq!(
+                instance["specDigest"],
+                d.as_str(),
+                "{key} runs its last spec"
+            );
+        }
+        ids.insert(id_of(&instance), (key.clone(), w.desired));
+    }
+
+    // No container berth does not know, and none twice.
+    let mut per_instance: BTreeMap<String, usize> = BTreeMap::new();
+    for name in support::containers_named(&format!("{}-", daemon.prefix)) {
+        let c = docker_inspect("container", &name).expect("a container");
+        let id = c["Config"]["Labels"]["berth.instance"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name} is under berth's prefix without its labels"))
+            .to_owned();
+        let (key, desired) = ids
+            .get(&id)
+            .unwrap_or_else(|| panic!("{name} belongs to an instance berth does not know"));
+        assert_ne!(
+            *desired,
+            Desired::Archived,
+            "{key} is archived but {name} is left"
+        );
+        *per_instance.entry(id).or_default() += 1;
+    }
+    assert!(per_instance.values().all(|n| *n == 1), "{per_instance:?}");
+
+    // No volume lost: every one that ever existed still does, and so does every one listed.
+    let volumes = volumes_named(&daemon.prefix);
+    let lost: Vec<&String> = seen_volumes.difference(&volumes).collect();
+    assert!(lost.is_empty(), "volumes lost: {lost:?}");
+    for archived in ["false", "true"] {
+        let listed = api
+            .get(&format!(
+                "/v1/resource-domains/{domain}/instances?archived={archived}"
+            ))
+            .expect(200);
+        for instance in listed["items"].as_array().unwrap() {
+            let recorded: BTreeSet<String> = instance["volumes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v["dockerName"].as_str().unwrap().to_owned())
+                .collect();
+            for name in &recorded {
+                assert!(
+                    volumes.contains(name),
+                    "{name} of {} is gone",
+                    instance["key"]
+                );
+            }
+            // And berth still lists every volume it made for the instance.
+            let made: BTreeSet<String> = docker(&[
+                "volume",
+                "ls",
+                "--filter",
+                &format!("label=berth.instance={}", id_of(instance)),
+                "--format",
+                "{{.Name}}",
+            ])
+            .lines()
+            .map(str::to_owned)
+            .collect();
+            assert!(
+                made.is_subset(&recorded),
+                "{} lists {recorded:?} but berth made {made:?}",
+                instance["key"]
+            );
+        }
+    }
+
+    // A domain archive leaves no container and removes the domain's network and the view of
+    // the key the workspace is linked with, even a second network of one name that a kill in
+    // the middle of its create left behind. (The views of keys the workspace was linked with
+    // before stay: berth does not record them.)
+    let link = api.get("/v1/workspaces/ws").expect(200)["worktreeKey"].clone();
+    api.post_empty(&format!("/v1/resource-domains/{domain}/archive"))
+        .expect(200);
+    let networks: Vec<String> = docker(&["network", "ls", "--format", "{{.Name}}"])
+        .lines()
+        .filter(|n| n.starts_with(&format!("{}-", daemon.prefix)))
+        .map(str::to_owned)
+        .collect();
+    let id = DomainId::parse(&domain).unwrap();
+    let removed: Vec<String> = std::iter::once(names::domain_network(&daemon.prefix, &id))
+        .chain(
+            link.as_str()
+                .map(|key| names::view_network(&daemon.prefix, &id, key)),
+        )
+        .collect();
+    for name in &removed {
+        assert!(!networks.contains(name), "{name} is left: {networks:?}");
+    }
+    let distinct: BTreeSet<&String> = networks.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        networks.len(),
+        "two networks of one name: {networks:?}"
+    );
+    assert!(support::containers_named(&format!("{}-", daemon.prefix)).is_empty());
+    let after = volumes_named(&daemon.prefix);
+    assert!(volumes.is_subset(&after), "the archive kept every volume");
+}
+
+#[test]
+fn an_instance_that_crashes_at_once_backs_off_and_does_not_load_the_machine() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("crash");
+    let mut s = spec(&busybox_image(), "crash");
+    s["command"] = json!(["sh", "-c", "exit 1"]);
+    // The engine's start events for this daemon's containers, read as they happen (the engine
+    // replays only its last few hundred events, which a busy machine overruns in seconds).
+    let mut events = Command::new("docker")
+        .args([
+            "events",
+            "--filter",
+            &format!("label=berth.prefix={}", daemon.prefix),
+            "--filter",
+            "event=start",
+            "--format",
+            "{{.TimeNano}}",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("docker events");
+    let stdout = events.stdout.take().expect("its output");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u128>::new()));
+    let reader = {
+        let seen = seen.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Ok(t) = line.trim().parse() {
+                    seen.lock().unwrap().push(t);
+                }
+            }
+        })
+    };
+    let starts = || seen.lock().unwrap().clone();
+    // Give the subscription a moment to be in place before anything starts.
+    std::thread::sleep(Duration::from_millis(300));
+    let instance = api.up(&domain, "crash", &s, "use").expect(200);
+
+    // The window opens at the first start, whatever the pull and a busy machine took before it.
+    let deadline = Instant::now() + READY;
+    while starts().is_empty() {
+        assert!(Instant::now() < deadline, "the container never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let cpu_before = cpu_ticks(daemon.pid());
+    let window = Duration::from_secs(8);
+    std::thread::sleep(window + Duration::from_millis(500));
+    let cpu_used = cpu_ticks(daemon.pid()) - cpu_before;
+    let first = starts()[0];
+    let in_window = starts()
+        .iter()
+        .filter(|t| **t - first <= window.as_nanos())
+        .count();
+    // On a busy engine the restarts can come later, but they come.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while starts().len() < 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = events.kill();
+    let _ = events.wait();
+    reader.join().expect("the event reader");
+    let times = starts();
+    let gaps: Vec<f64> = times
+        .windows(2)
+        .map(|w| (w[1] - w[0]) as f64 / 1e9)
+        .collect();
+    let now = api.instance(&domain, "crash");
+    eprintln!(
+        "crash loop: {in_window} starts in the first {window:?}, gaps {gaps:.2?} s, {cpu_used} CPU ticks"
+    );
+    // 1 s doubling: starts at about 0, 1, 3 and 7 s.
+    assert!(
+        in_window <= 5,
+        "it backs off: {in_window} starts in {window:?}"
+    );
+    assert!(
+        times.len() >= 3,
+        "it is started again after it exits: {times:?}"
+    );
+    for (i, gap) in gaps.iter().enumerate() {
+        let back_off = f64::from(1u32 << i.min(8));
+        assert!(
+            *gap >= back_off * 0.8,
+            "restart {} came {gap:.2} s after the one before, under its back-off of {back_off} s",
+            i + 1
+        );
+    }
+    // Clock ticks are hundredths of a second: under a fifth of one core over the window.
+    assert!(
+        cpu_used < 170,
+        "the daemon used {cpu_used} ticks of CPU in {window:?}"
+    );
+    assert!(
+        ["exited", "starting"].contains(&now["state"]["kind"].as_str().unwrap()),
+        "{now}"
+    );
+    assert_eq!(containers_labelled(&id_of(&instance)).len(), 1);
+}
+
+#[test]
+fn a_container_removed_behind_berths_back_is_made_again_with_its_volumes() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    api.up(&domain, "web", &spec(&busybox_image(), "web"), "use")
+        .expect(200);
+    let running = api.wait_state(&domain, "web", "running", READY);
+    let name = containers_labelled(&id_of(&running)).remove(0);
+    let old_id = docker(&["inspect", "--format", "{{.Id}}", &name]);
+    docker(&["exec", &name, "sh", "-c", "echo kept > /srv/data/file"]);
+
+    docker(&["rm", "-f", &name]);
+    api.wait_for(&domain, "web", READY, "running on a new container", |i| {
+        i["state"]["kind"] == "running"
+            && docker_inspect("container", &name)
+                .is_some_and(|c| c["Id"] != old_id.as_str() && c["State"]["Running"] == true)
+    });
+    assert_eq!(containers_labelled(&id_of(&running)), vec![name.clone()]);
+    assert_eq!(docker(&["exec", &name, "cat", "/srv/data/file"]), "kept");
+}
+
+#[test]
+fn an_instance_network_removed_behind_berths_back_is_made_again() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let s = spec(&busybox_image(), "web");
+    api.up(&domain, "web", &s, "use").expect(200);
+    let running = api.wait_state(&domain, "web", "running", READY);
+    let container = containers_labelled(&id_of(&running)).remove(0);
+    let network = names::domain_network(&daemon.prefix, &DomainId::parse(&domain).unwrap());
+    let attached = |container: &str| {
+        docker_inspect("container", container).is_some_and(|c| {
+            c["NetworkSettings"]["Networks"][&network]["Aliases"]
+                .as_array()
+                .is_some_and(|a| a.contains(&json!("web")))
+        })
+    };
+    assert!(attached(&container));
+
+    // Taken away from a running container: the next look puts it back.
+    docker(&["network", "disconnect", "--force", &network, &container]);
+    docker(&["network", "rm", &network]);
+    api.up(&domain, "web", &s, "use").expect(200);
+    let deadline = Instant::now() + READY;
+    while !(docker_inspect("network", &network).is_some() && attached(&container)) {
+        assert!(Instant::now() < deadline, "the network was not made again");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // Removed while the container is stopped (as `docker network prune` does): the container
+    // still names the old network and cannot start on its own, so berth makes it again.
+    let started = api.instance(&domain, "web")["startedAt"].clone();
+    let old_id = docker(&["inspect", "--format", "{{.Id}}", &container]);
+    docker(&["stop", "--time", "1", &container]);
+    docker(&["network", "rm", &network]);
+    let back = api.wait_for(&domain, "web", READY, "running again", |i| {
+        i["state"]["kind"] == "running" && i["startedAt"] != started
+    });
+    assert!(docker_inspect("network", &network).is_some());
+    assert!(attached(&container));
+    assert_ne!(
+        docker(&["inspect", "--format", "{{.Id}}", &container]),
+        old_id,
+        "the container was made again"
+    );
+    assert_eq!(containers_labelled(&id_of(&back)), vec![container]);
+}
+
+#[test]
+fn a_volume_made_by_hand_under_berths_name_fails_the_instance_and_is_never_adopted() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let volume = names::spec_volume(
+        &daemon.prefix,
+        &DomainId::parse(&domain).unwrap(),
+        "web",
+        "data",
+    );
+    let stranger = "rin:00000000-0000-4000-8000-000000000000";
+    docker(&[
+        "volume",
+        "create",
+        "--label",
+        "berth.managed=1",
+        "--label",
+        &format!("berth.prefix={}", daemon.prefix),
+        "--label",
+        &format!("berth.instance={stranger}"),
+        &volume,
+    ]);
+
+    let s = spec(&busybox_image(), "web");
+    let instance = api.up(&domain, "web", &s, "use").expect(200);
+    let failed = api.wait_state(&domain, "web", "failed", READY);
+    let message = failed["state"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&volume),
+        "the message names the volume: {message}"
+    );
+    assert!(containers_labelled(&id_of(&instance)).is_empty());
+    // Asked again, it fails again, and the volume keeps its owner.
+    api.up(&domain, "web", &s, "person").expect(200);
+    std::thread::sleep(Duration::from_secs(1));
+    api.wait_state(&domain, "web", "failed", READY);
+    let v = docker_inspect("volume", &volume).expect("the volume is still there");
+    assert_eq!(v["Labels"]["berth.instance"], stranger);
+    assert!(containers_labelled(&id_of(&instance)).is_empty());
+}
+
+#[test]
+fn volumes_made_just_before_a_crash_are_still_listed_after_an_archive() {
+    let seed = seed();
+    eprintln!("faults: seed {seed}");
+    let mut rng = Rng::new(seed);
+    let mut daemon = Daemon::start();
+    let domain = daemon.client().create_domain("crash-volumes");
+    for round in 0..6 {
+        let key = format!("v{round}");
+        // The image's VOLUME gets a volume berth learns of only when it looks at the image.
+        let up = daemon
+            .client()
+            .up(&domain, &key, &spec(&volume_image(), &key), "use")
+            .expect(200);
+        std::thread::sleep(Duration::from_millis(5 + rng.below(150)));
+        daemon.kill9();
+        daemon.start_again();
+        let api = daemon.client();
+        let archived = api
+            .post_empty(&format!(
+                "/v1/resource-domains/{domain}/instances/{key}/archive"
+            ))
+            .expect(200);
+        let recorded: BTreeSet<String> = archived["instance"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["dockerName"].as_str().unwrap().to_owned())
+            .collect();
+        let made: BTreeSet<String> = docker(&[
+            "volume",
+            "ls",
+            "--filter",
+            &format!("label=berth.instance={}", id_of(&up)),
+            "--format",
+            "{{.Name}}",
+        ])
+        .lines()
+        .map(str::to_owned)
+        .collect();
+        eprintln!(
+            "round {round}: made {} volumes, archived with {}",
+            made.len(),
+            recorded.len()
+        );
+        assert!(
+            made.is_subset(&recorded),
+            "round {round}: berth made {made:?} but the archived instance lists {recorded:?}"
+        );
+        assert!(containers_labelled(&id_of(&up)).is_empty());
+    }
+    // The domain's networks go with it, even a second one of a name a kill left behind.
+    daemon
+        .client()
+        .post_empty(&format!("/v1/resource-domains/{domain}/archive"))
+        .expect(200);
+    let networks: Vec<String> = docker(&["network", "ls", "--format", "{{.Name}}"])
+        .lines()
+        .filter(|n| n.starts_with(&format!("{}-", daemon.prefix)))
+        .map(str::to_owned)
+        .collect();
+    assert!(networks.is_empty(), "networks left: {networks:?}");
+}

@@ -1,0 +1,807 @@
+//! Hostile callers over real HTTP: random unicode, NUL and very long strings in every string
+//! field and path parameter; bodies over the size limit; clients that send their headers too
+//! slowly; requests without a key or naming a foreign host, as a web page in a browser on the
+//! same machine would send them; and the key file's mode.
+//!
+//! Whatever arrives, the daemon answers without a 5xx, and every 4xx carries `_tag` and a
+//! message that names the place it refuses.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use serde_json::{Map, Value, json};
+use support::{Answer, Client, Daemon, KEY};
+
+const UNKNOWN_DOMAIN: &str = "rdm:00000000-0000-4000-8000-000000000000";
+
+/// Strings a hostile caller sends: any unicode, control characters and NUL, path tricks,
+/// near-misses of valid values, and long ones.
+fn hostile_string(longest: usize) -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => any::<String>(),
+        2 => "[\\x00-\\x1f\\x7f]{1,12}",
+        2 => "[a-zA-Z0-9._@:/%?#-]{1,24}",
+        1 => "\\PC{1,64}",
+        1 => Just("\0".to_owned()),
+        1 => Just("../../../etc/passwd".to_owned()),
+        1 => Just("%2e%2e%2f%00".to_owned()),
+        1 => Just("rdm:00000000-0000-4000-8000-000000000000\0".to_owned()),
+        1 => Just("lse:00000000-0000-4000-8000-000000000000".to_owned()),
+        1 => Just(" ".to_owned()),
+        1 => (1..longest).prop_map(|n| "\u{1F6A2}".repeat(n)),
+        1 => (1..longest).prop_map(|n| "\u{0}x".repeat(n / 2 + 1)),
+    ]
+}
+
+/// Any JSON value a field might be sent as.
+fn hostile_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|n| json!(n)),
+        any::<f64>()
+            .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+        (-5i64..100_000).prop_map(|n| json!(n)),
+        hostile_string(20_000).prop_map(Value::String),
+    ];
+    leaf.prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::vec((hostile_string(64), inner), 0..4)
+                .prop_map(|pairs| Value::Object(pairs.into_iter().collect::<Map<_, _>>())),
+        ]
+    })
+}
+
+/// Percent-encodes every byte but the unreserved ones, so the string arrives as one parameter.
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// A request the fuzzer sends.
+#[derive(Debug, Clone)]
+struct Request {
+    method: &'static str,
+    path: String,
+    body: Option<Vec<u8>>,
+    /// A string the answer must not quote (a value sent in the request), if any.
+    sent: Option<String>,
+}
+
+/// Where the fuzzer puts its value: a body field of each route that takes one, or one path
+/// parameter of each route.
+#[derive(Debug, Clone, Copy)]
+enum Place {
+    DomainName,
+    StopBy,
+    WorkspaceContainer,
+    WorkspaceSelector,
+    WorkspaceBody,
+    LeaseTtl,
+    LinkKey,
+    UpCause,
+    UpSpecField,
+    PathDomain,
+    PathKey,
+    PathWorkspace,
+    PathLease,
+    PathLinkWorkspace,
+}
+
+const PLACES: [Place; 14] = [
+    Place::DomainName,
+    Place::StopBy,
+    Place::WorkspaceContainer,
+    Place::WorkspaceSelector,
+    Place::WorkspaceBody,
+    Place::LeaseTtl,
+    Place::LinkKey,
+    Place::UpCause,
+    Place::UpSpecField,
+    Place::PathDomain,
+    Place::PathKey,
+    Place::PathWorkspace,
+    Place::PathLease,
+    Place::PathLinkWorkspace,
+];
+
+const SPEC_FIELDS: [&str; 9] = [
+    "alias",
+    "worktreeKey",
+    "image",
+    "command",
+    "env",
+    "volumes",
+    "limits",
+    "ready",
+    "idleStopAfterSeconds",
+];
+
+fn up_spec() -> Value {
+    json!({
+        "alias": "web",
+        "worktreeKey": null,
+        "image": format!("127.0.0.1:5000/x/busybox@sha256:{}", "0".repeat(64)),
+        "command": null,
+        "env": {"A": "b"},
+        "volumes": [{"name": "data", "mountPath": "/srv/data"}],
+        "limits": {"cpuMillicores": 250, "memoryBytes": 67108864},
+        "ready": {"kind": "tcp", "port": 8080},
+        "idleStopAfterSeconds": 3600
+    })
+}
+
+fn request(domain: &str, place: Place, text: String, value: Value, pick: usize) -> Request {
+    let body = |v: Value| Some(v.to_string().into_bytes());
+    let inst = format!("/v1/resource-domains/{domain}/instances/web");
+    let some_value = |v: &Value| match v {
+        Value::String(s) => Some(s.clone()),
+        _ => None,
+    };
+    let field = if pick.is_multiple_of(2) {
+        Value::String(text.clone())
+    } else {
+        value.clone()
+    };
+    let sent = some_value(&field);
+    let post = |path: String, b: Value| Request {
+        method: "POST",
+        path,
+        body: body(b),
+        sent: sent.clone(),
+    };
+    let put = |path: String, b: Value| Request {
+        method: "PUT",
+        path,
+        body: body(b),
+        sent: sent.clone(),
+    };
+    let in_path = |method: &'static str, path: String, b: Option<Value>| Request {
+        method,
+        path,
+        body: b.and_then(body),
+        sent: Some(text.clone()),
+    };
+    let p = encode(&text);
+    match place {
+        Place::DomainName => post("/v1/resource-domains".into(), json!({"name": field})),
+        Place::StopBy => post(format!("{inst}/stop"), json!({"by": field})),
+        Place::WorkspaceContainer => put(
+            "/v1/workspaces/ws".into(),
+            json!({"containers": ["ok", field], "selector": null}),
+        ),
+        Place::WorkspaceSelector => put(
+            "/v1/workspaces/ws".into(),
+            json!({"containers": [], "selector": {"label": field}}),
+        ),
+        Place::WorkspaceBody => Request {
+            method: "PUT",
+            path: "/v1/workspaces/ws".into(),
+            body: body(value.clone()),
+            sent: some_value(&value),
+        },
+        Place::LeaseTtl => post(
+            "/v1/workspaces/ws/leases".into(),
+            json!({"ttlSeconds": field}),
+        ),
+        Place::LinkKey => put(
+            format!("/v1/resource-domains/{domain}/workspace-links/ws"),
+            json!({"worktreeKey": field}),
+        ),
+        Place::UpCause => post(
+            format!("{inst}/up"),
+            json!({"spec": up_spec(), "cause": field}),
+        ),
+        Place::UpSpecField => {
+            let mut spec = up_spec();
+            spec[SPEC_FIELDS[pick % SPEC_FIELDS.len()]] = field;
+            post(format!("{inst}/up"), json!({"spec": spec, "cause": "use"}))
+        }
+        Place::PathDomain => {
+            let routes = [
+                ("GET", format!("/v1/resource-domains/{p}"), None),
+                ("POST", format!("/v1/resource-domains/{p}/fence"), None),
+                ("POST", format!("/v1/resource-domains/{p}/archive"), None),
+                ("GET", format!("/v1/resource-domains/{p}/instances"), None),
+                (
+                    "POST",
+                    format!("/v1/resource-domains/{p}/instances/web/stop"),
+                    Some(json!({"by": "x"})),
+                ),
+            ];
+            let (m, path, b) = routes[pick % routes.len()].clone();
+            in_path(m, path, b)
+        }
+        Place::PathKey => {
+            let routes = [
+                (
+                    "GET",
+                    format!("/v1/resource-domains/{domain}/instances/{p}"),
+                    None,
+                ),
+                (
+                    "POST",
+                    format!("/v1/resource-domains/{domain}/instances/{p}/up"),
+                    Some(json!({"spec": up_spec(), "cause": "use"})),
+                ),
+                (
+                    "POST",
+                    format!("/v1/resource-domains/{domain}/instances/{p}/stop"),
+                    Some(json!({"by": "x"})),
+                ),
+                (
+                    "POST",
+                    format!("/v1/resource-domains/{domain}/instances/{p}/archive"),
+                    None,
+                ),
+            ];
+            let (m, path, b) = routes[pick % routes.len()].clone();
+            in_path(m, path, b)
+        }
+        Place::PathWorkspace => {
+            let routes = [
+                ("GET", format!("/v1/workspaces/{p}"), None),
+                ("DELETE", format!("/v1/workspaces/{p}"), None),
+                (
+                    "PUT",
+                    format!("/v1/workspaces/{p}"),
+                    Some(json!({"containers": [], "selector": null})),
+                ),
+                (
+                    "POST",
+                    format!("/v1/workspaces/{p}/leases"),
+                    Some(json!({"ttlSeconds": 5})),
+                ),
+            ];
+            let (m, path, b) = routes[pick % routes.len()].clone();
+            in_path(m, path, b)
+        }
+        Place::PathLease => {
+            let routes = [
+                ("POST", format!("/v1/workspaces/ws/leases/{p}/renew"), None),
+                ("DELETE", format!("/v1/workspaces/ws/leases/{p}"), None),
+            ];
+            let (m, path, b) = routes[pick % routes.len()].clone();
+            in_path(m, path, b)
+        }
+        Place::PathLinkWorkspace => in_path(
+            "PUT",
+            format!("/v1/resource-domains/{domain}/workspace-links/{p}"),
+            Some(json!({"worktreeKey": "main"})),
+        ),
+    }
+}
+
+/// True when `text` is a plain name an answer may legitimately hold (an id, a key).
+fn plain(text: &str) -> bool {
+    text.chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-._@:".contains(c))
+}
+
+/// What every answer to a hostile request must be.
+fn check(req: &Request, answer: &Answer) -> Result<(), TestCaseError> {
+    let what = format!("{} {}", req.method, &req.path[..req.path.len().min(200)]);
+    prop_assert!(
+        answer.status < 500,
+        "{what}: {} {}",
+        answer.status,
+        answer.body
+    );
+    if answer.status < 400 {
+        return Ok(());
+    }
+    let tag = answer.body["_tag"].as_str().unwrap_or_default();
+    let message = answer.body["message"].as_str().unwrap_or_default();
+    prop_assert!(!tag.is_empty(), "{what}: no _tag in {}", answer.body);
+    prop_assert!(!message.is_empty(), "{what}: no message in {}", answer.body);
+    match tag {
+        "RequestRefusedError" => {
+            // Problems are joined with "; ", which a sentence may hold too: the message must open
+            // with a place.
+            prop_assert!(
+                ["body", "path.", "query.", "frame"]
+                    .iter()
+                    .any(|place| message.starts_with(place)),
+                "{what}: a refusal that names no place: {message:?}"
+            );
+        }
+        "ResourceInstanceSpecRefusedError" => {
+            let refusals = answer.body["refusals"].as_array();
+            prop_assert!(
+                refusals.is_some_and(|r| !r.is_empty()),
+                "{what}: {}",
+                answer.body
+            );
+            for r in refusals.into_iter().flatten() {
+                let reason = r["reason"].as_str().unwrap_or_default();
+                if r["field"] == "spec" {
+                    prop_assert!(
+                        reason.starts_with("spec"),
+                        "{what}: a spec refusal that names no place: {reason:?}"
+                    );
+                }
+            }
+        }
+        _ => {}
+    }
+    if let Some(sent) = &req.sent
+        && sent.chars().count() >= 8
+        && !plain(sent)
+    {
+        let text = answer.body.to_string();
+        let quoted = serde_json::to_string(sent).expect("a string");
+        prop_assert!(
+            !text.contains(quoted.trim_matches('"')),
+            "{what}: the answer quotes what was sent: {}",
+            &text[..text.len().min(400)]
+        );
+    }
+    Ok(())
+}
+
+fn runner(cases: u32) -> TestRunner {
+    TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    })
+}
+
+#[test]
+fn hostile_strings_in_every_field_and_path_parameter_get_a_tagged_4xx_naming_the_place() {
+    let daemon = Daemon::start_with(&["--runtime", "none"]);
+    let api = daemon.client();
+    let domain = api.create_domain("hostile");
+    api.raw(
+        "PUT",
+        "/v1/workspaces/ws",
+        Some(br#"{"containers": [], "selector": null}"#.to_vec()),
+        &[],
+    )
+    .expect(200);
+    let lease = api
+        .post("/v1/workspaces/ws/leases", json!({"ttlSeconds": 60}))
+        .expect(200);
+    assert!(lease["leaseId"].as_str().unwrap().starts_with("lse:"));
+
+    let strategy = (
+        prop::sample::select(&PLACES[..]),
+        prop_oneof![3 => hostile_string(512), 1 => hostile_string(100_000)],
+        hostile_value(),
+        any::<usize>(),
+    );
+    let started = Instant::now();
+    let sent = std::sync::atomic::AtomicUsize::new(0);
+    runner(600)
+        .run(&strategy, |(place, text, value, pick)| {
+            let is_path = matches!(
+                place,
+                Place::PathDomain
+                    | Place::PathKey
+                    | Place::PathWorkspace
+                    | Place::PathLease
+                    | Place::PathLinkWorkspace
+            );
+            // A path longer than the HTTP layer reads is answered by it with a 414, as
+            // `a_json_body_over_one_mebibyte_is_refused` checks.
+            let text: String = if is_path {
+                text.chars().take(2_000).collect()
+            } else {
+                text
+            };
+            let req = request(&domain, place, text, value, pick);
+            let answer = api.raw(req.method, &req.path, req.body.clone(), &[]);
+            sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            check(&req, &answer)
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!(
+        "hostile: {} requests in {:?}",
+        sent.into_inner(),
+        started.elapsed()
+    );
+
+    // The daemon is still whole: it answers, and nothing it was sent made it panic.
+    assert_eq!(api.get("/healthz").expect(200)["status"], "ok");
+    assert_eq!(
+        api.get(&format!("/v1/resource-domains/{domain}"))
+            .expect(200)["name"],
+        "hostile"
+    );
+    assert!(
+        !daemon.log_text().contains("panicked"),
+        "{}",
+        daemon.log_text()
+    );
+}
+
+#[test]
+fn methods_a_route_does_not_have_get_a_tagged_answer() {
+    let daemon = Daemon::start_with(&["--runtime", "none"]);
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    for (method, path) in [
+        ("DELETE", "/v1/resource-domains".to_owned()),
+        ("PUT", format!("/v1/resource-domains/{domain}")),
+        ("GET", format!("/v1/resource-domains/{domain}/fence")),
+        ("PATCH", "/v1/workspaces/ws".to_owned()),
+        ("POST", "/healthz".to_owned()),
+    ] {
+        let answer = api.raw(method, &path, None, &[]);
+        assert_eq!(answer.status, 405, "{method} {path}: {}", answer.body);
+        assert_eq!(
+            answer.body["_tag"], "MethodNotAllowedError",
+            "{method} {path}"
+        );
+        assert!(
+            answer.body["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
+    }
+    // A path no route has stays a 404.
+    api.get("/v1/nothing-here")
+        .expect_error(404, "RouteNotFoundError");
+}
+
+#[test]
+fn every_route_in_the_openapi_document_needs_a_known_service_key() {
+    let daemon = Daemon::start_with(&["--runtime", "none"]);
+    let doc = daemon.client().get("/v1/openapi.json").expect(200);
+    let paths = doc["paths"].as_object().expect("paths");
+    let (basic, cookie) = (format!("Basic {KEY}"), format!("key={KEY}"));
+    let mut checked = 0;
+    for (template, item) in paths {
+        let path = template
+            .replace("{resourceDomainId}", UNKNOWN_DOMAIN)
+            .replace("{key}", "web")
+            .replace("{workspaceId}", "ws")
+            .replace("{leaseId}", "lse:00000000-0000-4000-8000-000000000000");
+        for method in item.as_object().unwrap().keys() {
+            let method = method.to_uppercase();
+            if template == "/healthz" {
+                assert_eq!(method, "GET");
+                continue;
+            }
+            assert!(template.starts_with("/v1/"), "{template}");
+            for headers in [
+                vec![],
+                vec![("authorization", "Bearer ")],
+                vec![("authorization", "Bearer not-a-key-xxxxxxxxxxxxxxxx")],
+                vec![("authorization", basic.as_str())],
+                vec![("authorization", KEY)],
+                vec![("cookie", cookie.as_str())],
+                vec![("x-api-key", KEY)],
+            ] {
+                let answer =
+                    daemon
+                        .client_with(None)
+                        .raw(&method, &path, Some(b"{}".to_vec()), &headers);
+                answer.expect_error(401, "UnauthorizedError");
+            }
+            // Nor in the query string.
+            daemon
+                .client_with(None)
+                .raw(
+                    &method,
+                    &format!("{path}?key={KEY}"),
+                    Some(b"{}".to_vec()),
+                    &[],
+                )
+                .expect_error(401, "UnauthorizedError");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 20, "every /v1 route of the document: {checked}");
+}
+
+/// One raw HTTP/1.1 exchange: what the daemon answers to `request`, as text.
+fn raw_exchange(daemon: &Daemon, request: &str) -> String {
+    let address: SocketAddr = daemon
+        .base
+        .trim_start_matches("http://")
+        .parse()
+        .expect("the daemon's address");
+    let mut stream = TcpStream::connect(address).expect("a connection");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer
+}
+
+#[test]
+fn pages_in_a_browser_on_the_same_machine_cannot_drive_berth() {
+    let daemon = Daemon::start_with(&["--runtime", "none"]);
+    let api = daemon.client();
+    // DNS rebinding: the page's own name now resolves to 127.0.0.1, and the browser sends it
+    // as the Host. Refused even with a key, and for health too.
+    for host in [
+        "rebind.attacker.example",
+        "rebind.attacker.example:2378",
+        "localhost.attacker.example",
+        "127.0.0.1.nip.example",
+        "[::1].attacker.example",
+        "0x7f000001",
+    ] {
+        api.raw("GET", "/v1/resource-domains", None, &[("host", host)])
+            .expect_error(403, "HostNotAllowedError");
+        api.raw("GET", "/healthz", None, &[("host", host)])
+            .expect_error(403, "HostNotAllowedError");
+    }
+    // No Host at all (HTTP/1.0) is refused too.
+    let answer = raw_exchange(
+        &daemon,
+        &format!("GET /v1/resource-domains HTTP/1.0\r\nAuthorization: Bearer {KEY}\r\n\r\n"),
+    );
+    assert!(
+        answer.starts_with("HTTP/1.0 403") || answer.starts_with("HTTP/1.1 403"),
+        "{answer}"
+    );
+    assert!(answer.contains("HostNotAllowedError"), "{answer}");
+
+    // CSRF: a form or fetch() from a page can POST a "simple" body without custom headers, so
+    // without the key; berth refuses it and allows no origin to read any answer.
+    let page = daemon.client_with(None);
+    for content_type in [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data",
+    ] {
+        let answer = page.raw(
+            "POST",
+            "/v1/resource-domains",
+            Some(br#"{"name":"csrf"}"#.to_vec()),
+            &[
+                ("content-type", content_type),
+                ("origin", "https://attacker.example"),
+            ],
+        );
+        answer.expect_error(401, "UnauthorizedError");
+    }
+    // A preflight for a request with the key is not granted.
+    let preflight = raw_exchange(
+        &daemon,
+        "OPTIONS /v1/resource-domains HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: https://attacker.example\r\n\
+         Access-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: authorization, content-type\r\n\
+         Connection: close\r\n\r\n",
+    );
+    let status: u16 = preflight[9..12].parse().expect("a status");
+    assert!(!(200..300).contains(&status), "{preflight}");
+    assert!(
+        !preflight
+            .to_ascii_lowercase()
+            .contains("access-control-allow"),
+        "{preflight}"
+    );
+    assert_eq!(
+        api.get("/v1/resource-domains").expect(200)["items"],
+        json!([]),
+        "nothing was created"
+    );
+}
+
+#[test]
+fn a_json_body_over_one_mebibyte_is_refused() {
+    let daemon = Daemon::start_with(&["--runtime", "none"]);
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let big = "x".repeat(1024 * 1024);
+    let bodies = [
+        (
+            "POST",
+            "/v1/resource-domains".to_owned(),
+            json!({"name": big}),
+        ),
+        (
+            "PUT",
+            "/v1/workspaces/ws".to_owned(),
+            json!({"containers": [], "selector": {"label": format!("a={big}")}}),
+        ),
+        (
+            "POST",
+            format!("/v1/resource-domains/{domain}/instances/web/stop"),
+            json!({"by": big}),
+        ),
+        (
+            "POST",
+            format!("/v1/resource-domains/{domain}/instances/web/up"),
+            json!({"spec": {"env": {"A": big}}, "cause": "use"}),
+        ),
+    ];
+    for (method, path, body) in bodies {
+        let err = api
+            .raw(method, &path, Some(body.to_string().into_bytes()), &[])
+            .expect_error(400, "RequestRefusedError");
+        assert!(
+            err["message"]
+                .as_str()
+                .unwrap()
+                .contains("body is larger than berth accepts (1 MiB)"),
+            "{method} {path}: {err}"
+        );
+    }
+    // Without a length up front (chunked), the limit holds all the same.
+    let body = json!({"name": big}).to_string().into_bytes();
+    let err = api
+        .post_stream("/v1/resource-domains", std::io::Cursor::new(body))
+        .expect_error(400, "RequestRefusedError");
+    assert!(err["message"].as_str().unwrap().contains("1 MiB"), "{err}");
+    // Just under the limit, the body is read and judged on what it says.
+    let under = json!({"name": "x".repeat(1024 * 1024 - 100)});
+    let err = api
+        .post("/v1/resource-domains", under)
+        .expect_error(400, "RequestRefusedError");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("body.name must be a string of 1 to 200")
+    );
+    // A request head larger than the HTTP layer reads is answered by it, with no 5xx.
+    let answer = raw_exchange(
+        &daemon,
+        &format!(
+            "GET /v1/workspaces/{} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {KEY}\r\n\r\n",
+            "a".repeat(70_000)
+        ),
+    );
+    assert!(
+        answer.starts_with("HTTP/1.1 414"),
+        "{}",
+        &answer[..answer.len().min(200)]
+    );
+    assert!(
+        api.get("/v1/resource-domains").expect(200)["items"]
+            .as_array()
+            .unwrap()
+            .len()
+            == 1
+    );
+}
+
+#[test]
+fn a_client_that_sends_its_headers_too_slowly_is_disconnected() {
+    let daemon = Daemon::start_with(&["--runtime", "none"]);
+    let address: SocketAddr = daemon
+        .base
+        .trim_start_matches("http://")
+        .parse()
+        .expect("the daemon's address");
+    // Many connections that never send a byte, and one that dribbles a header byte a second.
+    let idle: Vec<TcpStream> = (0..64)
+        .map(|_| TcpStream::connect(address).expect("a connection"))
+        .collect();
+    let started = Instant::now();
+    let dribbler = std::thread::spawn(move || {
+        let mut stream = TcpStream::connect(address).expect("a connection");
+        stream
+            .set_read_timeout(Some(Duration::from_millis(1000)))
+            .unwrap();
+        let head = format!(
+            "GET /v1/resource-domains HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {KEY}\r\nX-Slow: {}",
+            "a".repeat(100)
+        );
+        for byte in head.bytes() {
+            if stream.write_all(&[byte]).is_err() {
+                break;
+            }
+            let mut buf = [0u8; 256];
+            match stream.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => panic!(
+                    "the daemon answered a request it never finished reading: {:?}",
+                    String::from_utf8_lossy(&buf[..n])
+                ),
+                Err(_) => {}
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                break;
+            }
+        }
+        started.elapsed()
+    });
+    // Meanwhile, others are served.
+    std::thread::sleep(Duration::from_secs(2));
+    let api = daemon.client();
+    api.get("/v1/resource-domains").expect(200);
+    let dropped_after = dribbler.join().expect("the slow client");
+    eprintln!("slowloris: dropped after {dropped_after:?}");
+    assert!(
+        dropped_after >= Duration::from_secs(8) && dropped_after <= Duration::from_secs(15),
+        "the slow client was dropped after {dropped_after:?}"
+    );
+    for mut stream in idle {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut buf = [0u8; 64];
+        assert_eq!(
+            stream
+                .read(&mut buf)
+                .expect("the daemon closes, not the timeout"),
+            0,
+            "a connection that sent nothing is closed"
+        );
+    }
+    api.get("/v1/resource-domains").expect(200);
+}
+
+/// Starts `berth serve` without `BERTH_SERVICE_KEYS`, so it uses the key file in `data_dir`,
+/// logging at trace level.
+fn serve_with_key_file(data_dir: &std::path::Path) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--runtime", "none"])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env_remove("BERTH_SERVICE_KEYS")
+        .env("RUST_LOG", "trace")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the berth binary starts")
+}
+
+#[test]
+fn the_generated_key_file_is_private_never_logged_and_a_readable_one_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let data_dir = tmp.path().join("data");
+    let mut child = serve_with_key_file(&data_dir);
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let base = line
+        .trim()
+        .strip_prefix("berth listening on ")
+        .expect(&line)
+        .to_owned();
+    let key_file = data_dir.join("service-key");
+    let mode = std::fs::metadata(&key_file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the key file is mode {mode:o}");
+    let key = std::fs::read_to_string(&key_file)
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert!(key.len() >= 32, "a long random key");
+    let api = Client::new(&base, Some(&key));
+    api.get("/v1/resource-domains").expect(200);
+    api.post("/v1/resource-domains", json!({"name": "x"}))
+        .expect(200);
+    let mut stderr = child.stderr.take().unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    // Not even at trace level does a log line carry the key.
+    let mut log = String::new();
+    stderr.read_to_string(&mut log).unwrap();
+    assert!(log.contains("TRACE") || log.contains("DEBUG"), "{log}");
+    assert!(!log.contains(&key), "the key reached the log");
+
+    // A key file others can read is not used: the daemon says how to fix it and stops.
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = serve_with_key_file(&data_dir)
+        .wait_with_output()
+        .expect("the daemon ends");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("chmod 600"), "{stderr}");
+    assert!(!stderr.contains(&key), "the key is never printed");
+}
