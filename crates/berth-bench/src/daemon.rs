@@ -26,15 +26,25 @@ pub struct Daemon {
 
 impl Daemon {
     /// Starts `bin serve` on `127.0.0.1:0` with `prefix` and the one service key `key`, and
-    /// waits for the line that names its address.
-    pub async fn start(bin: &Path, prefix: &str, key: &str) -> anyhow::Result<Daemon> {
+    /// waits for the line that names its address. `docker_host`, when given, is the daemon's
+    /// `DOCKER_HOST` (else it inherits this process's).
+    pub async fn start(
+        bin: &Path,
+        prefix: &str,
+        key: &str,
+        docker_host: Option<&str>,
+    ) -> anyhow::Result<Daemon> {
         let dir = tempfile::Builder::new()
             .prefix("berth-bench-")
             .tempdir()
             .context("a temporary data directory")?;
         let log = dir.path().join("berth.log");
         let log_file = std::fs::File::create(&log).context("the daemon's log file")?;
-        let mut child = Command::new(bin)
+        let mut command = Command::new(bin);
+        if let Some(host) = docker_host {
+            command.env("DOCKER_HOST", host);
+        }
+        let mut child = command
             .arg("serve")
             .args(["--listen", "127.0.0.1:0"])
             .arg("--data-dir")
@@ -80,6 +90,11 @@ impl Daemon {
             log,
             _dir: dir,
         })
+    }
+
+    /// The daemon's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
     }
 
     /// The last `n` lines of the daemon's log.
@@ -187,10 +202,48 @@ impl Api {
 
     /// `POST .../instances/{key}/up` with `spec`, as a person.
     pub async fn up(&self, domain: &str, key: &str, spec: &Value) -> anyhow::Result<Value> {
-        let body = json!({ "spec": spec, "cause": "person" })
+        self.up_as(domain, key, spec, "person").await
+    }
+
+    /// `POST .../instances/{key}/up` with `spec` and `cause` (`person` or `use`).
+    pub async fn up_as(
+        &self,
+        domain: &str,
+        key: &str,
+        spec: &Value,
+        cause: &str,
+    ) -> anyhow::Result<Value> {
+        let body = json!({ "spec": spec, "cause": cause })
             .to_string()
             .into_bytes();
         self.post(&instance_path(domain, key, "/up"), body).await
+    }
+
+    /// `PUT path` with a JSON body.
+    pub async fn put(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
+        let response = self
+            .http
+            .put(self.url(path))
+            .bearer_auth(&self.key)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .with_context(|| format!("PUT {path}"))?;
+        Self::answer(response, &format!("PUT {path}")).await
+    }
+
+    /// The host port of instance `key`'s endpoint for container port `port`.
+    pub async fn host_port(&self, domain: &str, key: &str, port: u16) -> anyhow::Result<u16> {
+        let endpoints = self.get(&instance_path(domain, key, "/endpoints")).await?;
+        endpoints["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["port"] == port)
+            .and_then(|e| e["hostPort"].as_u64())
+            .and_then(|p| u16::try_from(p).ok())
+            .ok_or_else(|| anyhow!("instance {key} has no endpoint for port {port}: {endpoints}"))
     }
 
     /// `GET .../instances/{key}`.

@@ -111,6 +111,8 @@ pub fn hardened_body(
         binds: None,
         nano_cpus: Some(SPEC_MILLICORES * 1_000_000),
         memory: Some(SPEC_MEMORY),
+        // The same process limit berth gives its containers.
+        pids_limit: Some(4096),
         network_mode: Some(network.to_owned()),
         port_bindings: None,
         publish_all_ports: Some(false),
@@ -216,7 +218,9 @@ pub async fn raw_up(
         .parse()
         .with_context(|| format!("the address of container {name}"))?;
     took.inspect = lap();
-    took.connects = connect_until_open(ip, READY_PORT, polling, Duration::from_secs(60)).await?;
+    took.connects = connect_until_open(ip, READY_PORT, polling, Duration::from_secs(60))
+        .await?
+        .0;
     took.ready = lap();
     Ok((created.id, took))
 }
@@ -260,13 +264,14 @@ pub async fn start_without_network(
     Ok(took)
 }
 
-/// Connects to `ip:port` until a connect succeeds; returns how many connects it took.
-async fn connect_until_open(
+/// Connects to `ip:port` until a connect succeeds; returns how many connects it took, and the
+/// connection.
+pub async fn connect_until_open(
     ip: IpAddr,
     port: u16,
     polling: Polling,
     within: Duration,
-) -> anyhow::Result<u32> {
+) -> anyhow::Result<(u32, TcpStream)> {
     let deadline = Instant::now() + within;
     let mut interval = match polling {
         Polling::Backoff => PROBE_INTERVAL_MIN,
@@ -275,10 +280,10 @@ async fn connect_until_open(
     let mut attempts = 0;
     loop {
         attempts += 1;
-        if let Ok(Ok(_)) =
+        if let Ok(Ok(stream)) =
             tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect((ip, port))).await
         {
-            return Ok(attempts);
+            return Ok((attempts, stream));
         }
         if Instant::now() > deadline {
             bail!("{ip}:{port} did not accept a connection within {within:?}");
@@ -288,6 +293,24 @@ async fn connect_until_open(
             interval = (interval * 2).min(PROBE_INTERVAL_MAX);
         }
     }
+}
+
+/// The address of container `id` on its first network (the host routes to it on Linux).
+pub async fn container_ip(docker: &Docker, id: &str) -> anyhow::Result<IpAddr> {
+    let inspected = docker
+        .inspect_container(id, None)
+        .await
+        .with_context(|| format!("inspecting container {id}"))?;
+    inspected
+        .network_settings
+        .and_then(|s| s.networks)
+        .into_iter()
+        .flatten()
+        .filter_map(|(_, e)| e.ip_address)
+        .find(|ip| !ip.is_empty())
+        .ok_or_else(|| anyhow!("container {id} has no address"))?
+        .parse()
+        .with_context(|| format!("the address of container {id}"))
 }
 
 /// Removes a baseline container and its volume.

@@ -20,11 +20,14 @@
 mod daemon;
 mod engine;
 mod exec;
+mod idle;
 mod load;
 mod progress;
+mod proxy;
 mod report;
 mod stats;
 mod up;
+mod wake;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,11 +49,11 @@ use crate::report::{Figure, Machine};
 #[derive(Parser, Debug)]
 #[command(name = "berth-bench", version)]
 struct Args {
-    /// Samples per figure [default: 20 for up, 50 for exec].
+    /// Samples per figure [default: 20 for up, 50 for exec, 10 for wake].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     samples: Option<u32>,
 
-    /// Run only these figures (repeat, or separate with commas).
+    /// Run only these figures (repeat, or separate with commas) [default: all but idle].
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<FigureKind>,
 
@@ -81,6 +84,10 @@ struct Args {
     /// The busybox fixture image, pinned by digest (scripts/fixtures writes it).
     #[arg(long, env = "BERTH_TEST_BUSYBOX_IMAGE")]
     image: Option<String>,
+
+    /// The TCP echo fixture image, pinned by digest (scripts/fixtures writes it).
+    #[arg(long, env = "BERTH_TEST_ECHO_IMAGE")]
+    echo_image: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -94,6 +101,15 @@ enum FigureKind {
     /// GET instance latency and throughput under concurrent clients.
     #[value(alias = "get_instance")]
     Get,
+    /// Waking an idle-stopped instance through its endpoint and through the API.
+    #[value(alias = "wake_via_endpoint_first_byte", alias = "wake_via_api")]
+    Wake,
+    /// 1 GiB through a host endpoint against the container's address.
+    #[value(alias = "proxy_throughput_1gib")]
+    Proxy,
+    /// An idle daemon's CPU, memory and Docker requests (only with --only).
+    #[value(alias = "idle_daemon")]
+    Idle,
 }
 
 impl FigureKind {
@@ -103,6 +119,9 @@ impl FigureKind {
             FigureKind::Up => "up",
             FigureKind::Exec => "exec",
             FigureKind::Get => "get",
+            FigureKind::Wake => "wake",
+            FigureKind::Proxy => "proxy",
+            FigureKind::Idle => "idle",
         }
     }
 }
@@ -115,6 +134,10 @@ pub struct Ctx {
     pub image: String,
     /// The resource domain every benchmark instance lives in.
     pub domain: String,
+    /// The daemon's binary (the idle figure starts one of its own).
+    pub berth_bin: PathBuf,
+    /// The echo fixture image, if it is known.
+    pub echo_image: Option<String>,
     steady: OnceCell<(String, String)>,
 }
 
@@ -192,6 +215,9 @@ async fn shutdown_signal() -> &'static str {
     }
 }
 
+/// Transfers of 1 GiB each way per side in the proxy figure.
+const PROXY_SAMPLES: usize = 3;
+
 async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result<Vec<Figure>> {
     let mut figures = Vec::new();
     for kind in kinds {
@@ -199,6 +225,17 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
             FigureKind::Up => up::run(ctx, args.samples.map_or(20, |n| n as usize)).await,
             FigureKind::Exec => exec::run(ctx, args.samples.map_or(50, |n| n as usize)).await,
             FigureKind::Get => load::run(ctx, args.duration, args.concurrency as usize).await,
+            FigureKind::Wake => wake::run(ctx, args.samples.map_or(10, |n| n as usize)).await,
+            FigureKind::Proxy => {
+                let echo = ctx.echo_image.as_deref().ok_or_else(|| {
+                    anyhow!(
+                        "BERTH_TEST_ECHO_IMAGE is not set: source \
+                         target/berth-fixtures/fixtures.env, or run scripts/bench"
+                    )
+                })?;
+                proxy::run(ctx, echo, PROXY_SAMPLES).await
+            }
+            FigureKind::Idle => idle::run(ctx).await,
         }
         .with_context(|| format!("measuring {}", kind.key()))?;
         figures.push(figure);
@@ -207,10 +244,24 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let kinds: Vec<FigureKind> = [FigureKind::Up, FigureKind::Exec, FigureKind::Get]
-        .into_iter()
-        .filter(|k| args.only.is_empty() || args.only.contains(k))
-        .collect();
+    // The idle figure takes two minutes and a daemon of its own: it runs only when named.
+    let kinds: Vec<FigureKind> = [
+        FigureKind::Up,
+        FigureKind::Exec,
+        FigureKind::Get,
+        FigureKind::Wake,
+        FigureKind::Proxy,
+        FigureKind::Idle,
+    ]
+    .into_iter()
+    .filter(|k| {
+        if args.only.is_empty() {
+            *k != FigureKind::Idle
+        } else {
+            args.only.contains(k)
+        }
+    })
+    .collect();
     let image = args
         .image
         .clone()
@@ -240,7 +291,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     eprintln!("berth-bench: berth at {}, prefix {prefix}", machine.commit);
 
     let key = format!("bench-{}", random_hex(16)?);
-    let daemon = Daemon::start(&berth_bin, &prefix, &key).await?;
+    let daemon = Daemon::start(&berth_bin, &prefix, &key, None).await?;
     let outcome = async {
         let api = Api::new(&daemon.base, &key)?;
         let domain = api.create_domain("berth-bench").await?;
@@ -250,6 +301,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
             prefix: prefix.clone(),
             image,
             domain,
+            berth_bin: berth_bin.clone(),
+            echo_image: args.echo_image.clone().filter(|i| !i.is_empty()),
             steady: OnceCell::new(),
         };
         tokio::select! {

@@ -14,6 +14,10 @@ use serde_json::{Map, Value};
 /// The largest integer a JSON number carries exactly (JavaScript's `Number.MAX_SAFE_INTEGER`).
 pub const MAX_SAFE_INTEGER: i64 = 9_007_199_254_740_991;
 
+/// The most problems one refusal lists; a body with thousands of bad fields still gets a short
+/// answer.
+const MAX_LISTED: usize = 20;
+
 /// Every problem found while decoding one value, in the order they were found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Problems(Vec<String>);
@@ -36,7 +40,14 @@ impl Problems {
 
     /// All problems joined into one sentence-list.
     pub fn joined(&self) -> String {
-        self.0.join("; ")
+        if self.0.len() <= MAX_LISTED {
+            return self.0.join("; ");
+        }
+        format!(
+            "{}; and {} more problems",
+            self.0[..MAX_LISTED].join("; "),
+            self.0.len() - MAX_LISTED
+        )
     }
 
     /// Ends a decode: the value when nothing was wrong, the problems otherwise.
@@ -254,6 +265,17 @@ mod tests {
                 "x must be an integer between 1 and 20"
             ]
         );
+    }
+
+    #[test]
+    fn a_refusal_lists_at_most_twenty_problems() {
+        let mut p = Problems::default();
+        for i in 0..25 {
+            p.push(&format!("x{i}"), "is wrong");
+        }
+        let text = p.joined();
+        assert!(text.contains("x19 is wrong") && !text.contains("x20 is wrong"));
+        assert!(text.ends_with("and 5 more problems"), "{text}");
     }
 
     #[test]

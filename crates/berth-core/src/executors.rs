@@ -150,6 +150,46 @@ impl Reconciler {
         }
     }
 
+    /// Removes a worktree key's view of a domain once nothing uses it (no live instance has the
+    /// key, no workspace is linked with it): each view is a bridge network from the engine's
+    /// small address pool, and worktrees come and go.
+    pub async fn prune_view(&self, domain: &crate::ids::DomainId, key: &str) {
+        let prefix = self.inner.config.prefix.clone();
+        let (instances, workspaces) = match self
+            .inner
+            .store
+            .read(|tx| Ok((tx.instances(domain, false)?, tx.linked_workspaces(domain)?)))
+        {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::error!(error = %e, "could not read the domain's views");
+                return;
+            }
+        };
+        let in_use = instances
+            .iter()
+            .any(|i| i.spec.worktree_key.as_deref() == Some(key))
+            || workspaces
+                .iter()
+                .any(|w| w.worktree_key.as_deref() == Some(key));
+        if in_use {
+            return;
+        }
+        let view = names::view_network(&prefix, domain, key);
+        for shared in instances.iter().filter(|i| i.spec.worktree_key.is_none()) {
+            let name = names::container(&prefix, domain, &shared.key);
+            if let Ok(Some(c)) = self.inner.runtime.inspect_container(&name).await
+                && c.networks.contains_key(&view)
+                && let Err(e) = self.inner.runtime.disconnect_network(&view, &c.id).await
+            {
+                tracing::warn!(network = %view, error = %e, "could not detach a shared instance");
+            }
+        }
+        if let Err(e) = self.inner.runtime.remove_network(&view, &prefix).await {
+            tracing::warn!(network = %view, error = %e, "could not remove an unused view");
+        }
+    }
+
     /// Attaches every linked workspace again: catches what missed events would have told.
     pub(crate) async fn reattach_workspaces(&self) {
         let workspaces = match self.inner.store.read(|tx| tx.all_linked_workspaces()) {

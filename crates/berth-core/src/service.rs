@@ -257,7 +257,13 @@ impl Berth {
             })?;
             tracing::info!(instance = %instance.id, key = %instance.key, "archive");
         }
-        match reconciler.teardown(&instance.id).await {
+        let torn_down = reconciler.teardown(&instance.id).await;
+        if torn_down.is_ok()
+            && let Some(key) = &instance.spec.worktree_key
+        {
+            reconciler.prune_view(&instance.domain_id, key).await;
+        }
+        match torn_down {
             Ok(Some(archived)) => Ok(archived),
             Ok(None) => Ok(instance),
             Err(e) => {

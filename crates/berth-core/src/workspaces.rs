@@ -184,6 +184,13 @@ impl Berth {
             reconciler.detach_workspace(&workspace).await;
         }
         self.store().write(|tx| tx.delete_workspace(id))?;
+        if let (Some(reconciler), Some(domain), Some(key)) = (
+            self.reconciler(),
+            &workspace.domain_id,
+            &workspace.worktree_key,
+        ) {
+            reconciler.prune_view(domain, key).await;
+        }
         Ok(())
     }
 
@@ -265,6 +272,14 @@ impl Berth {
                     domain: other.to_string(),
                 });
             }
+            // The domain's state is read again here, so a fence that lands meanwhile holds.
+            let state = tx.domain(domain_id)?.map(|d| d.state);
+            if let Some(state) = state.filter(|s| *s != DomainState::Active) {
+                return Err(Error::DomainNotActive {
+                    id: domain_id.to_string(),
+                    state,
+                });
+            }
             let before = w.clone();
             w.domain_id = Some(domain_id.clone());
             w.worktree_key = Some(worktree_key.clone());
@@ -273,6 +288,9 @@ impl Berth {
         })?;
         if before.worktree_key.is_some() && before.worktree_key != after.worktree_key {
             reconciler.detach_workspace(&before).await;
+            if let (Some(domain), Some(old)) = (&before.domain_id, &before.worktree_key) {
+                reconciler.prune_view(domain, old).await;
+            }
         }
         let attached = reconciler.attach_workspace(&after).await;
         let leases = self

@@ -24,6 +24,9 @@ use crate::images::create_reference;
 /// set-user-id binaries or file capabilities.
 pub(crate) const NO_NEW_PRIVILEGES: &str = "no-new-privileges:true";
 
+/// The most processes an instance may run at once: far above what a database server forks.
+pub(crate) const PIDS_LIMIT: i64 = 4096;
+
 /// The time Docker reports for a container that never started or never ended.
 const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
 
@@ -57,6 +60,8 @@ pub(crate) fn create_body(config: &DockerConfig, plan: &ContainerPlan) -> Contai
         binds: None,
         nano_cpus: Some(plan.nano_cpus),
         memory: Some(plan.memory_bytes),
+        // A fork bomb stops here rather than at the memory limit (or the host's pid table).
+        pids_limit: Some(PIDS_LIMIT),
         network_mode: Some(plan.network.clone()),
         port_bindings: None,
         publish_all_ports: Some(false),
@@ -350,6 +355,7 @@ mod tests {
         assert_eq!(host.privileged, Some(false));
         assert_eq!(host.cap_add, None);
         assert_eq!(host.security_opt, Some(vec![NO_NEW_PRIVILEGES.to_owned()]));
+        assert_eq!(host.pids_limit, Some(PIDS_LIMIT));
         assert_eq!(host.init, Some(true));
         assert_eq!(host.binds, None);
         assert_eq!(host.port_bindings, None);

@@ -92,7 +92,11 @@ pub fn router(berth: Berth, keys: ServiceKeys, hosts: AllowedHosts) -> Router {
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
         .layer(from_fn_with_state(hosts, auth::guard_host))
-        .layer(TraceLayer::new_for_http())
+        // The span names the method and path only: a query string could carry what a client
+        // should never have put there (a key), and no log line may.
+        .layer(TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
+            tracing::debug_span!("request", method = %req.method(), path = %req.uri().path())
+        }))
 }
 
 /// Liveness, without auth.
