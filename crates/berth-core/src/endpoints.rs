@@ -30,6 +30,8 @@ pub const ENDPOINT_HOST: Ipv4Addr = Ipv4Addr::LOCALHOST;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Between attempts after a failed connection.
 const CONNECT_RETRY: Duration = Duration::from_millis(50);
+/// Each direction's copy buffer: large enough that a bulk transfer is not a syscall per 8 KiB.
+const COPY_BUFFER: usize = 64 * 1024;
 /// One connection attempt; the kernel's own SYN retries are slower than this.
 const CONNECT_ATTEMPT: Duration = Duration::from_secs(2);
 /// How often a held connection looks at its waking instance.
@@ -170,7 +172,14 @@ impl Reconciler {
         };
         let _ = client.set_nodelay(true);
         let _ = upstream.set_nodelay(true);
-        if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+        if let Err(e) = tokio::io::copy_bidirectional_with_sizes(
+            &mut client,
+            &mut upstream,
+            COPY_BUFFER,
+            COPY_BUFFER,
+        )
+        .await
+        {
             tracing::debug!(instance = %id, error = %e, "a proxied connection ended with an error");
         }
     }
