@@ -202,7 +202,7 @@ fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
 }
 
 /// The process's resident memory, in MB (10^6 bytes).
-fn rss_mb(pid: u32) -> anyhow::Result<f64> {
+pub(crate) fn rss_mb(pid: u32) -> anyhow::Result<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("reading /proc/{pid}/status"))?;
     let kib: f64 = status

@@ -25,6 +25,7 @@ mod load;
 mod progress;
 mod proxy;
 mod report;
+mod soak;
 mod stats;
 mod up;
 mod wake;
@@ -52,6 +53,10 @@ struct Args {
     /// Samples per figure [default: 20 for up, 50 for exec, 10 for wake].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     samples: Option<u32>,
+
+    /// How long the soak runs.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    soak_duration: std::time::Duration,
 
     /// Run only these figures (repeat, or separate with commas) [default: all but idle].
     #[arg(long, value_enum, value_delimiter = ',')]
@@ -110,6 +115,8 @@ enum FigureKind {
     /// An idle daemon's CPU, memory and Docker requests (only with --only).
     #[value(alias = "idle_daemon")]
     Idle,
+    /// Mixed operations from 16 clients for minutes (only with --only; `--soak-duration`).
+    Soak,
 }
 
 impl FigureKind {
@@ -122,6 +129,7 @@ impl FigureKind {
             FigureKind::Wake => "wake",
             FigureKind::Proxy => "proxy",
             FigureKind::Idle => "idle",
+            FigureKind::Soak => "soak",
         }
     }
 }
@@ -236,6 +244,7 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
                 proxy::run(ctx, echo, PROXY_SAMPLES).await
             }
             FigureKind::Idle => idle::run(ctx).await,
+            FigureKind::Soak => soak::run(ctx, args.soak_duration).await,
         }
         .with_context(|| format!("measuring {}", kind.key()))?;
         figures.push(figure);
@@ -252,11 +261,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         FigureKind::Wake,
         FigureKind::Proxy,
         FigureKind::Idle,
+        FigureKind::Soak,
     ]
     .into_iter()
     .filter(|k| {
         if args.only.is_empty() {
-            *k != FigureKind::Idle
+            !matches!(k, FigureKind::Idle | FigureKind::Soak)
         } else {
             args.only.contains(k)
         }

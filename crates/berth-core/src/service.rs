@@ -519,10 +519,24 @@ impl Berth {
             timeout: std::time::Duration::from_millis(frame.timeout_ms as u64),
             max_output: MAX_OUTPUT_BYTES,
         };
-        let outcome = runtime
-            .exec(&container.id, request, stdin)
-            .await
-            .map_err(|e| Error::Runtime(format!("the command could not be run: {e}")))?;
+        let outcome = match runtime.exec(&container.id, request, stdin).await {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                // The container may have stopped between the check above and the exec (a stop,
+                // an idle stop, an exit): the engine says so in several ways, so look again.
+                let still_running = runtime
+                    .inspect_container(&container.id)
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|c| c.running);
+                return Err(if still_running {
+                    Error::Runtime(format!("the command could not be run: {e}"))
+                } else {
+                    not_running("it stopped as the command began")
+                });
+            }
+        };
         Ok(ExecResult {
             exit_code: outcome.exit_code,
             stdout: String::from_utf8_lossy(&outcome.stdout).into_owned(),
