@@ -66,6 +66,7 @@ pub struct Daemon {
     pub prefix: String,
     _tmp: Option<tempfile::TempDir>,
     extra_args: Vec<String>,
+    extra_env: Vec<(String, String)>,
     log_level: String,
     pub log: PathBuf,
 }
@@ -96,6 +97,7 @@ impl Daemon {
             prefix: daemon_prefix(),
             _tmp: Some(tmp),
             extra_args: args.iter().map(|s| s.to_string()).collect(),
+            extra_env: Vec::new(),
             log_level: level.to_owned(),
         };
         d.spawn();
@@ -117,6 +119,7 @@ impl Daemon {
             .args(["--stop-timeout", "2s"])
             .args(&self.extra_args)
             .env("BERTH_SERVICE_KEYS", format!("{KEY},{OTHER_KEY}"))
+            .envs(self.extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("RUST_LOG", &self.log_level)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -140,6 +143,27 @@ impl Daemon {
             .to_owned();
         self.base = address;
         self.child = Some(child);
+    }
+
+    /// A daemon with Docker and extra environment variables (`DOCKER_HOST`, say).
+    pub fn start_with_env(env: &[(&str, &str)]) -> Daemon {
+        let tmp = tempfile::tempdir().expect("a temporary directory");
+        let mut d = Daemon {
+            child: None,
+            base: String::new(),
+            log: tmp.path().join("daemon.log"),
+            data_dir: tmp.path().join("data"),
+            prefix: daemon_prefix(),
+            _tmp: Some(tmp),
+            extra_args: Vec::new(),
+            extra_env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            log_level: std::env::var("BERTH_TEST_LOG").unwrap_or_else(|_| "info".into()),
+        };
+        d.spawn();
+        d
     }
 
     /// The daemon's process id.
