@@ -524,12 +524,13 @@ impl Berth {
             Err(e) => {
                 // The container may have stopped between the check above and the exec (a stop,
                 // an idle stop, an exit): the engine says so in several ways, so look again.
+                // Running now, but started again since: it stopped in between all the same.
                 let still_running = runtime
                     .inspect_container(&container.id)
                     .await
                     .ok()
                     .flatten()
-                    .is_some_and(|c| c.running);
+                    .is_some_and(|c| c.running && c.started_at == container.started_at);
                 return Err(if still_running {
                     Error::Runtime(format!("the command could not be run: {e}"))
                 } else {
