@@ -8,8 +8,8 @@ use std::collections::BTreeSet;
 use std::sync::Barrier;
 use std::time::Duration;
 
-use serde_json::{Value, json};
-use support::{Answer, Client, Daemon, busybox_image, docker, spec, volume_image};
+use serde_json::json;
+use support::{Answer, Client, Daemon, busybox_image, containers_of, docker, spec, volume_image};
 
 const READY: Duration = Duration::from_secs(60);
 
@@ -35,22 +35,6 @@ where
             .map(|h| h.join().expect("a request thread"))
             .collect()
     })
-}
-
-/// Names of the containers labelled with `instance`'s id.
-fn containers_of(instance: &Value) -> Vec<String> {
-    let id = instance["resourceInstanceId"].as_str().expect("an id");
-    docker(&[
-        "ps",
-        "-a",
-        "--filter",
-        &format!("label=berth.instance={id}"),
-        "--format",
-        "{{.Names}}",
-    ])
-    .lines()
-    .map(str::to_owned)
-    .collect()
 }
 
 fn link(api: &Client, domain: &str, workspace: &str, key: &str) -> Answer {

@@ -10,28 +10,14 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::{
-    Client, Daemon, busybox_image, docker, docker_inspect, echo_image, spec, volume_image,
+    Client, Daemon, busybox_image, container_of, docker, docker_inspect, echo_image, spec,
+    volume_image,
 };
 
 const READY: Duration = Duration::from_secs(60);
 
 fn instance_path(domain: &str, key: &str) -> String {
     format!("/v1/resource-domains/{domain}/instances/{key}")
-}
-
-fn container_of(instance: &Value) -> String {
-    let id = instance["resourceInstanceId"].as_str().unwrap();
-    let names = docker(&[
-        "ps",
-        "-a",
-        "--filter",
-        &format!("label=berth.instance={id}"),
-        "--format",
-        "{{.Names}}",
-    ]);
-    let names: Vec<&str> = names.lines().collect();
-    assert_eq!(names.len(), 1, "exactly one container for {id}: {names:?}");
-    names[0].to_owned()
 }
 
 fn evidence(api: &Client, domain: &str, key: &str) -> Value {

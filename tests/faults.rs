@@ -11,7 +11,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use berth_core::{DomainId, names};
 use serde_json::{Value, json};
-use support::{Answer, Daemon, busybox_image, docker, docker_inspect, spec, volume_image};
+use support::{
+    Answer, Daemon, busybox_image, containers_labelled, docker, docker_inspect, spec, volume_image,
+};
 
 const READY: Duration = Duration::from_secs(60);
 
@@ -53,20 +55,6 @@ fn seed() -> u64 {
                 .map(|d| d.as_nanos() as u64)
                 .unwrap_or(1)
         })
-}
-
-fn containers_labelled(id: &str) -> Vec<String> {
-    docker(&[
-        "ps",
-        "-a",
-        "--filter",
-        &format!("label=berth.instance={id}"),
-        "--format",
-        "{{.Names}}",
-    ])
-    .lines()
-    .map(str::to_owned)
-    .collect()
 }
 
 fn id_of(instance: &Value) -> String {

@@ -6,39 +6,11 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Daemon, busybox_image, docker, docker_inspect, spec, volume_image};
+use support::{
+    Daemon, busybox_image, container_of, containers_of, docker, docker_inspect, spec, volume_image,
+};
 
 const READY: Duration = Duration::from_secs(60);
-
-fn container_of(instance: &Value) -> String {
-    let id = instance["resourceInstanceId"].as_str().unwrap();
-    let names = docker(&[
-        "ps",
-        "-a",
-        "--filter",
-        &format!("label=berth.instance={id}"),
-        "--format",
-        "{{.Names}}",
-    ]);
-    let names: Vec<&str> = names.lines().collect();
-    assert_eq!(names.len(), 1, "exactly one container for {id}: {names:?}");
-    names[0].to_owned()
-}
-
-fn containers_of(instance: &Value) -> Vec<String> {
-    let id = instance["resourceInstanceId"].as_str().unwrap();
-    docker(&[
-        "ps",
-        "-a",
-        "--filter",
-        &format!("label=berth.instance={id}"),
-        "--format",
-        "{{.Names}}",
-    ])
-    .lines()
-    .map(str::to_owned)
-    .collect()
-}
 
 fn volume_names(instance: &Value) -> Vec<String> {
     instance["volumes"]

@@ -87,17 +87,24 @@ impl Daemon {
 
     /// A daemon with extra `serve` arguments and the given `RUST_LOG`.
     pub fn start_logging(args: &[&str], level: &str) -> Daemon {
+        Self::launch(args, &[], level)
+    }
+
+    /// Starts a daemon in a fresh data directory with its own prefix.
+    fn launch(args: &[&str], env: &[(&str, &str)], level: &str) -> Daemon {
         let tmp = tempfile::tempdir().expect("a temporary directory");
-        let data_dir = tmp.path().join("data");
         let mut d = Daemon {
             child: None,
             base: String::new(),
             log: tmp.path().join("daemon.log"),
-            data_dir,
+            data_dir: tmp.path().join("data"),
             prefix: daemon_prefix(),
             _tmp: Some(tmp),
             extra_args: args.iter().map(|s| s.to_string()).collect(),
-            extra_env: Vec::new(),
+            extra_env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             log_level: level.to_owned(),
         };
         d.spawn();
@@ -147,23 +154,11 @@ impl Daemon {
 
     /// A daemon with Docker and extra environment variables (`DOCKER_HOST`, say).
     pub fn start_with_env(env: &[(&str, &str)]) -> Daemon {
-        let tmp = tempfile::tempdir().expect("a temporary directory");
-        let mut d = Daemon {
-            child: None,
-            base: String::new(),
-            log: tmp.path().join("daemon.log"),
-            data_dir: tmp.path().join("data"),
-            prefix: daemon_prefix(),
-            _tmp: Some(tmp),
-            extra_args: Vec::new(),
-            extra_env: env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            log_level: std::env::var("BERTH_TEST_LOG").unwrap_or_else(|_| "info".into()),
-        };
-        d.spawn();
-        d
+        Self::launch(
+            &[],
+            env,
+            &std::env::var("BERTH_TEST_LOG").unwrap_or_else(|_| "info".into()),
+        )
     }
 
     /// The daemon's process id.
@@ -538,4 +533,40 @@ pub fn reorder_keys(value: &Value) -> String {
         ),
         other => other.to_string(),
     }
+}
+
+/// Names of the containers labelled with instance id `id`.
+pub fn containers_labelled(id: &str) -> Vec<String> {
+    docker(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("label=berth.instance={id}"),
+        "--format",
+        "{{.Names}}",
+    ])
+    .lines()
+    .map(str::to_owned)
+    .collect()
+}
+
+/// Names of the containers of an instance (as the API answers it).
+pub fn containers_of(instance: &Value) -> Vec<String> {
+    containers_labelled(
+        instance["resourceInstanceId"]
+            .as_str()
+            .expect("an instance id"),
+    )
+}
+
+/// The one container of an instance; panics unless there is exactly one.
+pub fn container_of(instance: &Value) -> String {
+    let names = containers_of(instance);
+    assert_eq!(
+        names.len(),
+        1,
+        "exactly one container for {}: {names:?}",
+        instance["resourceInstanceId"]
+    );
+    names[0].clone()
 }
