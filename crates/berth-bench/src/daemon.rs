@@ -34,10 +34,23 @@ impl Daemon {
         key: &str,
         docker_host: Option<&str>,
     ) -> anyhow::Result<Daemon> {
+        Self::start_with_data(bin, prefix, key, docker_host, None).await
+    }
+
+    /// [`Daemon::start`], keeping its data in `data_dir` when given (so a second daemon can
+    /// start on the first one's store) instead of a directory of its own.
+    pub async fn start_with_data(
+        bin: &Path,
+        prefix: &str,
+        key: &str,
+        docker_host: Option<&str>,
+        data_dir: Option<&Path>,
+    ) -> anyhow::Result<Daemon> {
         let dir = tempfile::Builder::new()
             .prefix("berth-bench-")
             .tempdir()
             .context("a temporary data directory")?;
+        let data = data_dir.map_or_else(|| dir.path().join("data"), Path::to_path_buf);
         let log = dir.path().join("berth.log");
         let log_file = std::fs::File::create(&log).context("the daemon's log file")?;
         let mut command = Command::new(bin);
@@ -48,7 +61,7 @@ impl Daemon {
             .arg("serve")
             .args(["--listen", "127.0.0.1:0"])
             .arg("--data-dir")
-            .arg(dir.path().join("data"))
+            .arg(&data)
             .args(["--prefix", prefix])
             .args(["--stop-timeout", "2s"])
             .env("BERTH_SERVICE_KEYS", key)

@@ -28,8 +28,12 @@ pub const NAME_RSS: &str = "idle_daemon_rss";
 const INSTANCES: usize = 50;
 /// Linked workspaces.
 const WORKSPACES: usize = 10;
-/// Left alone before the measurement starts.
+/// Left alone before the measurement starts, once the setup's network attachments are done.
 const SETTLE: Duration = Duration::from_secs(5);
+/// The setup is done when berth has attached nothing for this long...
+const QUIET: Duration = Duration::from_secs(5);
+/// ...or, at the latest, after this long.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(300);
 /// One CPU reading's window; the measurement is [`WINDOWS`] of them.
 const WINDOW: Duration = Duration::from_secs(10);
 const WINDOWS: usize = 6;
@@ -38,7 +42,7 @@ const CPU_BUDGET: f64 = 1.0;
 const RSS_BUDGET: f64 = 50.0;
 
 /// Where the engine listens, when it is a Unix socket.
-fn engine_socket() -> Option<PathBuf> {
+pub(crate) fn engine_socket() -> Option<PathBuf> {
     match std::env::var("DOCKER_HOST") {
         Ok(host) if !host.is_empty() => host.strip_prefix("unix://").map(PathBuf::from),
         _ => Some(PathBuf::from("/var/run/docker.sock")),
@@ -50,7 +54,7 @@ type Kinds = Arc<Mutex<HashMap<String, u64>>>;
 
 /// A Unix socket that forwards every connection to the engine's, counting the HTTP requests
 /// sent through it (request lines, ` HTTP/1.1\r\n`, in the client's bytes).
-struct CountingProxy {
+pub(crate) struct CountingProxy {
     requests: Arc<AtomicU64>,
     kinds: Kinds,
     task: tokio::task::JoinHandle<()>,
@@ -140,7 +144,7 @@ async fn forward(client: UnixStream, upstream: PathBuf, requests: Arc<AtomicU64>
 }
 
 impl CountingProxy {
-    fn start(path: &Path, upstream: PathBuf) -> anyhow::Result<CountingProxy> {
+    pub(crate) fn start(path: &Path, upstream: PathBuf) -> anyhow::Result<CountingProxy> {
         let listener =
             UnixListener::bind(path).with_context(|| format!("listening on {}", path.display()))?;
         let requests = Arc::new(AtomicU64::new(0));
@@ -163,12 +167,42 @@ impl CountingProxy {
         })
     }
 
-    fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
     }
 
+    /// The network requests (connects, disconnects, creates and inspects) so far.
+    fn network_requests(&self) -> u64 {
+        let kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
+        kinds
+            .iter()
+            .filter(|(k, _)| k.contains(" /networks"))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Waits until no network request has gone through for [`QUIET`] (at most
+    /// [`DRAIN_TIMEOUT`]), and returns how long that took. Linking the workspaces returns at
+    /// once, but berth then attaches every shared instance to every view, one engine request
+    /// after another, for a minute or two: that is setup, not idling.
+    async fn drain(&self) -> Duration {
+        let started = Instant::now();
+        let mut last = self.network_requests();
+        let mut quiet_since = Instant::now();
+        while started.elapsed() < DRAIN_TIMEOUT {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let now = self.network_requests();
+            if now != last {
+                (last, quiet_since) = (now, Instant::now());
+            } else if quiet_since.elapsed() >= QUIET {
+                break;
+            }
+        }
+        started.elapsed()
+    }
+
     /// The requests so far, by kind.
-    fn kinds(&self) -> HashMap<String, u64> {
+    pub(crate) fn kinds(&self) -> HashMap<String, u64> {
         self.kinds.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
@@ -223,7 +257,12 @@ struct Measured {
     /// The measured minute's requests by kind, most first, per minute.
     call_kinds: Vec<(String, f64)>,
     setup_calls: Option<u64>,
+    /// Network attachments made during the setup.
+    setup_connects: Option<u64>,
+    /// The whole setup, and the part of it spent waiting for the attachments, in seconds.
     setup: f64,
+    linked: f64,
+    drain: f64,
 }
 
 async fn measure(
@@ -277,8 +316,22 @@ async fn measure(
         )
         .await?;
     }
+    let linked = started.elapsed().as_secs_f64();
+    progress::line(&format!(
+        "{NAME_CPU}: linked after {linked:.1} s; waiting for berth to finish attaching"
+    ));
+    let drain = match proxy {
+        Some(p) => p.drain().await.as_secs_f64(),
+        None => 0.0,
+    };
     let setup = started.elapsed().as_secs_f64();
     let setup_calls = proxy.map(CountingProxy::count);
+    let setup_connects = proxy.map(|p| {
+        p.kinds()
+            .get("POST /networks/{id}/connect")
+            .copied()
+            .unwrap_or(0)
+    });
     progress::line(&format!(
         "{NAME_CPU}: set up in {setup:.1} s; measuring for {} s",
         (WINDOW * WINDOWS as u32).as_secs()
@@ -339,7 +392,10 @@ async fn measure(
         calls,
         call_kinds,
         setup_calls,
+        setup_connects,
         setup,
+        linked,
+        drain,
     })
 }
 
@@ -416,11 +472,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Figure> {
     let calls = match m.calls {
         Some(per_minute) => format!(
             "Docker API requests while idle: {} a minute ({} per instance a minute), counted by \
-             a proxy in front of the engine's socket; setting up took {} requests. By kind, a \
-             minute: {}.",
+             a proxy in front of the engine's socket; setting up took {} requests, {} of them \
+             network attachments. By kind, a minute: {}.",
             number(per_minute),
             number(per_minute / INSTANCES as f64),
             m.setup_calls.unwrap_or_default(),
+            m.setup_connects.unwrap_or_default(),
             m.call_kinds
                 .iter()
                 .map(|(k, n)| format!("`{k}` {}", number(*n)))
@@ -431,11 +488,16 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Figure> {
     };
     let notes = vec![
         format!(
-            "{INSTANCES} running instances and {WORKSPACES} linked workspaces, set up in {:.1} s, \
+            "{INSTANCES} running instances and {WORKSPACES} linked workspaces, set up in {:.1} s \
+             (running and linked after {:.1} s, then {:.1} s until berth had made no network \
+             request for {} s: it attaches each shared instance to each worktree key's view), \
              then left alone for {} s and measured over {WINDOWS} windows of {} s: n counts \
              windows, the value is the CPU time over the whole minute, the p90 the windows' \
              (CPU time is counted in ticks of 10 ms, 0.1 % of a 10 s window).",
             m.setup,
+            m.linked,
+            m.drain,
+            QUIET.as_secs(),
             SETTLE.as_secs(),
             WINDOW.as_secs(),
         ),

@@ -22,6 +22,8 @@ mod engine;
 mod exec;
 mod idle;
 mod load;
+mod many;
+mod postgres;
 mod progress;
 mod proxy;
 mod report;
@@ -50,7 +52,8 @@ use crate::report::{Figure, Machine};
 #[derive(Parser, Debug)]
 #[command(name = "berth-bench", version)]
 struct Args {
-    /// Samples per figure [default: 20 for up, 50 for exec, 10 for wake].
+    /// Samples per figure [default: 20 for up, 50 for exec, 10 for wake and postgres, 5
+    /// restarts for many].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     samples: Option<u32>,
 
@@ -58,7 +61,7 @@ struct Args {
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     soak_duration: std::time::Duration,
 
-    /// Run only these figures (repeat, or separate with commas) [default: all but idle].
+    /// Run only these figures (repeat, or separate with commas) [default: all but soak].
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<FigureKind>,
 
@@ -93,6 +96,10 @@ struct Args {
     /// The TCP echo fixture image, pinned by digest (scripts/fixtures writes it).
     #[arg(long, env = "BERTH_TEST_ECHO_IMAGE")]
     echo_image: Option<String>,
+
+    /// The Postgres fixture image, pinned by digest (scripts/fixtures writes it).
+    #[arg(long, env = "BERTH_TEST_POSTGRES_IMAGE")]
+    postgres_image: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -112,11 +119,17 @@ enum FigureKind {
     /// 1 GiB through a host endpoint against the container's address.
     #[value(alias = "proxy_throughput_1gib")]
     Proxy,
-    /// An idle daemon's CPU, memory and Docker requests (only with --only).
+    /// An idle daemon's CPU, memory and Docker requests.
     #[value(alias = "idle_daemon")]
     Idle,
     /// Mixed operations from 16 clients for minutes (only with --only; `--soak-duration`).
     Soak,
+    /// up → running for Postgres, fresh and existing volume, against testcontainers and Compose.
+    #[value(alias = "up_to_running_postgres")]
+    Postgres,
+    /// 200 instances: list latency, and a restarted daemon observing every one.
+    #[value(alias = "instances_200")]
+    Many,
 }
 
 impl FigureKind {
@@ -130,6 +143,8 @@ impl FigureKind {
             FigureKind::Proxy => "proxy",
             FigureKind::Idle => "idle",
             FigureKind::Soak => "soak",
+            FigureKind::Postgres => "postgres",
+            FigureKind::Many => "many",
         }
     }
 }
@@ -146,6 +161,8 @@ pub struct Ctx {
     pub berth_bin: PathBuf,
     /// The echo fixture image, if it is known.
     pub echo_image: Option<String>,
+    /// The Postgres fixture image, if it is known.
+    pub postgres_image: Option<String>,
     steady: OnceCell<(String, String)>,
 }
 
@@ -245,6 +262,16 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
             }
             FigureKind::Idle => idle::run(ctx).await,
             FigureKind::Soak => soak::run(ctx, args.soak_duration).await,
+            FigureKind::Postgres => {
+                let image = ctx.postgres_image.as_deref().ok_or_else(|| {
+                    anyhow!(
+                        "BERTH_TEST_POSTGRES_IMAGE is not set: source \
+                         target/berth-fixtures/fixtures.env, or run scripts/bench"
+                    )
+                })?;
+                postgres::run(ctx, image, args.samples.map_or(10, |n| n as usize)).await
+            }
+            FigureKind::Many => many::run(ctx, args.samples.map_or(5, |n| n as usize)).await,
         }
         .with_context(|| format!("measuring {}", kind.key()))?;
         figures.push(figure);
@@ -253,7 +280,7 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    // The idle figure takes two minutes and a daemon of its own: it runs only when named.
+    // The soak takes ten minutes by default: it runs only when named.
     let kinds: Vec<FigureKind> = [
         FigureKind::Up,
         FigureKind::Exec,
@@ -261,12 +288,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
         FigureKind::Wake,
         FigureKind::Proxy,
         FigureKind::Idle,
+        FigureKind::Postgres,
+        FigureKind::Many,
         FigureKind::Soak,
     ]
     .into_iter()
     .filter(|k| {
         if args.only.is_empty() {
-            !matches!(k, FigureKind::Idle | FigureKind::Soak)
+            !matches!(k, FigureKind::Soak)
         } else {
             args.only.contains(k)
         }
@@ -313,6 +342,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             domain,
             berth_bin: berth_bin.clone(),
             echo_image: args.echo_image.clone().filter(|i| !i.is_empty()),
+            postgres_image: args.postgres_image.clone().filter(|i| !i.is_empty()),
             steady: OnceCell::new(),
         };
         tokio::select! {
