@@ -62,6 +62,9 @@ const STEADY_RUN: Duration = Duration::from_secs(60);
 /// Ready probes start fast and back off to this interval.
 const PROBE_INTERVAL_MAX: Duration = Duration::from_millis(500);
 const PROBE_INTERVAL_MIN: Duration = Duration::from_millis(25);
+/// While an instance starts, output from its container asks for a probe at once, at most this
+/// often (a server usually says it listens just as it begins to).
+const OUTPUT_PROBE_GAP: Duration = Duration::from_millis(100);
 /// After an engine error, look again after this long, doubling to `ERROR_BACKOFF_MAX`.
 const ERROR_BACKOFF: Duration = Duration::from_millis(500);
 const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(30);
@@ -98,6 +101,8 @@ struct KeyState {
     probe_interval: Duration,
     /// Consecutive engine errors, for the back-off.
     errors: u32,
+    /// A task follows the container's output while the instance starts.
+    watching_output: bool,
 }
 
 pub(crate) struct Inner {
@@ -569,6 +574,7 @@ impl Reconciler {
             obs.started_at = Some(now);
             self.inner.store.record_observation(&obs)?;
             self.with_key(&instance.id, |s| s.probe_interval = PROBE_INTERVAL_MIN);
+            self.probe_on_output(&instance.id, &container.id);
             return Ok(Next::After(Duration::ZERO));
         }
 
@@ -639,9 +645,46 @@ impl Reconciler {
                 }
                 self.inner.store.record_observation(&obs)?;
                 self.with_key(&instance.id, |s| s.probe_interval = PROBE_INTERVAL_MIN);
+                self.probe_on_output(&instance.id, &container.id);
                 Ok(Next::After(Duration::ZERO))
             }
         }
+    }
+
+    /// Follows a starting instance's container output and reconciles (so probes) the instance
+    /// as soon as the container writes something, at most every [`OUTPUT_PROBE_GAP`], until the
+    /// instance is no longer starting, the output ends (the container stopped) or the ready
+    /// timeout passes. The probes' back-off stays: this only adds a probe when one is likely to
+    /// answer, instead of waiting up to [`PROBE_INTERVAL_MAX`] for the next. The output itself is
+    /// read and dropped, never logged.
+    fn probe_on_output(&self, id: &InstanceId, container_id: &str) {
+        let already = self.with_key(id, |s| std::mem::replace(&mut s.watching_output, true));
+        if already {
+            return;
+        }
+        let this = self.clone();
+        let id = id.clone();
+        let mut output = self.inner.runtime.logs(container_id, Some(0), true);
+        let deadline = Instant::now() + self.inner.config.ready_timeout;
+        tokio::spawn(async move {
+            loop {
+                let chunk =
+                    std::future::poll_fn(|cx| futures_core::Stream::poll_next(output.as_mut(), cx));
+                let Ok(Some(Ok(_))) = tokio::time::timeout_at(deadline, chunk).await else {
+                    break;
+                };
+                let starting = matches!(
+                    this.inner.store.read(|tx| tx.instance_by_id(&id)),
+                    Ok(Some(i)) if matches!(i.state, InstanceState::Starting { .. })
+                );
+                if !starting {
+                    break;
+                }
+                this.enqueue(&id);
+                tokio::time::sleep(OUTPUT_PROBE_GAP).await;
+            }
+            this.with_key(&id, |s| s.watching_output = false);
+        });
     }
 
     /// Stops and removes an instance's container now and records it archived. Used by archive,

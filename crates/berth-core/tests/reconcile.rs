@@ -28,6 +28,8 @@ struct World {
     images: BTreeMap<String, Vec<String>>,
     ready: bool,
     calls: Vec<String>,
+    /// What a container's followed output gives, when a test feeds it.
+    output: Option<mpsc::UnboundedReceiver<bytes::Bytes>>,
 }
 
 #[derive(Clone, Default)]
@@ -208,7 +210,12 @@ impl Runtime for Fake {
         Err(RuntimeError::Engine("no exec in the fake".into()))
     }
     fn logs(&self, _: &str, _: Option<u64>, _: bool) -> LogStream {
-        Box::pin(futures_util::stream::empty())
+        match self.world().output.take() {
+            Some(rx) => Box::pin(futures_util::stream::unfold(rx, |mut rx| async move {
+                rx.recv().await.map(|chunk| (Ok(chunk), rx))
+            })),
+            None => Box::pin(futures_util::stream::empty()),
+        }
     }
     fn watch(&self, _: &str) -> mpsc::Receiver<RuntimeEvent> {
         mpsc::channel(1).1
@@ -700,4 +707,38 @@ async fn a_rollback_runs_the_previous_release_and_is_idempotent() {
     s.berth.archive("owner", &s.domain, "db").await.unwrap();
     let releases = s.berth.releases("owner", &s.domain, "db").unwrap();
     assert_eq!(releases[0].ended, Some(ReleaseEnd::Archived));
+}
+
+/// Time stands still here unless every task waits on a timer, so a probe that comes while the
+/// test only yields can come from nothing but the container's output.
+#[tokio::test(start_paused = true)]
+async fn output_from_a_starting_container_probes_it_at_once() {
+    let s = setup();
+    let (output, rx) = mpsc::unbounded_channel();
+    s.fake.world().output = Some(rx);
+    s.berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
+        .unwrap();
+    // Started, and probed with back-off for a while (the clock moves on between probes).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(matches!(state(&s, "db"), InstanceState::Starting { .. }));
+
+    // The server comes up and says so: its output alone gets the instance probed.
+    s.fake.world().ready = true;
+    output
+        .send(bytes::Bytes::from_static(b"ready to accept connections\n"))
+        .unwrap();
+    let start = tokio::time::Instant::now();
+    for _ in 0..1000 {
+        if matches!(state(&s, "db"), InstanceState::Running { .. }) {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        matches!(state(&s, "db"), InstanceState::Running { .. }),
+        "the output did not lead to a probe: {:?}",
+        state(&s, "db")
+    );
+    assert_eq!(start.elapsed(), Duration::ZERO, "no timer was needed");
 }
