@@ -67,10 +67,10 @@ const PG_ISREADY: [&str; 5] = ["pg_isready", "-h", "127.0.0.1", "-U", "postgres"
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Way {
-    /// berth, ready when `pg_isready` answers: the figure's berth side.
+    /// berth, ready when 5432 accepts a connection: the figure's berth side.
     Berth,
-    /// berth, ready when 5432 accepts a connection: in the notes only.
-    BerthTcp,
+    /// berth, ready when `pg_isready` answers: in the notes only.
+    BerthExec,
     Testcontainers,
     Compose,
 }
@@ -79,7 +79,7 @@ impl Way {
     fn describe(self) -> &'static str {
         match self {
             Way::Berth => "berth",
-            Way::BerthTcp => "berth (tcp ready check)",
+            Way::BerthExec => "berth (pg_isready exec check)",
             Way::Testcontainers => "testcontainers",
             Way::Compose => "compose",
         }
@@ -88,10 +88,30 @@ impl Way {
 
 /// Each round runs the ways in a rotated order, so none always follows another's teardown.
 const ORDERS: [[Way; 4]; 4] = [
-    [Way::Berth, Way::BerthTcp, Way::Testcontainers, Way::Compose],
-    [Way::BerthTcp, Way::Testcontainers, Way::Compose, Way::Berth],
-    [Way::Testcontainers, Way::Compose, Way::Berth, Way::BerthTcp],
-    [Way::Compose, Way::Berth, Way::BerthTcp, Way::Testcontainers],
+    [
+        Way::Berth,
+        Way::BerthExec,
+        Way::Testcontainers,
+        Way::Compose,
+    ],
+    [
+        Way::BerthExec,
+        Way::Testcontainers,
+        Way::Compose,
+        Way::Berth,
+    ],
+    [
+        Way::Testcontainers,
+        Way::Compose,
+        Way::Berth,
+        Way::BerthExec,
+    ],
+    [
+        Way::Compose,
+        Way::Berth,
+        Way::BerthExec,
+        Way::Testcontainers,
+    ],
 ];
 
 /// When, by its container's log, Postgres started, finished its first-start initialisation and
@@ -589,18 +609,23 @@ struct Setup<'a> {
     compose_fresh: String,
     compose_existing: String,
     berth_existing: &'static str,
-    berth_existing_tcp: &'static str,
+    berth_existing_exec: &'static str,
     tc_existing: String,
 }
 
 impl Setup<'_> {
     async fn fresh(&self, ctx: &Ctx, way: Way, tag: &str) -> anyhow::Result<Sample> {
         match way {
-            Way::Berth => {
-                berth_once(ctx, self.image, &format!("pg-fresh-{tag}"), false, true).await
-            }
-            Way::BerthTcp => {
-                berth_once(ctx, self.image, &format!("pg-fresh-tcp-{tag}"), true, true).await
+            Way::Berth => berth_once(ctx, self.image, &format!("pg-fresh-{tag}"), true, true).await,
+            Way::BerthExec => {
+                berth_once(
+                    ctx,
+                    self.image,
+                    &format!("pg-fresh-exec-{tag}"),
+                    false,
+                    true,
+                )
+                .await
             }
             Way::Testcontainers => {
                 let name = format!("{}-tc-pg-fresh-{tag}", ctx.prefix);
@@ -615,11 +640,11 @@ impl Setup<'_> {
 
     async fn existing(&self, ctx: &Ctx, way: Way, tag: &str) -> anyhow::Result<Sample> {
         match way {
-            Way::Berth | Way::BerthTcp => {
+            Way::Berth | Way::BerthExec => {
                 let (key, tcp) = if way == Way::Berth {
-                    (self.berth_existing, false)
+                    (self.berth_existing, true)
                 } else {
-                    (self.berth_existing_tcp, true)
+                    (self.berth_existing_exec, false)
                 };
                 berth_stop(ctx, key).await?;
                 berth_once(ctx, self.image, key, tcp, false).await
@@ -641,7 +666,7 @@ impl Setup<'_> {
     /// the ones named here): later figures should not share the machine with four Postgres.
     async fn tear_down(&self, ctx: &Ctx) -> anyhow::Result<()> {
         let mut errors = Vec::new();
-        for key in [self.berth_existing, self.berth_existing_tcp] {
+        for key in [self.berth_existing, self.berth_existing_exec] {
             if let Err(e) = ctx.api.archive(&ctx.domain, key).await {
                 errors.push(format!("{e:#}"));
             }
@@ -664,7 +689,7 @@ impl Setup<'_> {
 #[derive(Default)]
 struct Samples {
     berth: Vec<Sample>,
-    berth_tcp: Vec<Sample>,
+    berth_exec: Vec<Sample>,
     testcontainers: Vec<Sample>,
     compose: Vec<Sample>,
 }
@@ -673,7 +698,7 @@ impl Samples {
     fn of(&mut self, way: Way) -> &mut Vec<Sample> {
         match way {
             Way::Berth => &mut self.berth,
-            Way::BerthTcp => &mut self.berth_tcp,
+            Way::BerthExec => &mut self.berth_exec,
             Way::Testcontainers => &mut self.testcontainers,
             Way::Compose => &mut self.compose,
         }
@@ -682,7 +707,7 @@ impl Samples {
     fn get(&self, way: Way) -> &[Sample] {
         match way {
             Way::Berth => &self.berth,
-            Way::BerthTcp => &self.berth_tcp,
+            Way::BerthExec => &self.berth_exec,
             Way::Testcontainers => &self.testcontainers,
             Way::Compose => &self.compose,
         }
@@ -718,8 +743,8 @@ async fn warm_up(ctx: &Ctx, setup: &Setup<'_>) -> anyhow::Result<Warm> {
         "{NAME_EXISTING}: initialising the existing volumes"
     ));
     for (key, tcp) in [
-        (setup.berth_existing, false),
-        (setup.berth_existing_tcp, true),
+        (setup.berth_existing, true),
+        (setup.berth_existing_exec, false),
     ] {
         berth_once(ctx, setup.image, key, tcp, false).await?;
     }
@@ -771,7 +796,7 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
         compose_fresh,
         compose_existing,
         berth_existing: "pg-existing",
-        berth_existing_tcp: "pg-existing-tcp",
+        berth_existing_exec: "pg-existing-exec",
         tc_existing: format!("{}-tc-pg-existing.data", ctx.prefix),
     };
     let measured = measure(ctx, &setup, samples).await;
@@ -806,20 +831,25 @@ fn rows(name: &str, samples: &Samples) -> Vec<Row> {
 
 /// "berth 1.2 + 2.3 + 3.4 ms, ..." : each way's medians of the three parts.
 fn parts(samples: &Samples) -> String {
-    [Way::Berth, Way::Testcontainers, Way::Compose, Way::BerthTcp]
-        .iter()
-        .map(|&way| {
-            let s = samples.get(way);
-            format!(
-                "{} {} + {} + {} ms",
-                way.describe(),
-                median_of(s.iter().map(Sample::before_start)),
-                median_of(s.iter().map(Sample::postgres)),
-                median_of(s.iter().map(Sample::notice)),
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
+    [
+        Way::Berth,
+        Way::Testcontainers,
+        Way::Compose,
+        Way::BerthExec,
+    ]
+    .iter()
+    .map(|&way| {
+        let s = samples.get(way);
+        format!(
+            "{} {} + {} + {} ms",
+            way.describe(),
+            median_of(s.iter().map(Sample::before_start)),
+            median_of(s.iter().map(Sample::postgres)),
+            median_of(s.iter().map(Sample::notice)),
+        )
+    })
+    .collect::<Vec<_>>()
+    .join(", ")
 }
 
 fn compose_note(samples: &Samples) -> String {
@@ -859,10 +889,15 @@ fn figure(fresh: &Samples, existing: &Samples, warm: &Warm) -> Figure {
     let mut all_rows = rows(NAME_FRESH, fresh);
     all_rows.extend(rows(NAME_EXISTING, existing));
     let all = |samples: &Samples| -> Vec<Sample> {
-        [Way::Berth, Way::BerthTcp, Way::Testcontainers, Way::Compose]
-            .iter()
-            .flat_map(|&w| samples.get(w).iter().copied())
-            .collect()
+        [
+            Way::Berth,
+            Way::BerthExec,
+            Way::Testcontainers,
+            Way::Compose,
+        ]
+        .iter()
+        .flat_map(|&w| samples.get(w).iter().copied())
+        .collect()
     };
     let (all_fresh, all_existing) = (all(fresh), all(existing));
     let notes = vec![
@@ -889,17 +924,17 @@ fn figure(fresh: &Samples, existing: &Samples, warm: &Warm) -> Figure {
             compose_note(existing),
         ),
         format!(
-            "berth's `pg_isready` check answered {} ms (fresh) and {} ms (existing) after the \
-             server's ready line, and a GET (every {} ms) saw `running` {} ms and {} ms after \
-             that. With a tcp ready check on 5432 instead, berth took {} ms (fresh) and {} ms \
+            "berth's tcp check answered {} ms (fresh) and {} ms (existing) after the server's \
+             ready line, and a GET (every {} ms) saw `running` {} ms and {} ms after that. With \
+             the `pg_isready` exec ready check instead, berth took {} ms (fresh) and {} ms \
              (existing), median.",
             probe_lag(&fresh.berth),
             probe_lag(&existing.berth),
             POLL.as_millis(),
             get_lag(&fresh.berth),
             get_lag(&existing.berth),
-            number(median(&fresh.totals(Way::BerthTcp))),
-            number(median(&existing.totals(Way::BerthTcp))),
+            number(median(&fresh.totals(Way::BerthExec))),
+            number(median(&existing.totals(Way::BerthExec))),
         ),
         format!(
             "Not in the figure: the warm-up's fresh-volume samples{}: {}.",

@@ -62,9 +62,12 @@ const STEADY_RUN: Duration = Duration::from_secs(60);
 /// Ready probes start fast and back off to this interval.
 const PROBE_INTERVAL_MAX: Duration = Duration::from_millis(500);
 const PROBE_INTERVAL_MIN: Duration = Duration::from_millis(25);
-/// While an instance starts, output from its container asks for a probe at once, at most this
-/// often (a server usually says it listens just as it begins to).
-const OUTPUT_PROBE_GAP: Duration = Duration::from_millis(100);
+/// While an instance with a tcp ready check starts, output from its container is followed by a
+/// connect to the port at once, at most this often (a server usually says it listens just as
+/// it begins to).
+const OUTPUT_PROBE_GAP: Duration = Duration::from_millis(25);
+/// How long such a connect may take.
+const OUTPUT_PROBE_TIMEOUT: Duration = Duration::from_millis(250);
 /// After an engine error, look again after this long, doubling to `ERROR_BACKOFF_MAX`.
 const ERROR_BACKOFF: Duration = Duration::from_millis(500);
 const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(30);
@@ -574,7 +577,7 @@ impl Reconciler {
             obs.started_at = Some(now);
             self.inner.store.record_observation(&obs)?;
             self.with_key(&instance.id, |s| s.probe_interval = PROBE_INTERVAL_MIN);
-            self.probe_on_output(&instance.id, &container.id);
+            self.probe_on_output(instance, &container.id, &network);
             return Ok(Next::After(Duration::ZERO));
         }
 
@@ -645,28 +648,41 @@ impl Reconciler {
                 }
                 self.inner.store.record_observation(&obs)?;
                 self.with_key(&instance.id, |s| s.probe_interval = PROBE_INTERVAL_MIN);
-                self.probe_on_output(&instance.id, &container.id);
+                self.probe_on_output(instance, &container.id, &network);
                 Ok(Next::After(Duration::ZERO))
             }
         }
     }
 
-    /// Follows a starting instance's container output and reconciles (so probes) the instance
-    /// as soon as the container writes something, at most every [`OUTPUT_PROBE_GAP`], until the
-    /// instance is no longer starting, the output ends (the container stopped) or the ready
-    /// timeout passes. The probes' back-off stays: this only adds a probe when one is likely to
-    /// answer, instead of waiting up to [`PROBE_INTERVAL_MAX`] for the next. The output itself is
-    /// read and dropped, never logged.
-    fn probe_on_output(&self, id: &InstanceId, container_id: &str) {
-        let already = self.with_key(id, |s| std::mem::replace(&mut s.watching_output, true));
+    /// While an instance with a tcp ready check starts, follows its container's output and,
+    /// whenever the container writes something (at most every [`OUTPUT_PROBE_GAP`]), tries the
+    /// port at once; when it answers, reconciles the instance, whose own probe then records it
+    /// running. It ends when the instance is no longer starting, the output ends (the
+    /// container stopped) or the ready timeout passes. The back-off probes go on as before: this
+    /// only adds a cheap connect when one is likely to answer, instead of waiting up to
+    /// [`PROBE_INTERVAL_MAX`] for the next probe. Exec ready checks are left to the back-off:
+    /// an exec costs the engine tens of milliseconds of work, and a server that writes while it
+    /// initialises would be slowed by probes at its output's pace. The output itself is read and
+    /// dropped, never logged.
+    fn probe_on_output(&self, instance: &Instance, container_id: &str, network: &str) {
+        if !matches!(instance.spec.ready, Ready::Tcp { .. }) {
+            return;
+        }
+        let id = instance.id.clone();
+        let already = self.with_key(&id, |s| std::mem::replace(&mut s.watching_output, true));
         if already {
             return;
         }
         let this = self.clone();
-        let id = id.clone();
+        let ready = instance.spec.ready.clone();
+        let name = self.container_name(instance);
+        let network = network.to_owned();
         let mut output = self.inner.runtime.logs(container_id, Some(0), true);
         let deadline = Instant::now() + self.inner.config.ready_timeout;
         tokio::spawn(async move {
+            let runtime = &this.inner.runtime;
+            // The container's address, once it has one on the network.
+            let mut container: Option<ContainerFacts> = None;
             loop {
                 let chunk =
                     std::future::poll_fn(|cx| futures_core::Stream::poll_next(output.as_mut(), cx));
@@ -680,7 +696,21 @@ impl Reconciler {
                 if !starting {
                     break;
                 }
-                this.enqueue(&id);
+                if container.is_none() {
+                    container = match runtime.inspect_container(&name).await {
+                        Ok(Some(c)) if c.addresses.contains_key(&network) => Some(c),
+                        Ok(Some(_)) => None,
+                        _ => break,
+                    };
+                }
+                if let Some(c) = &container
+                    && let Ok(true) = runtime
+                        .probe(c, &network, &ready, OUTPUT_PROBE_TIMEOUT)
+                        .await
+                {
+                    this.enqueue(&id);
+                    break;
+                }
                 tokio::time::sleep(OUTPUT_PROBE_GAP).await;
             }
             this.with_key(&id, |s| s.watching_output = false);

@@ -166,6 +166,12 @@ impl Runtime for Fake {
             .ok_or_else(|| RuntimeError::NotFound(id.into()))?;
         c.running = true;
         c.started_at = Some("2026-11-29T10:00:00Z".into());
+        // As Docker does: a running container has an address on each of its networks.
+        c.addresses = c
+            .networks
+            .keys()
+            .map(|n| (n.clone(), std::net::IpAddr::from([172, 18, 0, 2])))
+            .collect();
         Ok(())
     }
     async fn stop_container(&self, id: &str, _: Duration) -> Result<(), RuntimeError> {
@@ -719,26 +725,51 @@ async fn output_from_a_starting_container_probes_it_at_once() {
     s.berth
         .up("owner", &s.domain, "db", &spec(), UpCause::Person)
         .unwrap();
+    assert_eq!(output_probe(&s, &output).await, Ok(()));
+}
+
+/// An exec ready check costs the engine an exec: output does not add one, the back-off decides.
+#[tokio::test(start_paused = true)]
+async fn output_does_not_hurry_an_exec_ready_check() {
+    let s = setup();
+    let (output, rx) = mpsc::unbounded_channel();
+    s.fake.world().output = Some(rx);
+    let mut exec = spec();
+    exec["ready"] = json!({"kind": "exec", "argv": ["pg_isready"], "user": null});
+    s.berth
+        .up("owner", &s.domain, "db", &exec, UpCause::Person)
+        .unwrap();
+    assert!(output_probe(&s, &output).await.is_err());
+    // The back-off's next probe still comes.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
+}
+
+/// Lets the instance start and be probed (not ready) for a while, then makes it ready and has
+/// the container write a line; Ok if it is running before the clock moves on.
+async fn output_probe(
+    s: &Setup,
+    output: &mpsc::UnboundedSender<bytes::Bytes>,
+) -> Result<(), InstanceState> {
     // Started, and probed with back-off for a while (the clock moves on between probes).
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(matches!(state(&s, "db"), InstanceState::Starting { .. }));
+    assert!(matches!(state(s, "db"), InstanceState::Starting { .. }));
 
-    // The server comes up and says so: its output alone gets the instance probed.
+    // The server comes up and says so.
     s.fake.world().ready = true;
     output
         .send(bytes::Bytes::from_static(b"ready to accept connections\n"))
         .unwrap();
     let start = tokio::time::Instant::now();
     for _ in 0..1000 {
-        if matches!(state(&s, "db"), InstanceState::Running { .. }) {
+        if matches!(state(s, "db"), InstanceState::Running { .. }) {
             break;
         }
         tokio::task::yield_now().await;
     }
-    assert!(
-        matches!(state(&s, "db"), InstanceState::Running { .. }),
-        "the output did not lead to a probe: {:?}",
-        state(&s, "db")
-    );
-    assert_eq!(start.elapsed(), Duration::ZERO, "no timer was needed");
+    assert_eq!(start.elapsed(), Duration::ZERO, "the clock stood still");
+    match state(s, "db") {
+        InstanceState::Running { .. } => Ok(()),
+        other => Err(other),
+    }
 }
