@@ -1,9 +1,10 @@
 //! `up → running` for the Postgres fixture, on a fresh and on an existing volume, against the
 //! testcontainers crate and Compose on the same image.
 //!
-//! Four ways take turns in each round: berth with the ready check a user would write for this
-//! image (`pg_isready` over TCP, run in the container), berth with a plain tcp ready check (in
-//! the notes only), the testcontainers crate waiting for the server's "ready to accept
+//! Four ways take turns in each round: berth with a tcp ready check on 5432 (Postgres is ready
+//! when it takes TCP connections; the entrypoint's init server listens on the Unix socket only),
+//! berth with the `pg_isready` exec check a Compose user would write (in the notes only), the
+//! testcontainers crate waiting for the server's "ready to accept
 //! connections" line as its Postgres module does, and Debian's `docker-compose` 1.29 with a
 //! healthcheck every second, polled every 500 ms after `up -d` (what Compose v2's `--wait`
 //! does; 1.29 has no `--wait`). After each sample, untimed, every way reads its container's log
