@@ -330,6 +330,27 @@ pub fn spec(image: &str, alias: &str) -> Value {
     })
 }
 
+/// A small busybox instance (httpd, no volume, 10 millicores, 16 MiB, tcp ready on 8080, idle
+/// stop after 10 days): what the figures that run many instances at once run.
+pub fn small_spec(image: &str, alias: &str) -> Value {
+    json!({
+        "alias": alias,
+        "worktreeKey": null,
+        "image": image,
+        "command": null,
+        "env": {},
+        "volumes": [],
+        "limits": {"cpuMillicores": 10, "memoryBytes": 16i64 << 20},
+        "ready": {"kind": "tcp", "port": READY_PORT},
+        "idleStopAfterSeconds": 864000
+    })
+}
+
+/// One of berth's timestamps (`startedAt`, `state.since`, `observedAt`).
+pub fn timestamp(value: &Value) -> Option<std::time::SystemTime> {
+    humantime::parse_rfc3339(value.as_str()?).ok()
+}
+
 /// Where [`spec`] mounts its volume.
 pub const SPEC_MOUNT: &str = "/srv/data";
 /// [`spec`]'s CPU limit, in thousandths of a CPU.

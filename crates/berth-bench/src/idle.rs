@@ -16,7 +16,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::time::Instant;
 
 use crate::Ctx;
-use crate::daemon::{Api, Daemon, READY_PORT};
+use crate::daemon::{Api, Daemon, small_spec};
 use crate::engine;
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, number};
@@ -279,17 +279,7 @@ async fn measure(
     ));
     let keys: Vec<String> = (0..INSTANCES).map(|i| format!("idle-{i}")).collect();
     try_join_all(keys.iter().map(|key| {
-        let spec = json!({
-            "alias": key,
-            "worktreeKey": null,
-            "image": ctx.image,
-            "command": null,
-            "env": {},
-            "volumes": [],
-            "limits": {"cpuMillicores": 10, "memoryBytes": 16i64 << 20},
-            "ready": {"kind": "tcp", "port": READY_PORT},
-            "idleStopAfterSeconds": 864000
-        });
+        let spec = small_spec(&ctx.image, key);
         let domain = domain.clone();
         async move { api.up(&domain, key, &spec).await }
     }))

@@ -16,19 +16,20 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, anyhow, bail};
 use bollard::Docker;
+use bollard::models::ContainerSummary;
 use bollard::query_parameters::{InspectContainerOptions, ListContainersOptions};
 use futures_util::StreamExt;
 use futures_util::future::try_join_all;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::Ctx;
-use crate::daemon::{Api, Daemon, READY_PORT};
+use crate::daemon::{Api, Daemon, small_spec, timestamp};
 use crate::engine;
 use crate::idle::{CountingProxy, engine_socket};
 use crate::progress;
 use crate::report::{Figure, Row, Stat, number};
-use crate::stats::{median, ms, quantile};
+use crate::stats::{between, median, ms, quantile};
 
 pub const NAME_LIST: &str = "list_200_instances";
 pub const NAME_OBSERVE: &str = "restart_observe_200_instances";
@@ -43,21 +44,6 @@ const OBSERVE_POLL: Duration = Duration::from_millis(50);
 /// The longest the setup, or one restart, may take.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(600);
 const OBSERVE_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// The spec of instance `key`: busybox httpd, no volume, small limits, tcp ready.
-fn small_spec(image: &str, key: &str) -> Value {
-    json!({
-        "alias": key,
-        "worktreeKey": null,
-        "image": image,
-        "command": null,
-        "env": {},
-        "volumes": [],
-        "limits": {"cpuMillicores": 10, "memoryBytes": 16i64 << 20},
-        "ready": {"kind": "tcp", "port": READY_PORT},
-        "idleStopAfterSeconds": 864000
-    })
-}
 
 fn list_path(domain: &str) -> String {
     format!("/v1/resource-domains/{domain}/instances")
@@ -76,10 +62,6 @@ fn running(list: &Value) -> usize {
         .count()
 }
 
-fn timestamp(value: &Value) -> Option<SystemTime> {
-    humantime::parse_rfc3339(value.as_str()?).ok()
-}
-
 /// The latest `observedAt` in `list` if every instance was observed at or after `since`.
 fn all_observed_since(list: &Value, since: SystemTime) -> Option<SystemTime> {
     let all = items(list);
@@ -95,11 +77,6 @@ fn all_observed_since(list: &Value, since: SystemTime) -> Option<SystemTime> {
         latest = latest.max(at);
     }
     Some(latest)
-}
-
-/// `b - a` in milliseconds (0 when `b` is earlier).
-fn after(a: SystemTime, b: SystemTime) -> f64 {
-    b.duration_since(a).map_or(0.0, ms)
 }
 
 /// Ups the 200 instances, [`SETUP_CONCURRENCY`] requests at a time, and waits until all run.
@@ -133,7 +110,7 @@ async fn set_up(ctx: &Ctx, api: &Api, domain: &str) -> anyhow::Result<f64> {
 }
 
 /// Docker's list of the containers labelled with `prefix`, as `docker ps --filter` asks it.
-async fn docker_list(docker: &Docker, prefix: &str) -> anyhow::Result<usize> {
+async fn docker_list(docker: &Docker, prefix: &str) -> anyhow::Result<Vec<ContainerSummary>> {
     let options = ListContainersOptions {
         all: true,
         filters: Some(HashMap::from([(
@@ -142,27 +119,15 @@ async fn docker_list(docker: &Docker, prefix: &str) -> anyhow::Result<usize> {
         )])),
         ..Default::default()
     };
-    Ok(docker
+    docker
         .list_containers(Some(options))
         .await
-        .context("listing the containers")?
-        .len())
+        .context("listing the containers")
 }
 
 /// The baseline observer: lists the labelled containers and inspects every one at once.
 async fn raw_observe(docker: &Docker, prefix: &str) -> anyhow::Result<usize> {
-    let options = ListContainersOptions {
-        all: true,
-        filters: Some(HashMap::from([(
-            "label".to_owned(),
-            vec![format!("berth.prefix={prefix}")],
-        )])),
-        ..Default::default()
-    };
-    let listed = docker
-        .list_containers(Some(options))
-        .await
-        .context("listing the containers")?;
+    let listed = docker_list(docker, prefix).await?;
     let inspected = try_join_all(
         listed
             .iter()
@@ -249,7 +214,7 @@ async fn restart_once(
                 );
             }
             let restart = Restart {
-                observed: after(spawned_wall, last),
+                observed: between(spawned_wall, last),
                 listening,
                 seen,
                 requests: engine.count().zip(before).map(|(now, then)| now - then),
@@ -302,7 +267,7 @@ async fn measure(
             }
             body = list.to_string().len();
             let start = Instant::now();
-            let n = docker_list(&ctx.docker, prefix).await?;
+            let n = docker_list(&ctx.docker, prefix).await?.len();
             raw.push(ms(start.elapsed()));
             if n != INSTANCES {
                 bail!("Docker listed {n} containers, not {INSTANCES}");
@@ -427,6 +392,8 @@ pub async fn run(ctx: &Ctx, restarts: usize) -> anyhow::Result<Figure> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn list_of(times: &[&str]) -> Value {
@@ -439,7 +406,7 @@ mod tests {
         let mut times = vec!["2026-11-29T10:00:01.000Z"; INSTANCES];
         times[7] = "2026-11-29T10:00:02.500Z";
         let latest = all_observed_since(&list_of(&times), since).unwrap();
-        assert_eq!(after(since, latest), 2500.0);
+        assert_eq!(between(since, latest), 2500.0);
         times[9] = "2026-11-29T09:59:59.000Z";
         assert!(all_observed_since(&list_of(&times), since).is_none());
         assert!(all_observed_since(&list_of(&times[..10]), since).is_none());

@@ -32,8 +32,8 @@ use crate::Ctx;
 use crate::daemon::instance_path;
 use crate::engine::{self, LABEL_BENCH};
 use crate::progress;
-use crate::report::{Figure, Row, Stat, Target, number};
-use crate::stats::{mean, median, ms};
+use crate::report::{Figure, Row, Stat, Target, median_of, number};
+use crate::stats::{between, mean, median, ms};
 
 pub const NAME_FRESH: &str = "up_to_running_postgres_fresh";
 pub const NAME_EXISTING: &str = "up_to_running_postgres_existing";
@@ -50,8 +50,8 @@ const READY_LINE: &str = "database system is ready to accept connections";
 /// What the entrypoint prints when initdb and the temporary server are done.
 const INIT_LINE: &str = "PostgreSQL init process complete";
 /// How often berth's instance is polled for `running`. Not the up figure's 5 ms: initdb is
-/// CPU-bound, and on two cores a client asking 200 times a second slowed it measurably (the
-/// server's own start in berth's container took about a tenth longer than in the baselines').
+/// CPU-bound, and on two cores a client asking 200 times a second slowed it visibly (the
+/// server's own start in berth's container, in this figure's notes, against the baselines').
 /// The price is half an interval of noticing on average, which the notes show.
 const POLL: Duration = Duration::from_millis(50);
 /// How often the stop before an existing-volume sample is polled (not timed).
@@ -176,22 +176,8 @@ impl Sample {
     }
 }
 
-/// `b - a` in milliseconds, negative when `b` is earlier.
-fn between(a: SystemTime, b: SystemTime) -> f64 {
-    match b.duration_since(a) {
-        Ok(d) => ms(d),
-        Err(e) => -ms(e.duration()),
-    }
-}
-
 fn timestamp(text: &str) -> Option<SystemTime> {
     humantime::parse_rfc3339_weak(text.trim()).ok()
-}
-
-/// The median of the values that are there, for a note.
-fn median_of(values: impl Iterator<Item = Option<f64>>) -> String {
-    let values: Vec<f64> = values.flatten().collect();
-    number(median(&values))
 }
 
 /// berth's spec: the end-to-end tests' Postgres (the fixture, a password, one volume for the

@@ -127,6 +127,12 @@ pub fn number(v: f64) -> String {
     }
 }
 
+/// The median of the values that are there, as [`number`] writes it, for a note.
+pub fn median_of(values: impl Iterator<Item = Option<f64>>) -> String {
+    let values: Vec<f64> = values.flatten().collect();
+    number(crate::stats::median(&values))
+}
+
 fn with_unit(v: Option<f64>, unit: &str) -> String {
     match v {
         Some(v) => format!("{} {unit}", number(v)),

@@ -33,6 +33,14 @@ pub fn ms(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// `b - a` in milliseconds, negative when `b` is earlier.
+pub fn between(a: std::time::SystemTime, b: std::time::SystemTime) -> f64 {
+    match b.duration_since(a) {
+        Ok(d) => ms(d),
+        Err(e) => -ms(e.duration()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,11 +6,11 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use crate::Ctx;
-use crate::daemon::spec;
+use crate::daemon::{spec, timestamp};
 use crate::engine::{self, Polling, RawUp};
 use crate::progress;
-use crate::report::{Figure, Row, Stat, Target, number};
-use crate::stats::{mean, median, ms};
+use crate::report::{Figure, Row, Stat, Target, median_of, number};
+use crate::stats::{between, mean, median, ms};
 
 pub const NAME: &str = "up_to_running_busybox_tcp";
 /// How often berth's instance is polled for `running`.
@@ -29,18 +29,6 @@ struct BerthUp {
     converge: Option<f64>,
     /// → a GET saw `running`.
     notice: Option<f64>,
-}
-
-/// `b - a` in milliseconds, negative when `b` is earlier.
-fn between(a: SystemTime, b: SystemTime) -> f64 {
-    match b.duration_since(a) {
-        Ok(d) => ms(d),
-        Err(e) => -ms(e.duration()),
-    }
-}
-
-fn timestamp(value: &serde_json::Value) -> Option<SystemTime> {
-    humantime::parse_rfc3339(value.as_str()?).ok()
 }
 
 async fn berth_once(ctx: &Ctx, key: &str) -> anyhow::Result<BerthUp> {
@@ -87,11 +75,6 @@ async fn raw_once(
     let total = ms(start.elapsed());
     engine::remove_raw(&ctx.docker, &id, &name).await?;
     Ok((total, steps))
-}
-
-fn median_of(values: impl Iterator<Item = Option<f64>>) -> String {
-    let values: Vec<f64> = values.flatten().collect();
-    number(median(&values))
 }
 
 #[derive(Clone, Copy)]
