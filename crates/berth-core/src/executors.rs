@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use crate::model::Workspace;
 use crate::names;
 use crate::reconcile::Reconciler;
-use crate::runtime::{ContainerFacts, LABEL_MANAGED, Labels};
+use crate::runtime::{ContainerChange, ContainerFacts, LABEL_MANAGED, Labels};
 
 /// What berth knows of one executor container.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -206,17 +206,23 @@ impl Reconciler {
 
     /// A container that is not one of berth's instances changed: follow executors, and attach a
     /// container that starts carrying a linked workspace's selector or name.
-    pub(crate) async fn on_container_event(&self, name: &str, labels: &Labels, action: &str) {
-        match action {
-            "destroy" => {
+    pub(crate) async fn on_container_event(
+        &self,
+        name: &str,
+        labels: &Labels,
+        change: ContainerChange,
+    ) {
+        match change {
+            ContainerChange::Destroyed => {
                 self.executors().remove(name);
             }
-            "die" | "stop" | "kill" | "oom" => {
+            ContainerChange::Ended => {
                 if let Some(entry) = self.executors().get_mut(name) {
                     entry.running = false;
                 }
             }
-            "start" | "create" => {
+            // A renamed container may now carry a linked workspace's name.
+            ContainerChange::Started | ContainerChange::Created | ContainerChange::Renamed => {
                 let workspaces = match self.inner.store.read(|tx| tx.all_linked_workspaces()) {
                     Ok(w) => w,
                     Err(_) => return,
@@ -233,12 +239,11 @@ impl Reconciler {
                     }
                     None => {
                         if let Some(entry) = self.executors().get_mut(name) {
-                            entry.running = action == "start" || entry.running;
+                            entry.running = change == ContainerChange::Started || entry.running;
                         }
                     }
                 }
             }
-            _ => {}
         }
     }
 

@@ -19,6 +19,7 @@ pub mod ids;
 pub mod image;
 pub mod model;
 pub mod names;
+pub mod queue;
 pub mod reconcile;
 pub mod runtime;
 pub mod service;

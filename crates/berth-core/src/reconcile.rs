@@ -8,20 +8,22 @@
 //! point is recovered by running it again.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::Mutex as AsyncMutex;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::evidence::{ImageEvidence, MismatchReason};
 use crate::ids::{DomainId, InstanceId};
 use crate::model::{Desired, Instance, InstanceState, InstanceVolume, StopReason};
 use crate::names;
+use crate::queue::{Action, QueueConfig, WorkQueue, backoff, supervise};
 use crate::runtime::{
     ContainerFacts, ContainerPlan, ImageFacts, LABEL_DOMAIN, LABEL_INSTANCE, LABEL_KEY,
-    LABEL_MANAGED, LABEL_PREFIX, LABEL_SPEC_DIGEST, LABEL_VOLUME, Labels, Mount, Runtime,
-    RuntimeError, RuntimeEvent,
+    LABEL_MANAGED, LABEL_PLAN_DIGEST, LABEL_PREFIX, LABEL_SPEC_DIGEST, LABEL_VOLUME, Labels, Mount,
+    Runtime, RuntimeError, RuntimeEvent,
 };
 use crate::spec::Ready;
 use crate::store::{Observation, Store, StoreError};
@@ -42,6 +44,8 @@ pub struct ReconcileConfig {
     pub restart_backoff: Duration,
     /// The longest wait before a restart.
     pub restart_backoff_max: Duration,
+    /// The work queue: how many reconciles run at once, and the back-off after a failed one.
+    pub queue: QueueConfig,
 }
 
 impl Default for ReconcileConfig {
@@ -53,6 +57,7 @@ impl Default for ReconcileConfig {
             resync_every: Duration::from_secs(60),
             restart_backoff: Duration::from_secs(1),
             restart_backoff_max: Duration::from_secs(300),
+            queue: QueueConfig::default(),
         }
     }
 }
@@ -68,18 +73,12 @@ const PROBE_INTERVAL_MIN: Duration = Duration::from_millis(25);
 const OUTPUT_PROBE_GAP: Duration = Duration::from_millis(25);
 /// How long such a connect may take.
 const OUTPUT_PROBE_TIMEOUT: Duration = Duration::from_millis(250);
-/// After an engine error, look again after this long, doubling to `ERROR_BACKOFF_MAX`.
-const ERROR_BACKOFF: Duration = Duration::from_millis(500);
-const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// A container that is created but cannot start is tried this many times (with the queue's
+/// back-off between) before the instance is `failed` with the engine's reason.
+const START_ATTEMPTS: u32 = 5;
 
 /// What a reconcile asks for next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Next {
-    /// Converged: look again on the next event or resync.
-    Done,
-    /// Look again after this long.
-    After(Duration),
-}
+pub type Next = Action;
 
 /// Why a reconcile could not finish; it is retried with back-off.
 #[derive(Debug, thiserror::Error)]
@@ -92,28 +91,30 @@ pub enum ReconcileError {
     Store(#[from] StoreError),
 }
 
+/// What the instance controller keeps of one instance between reconciles while it starts. It is
+/// dropped once the instance runs, stops, fails or goes.
 #[derive(Default)]
-struct KeyState {
-    /// A reconcile of this id is running (or about to).
-    active: bool,
-    /// The id was enqueued while its reconcile ran: run it once more.
-    dirty: bool,
-    /// The earliest pending timer.
-    timer: Option<Instant>,
+struct StartState {
     /// The interval of the next ready probe.
     probe_interval: Duration,
-    /// Consecutive engine errors, for the back-off.
-    errors: u32,
     /// A task follows the container's output while the instance starts.
     watching_output: bool,
+    /// Consecutive starts the engine refused.
+    start_failures: u32,
 }
 
 pub(crate) struct Inner {
     pub(crate) store: Arc<Store>,
     pub(crate) runtime: Arc<dyn Runtime>,
     pub(crate) config: ReconcileConfig,
-    keys: Mutex<HashMap<InstanceId, KeyState>>,
-    /// One lock per id: held by its reconcile and by direct teardowns (archive).
+    queue: WorkQueue<InstanceId, ReconcileError>,
+    /// Cancelled when the daemon stops: every loop and worker ends.
+    shutdown: CancellationToken,
+    /// The long-lived tasks, awaited on shutdown.
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    starts: Mutex<HashMap<InstanceId, StartState>>,
+    /// One lock per id while someone holds it: the queue's reconcile and direct teardowns
+    /// (archive) take it. Entries go when their last holder lets go.
     locks: Mutex<HashMap<InstanceId, Arc<AsyncMutex<()>>>>,
     /// Workspace executor containers by name: their workspace and whether they run. Kept
     /// current by attaches, engine events and the resync, so idle accounting asks no engine.
@@ -137,20 +138,34 @@ pub struct Reconciler {
 impl Reconciler {
     /// A reconciler over `store` and `runtime`. Call [`Reconciler::start`] to begin watching.
     pub fn new(store: Arc<Store>, runtime: Arc<dyn Runtime>, config: ReconcileConfig) -> Self {
-        Self {
-            inner: Arc::new(Inner {
+        let inner = Arc::new_cyclic(|weak: &Weak<Inner>| {
+            let weak = weak.clone();
+            let queue = WorkQueue::new("instances", config.queue.clone(), move |id: InstanceId| {
+                let weak = weak.clone();
+                async move {
+                    match weak.upgrade() {
+                        Some(inner) => Reconciler { inner }.reconcile_exclusive(&id).await,
+                        None => Ok(Action::Done),
+                    }
+                }
+            });
+            Inner {
                 store,
                 runtime,
                 config,
-                keys: Mutex::new(HashMap::new()),
+                queue,
+                shutdown: CancellationToken::new(),
+                tasks: Mutex::new(Vec::new()),
+                starts: Mutex::new(HashMap::new()),
                 locks: Mutex::new(HashMap::new()),
                 executors: Mutex::new(HashMap::new()),
                 last_reached: Mutex::new(HashMap::new()),
                 listeners: Mutex::new(HashMap::new()),
                 connections: Mutex::new(HashMap::new()),
                 addresses: Mutex::new(HashMap::new()),
-            }),
-        }
+            }
+        });
+        Self { inner }
     }
 
     /// The runtime it drives.
@@ -163,54 +178,129 @@ impl Reconciler {
         &self.inner.config
     }
 
-    /// Watches the engine and resyncs periodically, until the process ends.
+    /// The instance queue's counters.
+    pub fn queue_stats(&self) -> &crate::queue::QueueStats {
+        self.inner.queue.stats()
+    }
+
+    /// How many instances the queue and the start bookkeeping hold state for.
+    pub fn tracked_keys(&self) -> (usize, usize) {
+        (self.inner.queue.tracked_keys(), self.starts().len())
+    }
+
+    /// Starts the queue's workers, watches the engine and resyncs periodically, until
+    /// [`Reconciler::shutdown`]. Every loop is supervised: one that panics is logged and started
+    /// again.
     pub fn start(&self) {
-        let mut events = self.inner.runtime.watch(&self.inner.config.prefix);
-        let this = self.clone();
-        tokio::spawn(async move {
-            while let Some(event) = events.recv().await {
-                match event {
-                    RuntimeEvent::Resync => this.resync().await,
-                    RuntimeEvent::Container {
-                        name,
-                        labels,
-                        action,
-                    } => {
-                        match labels
-                            .get(LABEL_INSTANCE)
-                            .and_then(|s| InstanceId::parse(s))
-                        {
-                            Some(id)
-                                if labels.get(LABEL_PREFIX) == Some(&this.inner.config.prefix) =>
-                            {
-                                this.enqueue(&id)
-                            }
-                            Some(_) => {}
-                            None => this.on_container_event(&name, &labels, &action).await,
-                        }
-                    }
+        let stop = self.inner.shutdown.clone();
+        let mut tasks = self.inner.queue.run(stop.clone());
+        let weak = Arc::downgrade(&self.inner);
+        tasks.push(supervise("engine events", stop.clone(), move || {
+            let weak = weak.clone();
+            async move {
+                let Some(inner) = weak.upgrade() else { return };
+                let this = Reconciler { inner };
+                let mut events = this.inner.runtime.watch(&this.inner.config.prefix);
+                drop(this);
+                while let Some(event) = events.recv().await {
+                    let Some(inner) = weak.upgrade() else { return };
+                    Reconciler { inner }.on_event(event).await;
                 }
             }
-        });
-        let this = self.clone();
-        tokio::spawn(async move {
-            this.open_stored_endpoints().await;
-            this.idle_loop().await
-        });
-        let this = self.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(this.inner.config.resync_every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                this.resync().await;
+        }));
+        let weak = Arc::downgrade(&self.inner);
+        tasks.push(supervise(
+            "host endpoints and idle",
+            stop.clone(),
+            move || {
+                let weak = weak.clone();
+                async move {
+                    let Some(inner) = weak.upgrade() else { return };
+                    let this = Reconciler { inner };
+                    this.open_stored_endpoints().await;
+                    this.idle_loop().await
+                }
+            },
+        ));
+        let weak = Arc::downgrade(&self.inner);
+        tasks.push(supervise("resync", stop, move || {
+            let weak = weak.clone();
+            async move {
+                let every = match weak.upgrade() {
+                    Some(inner) => inner.config.resync_every,
+                    None => return,
+                };
+                let mut tick = tokio::time::interval(every);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    let Some(inner) = weak.upgrade() else { return };
+                    Reconciler { inner }.resync().await;
+                }
             }
-        });
+        }));
+        self.inner
+            .tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(tasks);
+    }
+
+    /// Stops taking work: the loops end, reconciles under way get until `grace` to finish and
+    /// are abandoned after it (each step is idempotent, so the next start picks up from there).
+    /// Containers keep running.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.inner.shutdown.cancel();
+        let tasks =
+            std::mem::take(&mut *self.inner.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        let aborts: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
+        let all = futures_util::future::join_all(tasks);
+        if tokio::time::timeout(grace, all).await.is_err() {
+            tracing::warn!("reconciles still under way at shutdown were abandoned");
+            aborts.iter().for_each(tokio::task::AbortHandle::abort);
+        }
+        for listeners in self
+            .inner
+            .listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+        {
+            listeners.1.iter().for_each(tokio::task::JoinHandle::abort);
+        }
+    }
+
+    /// A token cancelled when the reconciler shuts down.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.inner.shutdown.clone()
+    }
+
+    async fn on_event(&self, event: RuntimeEvent) {
+        match event {
+            RuntimeEvent::Resync => self.resync().await,
+            RuntimeEvent::Container {
+                name,
+                labels,
+                change,
+            } => match labels
+                .get(LABEL_INSTANCE)
+                .and_then(|s| InstanceId::parse(s))
+            {
+                Some(id) if labels.get(LABEL_PREFIX) == Some(&self.inner.config.prefix) => {
+                    self.enqueue(&id)
+                }
+                Some(_) => {}
+                None => self.on_container_event(&name, &labels, change).await,
+            },
+        }
     }
 
     /// Enqueues every live instance, and removes containers of this berth whose instance is
     /// unknown or archived (never a volume).
     pub async fn resync(&self) {
+        if let Err(e) = self.inner.store.write(|tx| tx.finish_domain_archives()) {
+            tracing::error!(error = %e, "resync could not finish interrupted domain archives");
+        }
         let ids = match self.inner.store.read(|tx| tx.live_instance_ids()) {
             Ok(ids) => ids,
             Err(e) => {
@@ -246,108 +336,60 @@ impl Reconciler {
         }
     }
 
-    /// Asks for `id` to be reconciled soon. Never blocks.
+    /// Asks for `id` to be reconciled soon (after its back-off, if it is backing off). Never
+    /// blocks.
     pub fn enqueue(&self, id: &InstanceId) {
-        let spawn = {
-            let mut keys = self.inner.keys.lock().unwrap_or_else(|e| e.into_inner());
-            let state = keys.entry(id.clone()).or_default();
-            if state.active {
-                state.dirty = true;
-                false
-            } else {
-                state.active = true;
-                true
-            }
+        self.inner.queue.enqueue(id);
+    }
+
+    /// Asks for `id` to be reconciled now, cutting any back-off short: for a person's request.
+    pub fn enqueue_now(&self, id: &InstanceId) {
+        self.inner.queue.enqueue_now(id);
+    }
+
+    /// Runs `f` holding the lock of `id`, then lets the lock's entry go if nobody else waits.
+    async fn with_lock<T>(&self, id: &InstanceId, f: impl AsyncFnOnce() -> T) -> T {
+        let lock = {
+            let mut locks = self.inner.locks.lock().unwrap_or_else(|e| e.into_inner());
+            locks.entry(id.clone()).or_default().clone()
         };
-        if spawn {
-            let this = self.clone();
-            let id = id.clone();
-            tokio::spawn(async move { this.work(id).await });
-        }
-    }
-
-    fn enqueue_after(&self, id: &InstanceId, after: Duration) {
-        let deadline = Instant::now() + after;
-        {
-            let mut keys = self.inner.keys.lock().unwrap_or_else(|e| e.into_inner());
-            let state = keys.entry(id.clone()).or_default();
-            if state.timer.is_some_and(|t| t <= deadline) {
-                return;
-            }
-            state.timer = Some(deadline);
-        }
-        let this = self.clone();
-        let id = id.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep_until(deadline).await;
-            {
-                let mut keys = this.inner.keys.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(state) = keys.get_mut(&id)
-                    && state.timer == Some(deadline)
-                {
-                    state.timer = None;
-                }
-            }
-            this.enqueue(&id);
-        });
-    }
-
-    /// The lock serialising work on one instance.
-    pub fn lock_for(&self, id: &InstanceId) -> Arc<AsyncMutex<()>> {
+        let out = {
+            let _held = lock.lock().await;
+            f().await
+        };
+        drop(lock);
         let mut locks = self.inner.locks.lock().unwrap_or_else(|e| e.into_inner());
-        locks.entry(id.clone()).or_default().clone()
-    }
-
-    async fn work(&self, id: InstanceId) {
-        loop {
-            let result = {
-                let lock = self.lock_for(&id);
-                let _held = lock.lock().await;
-                self.reconcile(&id).await
-            };
-            let next = match result {
-                Ok(next) => {
-                    self.with_key(&id, |s| s.errors = 0);
-                    next
-                }
-                Err(e) => {
-                    let errors = self.with_key(&id, |s| {
-                        s.errors = s.errors.saturating_add(1);
-                        s.errors
-                    });
-                    let wait = backoff(ERROR_BACKOFF, ERROR_BACKOFF_MAX, errors);
-                    tracing::warn!(instance = %id, error = %e, retry_in = ?wait, "reconcile failed");
-                    Next::After(wait)
-                }
-            };
-            if let Next::After(after) = next {
-                self.enqueue_after(&id, after);
-            }
-            let again = {
-                let mut keys = self.inner.keys.lock().unwrap_or_else(|e| e.into_inner());
-                let state = keys.entry(id.clone()).or_default();
-                if state.dirty {
-                    state.dirty = false;
-                    true
-                } else {
-                    state.active = false;
-                    false
-                }
-            };
-            if !again {
-                break;
-            }
+        if locks.get(id).is_some_and(|l| Arc::strong_count(l) == 1) {
+            locks.remove(id);
         }
+        out
     }
 
-    fn with_key<T>(&self, id: &InstanceId, f: impl FnOnce(&mut KeyState) -> T) -> T {
-        let mut keys = self.inner.keys.lock().unwrap_or_else(|e| e.into_inner());
-        f(keys.entry(id.clone()).or_default())
+    async fn reconcile_exclusive(&self, id: &InstanceId) -> Result<Next, ReconcileError> {
+        self.with_lock(id, async || self.reconcile(id).await).await
+    }
+
+    fn starts(&self) -> std::sync::MutexGuard<'_, HashMap<InstanceId, StartState>> {
+        self.inner.starts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn with_start<T>(&self, id: &InstanceId, f: impl FnOnce(&mut StartState) -> T) -> T {
+        f(self.starts().entry(id.clone()).or_default())
+    }
+
+    /// Forgets what was kept of an instance's start (it runs, stopped, failed or went), unless
+    /// a task still follows its output.
+    fn forget_start(&self, id: &InstanceId) {
+        let mut starts = self.starts();
+        if starts.get(id).is_some_and(|s| !s.watching_output) {
+            starts.remove(id);
+        }
     }
 
     /// Looks at one instance and takes the steps that converge it.
     pub async fn reconcile(&self, id: &InstanceId) -> Result<Next, ReconcileError> {
         let Some(instance) = self.inner.store.read(|tx| tx.instance_by_id(id))? else {
+            self.forget_start(id);
             return self.remove_orphan(id).await;
         };
         let name = self.container_name(&instance);
@@ -365,6 +407,9 @@ impl Reconciler {
         }
         let mut obs = Observation::of(&instance);
         obs.observed_at = Timestamp::now();
+        if instance.desired != Desired::Running {
+            self.forget_start(&instance.id);
+        }
         match instance.desired {
             Desired::Archived => {
                 if let Some(c) = container {
@@ -421,7 +466,7 @@ impl Reconciler {
         if let Some(c) = &container
             && c.running
             && matches!(instance.state, InstanceState::Running { .. })
-            && c.labels.get(LABEL_SPEC_DIGEST) == Some(&instance.spec_digest)
+            && self.same_plan(c, instance, &instance.volumes)
         {
             // Converged: only the network views can have moved (a link, a new worktree key),
             // or the container was swapped behind berth's back (its evidence is not for it).
@@ -488,8 +533,8 @@ impl Reconciler {
         }
 
         let container = match container {
-            Some(c) if c.labels.get(LABEL_SPEC_DIGEST) != Some(&instance.spec_digest) => {
-                // A changed spec: replace the container, keep every volume.
+            Some(c) if !self.same_plan(&c, instance, &obs.volumes) => {
+                // A change that reaches the container: replace it, keep every volume.
                 runtime
                     .stop_container(&c.id, self.inner.config.stop_timeout)
                     .await?;
@@ -501,7 +546,11 @@ impl Reconciler {
         let container = match container {
             Some(c) => c,
             None => {
-                let plan = self.plan_container(instance, &obs.volumes, &network, labels);
+                let aliases = self
+                    .desired_networks(instance)?
+                    .remove(&network)
+                    .unwrap_or_default();
+                let plan = self.plan_container(instance, &obs.volumes, &network, aliases, labels);
                 match runtime.create_container(&plan).await {
                     Ok(_) => {}
                     // Made by a reconcile that crashed before it could record it: look again.
@@ -560,6 +609,25 @@ impl Reconciler {
                         "the container cannot start; replacing it");
                     runtime.remove_container(&container.id).await?;
                 }
+                if matches!(e, RuntimeError::Unavailable(_) | RuntimeError::NotFound(_)) {
+                    // The engine itself is away, or the container is being replaced: neither
+                    // says anything about this spec.
+                    return Err(e.into());
+                }
+                let failures = self.with_start(&instance.id, |s| {
+                    s.start_failures += 1;
+                    s.start_failures
+                });
+                if failures >= START_ATTEMPTS {
+                    self.forget_start(&instance.id);
+                    let message = format!(
+                        "the engine could not start the container {} times: {e}; change the \
+                         spec (a mount path that is a file in the image, for one) and up again",
+                        failures
+                    );
+                    self.fail(instance, message)?;
+                    return Ok(Next::Done);
+                }
                 return Err(e.into());
             }
             // Prove what runs before saying it starts: fail closed on anything unverified.
@@ -576,7 +644,7 @@ impl Reconciler {
             obs.state = InstanceState::Starting { since: now };
             obs.started_at = Some(now);
             self.inner.store.record_observation(&obs)?;
-            self.with_key(&instance.id, |s| s.probe_interval = PROBE_INTERVAL_MIN);
+            self.with_start(&instance.id, |s| s.probe_interval = PROBE_INTERVAL_MIN);
             self.probe_on_output(instance, &container.id, &network);
             return Ok(Next::After(Duration::ZERO));
         }
@@ -606,6 +674,7 @@ impl Reconciler {
                     )
                     .await?;
                 if ready {
+                    self.forget_start(&instance.id);
                     obs.state = InstanceState::Running {
                         since: Timestamp::now(),
                     };
@@ -628,7 +697,7 @@ impl Reconciler {
                     return Ok(Next::Done);
                 }
                 self.inner.store.record_observation(&obs)?;
-                let interval = self.with_key(&instance.id, |s| {
+                let interval = self.with_start(&instance.id, |s| {
                     let current = s.probe_interval.max(PROBE_INTERVAL_MIN);
                     s.probe_interval = (current * 2).min(PROBE_INTERVAL_MAX);
                     current
@@ -647,7 +716,7 @@ impl Reconciler {
                         .or(Some(now));
                 }
                 self.inner.store.record_observation(&obs)?;
-                self.with_key(&instance.id, |s| s.probe_interval = PROBE_INTERVAL_MIN);
+                self.with_start(&instance.id, |s| s.probe_interval = PROBE_INTERVAL_MIN);
                 self.probe_on_output(instance, &container.id, &network);
                 Ok(Next::After(Duration::ZERO))
             }
@@ -669,7 +738,7 @@ impl Reconciler {
             return;
         }
         let id = instance.id.clone();
-        let already = self.with_key(&id, |s| std::mem::replace(&mut s.watching_output, true));
+        let already = self.with_start(&id, |s| std::mem::replace(&mut s.watching_output, true));
         if already {
             return;
         }
@@ -713,16 +782,14 @@ impl Reconciler {
                 }
                 tokio::time::sleep(OUTPUT_PROBE_GAP).await;
             }
-            this.with_key(&id, |s| s.watching_output = false);
+            this.with_start(&id, |s| s.watching_output = false);
         });
     }
 
     /// Stops and removes an instance's container now and records it archived. Used by archive,
     /// which must answer with the instance as archived.
     pub async fn teardown(&self, id: &InstanceId) -> Result<Option<Instance>, RuntimeError> {
-        let lock = self.lock_for(id);
-        let _held = lock.lock().await;
-        match self.reconcile(id).await {
+        match self.reconcile_exclusive(id).await {
             Ok(_) => {}
             Err(ReconcileError::Runtime(e)) => return Err(e),
             Err(ReconcileError::Store(e)) => return Err(RuntimeError::Engine(e.to_string())),
@@ -874,6 +941,7 @@ impl Reconciler {
     }
 
     fn fail(&self, instance: &Instance, message: String) -> Result<(), StoreError> {
+        self.forget_start(&instance.id);
         tracing::warn!(instance = %instance.id, key = %instance.key, %message, "instance failed");
         let mut obs = Observation::of(instance);
         obs.observed_at = Timestamp::now();
@@ -964,7 +1032,7 @@ impl Reconciler {
             .map_or("unverified", MismatchReason::as_str);
         if evidence.mismatch_reason == Some(MismatchReason::ContainerInspectionUnavailable) {
             // The container vanished under berth: look again, which recreates it.
-            return Ok(Some(Next::After(ERROR_BACKOFF)));
+            return Ok(Some(Next::After(self.inner.config.queue.error_backoff)));
         }
         self.inner
             .runtime
@@ -1023,16 +1091,12 @@ impl Reconciler {
         instance: &Instance,
         volumes: &[InstanceVolume],
         network: &str,
+        aliases: Vec<String>,
         mut labels: Labels,
     ) -> ContainerPlan {
         labels.insert(LABEL_SPEC_DIGEST.to_owned(), instance.spec_digest.clone());
         let spec = &instance.spec;
-        let aliases = self
-            .desired_networks(instance)
-            .ok()
-            .and_then(|mut n| n.remove(network))
-            .unwrap_or_default();
-        ContainerPlan {
+        let mut plan = ContainerPlan {
             name: self.container_name(instance),
             image: spec.image.as_str().to_owned(),
             command: spec.command.clone(),
@@ -1050,6 +1114,26 @@ impl Reconciler {
             aliases,
             labels,
             stop_timeout: self.inner.config.stop_timeout,
+        };
+        plan.labels
+            .insert(LABEL_PLAN_DIGEST.to_owned(), plan.digest());
+        plan
+    }
+
+    /// Whether `container` was created from the plan `instance` with `volumes` makes now. A
+    /// container made before plans were labelled is judged by its spec digest, as it was then.
+    fn same_plan(
+        &self,
+        container: &ContainerFacts,
+        instance: &Instance,
+        volumes: &[InstanceVolume],
+    ) -> bool {
+        match container.labels.get(LABEL_PLAN_DIGEST) {
+            Some(made) => {
+                let plan = self.plan_container(instance, volumes, "", Vec::new(), Labels::new());
+                plan.labels.get(LABEL_PLAN_DIGEST) == Some(made)
+            }
+            None => container.labels.get(LABEL_SPEC_DIGEST) == Some(&instance.spec_digest),
         }
     }
 }
@@ -1093,26 +1177,5 @@ fn describe_ready(ready: &Ready) -> String {
         Ready::Exec { argv, .. } => {
             format!("an exec of {}", argv.first().map_or("", String::as_str))
         }
-    }
-}
-
-fn backoff(base: Duration, max: Duration, attempts: u32) -> Duration {
-    let factor = 2u32.saturating_pow(attempts.saturating_sub(1).min(20));
-    base.saturating_mul(factor).min(max)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_from_its_base_to_its_ceiling() {
-        let s = Duration::from_secs;
-        assert_eq!(backoff(s(1), s(300), 1), s(1));
-        assert_eq!(backoff(s(1), s(300), 2), s(2));
-        assert_eq!(backoff(s(1), s(300), 5), s(16));
-        assert_eq!(backoff(s(1), s(300), 9), s(256));
-        assert_eq!(backoff(s(1), s(300), 10), s(300));
-        assert_eq!(backoff(s(1), s(300), u32::MAX), s(300));
     }
 }

@@ -31,6 +31,9 @@ pub const LABEL_INSTANCE: &str = "berth.instance";
 pub const LABEL_KEY: &str = "berth.key";
 /// The specDigest a container was created from.
 pub const LABEL_SPEC_DIGEST: &str = "berth.spec-digest";
+/// The digest of the plan a container was created from ([`ContainerPlan::digest`]): a container
+/// is replaced exactly when this differs.
+pub const LABEL_PLAN_DIGEST: &str = "berth.plan-digest";
 /// A volume's name in its instance's spec.
 pub const LABEL_VOLUME: &str = "berth.volume";
 
@@ -137,6 +140,35 @@ pub struct ContainerPlan {
     pub stop_timeout: Duration,
 }
 
+/// The version of the way berth turns a plan into a container. Bump it when the runtime starts
+/// making containers differently (another hardening option, say): every container of an older
+/// version is then replaced once.
+pub const PLAN_VERSION: u32 = 1;
+
+impl ContainerPlan {
+    /// `v<PLAN_VERSION>:sha256:<hex>` of what the container receives: image, command, env,
+    /// mounts, limits and stop timeout. Its name, network, aliases and labels are left out: the
+    /// name follows the key, networks are attached and detached in place, and labels carry the
+    /// spec's digest, which moves with changes (the idle time, the ready check) that never
+    /// reach the container.
+    pub fn digest(&self) -> String {
+        let value = serde_json::json!({
+            "image": self.image,
+            "command": self.command,
+            "env": self.env,
+            "mounts": self.mounts.iter().map(|m| [&m.volume, &m.path]).collect::<Vec<_>>(),
+            "nanoCpus": self.nano_cpus,
+            "memoryBytes": self.memory_bytes,
+            "stopTimeoutMs": u64::try_from(self.stop_timeout.as_millis()).unwrap_or(u64::MAX),
+        });
+        let canonical = crate::spec::canonical_json(&value);
+        format!(
+            "v{PLAN_VERSION}:{}",
+            crate::image::Digest::of(canonical.as_bytes())
+        )
+    }
+}
+
 /// What berth needs to know of an existing container.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ContainerFacts {
@@ -164,6 +196,21 @@ pub struct ContainerFacts {
     pub config_image: String,
 }
 
+/// What happened to a container, in any engine's terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerChange {
+    /// It was created.
+    Created,
+    /// It started running.
+    Started,
+    /// Its process ended: on its own, stopped, killed or out of memory.
+    Ended,
+    /// It was removed.
+    Destroyed,
+    /// It got another name.
+    Renamed,
+}
+
 /// Something changed in the engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RuntimeEvent {
@@ -173,8 +220,8 @@ pub enum RuntimeEvent {
         name: String,
         /// Its labels.
         labels: Labels,
-        /// The engine's word for what happened (`start`, `die`, `destroy`).
-        action: String,
+        /// What happened to it.
+        change: ContainerChange,
     },
     /// Events may have been missed (the stream started or reconnected): look at everything.
     Resync,

@@ -156,7 +156,9 @@ impl Berth {
             )
         })?;
         tracing::info!(instance = %instance.id, key, digest = %instance.spec_digest, "up");
-        // Its alias or worktree key may have changed the domain's network views.
+        // A person's request cuts a back-off short; its alias or worktree key may have changed
+        // the domain's network views, so the others are looked at too.
+        reconciler.enqueue_now(&instance.id);
         reconciler.enqueue_domain(domain_id);
         Ok(instance.view())
     }
@@ -217,7 +219,7 @@ impl Berth {
             Ok(instance)
         })?;
         tracing::info!(instance = %instance.id, key, "stop");
-        reconciler.enqueue(&instance.id);
+        reconciler.enqueue_now(&instance.id);
         Ok(instance.view())
     }
 
@@ -317,11 +319,22 @@ impl Berth {
     ) -> Result<Vec<ArchivedVolume>, Error> {
         self.domain(owner, domain_id)?;
         let reconciler = self.require_runtime()?;
-        self.store
-            .write(|tx| tx.set_domain_state(domain_id, DomainState::Archived))?;
+        // The domain and every instance in it are archived in one transaction, so a crash
+        // before the containers go leaves nothing desired running: the reconciler removes them.
+        self.store.write(|tx| {
+            tx.set_domain_state(domain_id, DomainState::Archived)?;
+            let now = Timestamp::now();
+            for instance in tx.instances(domain_id, false)? {
+                tx.archive_desired(&instance.id, now)?;
+            }
+            Ok::<_, Error>(())
+        })?;
         tracing::info!(domain = %domain_id, "domain archive");
-        let live = self.store.read(|tx| tx.instances(domain_id, false))?;
-        for instance in live {
+        let all = self.store.read(|tx| tx.instances(domain_id, true))?;
+        for instance in all
+            .into_iter()
+            .filter(|i| !matches!(i.state, InstanceState::Archived { .. }))
+        {
             self.archive_one(reconciler, instance).await?;
         }
         reconciler.release_domain(domain_id).await;
@@ -439,7 +452,7 @@ impl Berth {
         if let Some(id) = enqueue {
             tracing::info!(instance = %id, key, from = %view.from_spec_digest,
                 to = %view.to_spec_digest, "rollback");
-            reconciler.enqueue(&id);
+            reconciler.enqueue_now(&id);
         }
         Ok(view)
     }
@@ -641,6 +654,19 @@ fn apply_up(
             if cause == UpCause::Person || !person_stop {
                 instance.desired = Desired::Running;
                 instance.stop_reason = None;
+            }
+            if instance.desired == Desired::Running
+                && !before.spec.same_container(&instance.spec)
+                && matches!(
+                    instance.state,
+                    InstanceState::Running { .. } | InstanceState::Starting { .. }
+                )
+            {
+                // The container of the old spec still serves until it is replaced: the new spec
+                // is not running until a container of it is ready.
+                instance.state = InstanceState::Starting {
+                    since: Timestamp::now(),
+                };
             }
             if instance.desired == Desired::Running
                 && (matches!(instance.state, InstanceState::Failed { .. })

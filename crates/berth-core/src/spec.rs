@@ -165,6 +165,16 @@ impl Spec {
         Digest::of(self.canonical_json().as_bytes())
     }
 
+    /// True when `other` gives the container the same things (image, command, env, volumes,
+    /// limits): a change of anything else (alias, idle time, ready check) never replaces it.
+    pub fn same_container(&self, other: &Spec) -> bool {
+        self.image == other.image
+            && self.command == other.command
+            && self.env == other.env
+            && self.volumes == other.volumes
+            && self.limits == other.limits
+    }
+
     /// The spec as JSON with every object's keys sorted and no whitespace.
     pub fn canonical_json(&self) -> String {
         let value = serde_json::to_value(self).expect("a spec always serialises");

@@ -492,6 +492,35 @@ impl Tx<'_> {
         .collect()
     }
 
+    /// Archives every instance of an archived domain that is not archived yet: a domain archive
+    /// that a crash cut short is finished here (its containers go on their next reconcile).
+    /// Returns how many it archived.
+    pub fn finish_domain_archives(&self) -> Result<usize, StoreError> {
+        let ids: Vec<InstanceId> = {
+            let mut stmt = self.0.prepare_cached(
+                "SELECT i.id FROM instances i JOIN domains d ON d.id = i.domain_id
+                 WHERE d.state = 'archived' AND i.desired != 'archived'",
+            )?;
+            let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+            rows.filter_map(|r| r.ok().and_then(|id| InstanceId::parse(&id)))
+                .collect()
+        };
+        let now = Timestamp::now();
+        for id in &ids {
+            self.archive_desired(id, now)?;
+        }
+        Ok(ids.len())
+    }
+
+    /// Writes an instance desired `archived` (no stop reason) and ends its current release.
+    pub fn archive_desired(&self, id: &InstanceId, at: Timestamp) -> Result<(), StoreError> {
+        self.0.execute(
+            "UPDATE instances SET desired = 'archived', stop_reason = NULL WHERE id = ?1",
+            params![id.as_str()],
+        )?;
+        self.end_release(id, ReleaseEnd::Archived, at)
+    }
+
     /// The key of the live instance other than `key` that answers to `alias` for `worktree_key`.
     pub fn alias_holder(
         &self,

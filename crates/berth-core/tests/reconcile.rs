@@ -30,6 +30,13 @@ struct World {
     calls: Vec<String>,
     /// What a container's followed output gives, when a test feeds it.
     output: Option<mpsc::UnboundedReceiver<bytes::Bytes>>,
+    /// The next this many inspects panic, as a bug in a reconcile would.
+    panics: u32,
+    /// Every start fails, as the engine does for a mount path that is a file in the image.
+    start_error: Option<String>,
+    /// Inspects under way now, and the most seen at once.
+    inspecting: u32,
+    most_inspecting: u32,
 }
 
 #[derive(Clone, Default)]
@@ -134,7 +141,21 @@ impl Runtime for Fake {
             .collect())
     }
     async fn inspect_container(&self, name: &str) -> Result<Option<ContainerFacts>, RuntimeError> {
-        Ok(self.world().containers.get(name).cloned())
+        {
+            let mut w = self.world();
+            if w.panics > 0 {
+                w.panics -= 1;
+                drop(w);
+                panic!("an injected bug");
+            }
+            w.inspecting += 1;
+            w.most_inspecting = w.most_inspecting.max(w.inspecting);
+        }
+        // Let other reconciles run in between, as a real engine call would.
+        tokio::task::yield_now().await;
+        let mut w = self.world();
+        w.inspecting -= 1;
+        Ok(w.containers.get(name).cloned())
     }
     async fn create_container(&self, plan: &ContainerPlan) -> Result<String, RuntimeError> {
         let mut w = self.world();
@@ -160,6 +181,9 @@ impl Runtime for Fake {
     async fn start_container(&self, id: &str) -> Result<(), RuntimeError> {
         let mut w = self.world();
         w.calls.push(format!("start {id}"));
+        if let Some(e) = &w.start_error {
+            return Err(RuntimeError::Engine(e.clone()));
+        }
         let c = w
             .containers
             .get_mut(id)
@@ -720,6 +744,7 @@ async fn a_rollback_runs_the_previous_release_and_is_idempotent() {
 #[tokio::test(start_paused = true)]
 async fn output_from_a_starting_container_probes_it_at_once() {
     let s = setup();
+    s.reconciler.start();
     let (output, rx) = mpsc::unbounded_channel();
     s.fake.world().output = Some(rx);
     s.berth
@@ -732,6 +757,7 @@ async fn output_from_a_starting_container_probes_it_at_once() {
 #[tokio::test(start_paused = true)]
 async fn output_does_not_hurry_an_exec_ready_check() {
     let s = setup();
+    s.reconciler.start();
     let (output, rx) = mpsc::unbounded_channel();
     s.fake.world().output = Some(rx);
     let mut exec = spec();
@@ -772,4 +798,200 @@ async fn output_probe(
         InstanceState::Running { .. } => Ok(()),
         other => Err(other),
     }
+}
+
+/// Waits, on the paused clock, until `done` holds for the instance `db`.
+async fn until_state(s: &Setup, done: impl Fn(&InstanceState) -> bool) -> InstanceState {
+    for _ in 0..100_000 {
+        let state = state(s, "db");
+        if done(&state) {
+            return state;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("db never got there: {:?}", state(s, "db"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reconcile_that_panics_is_retried_and_the_instance_still_converges() {
+    let s = setup();
+    s.reconciler.start();
+    {
+        let mut w = s.fake.world();
+        w.ready = true;
+        w.panics = 2;
+    }
+    s.berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
+        .unwrap();
+    until_state(&s, |st| matches!(st, InstanceState::Running { .. })).await;
+    assert_eq!(
+        s.reconciler
+            .queue_stats()
+            .panics
+            .load(std::sync::atomic::Ordering::SeqCst),
+        2
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_thousand_enqueues_of_one_instance_never_reconcile_it_twice_at_once() {
+    let s = setup();
+    s.reconciler.start();
+    s.fake.world().ready = true;
+    let view = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
+        .unwrap();
+    let tasks = tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks();
+    for _ in 0..1000 {
+        s.reconciler.enqueue(&view.resource_instance_id);
+    }
+    let after = tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks();
+    assert!(
+        after <= tasks,
+        "{after} tasks alive after 1000 enqueues, {tasks} before"
+    );
+    until_state(&s, |st| matches!(st, InstanceState::Running { .. })).await;
+    for _ in 0..1000 {
+        s.reconciler.enqueue(&view.resource_instance_id);
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(s.fake.world().most_inspecting, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_container_that_never_starts_ends_failed_with_the_engines_reason_after_a_few_tries() {
+    let s = setup();
+    s.reconciler.start();
+    s.fake.world().start_error = Some("error mounting \"/data\": not a directory".to_owned());
+    s.berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    // Engine events about the failed starts arrive in a storm: none of them skips the back-off.
+    let id = s
+        .berth
+        .get("owner", &s.domain, "db")
+        .unwrap()
+        .resource_instance_id;
+    let storm = {
+        let reconciler = s.reconciler.clone();
+        tokio::spawn(async move {
+            loop {
+                reconciler.enqueue(&id);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+    };
+    let failed = until_state(&s, |st| matches!(st, InstanceState::Failed { .. })).await;
+    storm.abort();
+    let InstanceState::Failed { message, .. } = failed else {
+        unreachable!()
+    };
+    assert!(message.contains("not a directory"), "{message}");
+    let starts = s
+        .fake
+        .world()
+        .calls
+        .iter()
+        .filter(|c| c.starts_with("start "))
+        .count();
+    assert_eq!(starts, 5, "tried a bounded number of times");
+    // The back-off between tries held: 0.5 + 1 + 2 + 4 s.
+    assert!(started.elapsed() >= Duration::from_millis(7_500));
+
+    // It stays failed, whatever events come, until a person asks again.
+    for _ in 0..100 {
+        s.reconciler.enqueue(
+            &s.berth
+                .get("owner", &s.domain, "db")
+                .unwrap()
+                .resource_instance_id,
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let again = s
+        .fake
+        .world()
+        .calls
+        .iter()
+        .filter(|c| c.starts_with("start "))
+        .count();
+    assert_eq!(again, 5);
+    s.fake.world().start_error = None;
+    s.fake.world().ready = true;
+    s.berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
+        .unwrap();
+    until_state(&s, |st| matches!(st, InstanceState::Running { .. })).await;
+}
+
+#[tokio::test]
+async fn a_change_that_never_reaches_the_container_keeps_it() {
+    let s = setup();
+    s.fake.world().ready = true;
+    let view = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
+        .unwrap();
+    converge(&s, &view.resource_instance_id).await;
+    assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
+    let before = s
+        .fake
+        .world()
+        .containers
+        .values()
+        .next()
+        .unwrap()
+        .id
+        .clone();
+    let mut changed = spec();
+    changed["idleStopAfterSeconds"] = json!(3600);
+    changed["ready"] = json!({"kind": "exec", "argv": ["true"], "user": null});
+    let view = s
+        .berth
+        .up("owner", &s.domain, "db", &changed, UpCause::Person)
+        .unwrap();
+    assert!(
+        matches!(view.state, InstanceState::Running { .. }),
+        "{:?}",
+        view.state
+    );
+    converge(&s, &view.resource_instance_id).await;
+    {
+        let w = s.fake.world();
+        assert_eq!(w.containers.values().next().unwrap().id, before);
+        assert!(
+            !w.calls.iter().any(|c| c.starts_with("remove ")),
+            "{:?}",
+            w.calls
+        );
+    }
+
+    // One that does reach it replaces it, and is starting (not running) until the new one is
+    // ready.
+    let mut env = changed.clone();
+    env["env"] = json!({"A": "1"});
+    let view = s
+        .berth
+        .up("owner", &s.domain, "db", &env, UpCause::Person)
+        .unwrap();
+    assert!(
+        matches!(view.state, InstanceState::Starting { .. }),
+        "{:?}",
+        view.state
+    );
+    converge(&s, &view.resource_instance_id).await;
+    assert!(
+        s.fake
+            .world()
+            .calls
+            .iter()
+            .any(|c| c.starts_with("remove "))
+    );
 }

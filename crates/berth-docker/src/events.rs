@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use berth_core::runtime::{Labels, RuntimeEvent};
+use berth_core::runtime::{ContainerChange, Labels, RuntimeEvent};
 use bollard::Docker;
 use bollard::models::EventMessage;
 use bollard::query_parameters::EventsOptions;
@@ -120,9 +120,16 @@ fn convert(message: EventMessage) -> Option<RuntimeEvent> {
         .unwrap_or_default()
         .trim()
         .to_owned();
-    if action.is_empty() || action.starts_with("exec_") {
-        return None;
-    }
+    let change = match action.as_str() {
+        "create" => ContainerChange::Created,
+        "start" => ContainerChange::Started,
+        "die" | "stop" | "kill" | "oom" => ContainerChange::Ended,
+        "destroy" => ContainerChange::Destroyed,
+        "rename" => ContainerChange::Renamed,
+        // Exec events carry the command line; the rest (health, pause, attach) change nothing
+        // berth follows.
+        _ => return None,
+    };
     let attributes = message.actor?.attributes.unwrap_or_default();
     let name = attributes.get("name")?.clone();
     let labels: Labels = attributes
@@ -132,7 +139,7 @@ fn convert(message: EventMessage) -> Option<RuntimeEvent> {
     Some(RuntimeEvent::Container {
         name,
         labels,
-        action,
+        change,
     })
 }
 
@@ -173,20 +180,27 @@ mod tests {
             Some(RuntimeEvent::Container {
                 name: "p-c".to_owned(),
                 labels: Labels::from([("berth.prefix".to_owned(), "p".to_owned())]),
-                action: "die".to_owned(),
+                change: ContainerChange::Ended,
             })
         );
     }
 
     #[test]
-    fn exec_events_and_action_details_are_left_out() {
+    fn exec_and_unfollowed_events_are_left_out_and_the_rest_typed() {
         assert_eq!(
             convert(event("exec_start: sh -c secret", &[("name", "c")])),
             None
         );
-        assert!(matches!(
+        assert_eq!(
             convert(event("health_status: healthy", &[("name", "c")])),
-            Some(RuntimeEvent::Container { action, .. }) if action == "health_status"
+            None
+        );
+        assert!(matches!(
+            convert(event("oom", &[("name", "c")])),
+            Some(RuntimeEvent::Container {
+                change: ContainerChange::Ended,
+                ..
+            })
         ));
     }
 

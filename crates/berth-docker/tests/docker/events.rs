@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use berth_core::runtime::{LABEL_PREFIX, Runtime, RuntimeEvent};
+use berth_core::runtime::{ContainerChange, LABEL_PREFIX, Runtime, RuntimeEvent};
 
 use crate::common::{self, Scope};
 
@@ -29,7 +29,7 @@ async fn watch_sends_resync_then_the_lifecycle_events_of_a_container() {
     rt.start_container(&id).await.expect("it starts");
 
     // Other tests' containers share the prefix: follow this one by name.
-    let mut next = async |wanted: &[&str]| loop {
+    let mut next = async |wanted: &[ContainerChange]| loop {
         let event = tokio::time::timeout(Duration::from_secs(15), events.recv())
             .await
             .unwrap_or_else(|_| panic!("no {wanted:?} event within 15 s"))
@@ -37,7 +37,7 @@ async fn watch_sends_resync_then_the_lifecycle_events_of_a_container() {
         if let RuntimeEvent::Container {
             name,
             labels,
-            action,
+            change,
         } = event
             && name == plan.name
         {
@@ -46,16 +46,21 @@ async fn watch_sends_resync_then_the_lifecycle_events_of_a_container() {
                 Some(common::prefix())
             );
             assert_eq!(labels.get("name"), None, "engine attributes are not labels");
-            if wanted.contains(&action.as_str()) {
-                return action;
+            if wanted.contains(&change) {
+                return change;
             }
         }
     };
-    assert_eq!(next(&["start"]).await, "start");
+    assert_eq!(
+        next(&[ContainerChange::Started]).await,
+        ContainerChange::Started
+    );
     rt.remove_container(&id).await.expect("it is removed");
-    let ended = next(&["die", "destroy"]).await;
-    assert!(ended == "die" || ended == "destroy");
-    if ended == "die" {
-        assert_eq!(next(&["destroy"]).await, "destroy");
+    let ended = next(&[ContainerChange::Ended, ContainerChange::Destroyed]).await;
+    if ended == ContainerChange::Ended {
+        assert_eq!(
+            next(&[ContainerChange::Destroyed]).await,
+            ContainerChange::Destroyed
+        );
     }
 }
