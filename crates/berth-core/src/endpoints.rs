@@ -65,10 +65,12 @@ impl Reconciler {
         instance: &Instance,
         ports: &BTreeSet<u16>,
     ) -> Result<(), StoreError> {
+        let id = instance.id.clone();
         let known: BTreeSet<u16> = self
             .inner
             .store
-            .read(|tx| tx.endpoints(&instance.id))?
+            .read(move |tx| tx.endpoints(&id))
+            .await?
             .into_iter()
             .map(|(port, _)| port)
             .collect();
@@ -88,10 +90,12 @@ impl Reconciler {
                 Ok(a) => a.port(),
                 Err(_) => continue,
             };
+            let id = instance.id.clone();
             if self
                 .inner
                 .store
-                .write(|tx| tx.insert_endpoint(&instance.id, port, host_port))?
+                .write(move |tx| tx.insert_endpoint(&id, port, host_port))
+                .await?
             {
                 tracing::info!(instance = %instance.id, key = %instance.key, port, host_port, "host endpoint");
                 self.serve_endpoint(instance.id.clone(), port, listener);
@@ -102,7 +106,7 @@ impl Reconciler {
 
     /// Listens again on every stored endpoint (at start).
     pub(crate) async fn open_stored_endpoints(&self) {
-        let endpoints = match self.inner.store.read(|tx| tx.live_endpoints()) {
+        let endpoints = match self.inner.store.read(|tx| tx.live_endpoints()).await {
             Ok(e) => e,
             Err(e) => {
                 tracing::error!(error = %e, "could not read the endpoints");
@@ -119,11 +123,13 @@ impl Reconciler {
     }
 
     /// An instance's endpoints.
-    pub fn endpoints_of(&self, id: &InstanceId) -> Result<Vec<EndpointView>, StoreError> {
+    pub async fn endpoints_of(&self, id: &InstanceId) -> Result<Vec<EndpointView>, StoreError> {
+        let id = id.clone();
         Ok(self
             .inner
             .store
-            .read(|tx| tx.endpoints(id))?
+            .read(move |tx| tx.endpoints(&id))
+            .await?
             .into_iter()
             .map(|(port, host_port)| EndpointView {
                 port,
@@ -155,11 +161,15 @@ impl Reconciler {
     }
 
     /// Closes an archived instance's endpoints and frees their ports.
-    pub(crate) fn close_endpoints(&self, id: &InstanceId) -> Result<(), StoreError> {
+    pub(crate) async fn close_endpoints(&self, id: &InstanceId) -> Result<(), StoreError> {
         if let Some(handles) = self.listeners().remove(id) {
             handles.iter().for_each(tokio::task::JoinHandle::abort);
         }
-        self.inner.store.write(|tx| tx.delete_endpoints(id))
+        let id = id.clone();
+        self.inner
+            .store
+            .write(move |tx| tx.delete_endpoints(&id))
+            .await
     }
 
     /// One proxied connection: wake the instance if it may be woken, wait for it, then copy
@@ -211,7 +221,7 @@ impl Reconciler {
             tokio::time::Instant::now() + self.inner.config.ready_timeout + Duration::from_secs(30);
         let mut woke = false;
         loop {
-            let instance = self.inner.store.read(|tx| tx.instance_by_id(id)).ok()??;
+            let instance = self.inner.store.instance_by_id(id)?;
             match (&instance.desired, &instance.state) {
                 (Desired::Archived, _) => return None,
                 (Desired::Stopped, _)
@@ -227,7 +237,7 @@ impl Reconciler {
                 }
                 (Desired::Stopped, _) if !woke => {
                     woke = true;
-                    if !self.wake_for_use(id).ok()? {
+                    if !self.wake_for_use(id).await.ok()? {
                         return None;
                     }
                 }
@@ -242,24 +252,28 @@ impl Reconciler {
     }
 
     /// A `use` wake: desired running again unless a person stopped it. True when it will run.
-    pub(crate) fn wake_for_use(&self, id: &InstanceId) -> Result<bool, StoreError> {
-        let woken = self.inner.store.write(|tx| {
-            let Some(mut instance) = tx.instance_by_id(id)? else {
-                return Ok(false);
-            };
-            match (&instance.desired, &instance.stop_reason) {
-                (Desired::Running, _) => Ok(true),
-                (Desired::Stopped, Some(StopReason::Person { .. })) | (Desired::Archived, _) => {
-                    Ok(false)
+    pub(crate) async fn wake_for_use(&self, id: &InstanceId) -> Result<bool, StoreError> {
+        let wake = id.clone();
+        let woken = self
+            .inner
+            .store
+            .write(move |tx| {
+                let Some(mut instance) = tx.instance_by_id(&wake)? else {
+                    return Ok(false);
+                };
+                match (&instance.desired, &instance.stop_reason) {
+                    (Desired::Running, _) => Ok(true),
+                    (Desired::Stopped, Some(StopReason::Person { .. }))
+                    | (Desired::Archived, _) => Ok(false),
+                    (Desired::Stopped, _) => {
+                        instance.desired = Desired::Running;
+                        instance.stop_reason = None;
+                        tx.save_desired(&instance)?;
+                        Ok::<_, StoreError>(true)
+                    }
                 }
-                (Desired::Stopped, _) => {
-                    instance.desired = Desired::Running;
-                    instance.stop_reason = None;
-                    tx.save_desired(&instance)?;
-                    Ok::<_, StoreError>(true)
-                }
-            }
-        })?;
+            })
+            .await?;
         if woken {
             tracing::info!(instance = %id, "woken by a connection");
             self.enqueue(id);

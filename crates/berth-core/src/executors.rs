@@ -114,10 +114,13 @@ impl Reconciler {
     /// its networks, so nothing of the domain is left on the engine but its volumes.
     pub async fn release_domain(&self, domain: &crate::ids::DomainId) {
         let prefix = self.inner.config.prefix.clone();
-        let (instances, workspaces) = match self
+        let instances = self.inner.store.instances(domain, true);
+        let linked = domain.clone();
+        let workspaces = match self
             .inner
             .store
-            .read(|tx| Ok((tx.instances(domain, true)?, tx.linked_workspaces(domain)?)))
+            .read(move |tx| tx.linked_workspaces(&linked))
+            .await
         {
             Ok(found) => found,
             Err(e) => {
@@ -138,7 +141,12 @@ impl Reconciler {
             let mut unlinked = w.clone();
             unlinked.domain_id = None;
             unlinked.worktree_key = None;
-            if let Err(e) = self.inner.store.write(|tx| tx.put_workspace(&unlinked)) {
+            if let Err(e) = self
+                .inner
+                .store
+                .write(move |tx| tx.put_workspace(&unlinked))
+                .await
+            {
                 tracing::error!(workspace = %w.id, error = %e, "could not unlink a workspace");
             }
         }
@@ -155,10 +163,13 @@ impl Reconciler {
     /// small address pool, and worktrees come and go.
     pub async fn prune_view(&self, domain: &crate::ids::DomainId, key: &str) {
         let prefix = self.inner.config.prefix.clone();
-        let (instances, workspaces) = match self
+        let instances = self.inner.store.instances(domain, false);
+        let linked = domain.clone();
+        let workspaces = match self
             .inner
             .store
-            .read(|tx| Ok((tx.instances(domain, false)?, tx.linked_workspaces(domain)?)))
+            .read(move |tx| tx.linked_workspaces(&linked))
+            .await
         {
             Ok(found) => found,
             Err(e) => {
@@ -192,7 +203,7 @@ impl Reconciler {
 
     /// Attaches every linked workspace again: catches what missed events would have told.
     pub(crate) async fn reattach_workspaces(&self) {
-        let workspaces = match self.inner.store.read(|tx| tx.all_linked_workspaces()) {
+        let workspaces = match self.inner.store.read(|tx| tx.all_linked_workspaces()).await {
             Ok(w) => w,
             Err(e) => {
                 tracing::error!(error = %e, "could not read the linked workspaces");
@@ -223,7 +234,8 @@ impl Reconciler {
             }
             // A renamed container may now carry a linked workspace's name.
             ContainerChange::Started | ContainerChange::Created | ContainerChange::Renamed => {
-                let workspaces = match self.inner.store.read(|tx| tx.all_linked_workspaces()) {
+                let workspaces = match self.inner.store.read(|tx| tx.all_linked_workspaces()).await
+                {
                     Ok(w) => w,
                     Err(_) => return,
                 };

@@ -27,42 +27,46 @@ impl Reconciler {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            if let Err(e) = self.idle_tick(Timestamp::now()) {
+            if let Err(e) = self.idle_tick(Timestamp::now()).await {
                 tracing::error!(error = %e, "idle accounting could not read the store");
             }
         }
     }
 
     /// Counts reach for every running instance once, stopping those idle too long.
-    pub fn idle_tick(&self, now: Timestamp) -> Result<(), StoreError> {
-        let store = &self.inner.store;
-        let instances = store.read(|tx| tx.running_instances())?;
+    pub async fn idle_tick(&self, now: Timestamp) -> Result<(), StoreError> {
+        let instances = self.inner.store.running_instances();
         if instances.is_empty() {
             return Ok(());
         }
-        let domains: HashSet<&DomainId> = instances.iter().map(|i| &i.domain_id).collect();
-        let mut live_keys: BTreeMap<&DomainId, Vec<Option<String>>> = BTreeMap::new();
+        let domains: HashSet<DomainId> = instances.iter().map(|i| i.domain_id.clone()).collect();
         let running_executors: HashSet<String> = self
             .executors()
             .values()
             .filter(|e| e.running)
             .map(|e| e.workspace.clone())
             .collect();
-        for domain in domains {
-            let workspaces: Vec<Workspace> = store.read(|tx| tx.linked_workspaces(domain))?;
-            let mut keys = Vec::new();
-            for w in workspaces {
-                let live = running_executors.contains(&w.id)
-                    || store
-                        .read(|tx| tx.leases(&w.id))?
-                        .iter()
-                        .any(|l| l.expires_at > now);
-                if live {
-                    keys.push(w.worktree_key);
+        // One read for every domain: its linked workspaces that have a live executor.
+        let live_keys: BTreeMap<DomainId, Vec<Option<String>>> = self
+            .inner
+            .store
+            .read(move |tx| {
+                let mut live_keys = BTreeMap::new();
+                for domain in domains {
+                    let workspaces: Vec<Workspace> = tx.linked_workspaces(&domain)?;
+                    let mut keys = Vec::new();
+                    for w in workspaces {
+                        let live = running_executors.contains(&w.id)
+                            || tx.leases(&w.id)?.iter().any(|l| l.expires_at > now);
+                        if live {
+                            keys.push(w.worktree_key);
+                        }
+                    }
+                    live_keys.insert(domain, keys);
                 }
-            }
-            live_keys.insert(domain, keys);
-        }
+                Ok(live_keys)
+            })
+            .await?;
         for instance in &instances {
             let InstanceState::Running { since } = instance.state else {
                 continue;
@@ -73,12 +77,12 @@ impl Reconciler {
                         instance.spec.worktree_key.is_none() || *k == instance.spec.worktree_key
                     })
                 });
-            self.account(instance, since, reached, now)?;
+            self.account(instance, since, reached, now).await?;
         }
         Ok(())
     }
 
-    fn account(
+    async fn account(
         &self,
         instance: &Instance,
         since: Timestamp,
@@ -90,7 +94,8 @@ impl Reconciler {
         if reached {
             self.last_reached().insert(instance.id.clone(), now);
             if stored.is_none_or(|t| now.since(t) >= PERSIST_EVERY) {
-                store.write(|tx| tx.set_last_reached(&instance.id, now))?;
+                let id = instance.id.clone();
+                store.write(move |tx| tx.set_last_reached(&id, now)).await?;
             }
             return Ok(());
         }
@@ -99,7 +104,8 @@ impl Reconciler {
             && stored.is_none_or(|t| r > t)
         {
             // Reach just ended: store exactly when it was last seen.
-            store.write(|tx| tx.set_last_reached(&instance.id, r))?;
+            let id = instance.id.clone();
+            store.write(move |tx| tx.set_last_reached(&id, r)).await?;
         }
         let clock = [Some(since), stored, remembered]
             .into_iter()
@@ -110,18 +116,21 @@ impl Reconciler {
         if now.since(clock) < idle_for {
             return Ok(());
         }
-        let stopped = store.write(|tx| {
-            let Some(mut current) = tx.instance_by_id(&instance.id)? else {
-                return Ok(false);
-            };
-            if current.desired != Desired::Running {
-                return Ok(false);
-            }
-            current.desired = Desired::Stopped;
-            current.stop_reason = Some(StopReason::Idle);
-            tx.save_desired(&current)?;
-            Ok::<_, StoreError>(true)
-        })?;
+        let id = instance.id.clone();
+        let stopped = store
+            .write(move |tx| {
+                let Some(mut current) = tx.instance_by_id(&id)? else {
+                    return Ok(false);
+                };
+                if current.desired != Desired::Running {
+                    return Ok(false);
+                }
+                current.desired = Desired::Stopped;
+                current.stop_reason = Some(StopReason::Idle);
+                tx.save_desired(&current)?;
+                Ok::<_, StoreError>(true)
+            })
+            .await?;
         if stopped {
             tracing::info!(instance = %instance.id, key = %instance.key, idle = ?idle_for, "stopping an idle instance");
             self.last_reached().remove(&instance.id);

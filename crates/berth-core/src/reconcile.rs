@@ -298,16 +298,15 @@ impl Reconciler {
     /// Enqueues every live instance, and removes containers of this berth whose instance is
     /// unknown or archived (never a volume).
     pub async fn resync(&self) {
-        if let Err(e) = self.inner.store.write(|tx| tx.finish_domain_archives()) {
+        if let Err(e) = self
+            .inner
+            .store
+            .write(|tx| tx.finish_domain_archives())
+            .await
+        {
             tracing::error!(error = %e, "resync could not finish interrupted domain archives");
         }
-        let ids = match self.inner.store.read(|tx| tx.live_instance_ids()) {
-            Ok(ids) => ids,
-            Err(e) => {
-                tracing::error!(error = %e, "resync could not read the store");
-                return;
-            }
-        };
+        let ids = self.inner.store.live_instance_ids();
         for id in &ids {
             self.enqueue(id);
         }
@@ -388,7 +387,7 @@ impl Reconciler {
 
     /// Looks at one instance and takes the steps that converge it.
     pub async fn reconcile(&self, id: &InstanceId) -> Result<Next, ReconcileError> {
-        let Some(instance) = self.inner.store.read(|tx| tx.instance_by_id(id))? else {
+        let Some(instance) = self.inner.store.instance_by_id(id) else {
             self.forget_start(id);
             return self.remove_orphan(id).await;
         };
@@ -402,7 +401,7 @@ impl Reconciler {
                 "a container named {name} exists that berth did not create for this instance; \
                  berth will not adopt it: remove or rename it, then up again"
             );
-            self.fail(&instance, message)?;
+            self.fail(&instance, message).await?;
             return Ok(Next::Done);
         }
         let mut obs = Observation::of(&instance);
@@ -423,8 +422,8 @@ impl Reconciler {
                         at: obs.observed_at,
                     };
                 }
-                self.close_endpoints(&instance.id)?;
-                self.inner.store.record_observation(&obs)?;
+                self.close_endpoints(&instance.id).await?;
+                self.inner.store.record_observation(&obs).await?;
                 Ok(Next::Done)
             }
             Desired::Stopped => {
@@ -443,7 +442,7 @@ impl Reconciler {
                         reason,
                     };
                 }
-                self.inner.store.record_observation(&obs)?;
+                self.inner.store.record_observation(&obs).await?;
                 Ok(Next::Done)
             }
             Desired::Running => self.converge_running(&instance, container, obs).await,
@@ -474,7 +473,7 @@ impl Reconciler {
                 return Ok(next);
             }
             self.ensure_attachments(instance, c).await?;
-            self.inner.store.record_observation(&obs)?;
+            self.inner.store.record_observation(&obs).await?;
             return Ok(Next::Done);
         }
 
@@ -488,12 +487,15 @@ impl Reconciler {
                     &message,
                     Timestamp::now(),
                 );
-                self.inner.store.record_evidence(&instance.id, &evidence)?;
-                self.fail(instance, message)?;
+                self.inner
+                    .store
+                    .record_evidence(&instance.id, &evidence)
+                    .await?;
+                self.fail(instance, message).await?;
                 return Ok(Next::Done);
             }
             Err(e @ RuntimeError::Foreign(_)) => {
-                self.fail(instance, e.to_string())?;
+                self.fail(instance, e.to_string()).await?;
                 return Ok(Next::Done);
             }
             Err(e) => return Err(e.into()),
@@ -503,7 +505,8 @@ impl Reconciler {
             // Listed before they are made, so a crash in between leaves none unlisted.
             self.inner
                 .store
-                .record_volumes(&instance.id, &obs.volumes)?;
+                .record_volumes(&instance.id, &obs.volumes)
+                .await?;
         }
         let ports = Self::service_ports(instance, &image.exposed_tcp_ports);
         self.ensure_endpoints(instance, &ports).await?;
@@ -517,7 +520,7 @@ impl Reconciler {
             {
                 Ok(()) => {}
                 Err(e @ RuntimeError::Foreign(_)) => {
-                    self.fail(instance, e.to_string())?;
+                    self.fail(instance, e.to_string()).await?;
                     return Ok(Next::Done);
                 }
                 Err(e) => return Err(e.into()),
@@ -526,7 +529,7 @@ impl Reconciler {
         let network = self.primary_network(instance);
         if let Err(e) = self.ensure_network(&network, &instance.domain_id).await {
             if let RuntimeError::Foreign(message) = e {
-                self.fail(instance, message)?;
+                self.fail(instance, message).await?;
                 return Ok(Next::Done);
             }
             return Err(e.into());
@@ -547,7 +550,8 @@ impl Reconciler {
             Some(c) => c,
             None => {
                 let aliases = self
-                    .desired_networks(instance)?
+                    .desired_networks(instance)
+                    .await?
                     .remove(&network)
                     .unwrap_or_default();
                 let plan = self.plan_container(instance, &obs.volumes, &network, aliases, labels);
@@ -589,7 +593,7 @@ impl Reconciler {
                     at: finished,
                     exit_code: container.exit_code,
                 };
-                self.inner.store.record_observation(&obs)?;
+                self.inner.store.record_observation(&obs).await?;
                 tracing::info!(instance = %instance.id, key = %instance.key, exit_code = ?container.exit_code,
                     restarts = obs.restart_count, "instance exited; restarting after back-off");
                 return Ok(Next::After(self.restart_wait(obs.restart_count)));
@@ -597,7 +601,7 @@ impl Reconciler {
             if let InstanceState::Exited { at, .. } = instance.state {
                 let due = at.plus(self.restart_wait(instance.restart_count));
                 if now < due {
-                    self.inner.store.record_observation(&obs)?;
+                    self.inner.store.record_observation(&obs).await?;
                     return Ok(Next::After(due.since(now)));
                 }
             }
@@ -625,7 +629,7 @@ impl Reconciler {
                          spec (a mount path that is a file in the image, for one) and up again",
                         failures
                     );
-                    self.fail(instance, message)?;
+                    self.fail(instance, message).await?;
                     return Ok(Next::Done);
                 }
                 return Err(e.into());
@@ -640,10 +644,10 @@ impl Reconciler {
             {
                 return Ok(next);
             }
-            self.inner.store.record_release_start(instance, now)?;
+            self.inner.store.record_release_start(instance, now).await?;
             obs.state = InstanceState::Starting { since: now };
             obs.started_at = Some(now);
-            self.inner.store.record_observation(&obs)?;
+            self.inner.store.record_observation(&obs).await?;
             self.with_start(&instance.id, |s| s.probe_interval = PROBE_INTERVAL_MIN);
             self.probe_on_output(instance, &container.id, &network);
             return Ok(Next::After(Duration::ZERO));
@@ -660,7 +664,7 @@ impl Reconciler {
 
         match instance.state {
             InstanceState::Running { .. } => {
-                self.inner.store.record_observation(&obs)?;
+                self.inner.store.record_observation(&obs).await?;
                 Ok(Next::Done)
             }
             InstanceState::Starting { since } => {
@@ -678,7 +682,7 @@ impl Reconciler {
                     obs.state = InstanceState::Running {
                         since: Timestamp::now(),
                     };
-                    self.inner.store.record_observation(&obs)?;
+                    self.inner.store.record_observation(&obs).await?;
                     tracing::info!(instance = %instance.id, key = %instance.key, "instance running");
                     return Ok(Next::Done);
                 }
@@ -693,10 +697,10 @@ impl Reconciler {
                         humantime::format_duration(self.inner.config.ready_timeout),
                         container.name
                     );
-                    self.fail(instance, message)?;
+                    self.fail(instance, message).await?;
                     return Ok(Next::Done);
                 }
-                self.inner.store.record_observation(&obs)?;
+                self.inner.store.record_observation(&obs).await?;
                 let interval = self.with_start(&instance.id, |s| {
                     let current = s.probe_interval.max(PROBE_INTERVAL_MIN);
                     s.probe_interval = (current * 2).min(PROBE_INTERVAL_MAX);
@@ -715,7 +719,7 @@ impl Reconciler {
                         .and_then(Timestamp::parse)
                         .or(Some(now));
                 }
-                self.inner.store.record_observation(&obs)?;
+                self.inner.store.record_observation(&obs).await?;
                 self.with_start(&instance.id, |s| s.probe_interval = PROBE_INTERVAL_MIN);
                 self.probe_on_output(instance, &container.id, &network);
                 Ok(Next::After(Duration::ZERO))
@@ -759,8 +763,8 @@ impl Reconciler {
                     break;
                 };
                 let starting = matches!(
-                    this.inner.store.read(|tx| tx.instance_by_id(&id)),
-                    Ok(Some(i)) if matches!(i.state, InstanceState::Starting { .. })
+                    this.inner.store.instance_by_id(&id),
+                    Some(i) if matches!(i.state, InstanceState::Starting { .. })
                 );
                 if !starting {
                     break;
@@ -796,8 +800,8 @@ impl Reconciler {
         }
         self.inner
             .store
-            .read(|tx| tx.instance_by_id(id))
-            .map_err(|e| RuntimeError::Engine(e.to_string()))
+            .instance_by_id(id)
+            .map_or(Ok(None), |i| Ok(Some(i)))
     }
 
     async fn remove_orphan(&self, id: &InstanceId) -> Result<Next, ReconcileError> {
@@ -839,7 +843,7 @@ impl Reconciler {
     /// and on every view of the domain, except a view whose key has its own instance with the
     /// same alias: there that instance answers, and the shared one is not attached at all, so no
     /// alias is ever held by two containers on one network.
-    fn desired_networks(
+    async fn desired_networks(
         &self,
         instance: &Instance,
     ) -> Result<BTreeMap<String, Vec<String>>, StoreError> {
@@ -852,10 +856,13 @@ impl Reconciler {
                 alias,
             )]));
         }
-        let (instances, workspaces) = self
+        let instances = self.inner.store.instances(domain, false);
+        let linked = domain.clone();
+        let workspaces = self
             .inner
             .store
-            .read(|tx| Ok((tx.instances(domain, false)?, tx.linked_workspaces(domain)?)))?;
+            .read(move |tx| tx.linked_workspaces(&linked))
+            .await?;
         let mut keys: BTreeSet<String> = instances
             .iter()
             .filter_map(|i| i.spec.worktree_key.clone())
@@ -886,7 +893,7 @@ impl Reconciler {
         if let Some(key) = &instance.spec.worktree_key {
             self.unshadow(instance, key).await?;
         }
-        let desired = self.desired_networks(instance)?;
+        let desired = self.desired_networks(instance).await?;
         for (network, aliases) in &desired {
             let attached = container.networks.get(network);
             if attached.is_some_and(|have| aliases.iter().all(|a| have.contains(a))) {
@@ -915,7 +922,7 @@ impl Reconciler {
         let shared = self
             .inner
             .store
-            .read(|tx| tx.instances(domain, false))?
+            .instances(domain, false)
             .into_iter()
             .find(|i| i.spec.worktree_key.is_none() && i.spec.alias == instance.spec.alias);
         let Some(shared) = shared else { return Ok(()) };
@@ -934,13 +941,12 @@ impl Reconciler {
 
     /// Enqueues every live instance of a domain (its network views may have changed).
     pub fn enqueue_domain(&self, domain: &DomainId) {
-        match self.inner.store.read(|tx| tx.instances(domain, false)) {
-            Ok(instances) => instances.iter().for_each(|i| self.enqueue(&i.id)),
-            Err(e) => tracing::error!(error = %e, "could not read a domain's instances"),
+        for instance in self.inner.store.instances(domain, false) {
+            self.enqueue(&instance.id);
         }
     }
 
-    fn fail(&self, instance: &Instance, message: String) -> Result<(), StoreError> {
+    async fn fail(&self, instance: &Instance, message: String) -> Result<(), StoreError> {
         self.forget_start(&instance.id);
         tracing::warn!(instance = %instance.id, key = %instance.key, %message, "instance failed");
         let mut obs = Observation::of(instance);
@@ -949,7 +955,7 @@ impl Reconciler {
             at: obs.observed_at,
             message,
         };
-        self.inner.store.record_observation(&obs)
+        self.inner.store.record_observation(&obs).await
     }
 
     /// Reads the evidence of what the instance's container runs, records it, and returns it.
@@ -976,7 +982,10 @@ impl Reconciler {
             image.as_ref(),
             Timestamp::now(),
         );
-        self.inner.store.record_evidence(&instance.id, &evidence)?;
+        self.inner
+            .store
+            .record_evidence(&instance.id, &evidence)
+            .await?;
         Ok(evidence)
     }
 
@@ -989,7 +998,8 @@ impl Reconciler {
         container: &ContainerFacts,
         pinned_image_id: Option<&str>,
     ) -> Result<Option<Next>, ReconcileError> {
-        let stored = self.inner.store.read(|tx| tx.evidence(&instance.id))?;
+        let id = instance.id.clone();
+        let stored = self.inner.store.read(move |tx| tx.evidence(&id)).await?;
         let current = stored.is_some_and(|e| {
             e.is_verified()
                 && e.spec_digest == instance.spec_digest
@@ -1012,7 +1022,10 @@ impl Reconciler {
             .as_deref()
             .and_then(Timestamp::parse)
             .unwrap_or_else(Timestamp::now);
-        self.inner.store.record_release_start(instance, started)?;
+        self.inner
+            .store
+            .record_release_start(instance, started)
+            .await?;
         Ok(None)
     }
 
@@ -1046,7 +1059,7 @@ impl Reconciler {
             evidence.message.as_deref().unwrap_or("no evidence"),
             container.name
         );
-        self.fail(instance, message)?;
+        self.fail(instance, message).await?;
         Ok(Some(Next::Done))
     }
 

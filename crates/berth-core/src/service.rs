@@ -76,7 +76,7 @@ impl Berth {
     // ---- domains ----
 
     /// Creates a domain owned by `owner`.
-    pub fn create_domain(&self, owner: &str, name: String) -> Result<Domain, Error> {
+    pub async fn create_domain(&self, owner: &str, name: String) -> Result<Domain, Error> {
         let domain = Domain {
             resource_domain_id: DomainId::new(),
             name,
@@ -84,46 +84,51 @@ impl Berth {
             created_at: Timestamp::now(),
             owner: owner.to_owned(),
         };
-        self.store.write(|tx| tx.insert_domain(&domain))?;
+        let stored = domain.clone();
+        self.store
+            .write(move |tx| tx.insert_domain(&stored))
+            .await?;
         tracing::info!(domain = %domain.resource_domain_id, "domain created");
         Ok(domain)
     }
 
     /// The domains `owner` created.
     pub fn list_domains(&self, owner: &str) -> Result<Vec<Domain>, Error> {
-        Ok(self.store.read(|tx| tx.domains_of(owner))?)
+        Ok(self.store.domains_of(owner))
     }
 
     /// One domain, if `owner` created it.
     pub fn domain(&self, owner: &str, id: &DomainId) -> Result<Domain, Error> {
-        let domain = self.store.read(|tx| tx.domain(id))?;
-        owned(domain, owner, id)
+        owned(self.store.domain(id), owner, id)
     }
 
     /// Fences (`true`) or unfences a domain. An archived domain stays archived.
-    pub fn fence(&self, owner: &str, id: &DomainId, fenced: bool) -> Result<Domain, Error> {
-        self.store.write(|tx| {
-            let mut domain = owned(tx.domain(id)?, owner, id)?;
-            if domain.state == DomainState::Archived {
-                return Err(Error::DomainNotActive {
-                    id: id.to_string(),
-                    state: DomainState::Archived,
-                });
-            }
-            domain.state = if fenced {
-                DomainState::Fenced
-            } else {
-                DomainState::Active
-            };
-            tx.set_domain_state(id, domain.state)?;
-            Ok(domain)
-        })
+    pub async fn fence(&self, owner: &str, id: &DomainId, fenced: bool) -> Result<Domain, Error> {
+        let (owner, id) = (owner.to_owned(), id.clone());
+        self.store
+            .write(move |tx| {
+                let mut domain = owned(tx.domain(&id)?, &owner, &id)?;
+                if domain.state == DomainState::Archived {
+                    return Err(Error::DomainNotActive {
+                        id: id.to_string(),
+                        state: DomainState::Archived,
+                    });
+                }
+                domain.state = if fenced {
+                    DomainState::Fenced
+                } else {
+                    DomainState::Active
+                };
+                tx.set_domain_state(&id, domain.state)?;
+                Ok(domain)
+            })
+            .await
     }
 
     // ---- instances ----
 
     /// Asks for an instance to run with `spec`; answers at once with the instance as stored.
-    pub fn up(
+    pub async fn up(
         &self,
         owner: &str,
         domain_id: &DomainId,
@@ -143,18 +148,22 @@ impl Berth {
         let reconciler = self.require_runtime()?;
         let spec_digest = spec.digest().to_string();
         let prefix = self.prefix().to_owned();
-        let instance = self.store.write(|tx| {
-            apply_up(
-                tx,
-                owner,
-                domain_id,
-                key,
-                &spec,
-                &spec_digest,
-                cause,
-                &prefix,
-            )
-        })?;
+        let (owner, domain, written_key) = (owner.to_owned(), domain_id.clone(), key.to_owned());
+        let instance = self
+            .store
+            .write(move |tx| {
+                apply_up(
+                    tx,
+                    &owner,
+                    &domain,
+                    &written_key,
+                    &spec,
+                    &spec_digest,
+                    cause,
+                    &prefix,
+                )
+            })
+            .await?;
         tracing::info!(instance = %instance.id, key, digest = %instance.spec_digest, "up");
         // A person's request cuts a back-off short; its alias or worktree key may have changed
         // the domain's network views, so the others are looked at too.
@@ -171,7 +180,7 @@ impl Berth {
     fn instance(&self, owner: &str, domain_id: &DomainId, key: &str) -> Result<Instance, Error> {
         self.domain(owner, domain_id)?;
         self.store
-            .read(|tx| tx.instance(domain_id, key))?
+            .instance(domain_id, key)
             .ok_or_else(|| Error::InstanceNotFound {
                 domain: domain_id.to_string(),
                 key: key.to_owned(),
@@ -186,12 +195,12 @@ impl Berth {
         archived: bool,
     ) -> Result<Vec<InstanceView>, Error> {
         self.domain(owner, domain_id)?;
-        let instances = self.store.read(|tx| tx.instances(domain_id, archived))?;
+        let instances = self.store.instances(domain_id, archived);
         Ok(instances.iter().map(Instance::view).collect())
     }
 
     /// A person's stop.
-    pub fn stop(
+    pub async fn stop(
         &self,
         owner: &str,
         domain_id: &DomainId,
@@ -203,22 +212,26 @@ impl Berth {
             return Err(Error::InstanceArchived(key.to_owned()));
         }
         let reconciler = self.require_runtime()?;
-        let instance = self.store.write(|tx| {
-            let mut instance =
-                tx.instance(domain_id, key)?
-                    .ok_or_else(|| Error::InstanceNotFound {
-                        domain: domain_id.to_string(),
-                        key: key.to_owned(),
-                    })?;
-            if instance.desired == Desired::Archived {
-                return Err(Error::InstanceArchived(key.to_owned()));
-            }
-            instance.desired = Desired::Stopped;
-            instance.stop_reason = Some(StopReason::Person { by });
-            tx.save_desired(&instance)?;
-            Ok(instance)
-        })?;
-        tracing::info!(instance = %instance.id, key, "stop");
+        let (domain_id, key) = (domain_id.clone(), key.to_owned());
+        let instance = self
+            .store
+            .write(move |tx| {
+                let mut instance =
+                    tx.instance(&domain_id, &key)?
+                        .ok_or_else(|| Error::InstanceNotFound {
+                            domain: domain_id.to_string(),
+                            key: key.clone(),
+                        })?;
+                if instance.desired == Desired::Archived {
+                    return Err(Error::InstanceArchived(key));
+                }
+                instance.desired = Desired::Stopped;
+                instance.stop_reason = Some(StopReason::Person { by });
+                tx.save_desired(&instance)?;
+                Ok(instance)
+            })
+            .await?;
+        tracing::info!(instance = %instance.id, key = %instance.key, "stop");
         reconciler.enqueue_now(&instance.id);
         Ok(instance.view())
     }
@@ -245,18 +258,21 @@ impl Berth {
         mut instance: Instance,
     ) -> Result<Instance, Error> {
         if instance.desired != Desired::Archived {
-            instance = self.store.write(|tx| {
-                // Read it again inside the write: what the reconciler recorded since the caller
-                // read it (the volumes it planned, its state) is not written back over.
-                let mut current = tx
-                    .instance_by_id(&instance.id)?
-                    .unwrap_or_else(|| instance.clone());
-                current.desired = Desired::Archived;
-                current.stop_reason = None;
-                tx.save_desired(&current)?;
-                tx.end_release(&current.id, ReleaseEnd::Archived, Timestamp::now())?;
-                Ok::<_, Error>(current)
-            })?;
+            let read = instance.clone();
+            instance = self
+                .store
+                .write(move |tx| {
+                    // Read it again inside the write: what the reconciler recorded since the
+                    // caller read it (the volumes it planned, its state) is not written back
+                    // over.
+                    let mut current = tx.instance_by_id(&read.id)?.unwrap_or(read);
+                    current.desired = Desired::Archived;
+                    current.stop_reason = None;
+                    tx.save_desired(&current)?;
+                    tx.end_release(&current.id, ReleaseEnd::Archived, Timestamp::now())?;
+                    Ok::<_, Error>(current)
+                })
+                .await?;
             tracing::info!(instance = %instance.id, key = %instance.key, "archive");
         }
         let torn_down = reconciler.teardown(&instance.id).await;
@@ -321,16 +337,19 @@ impl Berth {
         let reconciler = self.require_runtime()?;
         // The domain and every instance in it are archived in one transaction, so a crash
         // before the containers go leaves nothing desired running: the reconciler removes them.
-        self.store.write(|tx| {
-            tx.set_domain_state(domain_id, DomainState::Archived)?;
-            let now = Timestamp::now();
-            for instance in tx.instances(domain_id, false)? {
-                tx.archive_desired(&instance.id, now)?;
-            }
-            Ok::<_, Error>(())
-        })?;
+        let archived = domain_id.clone();
+        self.store
+            .write(move |tx| {
+                tx.set_domain_state(&archived, DomainState::Archived)?;
+                let now = Timestamp::now();
+                for instance in tx.instances(&archived, false)? {
+                    tx.archive_desired(&instance.id, now)?;
+                }
+                Ok::<_, Error>(())
+            })
+            .await?;
         tracing::info!(domain = %domain_id, "domain archive");
-        let all = self.store.read(|tx| tx.instances(domain_id, true))?;
+        let all = self.store.instances(domain_id, true);
         for instance in all
             .into_iter()
             .filter(|i| !matches!(i.state, InstanceState::Archived { .. }))
@@ -338,7 +357,7 @@ impl Berth {
             self.archive_one(reconciler, instance).await?;
         }
         reconciler.release_domain(domain_id).await;
-        let all = self.store.read(|tx| tx.instances(domain_id, true))?;
+        let all = self.store.instances(domain_id, true);
         Ok(self.measure(reconciler, &all).await)
     }
 }
@@ -346,14 +365,15 @@ impl Berth {
 impl Berth {
     /// The image evidence berth last gathered for an instance's current spec; `pending` until
     /// berth has tried to start it.
-    pub fn image_evidence(
+    pub async fn image_evidence(
         &self,
         owner: &str,
         domain_id: &DomainId,
         key: &str,
     ) -> Result<ImageEvidence, Error> {
         let instance = self.instance(owner, domain_id, key)?;
-        let stored = self.store.read(|tx| tx.evidence(&instance.id))?;
+        let id = instance.id.clone();
+        let stored = self.store.read(move |tx| tx.evidence(&id)).await?;
         Ok(stored
             .filter(|e| e.spec_digest == instance.spec_digest)
             .unwrap_or_else(|| {
@@ -362,21 +382,22 @@ impl Berth {
     }
 
     /// Every spec an instance ran, newest first.
-    pub fn releases(
+    pub async fn releases(
         &self,
         owner: &str,
         domain_id: &DomainId,
         key: &str,
     ) -> Result<Vec<ReleaseView>, Error> {
         let instance = self.instance(owner, domain_id, key)?;
-        let releases = self.store.read(|tx| tx.releases(&instance.id))?;
+        let id = instance.id.clone();
+        let releases = self.store.read(move |tx| tx.releases(&id)).await?;
         Ok(releases.iter().map(Release::view).collect())
     }
 
     /// Rolls an instance back to its previous release: an `up` of that release's stored spec,
     /// by a person, keeping every volume. `expected_spec_digest` must be the spec it is asked to
     /// run now; an `idempotency_key` seen before answers what it answered then.
-    pub fn rollback(
+    pub async fn rollback(
         &self,
         owner: &str,
         domain_id: &DomainId,
@@ -388,67 +409,80 @@ impl Berth {
         let reconciler = self.require_runtime()?;
         let prefix = self.prefix().to_owned();
         let corrupt = |e: serde_json::Error| Error::from(StoreError::Corrupt(e.to_string()));
-        let (view, enqueue) = self.store.write(|tx| {
-            let instance = tx
-                .instance(domain_id, key)?
-                .ok_or_else(|| Error::InstanceNotFound {
-                    domain: domain_id.to_string(),
-                    key: key.to_owned(),
-                })?;
-            if let Some((expected, result)) = tx.rollback(&instance.id, idempotency_key)? {
-                if expected != expected_spec_digest {
-                    return Err(Error::IdempotencyKeyReused {
+        let (owner, domain_id, key) = (owner.to_owned(), domain_id.clone(), key.to_owned());
+        let (idempotency_key, expected_spec_digest) =
+            (idempotency_key.to_owned(), expected_spec_digest.to_owned());
+        let written_key = key.clone();
+        let (view, enqueue) = self
+            .store
+            .write(move |tx| {
+                let key = written_key;
+                let instance =
+                    tx.instance(&domain_id, &key)?
+                        .ok_or_else(|| Error::InstanceNotFound {
+                            domain: domain_id.to_string(),
+                            key: key.to_owned(),
+                        })?;
+                if let Some((expected, result)) = tx.rollback(&instance.id, &idempotency_key)? {
+                    if expected != expected_spec_digest {
+                        return Err(Error::IdempotencyKeyReused {
+                            key: key.to_owned(),
+                        });
+                    }
+                    let view: RollbackView = serde_json::from_str(&result).map_err(corrupt)?;
+                    return Ok((view, None));
+                }
+                if instance.desired == Desired::Archived {
+                    return Err(Error::InstanceArchived(key.to_owned()));
+                }
+                if instance.spec_digest != expected_spec_digest {
+                    return Err(Error::ReleaseConflict {
                         key: key.to_owned(),
+                        current: instance.spec_digest.clone(),
                     });
                 }
-                let view: RollbackView = serde_json::from_str(&result).map_err(corrupt)?;
-                return Ok((view, None));
-            }
-            if instance.desired == Desired::Archived {
-                return Err(Error::InstanceArchived(key.to_owned()));
-            }
-            if instance.spec_digest != expected_spec_digest {
-                return Err(Error::ReleaseConflict {
-                    key: key.to_owned(),
-                    current: instance.spec_digest.clone(),
-                });
-            }
-            let previous = tx
-                .releases(&instance.id)?
-                .into_iter()
-                .find(|r| r.spec_digest != instance.spec_digest)
-                .ok_or_else(|| Error::NoPreviousRelease {
-                    key: key.to_owned(),
+                let previous = tx
+                    .releases(&instance.id)?
+                    .into_iter()
+                    .find(|r| r.spec_digest != instance.spec_digest)
+                    .ok_or_else(|| Error::NoPreviousRelease {
+                        key: key.to_owned(),
+                    })?;
+                let stored: Value = serde_json::from_str(&previous.spec_json).map_err(corrupt)?;
+                let spec = decode_spec(&stored).map_err(|_| {
+                    Error::Internal(format!(
+                        "the release {} of {key} is stored with a spec that no longer decodes",
+                        previous.spec_digest
+                    ))
                 })?;
-            let stored: Value = serde_json::from_str(&previous.spec_json).map_err(corrupt)?;
-            let spec = decode_spec(&stored).map_err(|_| {
-                Error::Internal(format!(
-                    "the release {} of {key} is stored with a spec that no longer decodes",
-                    previous.spec_digest
-                ))
-            })?;
-            let spec_digest = spec.digest().to_string();
-            let updated = apply_up(
-                tx,
-                owner,
-                domain_id,
-                key,
-                &spec,
-                &spec_digest,
-                UpCause::Person,
-                &prefix,
-            )?;
-            let view = RollbackView {
-                instance: updated.view(),
-                from_spec_digest: instance.spec_digest.clone(),
-                to_spec_digest: spec_digest,
-            };
-            let result = serde_json::to_string(&view).map_err(corrupt)?;
-            tx.insert_rollback(&instance.id, idempotency_key, expected_spec_digest, &result)?;
-            // Answer exactly what a replay of the key will answer.
-            let view: RollbackView = serde_json::from_str(&result).map_err(corrupt)?;
-            Ok((view, Some(updated.id)))
-        })?;
+                let spec_digest = spec.digest().to_string();
+                let updated = apply_up(
+                    tx,
+                    &owner,
+                    &domain_id,
+                    &key,
+                    &spec,
+                    &spec_digest,
+                    UpCause::Person,
+                    &prefix,
+                )?;
+                let view = RollbackView {
+                    instance: updated.view(),
+                    from_spec_digest: instance.spec_digest.clone(),
+                    to_spec_digest: spec_digest,
+                };
+                let result = serde_json::to_string(&view).map_err(corrupt)?;
+                tx.insert_rollback(
+                    &instance.id,
+                    &idempotency_key,
+                    &expected_spec_digest,
+                    &result,
+                )?;
+                // Answer exactly what a replay of the key will answer.
+                let view: RollbackView = serde_json::from_str(&result).map_err(corrupt)?;
+                Ok((view, Some(updated.id)))
+            })
+            .await?;
         if let Some(id) = enqueue {
             tracing::info!(instance = %id, key, from = %view.from_spec_digest,
                 to = %view.to_spec_digest, "rollback");
@@ -458,7 +492,7 @@ impl Berth {
     }
 
     /// An instance's host endpoints: a loopback port per service port, stable for its life.
-    pub fn endpoints(
+    pub async fn endpoints(
         &self,
         owner: &str,
         domain_id: &DomainId,
@@ -466,7 +500,7 @@ impl Berth {
     ) -> Result<Vec<crate::endpoints::EndpointView>, Error> {
         let instance = self.instance(owner, domain_id, key)?;
         let reconciler = self.require_runtime()?;
-        Ok(reconciler.endpoints_of(&instance.id)?)
+        Ok(reconciler.endpoints_of(&instance.id).await?)
     }
 
     /// An instance's container output: its last `tail` lines, then with `follow` what it writes

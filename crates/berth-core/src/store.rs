@@ -6,8 +6,11 @@
 //! ([`Store::record_observation`]). Neither overwrites the other's columns, so a request that
 //! lands while a reconcile is under way is never lost.
 
-use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
@@ -29,6 +32,9 @@ pub enum StoreError {
     /// A stored row could not be read back.
     #[error("the store holds a row it cannot read: {0}")]
     Corrupt(String),
+    /// The store's writer has stopped (the daemon is shutting down).
+    #[error("the store is closed")]
+    Closed,
 }
 
 const MIGRATIONS: &[&str] = &[
@@ -116,9 +122,74 @@ const MIGRATIONS: &[&str] = &[
     );",
 ];
 
-/// The store. Cheap to share behind an `Arc`; calls are short and serialised on one connection.
+/// How many writes may wait for the writer before a caller waits to hand one over.
+const WRITE_QUEUE: usize = 1024;
+/// Read connections kept open for reads that the in-memory view does not answer.
+const READERS: usize = 2;
+
+type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// Domains and instances as last committed, answered without SQLite. The writer updates it
+/// after each commit, before it answers the write, so a caller reads its own writes.
+#[derive(Default)]
+struct View {
+    domains: HashMap<DomainId, Domain>,
+    instances: HashMap<InstanceId, Instance>,
+    by_key: HashMap<(DomainId, String), InstanceId>,
+}
+
+impl View {
+    fn put_instance(&mut self, instance: Instance) {
+        self.by_key.insert(
+            (instance.domain_id.clone(), instance.key.clone()),
+            instance.id.clone(),
+        );
+        self.instances.insert(instance.id.clone(), instance);
+    }
+}
+
+/// What a transaction changed of the rows the view holds.
+#[derive(Default)]
+struct Touched {
+    domains: Vec<DomainId>,
+    instances: Vec<InstanceId>,
+}
+
+/// The store. One thread owns the write connection and takes writes over a bounded channel,
+/// answering each on a oneshot; domains and instances are read from an in-memory view the
+/// writer keeps current; every other read runs on a pooled read connection (WAL) on tokio's
+/// blocking threads. No call blocks a runtime worker on SQLite.
 pub struct Store {
-    conn: Mutex<Connection>,
+    jobs: tokio::sync::mpsc::Sender<Job>,
+    view: Arc<RwLock<View>>,
+    /// `None` for a store in memory: its reads go to the writer, which holds the only copy.
+    readers: Option<Arc<Readers>>,
+}
+
+struct Readers {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl Readers {
+    fn take(&self) -> Result<Connection, StoreError> {
+        if let Some(conn) = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop() {
+            return Ok(conn);
+        }
+        let conn = Connection::open_with_flags(
+            &self.path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        Ok(conn)
+    }
+
+    fn give_back(&self, conn: Connection) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < READERS {
+            idle.push(conn);
+        }
+    }
 }
 
 impl Store {
@@ -128,15 +199,15 @@ impl Store {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        Self::init(conn)
+        Self::init(conn, Some(path.to_owned()))
     }
 
     /// An empty store in memory, for tests.
     pub fn in_memory() -> Result<Self, StoreError> {
-        Self::init(Connection::open_in_memory()?)
+        Self::init(Connection::open_in_memory()?, None)
     }
 
-    fn init(mut conn: Connection) -> Result<Self, StoreError> {
+    fn init(mut conn: Connection, path: Option<PathBuf>) -> Result<Self, StoreError> {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         let version: usize = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         if version < MIGRATIONS.len() {
@@ -147,107 +218,220 @@ impl Store {
             }
             tx.commit()?;
         }
+        let view = Arc::new(RwLock::new(load_view(&conn)?));
+        let (jobs, mut rx) = tokio::sync::mpsc::channel::<Job>(WRITE_QUEUE);
+        std::thread::Builder::new()
+            .name("berth-store".to_owned())
+            .spawn(move || {
+                while let Some(job) = rx.blocking_recv() {
+                    // A job that panics drops its answer (its caller gets `Closed`); the
+                    // connection is still good: an unfinished transaction rolls back on drop.
+                    let _ = std::panic::catch_unwind(AssertUnwindSafe(|| job(&mut conn)));
+                }
+            })
+            .map_err(|e| StoreError::Corrupt(format!("could not start the store's writer: {e}")))?;
         Ok(Self {
-            conn: Mutex::new(conn),
+            jobs,
+            view,
+            readers: path.map(|path| {
+                Arc::new(Readers {
+                    path,
+                    idle: Mutex::new(Vec::new()),
+                })
+            }),
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Connection> {
-        // A panic while holding the lock cannot leave SQLite half-written: every change is one
-        // statement or one transaction. So a poisoned lock is still safe to use.
-        self.conn.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Runs `f` in one transaction: committed when it returns `Ok`, rolled back otherwise.
-    pub fn write<T, E: From<StoreError>>(
+    async fn submit<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&Tx<'_>) -> Result<T, E>,
-    ) -> Result<T, E> {
-        let mut conn = self.lock();
-        let tx = conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(StoreError::from)?;
-        let out = f(&Tx(&tx))?;
-        tx.commit().map_err(StoreError::from)?;
-        Ok(out)
-    }
-
-    /// Reads through the same typed queries, outside any write.
-    pub fn read<T>(
-        &self,
-        f: impl FnOnce(&Tx<'_>) -> Result<T, StoreError>,
+        job: impl FnOnce(&mut Connection) -> T + Send + 'static,
     ) -> Result<T, StoreError> {
-        let conn = self.lock();
-        f(&Tx(&conn))
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let job: Job = Box::new(move |conn| {
+            let _ = answer.send(job(conn));
+        });
+        self.jobs.send(job).await.map_err(|_| StoreError::Closed)?;
+        answered.await.map_err(|_| StoreError::Closed)
+    }
+
+    /// Runs `f` in one transaction on the writer: committed when it returns `Ok`, rolled back
+    /// otherwise.
+    pub async fn write<T, E>(
+        &self,
+        f: impl FnOnce(&Tx<'_>) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+    {
+        let view = self.view.clone();
+        self.submit(move |conn| {
+            let tx = conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(StoreError::from)?;
+            let typed = Tx::new(&tx);
+            let out = f(&typed)?;
+            let touched = typed.touched.take();
+            tx.commit().map_err(StoreError::from)?;
+            refresh(conn, &view, touched);
+            Ok(out)
+        })
+        .await
+        .map_err(E::from)?
+    }
+
+    /// Runs `f` on a read connection, off the runtime's threads, in one read transaction.
+    pub async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Tx<'_>) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let Some(readers) = self.readers.clone() else {
+            return self.submit(move |conn| f(&Tx::new(conn))).await?;
+        };
+        tokio::task::spawn_blocking(move || {
+            let mut conn = readers.take()?;
+            let out = {
+                let tx = conn.transaction()?;
+                let out = f(&Tx::new(&tx));
+                tx.finish()?;
+                out
+            };
+            readers.give_back(conn);
+            out
+        })
+        .await
+        .map_err(|_| StoreError::Closed)?
+    }
+
+    fn view(&self) -> std::sync::RwLockReadGuard<'_, View> {
+        // The view is replaced row by row under the write lock; a panic cannot tear a row.
+        self.view.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One domain by id, from memory.
+    pub fn domain(&self, id: &DomainId) -> Option<Domain> {
+        self.view().domains.get(id).cloned()
+    }
+
+    /// Every domain `owner` created, oldest first, from memory.
+    pub fn domains_of(&self, owner: &str) -> Vec<Domain> {
+        let mut domains: Vec<Domain> = self
+            .view()
+            .domains
+            .values()
+            .filter(|d| d.owner == owner)
+            .cloned()
+            .collect();
+        domains.sort_by(|a, b| {
+            (a.created_at, a.resource_domain_id.as_str())
+                .cmp(&(b.created_at, b.resource_domain_id.as_str()))
+        });
+        domains
+    }
+
+    /// One instance by its domain and key, from memory.
+    pub fn instance(&self, domain: &DomainId, key: &str) -> Option<Instance> {
+        let view = self.view();
+        let id = view.by_key.get(&(domain.clone(), key.to_owned()))?;
+        view.instances.get(id).cloned()
+    }
+
+    /// One instance by id, from memory.
+    pub fn instance_by_id(&self, id: &InstanceId) -> Option<Instance> {
+        self.view().instances.get(id).cloned()
+    }
+
+    /// A domain's instances, the archived ones or every other one, by key; from memory.
+    pub fn instances(&self, domain: &DomainId, archived: bool) -> Vec<Instance> {
+        let mut instances: Vec<Instance> = self
+            .view()
+            .instances
+            .values()
+            .filter(|i| i.domain_id == *domain && (i.desired == Desired::Archived) == archived)
+            .cloned()
+            .collect();
+        instances.sort_by(|a, b| a.key.cmp(&b.key));
+        instances
+    }
+
+    /// The ids of every instance that is not archived, across all domains, from memory.
+    pub fn live_instance_ids(&self) -> Vec<InstanceId> {
+        let mut ids: Vec<InstanceId> = self
+            .view()
+            .instances
+            .values()
+            .filter(|i| i.desired != Desired::Archived)
+            .map(|i| i.id.clone())
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// Every instance of every domain that is asked to run, from memory.
+    pub fn running_instances(&self) -> Vec<Instance> {
+        let mut instances: Vec<Instance> = self
+            .view()
+            .instances
+            .values()
+            .filter(|i| i.desired == Desired::Running)
+            .cloned()
+            .collect();
+        instances.sort_by(|a, b| a.id.cmp(&b.id));
+        instances
     }
 
     /// Records the volumes an instance mounts, ahead of making them: a crash between making one
     /// and recording the rest of an observation then leaves no volume berth made unlisted.
-    pub fn record_volumes(
+    pub async fn record_volumes(
         &self,
         id: &InstanceId,
         volumes: &[InstanceVolume],
     ) -> Result<(), StoreError> {
-        let volumes = serde_json::to_string(&StoredVolumes::from(volumes))
-            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        self.lock().execute(
-            "UPDATE instances SET volumes = ?2 WHERE id = ?1",
-            params![id.as_str(), volumes],
-        )?;
-        Ok(())
+        let (id, volumes) = (id.clone(), volumes.to_vec());
+        self.write(move |tx| tx.record_volumes(&id, &volumes)).await
     }
 
     /// Records what the reconciler observed, leaving every desired field as it is.
-    pub fn record_observation(&self, obs: &Observation) -> Result<(), StoreError> {
-        let volumes = serde_json::to_string(&StoredVolumes::from(&obs.volumes[..]))
-            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        self.lock().execute(
-            "UPDATE instances SET state = ?2, observed_at = ?3, started_at = ?4, volumes = ?5,
-                restart_count = ?6 WHERE id = ?1",
-            params![
-                obs.id.as_str(),
-                to_json(&obs.state)?,
-                obs.observed_at.millis(),
-                obs.started_at.map(Timestamp::millis),
-                volumes,
-                obs.restart_count,
-            ],
-        )?;
-        Ok(())
+    pub async fn record_observation(&self, obs: &Observation) -> Result<(), StoreError> {
+        let obs = obs.clone();
+        self.write(move |tx| tx.record_observation(&obs)).await
     }
-}
 
-impl Store {
     /// Records the image evidence the reconciler gathered for an instance, replacing the last.
-    pub fn record_evidence(
+    pub async fn record_evidence(
         &self,
         id: &InstanceId,
         evidence: &ImageEvidence,
     ) -> Result<(), StoreError> {
-        self.lock().execute(
-            "INSERT INTO image_evidence (instance_id, evidence) VALUES (?1, ?2)
-             ON CONFLICT(instance_id) DO UPDATE SET evidence = ?2",
-            params![id.as_str(), to_json(evidence)?],
-        )?;
-        Ok(())
+        let (id, evidence) = (id.clone(), to_json(evidence)?);
+        self.write(move |tx| {
+            tx.conn.execute(
+                "INSERT INTO image_evidence (instance_id, evidence) VALUES (?1, ?2)
+                 ON CONFLICT(instance_id) DO UPDATE SET evidence = ?2",
+                params![id.as_str(), evidence],
+            )?;
+            Ok(())
+        })
+        .await
     }
 
     /// Records that berth started (or adopted) a verified container of the instance's current
     /// spec at `at`: the current release's last start moves, or, for another spec, the current
     /// release ends `replaced` and a new one begins.
-    pub fn record_release_start(
+    pub async fn record_release_start(
         &self,
         instance: &Instance,
         at: Timestamp,
     ) -> Result<(), StoreError> {
-        self.write(|tx| {
+        let instance = instance.clone();
+        self.write(move |tx| {
             let id = instance.id.as_str();
             let newest = tx.releases(&instance.id)?.into_iter().next();
             if let Some(current) = &newest
                 && current.ended.is_none()
                 && current.spec_digest == instance.spec_digest
             {
-                tx.0.execute(
+                tx.conn.execute(
                     "UPDATE releases SET last_started_at = max(last_started_at, ?3)
                      WHERE instance_id = ?1 AND seq = ?2",
                     params![id, current.seq, at.millis()],
@@ -255,7 +439,7 @@ impl Store {
                 return Ok(());
             }
             tx.end_release(&instance.id, ReleaseEnd::Replaced, at)?;
-            tx.0.execute(
+            tx.conn.execute(
                 "INSERT INTO releases (instance_id, seq, spec_digest, spec, image, image_digest,
                     first_started_at, last_started_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
@@ -271,6 +455,55 @@ impl Store {
             )?;
             Ok(())
         })
+        .await
+    }
+}
+
+fn load_view(conn: &Connection) -> Result<View, StoreError> {
+    let mut view = View::default();
+    let mut stmt = conn.prepare("SELECT id, name, owner, state, created_at FROM domains")?;
+    for domain in stmt.query_map([], domain_from_row)? {
+        let domain = domain?;
+        view.domains
+            .insert(domain.resource_domain_id.clone(), domain);
+    }
+    let mut stmt = conn.prepare(&format!("SELECT {INSTANCE_COLUMNS} FROM instances"))?;
+    for instance in stmt.query_map([], instance_from_row)? {
+        view.put_instance(instance?);
+    }
+    Ok(view)
+}
+
+/// Reads the rows a committed transaction touched into the view. A row that cannot be read
+/// back is logged and left as it was: the next write of it tries again.
+fn refresh(conn: &Connection, view: &RwLock<View>, touched: Touched) {
+    if touched.domains.is_empty() && touched.instances.is_empty() {
+        return;
+    }
+    let tx = Tx::new(conn);
+    let domains: Vec<Domain> = touched
+        .domains
+        .iter()
+        .filter_map(|id| tx.domain(id).ok().flatten())
+        .collect();
+    let instances: Vec<Instance> = touched
+        .instances
+        .iter()
+        .filter_map(|id| match tx.instance_by_id(id) {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::error!(instance = %id, error = %e, "the store could not read back an instance");
+                None
+            }
+        })
+        .collect();
+    let mut view = view.write().unwrap_or_else(|e| e.into_inner());
+    for domain in domains {
+        view.domains
+            .insert(domain.resource_domain_id.clone(), domain);
+    }
+    for instance in instances {
+        view.put_instance(instance);
     }
 }
 
@@ -343,7 +576,61 @@ fn from_json<T: serde::de::DeserializeOwned>(text: &str) -> rusqlite::Result<T> 
 }
 
 /// Typed queries inside a transaction (or a read).
-pub struct Tx<'a>(&'a Connection);
+pub struct Tx<'a> {
+    conn: &'a Connection,
+    touched: RefCell<Touched>,
+}
+
+impl<'a> Tx<'a> {
+    fn new(conn: &'a Connection) -> Self {
+        Self {
+            conn,
+            touched: RefCell::new(Touched::default()),
+        }
+    }
+
+    fn touch_domain(&self, id: &DomainId) {
+        self.touched.borrow_mut().domains.push(id.clone());
+    }
+
+    fn touch_instance(&self, id: &InstanceId) {
+        self.touched.borrow_mut().instances.push(id.clone());
+    }
+
+    /// Records the volumes an instance mounts.
+    pub fn record_volumes(
+        &self,
+        id: &InstanceId,
+        volumes: &[InstanceVolume],
+    ) -> Result<(), StoreError> {
+        let volumes = to_json(&StoredVolumes::from(volumes))?;
+        self.conn.execute(
+            "UPDATE instances SET volumes = ?2 WHERE id = ?1",
+            params![id.as_str(), volumes],
+        )?;
+        self.touch_instance(id);
+        Ok(())
+    }
+
+    /// Records what the reconciler observed, leaving every desired field as it is.
+    pub fn record_observation(&self, obs: &Observation) -> Result<(), StoreError> {
+        let volumes = to_json(&StoredVolumes::from(&obs.volumes[..]))?;
+        self.conn.execute(
+            "UPDATE instances SET state = ?2, observed_at = ?3, started_at = ?4, volumes = ?5,
+                restart_count = ?6 WHERE id = ?1",
+            params![
+                obs.id.as_str(),
+                to_json(&obs.state)?,
+                obs.observed_at.millis(),
+                obs.started_at.map(Timestamp::millis),
+                volumes,
+                obs.restart_count,
+            ],
+        )?;
+        self.touch_instance(&obs.id);
+        Ok(())
+    }
+}
 
 const INSTANCE_COLUMNS: &str = "id, domain_id, key, spec, spec_digest, desired, stop_reason, state,
     observed_at, started_at, last_reached_at, volumes, restart_count";
@@ -400,7 +687,7 @@ fn instance_from_row(row: &Row<'_>) -> rusqlite::Result<Instance> {
 impl Tx<'_> {
     /// Stores a new domain.
     pub fn insert_domain(&self, domain: &Domain) -> Result<(), StoreError> {
-        self.0.execute(
+        self.conn.execute(
             "INSERT INTO domains (id, name, owner, state, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
             params![
                 domain.resource_domain_id.as_str(),
@@ -410,13 +697,14 @@ impl Tx<'_> {
                 domain.created_at.millis()
             ],
         )?;
+        self.touch_domain(&domain.resource_domain_id);
         Ok(())
     }
 
     /// One domain by id.
     pub fn domain(&self, id: &DomainId) -> Result<Option<Domain>, StoreError> {
         Ok(self
-            .0
+            .conn
             .query_row(
                 "SELECT id, name, owner, state, created_at FROM domains WHERE id = ?1",
                 [id.as_str()],
@@ -427,7 +715,7 @@ impl Tx<'_> {
 
     /// Every domain `owner` created, oldest first.
     pub fn domains_of(&self, owner: &str) -> Result<Vec<Domain>, StoreError> {
-        let mut stmt = self.0.prepare_cached(
+        let mut stmt = self.conn.prepare_cached(
             "SELECT id, name, owner, state, created_at FROM domains WHERE owner = ?1
              ORDER BY created_at, id",
         )?;
@@ -437,10 +725,11 @@ impl Tx<'_> {
 
     /// Sets a domain's state.
     pub fn set_domain_state(&self, id: &DomainId, state: DomainState) -> Result<(), StoreError> {
-        self.0.execute(
+        self.conn.execute(
             "UPDATE domains SET state = ?2 WHERE id = ?1",
             params![id.as_str(), state.as_str()],
         )?;
+        self.touch_domain(id);
         Ok(())
     }
 
@@ -449,7 +738,7 @@ impl Tx<'_> {
         let sql =
             format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE domain_id = ?1 AND key = ?2");
         Ok(self
-            .0
+            .conn
             .query_row(&sql, params![domain.as_str(), key], instance_from_row)
             .optional()?)
     }
@@ -458,7 +747,7 @@ impl Tx<'_> {
     pub fn instance_by_id(&self, id: &InstanceId) -> Result<Option<Instance>, StoreError> {
         let sql = format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE id = ?1");
         Ok(self
-            .0
+            .conn
             .query_row(&sql, [id.as_str()], instance_from_row)
             .optional()?)
     }
@@ -474,7 +763,7 @@ impl Tx<'_> {
             "SELECT {INSTANCE_COLUMNS} FROM instances WHERE domain_id = ?1 AND desired {op} 'archived'
              ORDER BY key"
         );
-        let mut stmt = self.0.prepare_cached(&sql)?;
+        let mut stmt = self.conn.prepare_cached(&sql)?;
         let rows = stmt.query_map([domain.as_str()], instance_from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
@@ -482,7 +771,7 @@ impl Tx<'_> {
     /// The ids of every instance that is not archived, across all domains.
     pub fn live_instance_ids(&self) -> Result<Vec<InstanceId>, StoreError> {
         let mut stmt = self
-            .0
+            .conn
             .prepare_cached("SELECT id FROM instances WHERE desired != 'archived' ORDER BY id")?;
         let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
         rows.map(|r| {
@@ -497,7 +786,7 @@ impl Tx<'_> {
     /// Returns how many it archived.
     pub fn finish_domain_archives(&self) -> Result<usize, StoreError> {
         let ids: Vec<InstanceId> = {
-            let mut stmt = self.0.prepare_cached(
+            let mut stmt = self.conn.prepare_cached(
                 "SELECT i.id FROM instances i JOIN domains d ON d.id = i.domain_id
                  WHERE d.state = 'archived' AND i.desired != 'archived'",
             )?;
@@ -514,10 +803,11 @@ impl Tx<'_> {
 
     /// Writes an instance desired `archived` (no stop reason) and ends its current release.
     pub fn archive_desired(&self, id: &InstanceId, at: Timestamp) -> Result<(), StoreError> {
-        self.0.execute(
+        self.conn.execute(
             "UPDATE instances SET desired = 'archived', stop_reason = NULL WHERE id = ?1",
             params![id.as_str()],
         )?;
+        self.touch_instance(id);
         self.end_release(id, ReleaseEnd::Archived, at)
     }
 
@@ -530,7 +820,7 @@ impl Tx<'_> {
         key: &str,
     ) -> Result<Option<String>, StoreError> {
         Ok(self
-            .0
+            .conn
             .query_row(
                 "SELECT key FROM instances WHERE domain_id = ?1 AND alias = ?2
                    AND coalesce(worktree_key, '') = coalesce(?3, '') AND key != ?4
@@ -544,7 +834,7 @@ impl Tx<'_> {
     /// Stores a new instance.
     pub fn insert_instance(&self, i: &Instance) -> Result<(), StoreError> {
         let volumes = to_json(&StoredVolumes::from(&i.volumes[..]))?;
-        self.0.execute(
+        self.conn.execute(
             "INSERT INTO instances (id, domain_id, key, alias, worktree_key, spec, spec_digest,
                 desired, stop_reason, state, observed_at, started_at, last_reached_at, volumes,
                 restart_count, created_at)
@@ -568,6 +858,7 @@ impl Tx<'_> {
                 Timestamp::now().millis(),
             ],
         )?;
+        self.touch_instance(&i.id);
         Ok(())
     }
 
@@ -575,7 +866,7 @@ impl Tx<'_> {
     /// the volumes and state it implies.
     pub fn save_desired(&self, i: &Instance) -> Result<(), StoreError> {
         let volumes = to_json(&StoredVolumes::from(&i.volumes[..]))?;
-        self.0.execute(
+        self.conn.execute(
             "UPDATE instances SET alias = ?2, worktree_key = ?3, spec = ?4, spec_digest = ?5,
                 desired = ?6, stop_reason = ?7, state = ?8, volumes = ?9 WHERE id = ?1",
             params![
@@ -590,6 +881,7 @@ impl Tx<'_> {
                 volumes,
             ],
         )?;
+        self.touch_instance(&i.id);
         Ok(())
     }
 }
@@ -615,7 +907,7 @@ impl Tx<'_> {
     /// The image evidence last gathered for an instance.
     pub fn evidence(&self, id: &InstanceId) -> Result<Option<ImageEvidence>, StoreError> {
         let text: Option<String> = self
-            .0
+            .conn
             .query_row(
                 "SELECT evidence FROM image_evidence WHERE instance_id = ?1",
                 [id.as_str()],
@@ -628,7 +920,7 @@ impl Tx<'_> {
 
     /// An instance's releases, newest first.
     pub fn releases(&self, id: &InstanceId) -> Result<Vec<Release>, StoreError> {
-        let mut stmt = self.0.prepare_cached(
+        let mut stmt = self.conn.prepare_cached(
             "SELECT seq, spec_digest, spec, image, image_digest, first_started_at,
                 last_started_at, ended, ended_at
              FROM releases WHERE instance_id = ?1 ORDER BY seq DESC",
@@ -644,7 +936,7 @@ impl Tx<'_> {
         end: ReleaseEnd,
         at: Timestamp,
     ) -> Result<(), StoreError> {
-        self.0.execute(
+        self.conn.execute(
             "UPDATE releases SET ended = ?2, ended_at = ?3 WHERE instance_id = ?1 AND ended IS NULL",
             params![id.as_str(), end.as_str(), at.millis()],
         )?;
@@ -658,7 +950,7 @@ impl Tx<'_> {
         idempotency_key: &str,
     ) -> Result<Option<(String, String)>, StoreError> {
         Ok(self
-            .0
+            .conn
             .query_row(
                 "SELECT expected_spec_digest, result FROM rollbacks
                  WHERE instance_id = ?1 AND idempotency_key = ?2",
@@ -676,7 +968,7 @@ impl Tx<'_> {
         expected_spec_digest: &str,
         result: &str,
     ) -> Result<(), StoreError> {
-        self.0.execute(
+        self.conn.execute(
             "INSERT INTO rollbacks (instance_id, idempotency_key, expected_spec_digest, result,
                 created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
             params![
@@ -713,7 +1005,7 @@ impl Tx<'_> {
     pub fn workspace(&self, id: &str) -> Result<Option<Workspace>, StoreError> {
         let sql = format!("SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE id = ?1");
         Ok(self
-            .0
+            .conn
             .query_row(&sql, [id], workspace_from_row)
             .optional()?)
     }
@@ -722,7 +1014,7 @@ impl Tx<'_> {
     pub fn workspaces_of(&self, owner: &str) -> Result<Vec<Workspace>, StoreError> {
         let sql =
             format!("SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE owner = ?1 ORDER BY id");
-        let mut stmt = self.0.prepare_cached(&sql)?;
+        let mut stmt = self.conn.prepare_cached(&sql)?;
         let rows = stmt.query_map([owner], workspace_from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
@@ -731,7 +1023,7 @@ impl Tx<'_> {
     pub fn linked_workspaces(&self, domain: &DomainId) -> Result<Vec<Workspace>, StoreError> {
         let sql =
             format!("SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE domain_id = ?1 ORDER BY id");
-        let mut stmt = self.0.prepare_cached(&sql)?;
+        let mut stmt = self.conn.prepare_cached(&sql)?;
         let rows = stmt.query_map([domain.as_str()], workspace_from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
@@ -741,14 +1033,14 @@ impl Tx<'_> {
         let sql = format!(
             "SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE domain_id IS NOT NULL ORDER BY id"
         );
-        let mut stmt = self.0.prepare_cached(&sql)?;
+        let mut stmt = self.conn.prepare_cached(&sql)?;
         let rows = stmt.query_map([], workspace_from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
     /// Creates or replaces a workspace's registration (its link is kept).
     pub fn put_workspace(&self, w: &Workspace) -> Result<(), StoreError> {
-        self.0.execute(
+        self.conn.execute(
             "INSERT INTO workspaces (id, owner, containers, selector, domain_id, worktree_key, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
              ON CONFLICT(id) DO UPDATE SET containers = ?3, selector = ?4, domain_id = ?5, worktree_key = ?6",
@@ -767,16 +1059,16 @@ impl Tx<'_> {
 
     /// Deletes a workspace and its leases.
     pub fn delete_workspace(&self, id: &str) -> Result<(), StoreError> {
-        self.0
+        self.conn
             .execute("DELETE FROM leases WHERE workspace_id = ?1", [id])?;
-        self.0
+        self.conn
             .execute("DELETE FROM workspaces WHERE id = ?1", [id])?;
         Ok(())
     }
 
     /// A workspace's leases, soonest to expire first.
     pub fn leases(&self, workspace: &str) -> Result<Vec<Lease>, StoreError> {
-        let mut stmt = self.0.prepare_cached(
+        let mut stmt = self.conn.prepare_cached(
             "SELECT id, workspace_id, ttl_ms, expires_at FROM leases WHERE workspace_id = ?1
              ORDER BY expires_at, id",
         )?;
@@ -793,7 +1085,7 @@ impl Tx<'_> {
 
     /// Creates or renews a lease.
     pub fn put_lease(&self, lease: &Lease) -> Result<(), StoreError> {
-        self.0.execute(
+        self.conn.execute(
             "INSERT INTO leases (id, workspace_id, ttl_ms, expires_at) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT(id) DO UPDATE SET expires_at = ?4",
             params![
@@ -808,7 +1100,7 @@ impl Tx<'_> {
 
     /// Deletes a lease; false when there was none.
     pub fn delete_lease(&self, workspace: &str, id: &str) -> Result<bool, StoreError> {
-        Ok(self.0.execute(
+        Ok(self.conn.execute(
             "DELETE FROM leases WHERE workspace_id = ?1 AND id = ?2",
             [workspace, id],
         )? > 0)
@@ -817,22 +1109,23 @@ impl Tx<'_> {
     /// Forgets leases that expired before `now`.
     pub fn delete_expired_leases(&self, now: Timestamp) -> Result<usize, StoreError> {
         Ok(self
-            .0
+            .conn
             .execute("DELETE FROM leases WHERE expires_at <= ?1", [now.millis()])?)
     }
 
     /// Records that an instance was reached at `at`.
     pub fn set_last_reached(&self, id: &InstanceId, at: Timestamp) -> Result<(), StoreError> {
-        self.0.execute(
+        self.conn.execute(
             "UPDATE instances SET last_reached_at = ?2 WHERE id = ?1",
             params![id.as_str(), at.millis()],
         )?;
+        self.touch_instance(id);
         Ok(())
     }
 
     /// An instance's endpoints as `(port, host_port)`, by port.
     pub fn endpoints(&self, instance: &InstanceId) -> Result<Vec<(u16, u16)>, StoreError> {
-        let mut stmt = self.0.prepare_cached(
+        let mut stmt = self.conn.prepare_cached(
             "SELECT port, host_port FROM endpoints WHERE instance_id = ?1 ORDER BY port",
         )?;
         let rows = stmt.query_map([instance.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))?;
@@ -841,7 +1134,7 @@ impl Tx<'_> {
 
     /// Every endpoint of every instance that is not archived.
     pub fn live_endpoints(&self) -> Result<Vec<(InstanceId, u16, u16)>, StoreError> {
-        let mut stmt = self.0.prepare_cached(
+        let mut stmt = self.conn.prepare_cached(
             "SELECT e.instance_id, e.port, e.host_port FROM endpoints e JOIN instances i ON i.id = e.instance_id
              WHERE i.desired != 'archived' ORDER BY e.host_port",
         )?;
@@ -862,7 +1155,7 @@ impl Tx<'_> {
         port: u16,
         host_port: u16,
     ) -> Result<bool, StoreError> {
-        match self.0.execute(
+        match self.conn.execute(
             "INSERT INTO endpoints (instance_id, port, host_port) VALUES (?1, ?2, ?3)",
             params![instance.as_str(), port, host_port],
         ) {
@@ -878,7 +1171,7 @@ impl Tx<'_> {
 
     /// Forgets an instance's endpoints (when it is archived).
     pub fn delete_endpoints(&self, instance: &InstanceId) -> Result<(), StoreError> {
-        self.0.execute(
+        self.conn.execute(
             "DELETE FROM endpoints WHERE instance_id = ?1",
             [instance.as_str()],
         )?;
@@ -890,7 +1183,7 @@ impl Tx<'_> {
         let sql = format!(
             "SELECT {INSTANCE_COLUMNS} FROM instances WHERE desired = 'running' ORDER BY id"
         );
-        let mut stmt = self.0.prepare_cached(&sql)?;
+        let mut stmt = self.conn.prepare_cached(&sql)?;
         let rows = stmt.query_map([], instance_from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
@@ -910,46 +1203,85 @@ mod tests {
         }
     }
 
-    #[test]
-    fn domains_round_trip_and_are_listed_per_owner() {
+    #[tokio::test]
+    async fn domains_round_trip_and_are_listed_per_owner() {
         let store = Store::in_memory().unwrap();
         let mine = domain("a");
-        store.write(|tx| tx.insert_domain(&mine)).unwrap();
-        store.write(|tx| tx.insert_domain(&domain("b"))).unwrap();
-        let listed = store.read(|tx| tx.domains_of("a")).unwrap();
-        assert_eq!(listed, vec![mine.clone()]);
+        let stored = mine.clone();
         store
-            .write(|tx| tx.set_domain_state(&mine.resource_domain_id, DomainState::Fenced))
+            .write(move |tx| tx.insert_domain(&stored))
+            .await
             .unwrap();
-        let read = store
-            .read(|tx| tx.domain(&mine.resource_domain_id))
-            .unwrap()
+        store
+            .write(|tx| tx.insert_domain(&domain("b")))
+            .await
             .unwrap();
+        assert_eq!(store.domains_of("a"), vec![mine.clone()]);
+        let id = mine.resource_domain_id.clone();
+        store
+            .write(move |tx| tx.set_domain_state(&id, DomainState::Fenced))
+            .await
+            .unwrap();
+        // The in-memory view answers what was committed, as SQLite does.
+        let read = store.domain(&mine.resource_domain_id).unwrap();
         assert_eq!(read.state, DomainState::Fenced);
+        let id = mine.resource_domain_id.clone();
+        let from_sqlite = store.read(move |tx| tx.domain(&id)).await.unwrap();
+        assert_eq!(from_sqlite, Some(read));
     }
 
-    #[test]
-    fn a_failed_write_changes_nothing() {
+    #[tokio::test]
+    async fn a_failed_write_changes_nothing() {
         let store = Store::in_memory().unwrap();
         let d = domain("a");
-        let result: Result<(), StoreError> = store.write(|tx| {
-            tx.insert_domain(&d)?;
-            Err(StoreError::Corrupt("refused".into()))
-        });
+        let result: Result<(), StoreError> = store
+            .write(move |tx| {
+                tx.insert_domain(&d)?;
+                Err(StoreError::Corrupt("refused".into()))
+            })
+            .await;
         assert!(result.is_err());
-        assert!(store.read(|tx| tx.domains_of("a")).unwrap().is_empty());
+        assert!(store.domains_of("a").is_empty());
+        assert!(
+            store
+                .read(|tx| tx.domains_of("a"))
+                .await
+                .unwrap()
+                .is_empty()
+        );
     }
 
-    #[test]
-    fn the_schema_survives_reopening_a_file() {
+    #[tokio::test]
+    async fn a_write_that_panics_leaves_the_store_working() {
+        let store = Store::in_memory().unwrap();
+        let result: Result<(), StoreError> = store
+            .write(|tx| {
+                tx.insert_domain(&domain("a"))?;
+                panic!("a bug in a write");
+            })
+            .await;
+        assert!(matches!(result, Err(StoreError::Closed)));
+        assert!(store.domains_of("a").is_empty());
+        store
+            .write(|tx| tx.insert_domain(&domain("a")))
+            .await
+            .unwrap();
+        assert_eq!(store.domains_of("a").len(), 1);
+    }
+
+    #[tokio::test]
+    async fn the_schema_and_the_view_survive_reopening_a_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("berth.db");
         let d = domain("a");
+        let stored = d.clone();
         Store::open(&path)
             .unwrap()
-            .write(|tx| tx.insert_domain(&d))
+            .write(move |tx| tx.insert_domain(&stored))
+            .await
             .unwrap();
         let again = Store::open(&path).unwrap();
-        assert_eq!(again.read(|tx| tx.domains_of("a")).unwrap(), vec![d]);
+        assert_eq!(again.domains_of("a"), vec![d.clone()]);
+        assert_eq!(again.read(|tx| tx.domains_of("a")).await.unwrap(), vec![d]);
     }
 }

@@ -124,8 +124,9 @@ pub fn decode_link(value: &Value, p: &mut Problems) -> Option<String> {
 }
 
 impl Berth {
-    fn owned_workspace(&self, owner: &str, id: &str) -> Result<Workspace, Error> {
-        match self.store().read(|tx| tx.workspace(id))? {
+    async fn owned_workspace(&self, owner: &str, id: &str) -> Result<Workspace, Error> {
+        let wanted = id.to_owned();
+        match self.store().read(move |tx| tx.workspace(&wanted)).await? {
             Some(w) if w.owner == owner => Ok(w),
             _ => Err(Error::WorkspaceNotFound(id.to_owned())),
         }
@@ -138,23 +139,27 @@ impl Berth {
         id: &str,
         request: WorkspaceRequest,
     ) -> Result<WorkspaceView, Error> {
-        let workspace = self.store().write(|tx| {
-            let existing = tx.workspace(id)?;
-            if existing.as_ref().is_some_and(|w| w.owner != owner) {
-                // Another key's workspace: as far as this caller knows, the id is not theirs.
-                return Err(Error::WorkspaceNotFound(id.to_owned()));
-            }
-            let workspace = Workspace {
-                id: id.to_owned(),
-                owner: owner.to_owned(),
-                containers: request.containers,
-                selector: request.selector,
-                domain_id: existing.as_ref().and_then(|w| w.domain_id.clone()),
-                worktree_key: existing.and_then(|w| w.worktree_key),
-            };
-            tx.put_workspace(&workspace)?;
-            Ok(workspace)
-        })?;
+        let (owner, id) = (owner.to_owned(), id.to_owned());
+        let workspace = self
+            .store()
+            .write(move |tx| {
+                let existing = tx.workspace(&id)?;
+                if existing.as_ref().is_some_and(|w| w.owner != owner) {
+                    // Another key's workspace: as far as this caller knows, the id is not theirs.
+                    return Err(Error::WorkspaceNotFound(id));
+                }
+                let workspace = Workspace {
+                    id,
+                    owner,
+                    containers: request.containers,
+                    selector: request.selector,
+                    domain_id: existing.as_ref().and_then(|w| w.domain_id.clone()),
+                    worktree_key: existing.and_then(|w| w.worktree_key),
+                };
+                tx.put_workspace(&workspace)?;
+                Ok(workspace)
+            })
+            .await?;
         if let Some(reconciler) = self.reconciler() {
             reconciler.attach_workspace(&workspace).await;
         }
@@ -163,13 +168,17 @@ impl Berth {
 
     /// One workspace.
     pub async fn workspace(&self, owner: &str, id: &str) -> Result<WorkspaceView, Error> {
-        let workspace = self.owned_workspace(owner, id)?;
+        let workspace = self.owned_workspace(owner, id).await?;
         self.workspace_view(workspace).await
     }
 
     /// Every workspace of the caller.
     pub async fn workspaces(&self, owner: &str) -> Result<Vec<WorkspaceView>, Error> {
-        let all = self.store().read(|tx| tx.workspaces_of(owner))?;
+        let owner = owner.to_owned();
+        let all = self
+            .store()
+            .read(move |tx| tx.workspaces_of(&owner))
+            .await?;
         let mut views = Vec::with_capacity(all.len());
         for w in all {
             views.push(self.workspace_view(w).await?);
@@ -179,11 +188,14 @@ impl Berth {
 
     /// Forgets a workspace: detaches its executors and removes its link and leases.
     pub async fn delete_workspace(&self, owner: &str, id: &str) -> Result<(), Error> {
-        let workspace = self.owned_workspace(owner, id)?;
+        let workspace = self.owned_workspace(owner, id).await?;
         if let Some(reconciler) = self.reconciler() {
             reconciler.detach_workspace(&workspace).await;
         }
-        self.store().write(|tx| tx.delete_workspace(id))?;
+        let id = id.to_owned();
+        self.store()
+            .write(move |tx| tx.delete_workspace(&id))
+            .await?;
         if let (Some(reconciler), Some(domain), Some(key)) = (
             self.reconciler(),
             &workspace.domain_id,
@@ -195,15 +207,21 @@ impl Berth {
     }
 
     /// A new lease on a workspace, live for `ttl` unless renewed.
-    pub fn create_lease(&self, owner: &str, id: &str, ttl: Duration) -> Result<LeaseView, Error> {
-        self.owned_workspace(owner, id)?;
+    pub async fn create_lease(
+        &self,
+        owner: &str,
+        id: &str,
+        ttl: Duration,
+    ) -> Result<LeaseView, Error> {
+        self.owned_workspace(owner, id).await?;
         let lease = Lease {
             id: format!("lse:{}", uuid::Uuid::new_v4().hyphenated()),
             workspace_id: id.to_owned(),
             ttl,
             expires_at: Timestamp::now().plus(ttl),
         };
-        self.store().write(|tx| tx.put_lease(&lease))?;
+        let stored = lease.clone();
+        self.store().write(move |tx| tx.put_lease(&stored)).await?;
         Ok(LeaseView {
             lease_id: lease.id,
             expires_at: lease.expires_at,
@@ -211,18 +229,27 @@ impl Berth {
     }
 
     /// Renews a lease by its TTL from now.
-    pub fn renew_lease(&self, owner: &str, id: &str, lease_id: &str) -> Result<LeaseView, Error> {
-        self.owned_workspace(owner, id)?;
-        let lease = self.store().write(|tx| {
-            let mut lease = tx
-                .leases(id)?
-                .into_iter()
-                .find(|l| l.id == lease_id)
-                .ok_or_else(|| Error::LeaseNotFound(lease_id.to_owned()))?;
-            lease.expires_at = Timestamp::now().plus(lease.ttl);
-            tx.put_lease(&lease)?;
-            Ok::<_, Error>(lease)
-        })?;
+    pub async fn renew_lease(
+        &self,
+        owner: &str,
+        id: &str,
+        lease_id: &str,
+    ) -> Result<LeaseView, Error> {
+        self.owned_workspace(owner, id).await?;
+        let (id, lease_id) = (id.to_owned(), lease_id.to_owned());
+        let lease = self
+            .store()
+            .write(move |tx| {
+                let mut lease = tx
+                    .leases(&id)?
+                    .into_iter()
+                    .find(|l| l.id == lease_id)
+                    .ok_or(Error::LeaseNotFound(lease_id))?;
+                lease.expires_at = Timestamp::now().plus(lease.ttl);
+                tx.put_lease(&lease)?;
+                Ok::<_, Error>(lease)
+            })
+            .await?;
         Ok(LeaseView {
             lease_id: lease.id,
             expires_at: lease.expires_at,
@@ -230,9 +257,14 @@ impl Berth {
     }
 
     /// Ends a lease.
-    pub fn delete_lease(&self, owner: &str, id: &str, lease_id: &str) -> Result<(), Error> {
-        self.owned_workspace(owner, id)?;
-        if !self.store().write(|tx| tx.delete_lease(id, lease_id))? {
+    pub async fn delete_lease(&self, owner: &str, id: &str, lease_id: &str) -> Result<(), Error> {
+        self.owned_workspace(owner, id).await?;
+        let (workspace, lease) = (id.to_owned(), lease_id.to_owned());
+        if !self
+            .store()
+            .write(move |tx| tx.delete_lease(&workspace, &lease))
+            .await?
+        {
             return Err(Error::LeaseNotFound(lease_id.to_owned()));
         }
         Ok(())
@@ -247,7 +279,7 @@ impl Berth {
         worktree_key: String,
     ) -> Result<LinkView, Error> {
         let domain = self.domain(owner, domain_id)?;
-        let workspace = self.owned_workspace(owner, workspace_id)?;
+        let workspace = self.owned_workspace(owner, workspace_id).await?;
         if let Some(other) = workspace.domain_id.as_ref().filter(|d| *d != domain_id) {
             return Err(Error::WorkspaceLinkedElsewhere {
                 workspace: workspace_id.to_owned(),
@@ -261,31 +293,40 @@ impl Berth {
             });
         }
         let reconciler = self.require_runtime()?.clone();
-        let (before, after) = self.store().write(|tx| {
-            let mut w = tx
-                .workspace(workspace_id)?
-                .ok_or_else(|| Error::WorkspaceNotFound(workspace_id.to_owned()))?;
-            if let Some(other) = w.domain_id.as_ref().filter(|d| *d != domain_id) {
-                // Linked elsewhere by a concurrent call since the check above.
-                return Err(Error::WorkspaceLinkedElsewhere {
-                    workspace: workspace_id.to_owned(),
-                    domain: other.to_string(),
-                });
-            }
-            // The domain's state is read again here, so a fence that lands meanwhile holds.
-            let state = tx.domain(domain_id)?.map(|d| d.state);
-            if let Some(state) = state.filter(|s| *s != DomainState::Active) {
-                return Err(Error::DomainNotActive {
-                    id: domain_id.to_string(),
-                    state,
-                });
-            }
-            let before = w.clone();
-            w.domain_id = Some(domain_id.clone());
-            w.worktree_key = Some(worktree_key.clone());
-            tx.put_workspace(&w)?;
-            Ok((before, w))
-        })?;
+        let (linked, domain, key) = (
+            workspace_id.to_owned(),
+            domain_id.clone(),
+            worktree_key.clone(),
+        );
+        let (before, after) = self
+            .store()
+            .write(move |tx| {
+                let (workspace_id, domain_id) = (&linked, &domain);
+                let mut w = tx
+                    .workspace(workspace_id)?
+                    .ok_or_else(|| Error::WorkspaceNotFound(workspace_id.to_owned()))?;
+                if let Some(other) = w.domain_id.as_ref().filter(|d| *d != domain_id) {
+                    // Linked elsewhere by a concurrent call since the check above.
+                    return Err(Error::WorkspaceLinkedElsewhere {
+                        workspace: workspace_id.to_owned(),
+                        domain: other.to_string(),
+                    });
+                }
+                // The domain's state is read again here, so a fence that lands meanwhile holds.
+                let state = tx.domain(domain_id)?.map(|d| d.state);
+                if let Some(state) = state.filter(|s| *s != DomainState::Active) {
+                    return Err(Error::DomainNotActive {
+                        id: domain_id.to_string(),
+                        state,
+                    });
+                }
+                let before = w.clone();
+                w.domain_id = Some(domain_id.clone());
+                w.worktree_key = Some(key);
+                tx.put_workspace(&w)?;
+                Ok((before, w))
+            })
+            .await?;
         if before.worktree_key.is_some() && before.worktree_key != after.worktree_key {
             reconciler.detach_workspace(&before).await;
             if let (Some(domain), Some(old)) = (&before.domain_id, &before.worktree_key) {
@@ -293,9 +334,11 @@ impl Berth {
             }
         }
         let attached = reconciler.attach_workspace(&after).await;
+        let leased = workspace_id.to_owned();
         let leases = self
             .store()
-            .read(|tx| tx.leases(workspace_id))?
+            .read(move |tx| tx.leases(&leased))
+            .await?
             .into_iter()
             .filter(|l| l.expires_at > Timestamp::now())
             .count();
@@ -323,7 +366,8 @@ impl Berth {
                 .collect(),
             None => Vec::new(),
         };
-        let leases = self.store().read(|tx| tx.leases(&w.id))?;
+        let id = w.id.clone();
+        let leases = self.store().read(move |tx| tx.leases(&id)).await?;
         executors.extend(leases.into_iter().filter(|l| l.expires_at > now).map(|l| {
             Executor::Lease {
                 lease_id: l.id,

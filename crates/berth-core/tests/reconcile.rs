@@ -276,7 +276,7 @@ struct Setup {
     domain: berth_core::DomainId,
 }
 
-fn setup() -> Setup {
+async fn setup() -> Setup {
     let fake = Fake::default();
     let store = Arc::new(Store::in_memory().unwrap());
     let reconciler = Reconciler::new(
@@ -290,6 +290,7 @@ fn setup() -> Setup {
     let berth = Berth::new(store, Some(reconciler.clone()), "fake");
     let domain = berth
         .create_domain("owner", "p".into())
+        .await
         .unwrap()
         .resource_domain_id;
     Setup {
@@ -317,11 +318,12 @@ async fn converge(s: &Setup, id: &InstanceId) -> Next {
 
 #[tokio::test]
 async fn a_new_instance_is_created_started_and_running_once_ready() {
-    let s = setup();
+    let s = setup().await;
     s.fake.world().ready = true;
     let view = s
         .berth
         .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .await
         .unwrap();
     assert_eq!(view.state, InstanceState::NotStarted);
     let next = converge(&s, &view.resource_instance_id).await;
@@ -344,11 +346,12 @@ async fn a_new_instance_is_created_started_and_running_once_ready() {
 
 #[tokio::test]
 async fn a_shared_instance_joins_every_view_its_alias_is_not_shadowed_in() {
-    let s = setup();
+    let s = setup().await;
     s.fake.world().ready = true;
     let shared = s
         .berth
         .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .await
         .unwrap()
         .resource_instance_id;
     let mut k1 = spec();
@@ -356,6 +359,7 @@ async fn a_shared_instance_joins_every_view_its_alias_is_not_shadowed_in() {
     let k1_id = s
         .berth
         .up("owner", &s.domain, "db@k1", &k1, UpCause::Use)
+        .await
         .unwrap()
         .resource_instance_id;
     let mut mail = spec();
@@ -363,6 +367,7 @@ async fn a_shared_instance_joins_every_view_its_alias_is_not_shadowed_in() {
     mail["worktreeKey"] = json!("k2");
     s.berth
         .up("owner", &s.domain, "mail@k2", &mail, UpCause::Use)
+        .await
         .unwrap();
     converge(&s, &k1_id).await;
     converge(&s, &shared).await;
@@ -400,10 +405,11 @@ async fn a_shared_instance_joins_every_view_its_alias_is_not_shadowed_in() {
 
 #[tokio::test]
 async fn an_unready_instance_keeps_starting_and_is_probed_again_soon() {
-    let s = setup();
+    let s = setup().await;
     let view = s
         .berth
         .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .await
         .unwrap();
     let id = view.resource_instance_id;
     s.reconciler.reconcile(&id).await.unwrap();
@@ -417,11 +423,12 @@ async fn an_unready_instance_keeps_starting_and_is_probed_again_soon() {
 
 #[tokio::test]
 async fn an_image_that_cannot_be_had_fails_the_instance_and_creates_nothing() {
-    let s = setup();
+    let s = setup().await;
     s.fake.world().image_failure = Some(ImageFailure::RequestedDigestMissing);
     let view = s
         .berth
         .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .await
         .unwrap();
     assert_eq!(converge(&s, &view.resource_instance_id).await, Next::Done);
     match state(&s, "db") {
@@ -434,11 +441,12 @@ async fn an_image_that_cannot_be_had_fails_the_instance_and_creates_nothing() {
 
 #[tokio::test]
 async fn an_exit_is_recorded_and_restarted_after_back_off() {
-    let s = setup();
+    let s = setup().await;
     s.fake.world().ready = true;
     let id = s
         .berth
         .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .await
         .unwrap()
         .resource_instance_id;
     converge(&s, &id).await;
@@ -462,11 +470,12 @@ async fn an_exit_is_recorded_and_restarted_after_back_off() {
 
 #[tokio::test]
 async fn a_changed_spec_replaces_the_container_and_keeps_volumes() {
-    let s = setup();
+    let s = setup().await;
     s.fake.world().ready = true;
     let id = s
         .berth
         .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .await
         .unwrap()
         .resource_instance_id;
     converge(&s, &id).await;
@@ -474,6 +483,7 @@ async fn a_changed_spec_replaces_the_container_and_keeps_volumes() {
     changed["env"] = json!({"A": "b"});
     s.berth
         .up("owner", &s.domain, "db", &changed, UpCause::Use)
+        .await
         .unwrap();
     converge(&s, &id).await;
     assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
@@ -491,10 +501,11 @@ async fn a_changed_spec_replaces_the_container_and_keeps_volumes() {
 
 #[tokio::test]
 async fn a_foreign_volume_fails_the_instance_rather_than_being_adopted() {
-    let s = setup();
+    let s = setup().await;
     let id = s
         .berth
         .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .await
         .unwrap()
         .resource_instance_id;
     let name = s.berth.get("owner", &s.domain, "db").unwrap().volumes[0]
@@ -508,16 +519,18 @@ async fn a_foreign_volume_fails_the_instance_rather_than_being_adopted() {
 
 #[tokio::test]
 async fn a_person_stop_stops_the_container_and_a_use_up_leaves_it_stopped() {
-    let s = setup();
+    let s = setup().await;
     s.fake.world().ready = true;
     let id = s
         .berth
         .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .await
         .unwrap()
         .resource_instance_id;
     converge(&s, &id).await;
     s.berth
         .stop("owner", &s.domain, "db", "Ada".into())
+        .await
         .unwrap();
     converge(&s, &id).await;
     assert!(matches!(state(&s, "db"), InstanceState::Stopped { .. }));
@@ -525,12 +538,14 @@ async fn a_person_stop_stops_the_container_and_a_use_up_leaves_it_stopped() {
     let view = s
         .berth
         .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .await
         .unwrap();
     assert_eq!(view.desired, berth_core::model::Desired::Stopped);
     converge(&s, &id).await;
     assert!(!s.fake.world().containers.values().next().unwrap().running);
     s.berth
         .up("owner", &s.domain, "db", &spec(), UpCause::Person)
+        .await
         .unwrap();
     converge(&s, &id).await;
     assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
@@ -538,11 +553,12 @@ async fn a_person_stop_stops_the_container_and_a_use_up_leaves_it_stopped() {
 
 #[tokio::test]
 async fn archive_removes_the_container_keeps_volumes_and_frees_the_alias() {
-    let s = setup();
+    let s = setup().await;
     s.fake.world().ready = true;
     let id = s
         .berth
         .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .await
         .unwrap()
         .resource_instance_id;
     converge(&s, &id).await;
@@ -554,27 +570,37 @@ async fn archive_removes_the_container_keeps_volumes_and_frees_the_alias() {
     assert_eq!(s.fake.world().volumes.len(), 1);
     s.berth
         .up("owner", &s.domain, "db2", &spec(), UpCause::Use)
+        .await
         .expect("the alias is free again");
 }
 
 #[tokio::test]
 async fn a_started_instance_is_verified_and_its_release_recorded() {
-    let s = setup();
+    let s = setup().await;
     s.fake.world().ready = true;
     let pending = s
         .berth
         .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .await
         .unwrap();
-    let evidence = s.berth.image_evidence("owner", &s.domain, "db").unwrap();
+    let evidence = s
+        .berth
+        .image_evidence("owner", &s.domain, "db")
+        .await
+        .unwrap();
     assert_eq!(evidence.verification_status, VerificationStatus::Pending);
     assert!(!evidence.is_verified());
     converge(&s, &pending.resource_instance_id).await;
     assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
-    let evidence = s.berth.image_evidence("owner", &s.domain, "db").unwrap();
+    let evidence = s
+        .berth
+        .image_evidence("owner", &s.domain, "db")
+        .await
+        .unwrap();
     assert!(evidence.is_verified(), "{evidence:?}");
     assert_eq!(evidence.container_image_id.as_deref(), Some(IMAGE_ID));
     assert_eq!(evidence.spec_digest, pending.spec_digest);
-    let releases = s.berth.releases("owner", &s.domain, "db").unwrap();
+    let releases = s.berth.releases("owner", &s.domain, "db").await.unwrap();
     assert_eq!(releases.len(), 1);
     assert_eq!(releases[0].spec_digest, pending.spec_digest);
     assert_eq!(releases[0].image_digest, format!("sha256:{HEX}"));
@@ -583,11 +609,12 @@ async fn a_started_instance_is_verified_and_its_release_recorded() {
 
 #[tokio::test]
 async fn a_container_swapped_for_another_image_is_stopped_and_fails() {
-    let s = setup();
+    let s = setup().await;
     s.fake.world().ready = true;
     let id = s
         .berth
         .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .await
         .unwrap()
         .resource_instance_id;
     converge(&s, &id).await;
@@ -614,7 +641,11 @@ async fn a_container_swapped_for_another_image_is_stopped_and_fails() {
         other => panic!("{other:?}"),
     }
     assert!(!s.fake.world().containers.values().next().unwrap().running);
-    let evidence = s.berth.image_evidence("owner", &s.domain, "db").unwrap();
+    let evidence = s
+        .berth
+        .image_evidence("owner", &s.domain, "db")
+        .await
+        .unwrap();
     assert_eq!(evidence.verification_status, VerificationStatus::Mismatched);
     assert_eq!(
         evidence.mismatch_reason,
@@ -628,6 +659,7 @@ async fn a_container_swapped_for_another_image_is_stopped_and_fails() {
     }
     s.berth
         .up("owner", &s.domain, "db", &spec(), UpCause::Person)
+        .await
         .unwrap();
     converge(&s, &id).await;
     assert!(matches!(state(&s, "db"), InstanceState::Failed { .. }));
@@ -636,20 +668,26 @@ async fn a_container_swapped_for_another_image_is_stopped_and_fails() {
 
 #[tokio::test]
 async fn an_image_that_cannot_be_pulled_leaves_evidence_naming_why() {
-    let s = setup();
+    let s = setup().await;
     s.fake.world().image_failure = Some(ImageFailure::PullFailed);
     let id = s
         .berth
         .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .await
         .unwrap()
         .resource_instance_id;
     converge(&s, &id).await;
-    let evidence = s.berth.image_evidence("owner", &s.domain, "db").unwrap();
+    let evidence = s
+        .berth
+        .image_evidence("owner", &s.domain, "db")
+        .await
+        .unwrap();
     assert_eq!(evidence.verification_status, VerificationStatus::Missing);
     assert_eq!(evidence.mismatch_reason, Some(MismatchReason::PullFailed));
     assert!(
         s.berth
             .releases("owner", &s.domain, "db")
+            .await
             .unwrap()
             .is_empty()
     );
@@ -657,16 +695,18 @@ async fn an_image_that_cannot_be_pulled_leaves_evidence_naming_why() {
 
 #[tokio::test]
 async fn a_rollback_runs_the_previous_release_and_is_idempotent() {
-    let s = setup();
+    let s = setup().await;
     s.fake.world().ready = true;
     let first = s
         .berth
         .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .await
         .unwrap();
     let id = first.resource_instance_id.clone();
     let err = s
         .berth
         .rollback("owner", &s.domain, "db", "k0", &first.spec_digest)
+        .await
         .unwrap_err();
     assert!(
         matches!(err, berth_core::Error::NoPreviousRelease { .. }),
@@ -678,9 +718,10 @@ async fn a_rollback_runs_the_previous_release_and_is_idempotent() {
     let second = s
         .berth
         .up("owner", &s.domain, "db", &changed, UpCause::Use)
+        .await
         .unwrap();
     converge(&s, &id).await;
-    let releases = s.berth.releases("owner", &s.domain, "db").unwrap();
+    let releases = s.berth.releases("owner", &s.domain, "db").await.unwrap();
     assert_eq!(releases.len(), 2);
     assert_eq!(releases[0].spec_digest, second.spec_digest);
     assert_eq!(releases[0].ended, None);
@@ -690,6 +731,7 @@ async fn a_rollback_runs_the_previous_release_and_is_idempotent() {
     match s
         .berth
         .rollback("owner", &s.domain, "db", "k1", &first.spec_digest)
+        .await
         .unwrap_err()
     {
         berth_core::Error::ReleaseConflict { current, .. } => {
@@ -700,6 +742,7 @@ async fn a_rollback_runs_the_previous_release_and_is_idempotent() {
     let rolled = s
         .berth
         .rollback("owner", &s.domain, "db", "k1", &second.spec_digest)
+        .await
         .unwrap();
     assert_eq!(rolled.from_spec_digest, second.spec_digest);
     assert_eq!(rolled.to_spec_digest, first.spec_digest);
@@ -707,11 +750,13 @@ async fn a_rollback_runs_the_previous_release_and_is_idempotent() {
     let again = s
         .berth
         .rollback("owner", &s.domain, "db", "k1", &second.spec_digest)
+        .await
         .unwrap();
     assert_eq!(again, rolled, "a replayed key answers the same result");
     let reused = s
         .berth
         .rollback("owner", &s.domain, "db", "k1", &first.spec_digest)
+        .await
         .unwrap_err();
     assert!(
         matches!(reused, berth_core::Error::IdempotencyKeyReused { .. }),
@@ -719,7 +764,7 @@ async fn a_rollback_runs_the_previous_release_and_is_idempotent() {
     );
     converge(&s, &id).await;
     assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
-    let releases = s.berth.releases("owner", &s.domain, "db").unwrap();
+    let releases = s.berth.releases("owner", &s.domain, "db").await.unwrap();
     let digests: Vec<&str> = releases.iter().map(|r| r.spec_digest.as_str()).collect();
     assert_eq!(
         digests,
@@ -735,7 +780,7 @@ async fn a_rollback_runs_the_previous_release_and_is_idempotent() {
         "the same volume throughout"
     );
     s.berth.archive("owner", &s.domain, "db").await.unwrap();
-    let releases = s.berth.releases("owner", &s.domain, "db").unwrap();
+    let releases = s.berth.releases("owner", &s.domain, "db").await.unwrap();
     assert_eq!(releases[0].ended, Some(ReleaseEnd::Archived));
 }
 
@@ -743,12 +788,13 @@ async fn a_rollback_runs_the_previous_release_and_is_idempotent() {
 /// test only yields can come from nothing but the container's output.
 #[tokio::test(start_paused = true)]
 async fn output_from_a_starting_container_probes_it_at_once() {
-    let s = setup();
+    let s = setup().await;
     s.reconciler.start();
     let (output, rx) = mpsc::unbounded_channel();
     s.fake.world().output = Some(rx);
     s.berth
         .up("owner", &s.domain, "db", &spec(), UpCause::Person)
+        .await
         .unwrap();
     assert_eq!(output_probe(&s, &output).await, Ok(()));
 }
@@ -756,7 +802,7 @@ async fn output_from_a_starting_container_probes_it_at_once() {
 /// An exec ready check costs the engine an exec: output does not add one, the back-off decides.
 #[tokio::test(start_paused = true)]
 async fn output_does_not_hurry_an_exec_ready_check() {
-    let s = setup();
+    let s = setup().await;
     s.reconciler.start();
     let (output, rx) = mpsc::unbounded_channel();
     s.fake.world().output = Some(rx);
@@ -764,6 +810,7 @@ async fn output_does_not_hurry_an_exec_ready_check() {
     exec["ready"] = json!({"kind": "exec", "argv": ["pg_isready"], "user": null});
     s.berth
         .up("owner", &s.domain, "db", &exec, UpCause::Person)
+        .await
         .unwrap();
     assert!(output_probe(&s, &output).await.is_err());
     // The back-off's next probe still comes.
@@ -814,7 +861,7 @@ async fn until_state(s: &Setup, done: impl Fn(&InstanceState) -> bool) -> Instan
 
 #[tokio::test(start_paused = true)]
 async fn a_reconcile_that_panics_is_retried_and_the_instance_still_converges() {
-    let s = setup();
+    let s = setup().await;
     s.reconciler.start();
     {
         let mut w = s.fake.world();
@@ -823,6 +870,7 @@ async fn a_reconcile_that_panics_is_retried_and_the_instance_still_converges() {
     }
     s.berth
         .up("owner", &s.domain, "db", &spec(), UpCause::Person)
+        .await
         .unwrap();
     until_state(&s, |st| matches!(st, InstanceState::Running { .. })).await;
     assert_eq!(
@@ -836,12 +884,13 @@ async fn a_reconcile_that_panics_is_retried_and_the_instance_still_converges() {
 
 #[tokio::test(start_paused = true)]
 async fn a_thousand_enqueues_of_one_instance_never_reconcile_it_twice_at_once() {
-    let s = setup();
+    let s = setup().await;
     s.reconciler.start();
     s.fake.world().ready = true;
     let view = s
         .berth
         .up("owner", &s.domain, "db", &spec(), UpCause::Person)
+        .await
         .unwrap();
     let tasks = tokio::runtime::Handle::current()
         .metrics()
@@ -866,11 +915,12 @@ async fn a_thousand_enqueues_of_one_instance_never_reconcile_it_twice_at_once() 
 
 #[tokio::test(start_paused = true)]
 async fn a_container_that_never_starts_ends_failed_with_the_engines_reason_after_a_few_tries() {
-    let s = setup();
+    let s = setup().await;
     s.reconciler.start();
     s.fake.world().start_error = Some("error mounting \"/data\": not a directory".to_owned());
     s.berth
         .up("owner", &s.domain, "db", &spec(), UpCause::Person)
+        .await
         .unwrap();
     let started = tokio::time::Instant::now();
     // Engine events about the failed starts arrive in a storm: none of them skips the back-off.
@@ -927,17 +977,19 @@ async fn a_container_that_never_starts_ends_failed_with_the_engines_reason_after
     s.fake.world().ready = true;
     s.berth
         .up("owner", &s.domain, "db", &spec(), UpCause::Person)
+        .await
         .unwrap();
     until_state(&s, |st| matches!(st, InstanceState::Running { .. })).await;
 }
 
 #[tokio::test]
 async fn a_change_that_never_reaches_the_container_keeps_it() {
-    let s = setup();
+    let s = setup().await;
     s.fake.world().ready = true;
     let view = s
         .berth
         .up("owner", &s.domain, "db", &spec(), UpCause::Person)
+        .await
         .unwrap();
     converge(&s, &view.resource_instance_id).await;
     assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
@@ -956,6 +1008,7 @@ async fn a_change_that_never_reaches_the_container_keeps_it() {
     let view = s
         .berth
         .up("owner", &s.domain, "db", &changed, UpCause::Person)
+        .await
         .unwrap();
     assert!(
         matches!(view.state, InstanceState::Running { .. }),
@@ -980,6 +1033,7 @@ async fn a_change_that_never_reaches_the_container_keeps_it() {
     let view = s
         .berth
         .up("owner", &s.domain, "db", &env, UpCause::Person)
+        .await
         .unwrap();
     assert!(
         matches!(view.state, InstanceState::Starting { .. }),

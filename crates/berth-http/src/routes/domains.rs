@@ -60,7 +60,7 @@ async fn create_domain(
         fields.finish(p);
         name
     })?;
-    Ok(Json(app.berth.create_domain(&caller.owner, name)?))
+    Ok(Json(app.berth.create_domain(&caller.owner, name).await?))
 }
 
 /// Lists the caller's resource domains.
@@ -97,7 +97,9 @@ async fn fence_domain(
     Params(path): Params<DomainPath>,
     _: NoBody,
 ) -> Result<Json<Domain>, ApiError> {
-    Ok(Json(app.berth.fence(&caller.owner, &path.id()?, true)?))
+    Ok(Json(
+        app.berth.fence(&caller.owner, &path.id()?, true).await?,
+    ))
 }
 
 /// Unfences a domain: it is active again.
@@ -110,7 +112,9 @@ async fn unfence_domain(
     Params(path): Params<DomainPath>,
     _: NoBody,
 ) -> Result<Json<Domain>, ApiError> {
-    Ok(Json(app.berth.fence(&caller.owner, &path.id()?, false)?))
+    Ok(Json(
+        app.berth.fence(&caller.owner, &path.id()?, false).await?,
+    ))
 }
 
 /// Archives a domain: every instance archived, every volume kept.

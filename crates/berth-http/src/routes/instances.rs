@@ -152,11 +152,11 @@ async fn instance_image(
     Params(path): Params<InstancePath>,
 ) -> Result<Json<ImageEvidence>, ApiError> {
     let (domain, key) = path.parts()?;
-    Ok(Json(app.berth.image_evidence(
-        &caller.owner,
-        &domain,
-        key,
-    )?))
+    Ok(Json(
+        app.berth
+            .image_evidence(&caller.owner, &domain, key)
+            .await?,
+    ))
 }
 
 /// Every spec an instance ran, newest first, with when it started and how it ended.
@@ -170,7 +170,7 @@ async fn instance_releases(
 ) -> Result<Json<ReleaseList>, ApiError> {
     let (domain, key) = path.parts()?;
     Ok(Json(ReleaseList {
-        items: app.berth.releases(&caller.owner, &domain, key)?,
+        items: app.berth.releases(&caller.owner, &domain, key).await?,
     }))
 }
 
@@ -208,13 +208,17 @@ async fn rollback_instance(
         fields.finish(p);
         Some((idempotency_key?, expected?))
     })?;
-    Ok(Json(app.berth.rollback(
-        &caller.owner,
-        &domain,
-        key,
-        &idempotency_key,
-        expected.as_str(),
-    )?))
+    Ok(Json(
+        app.berth
+            .rollback(
+                &caller.owner,
+                &domain,
+                key,
+                &idempotency_key,
+                expected.as_str(),
+            )
+            .await?,
+    ))
 }
 
 /// An instance's host endpoints.
@@ -236,7 +240,7 @@ async fn instance_endpoints(
 ) -> Result<Json<EndpointList>, ApiError> {
     let (domain, key) = path.parts()?;
     Ok(Json(EndpointList {
-        items: app.berth.endpoints(&caller.owner, &domain, key)?,
+        items: app.berth.endpoints(&caller.owner, &domain, key).await?,
     }))
 }
 
@@ -273,13 +277,11 @@ async fn up_instance(
         };
         Some((spec?, cause))
     })?;
-    Ok(Json(app.berth.up(
-        &caller.owner,
-        &domain,
-        key,
-        &spec,
-        cause,
-    )?))
+    Ok(Json(
+        app.berth
+            .up(&caller.owner, &domain, key, &spec, cause)
+            .await?,
+    ))
 }
 
 /// Lists a domain's instances: the archived ones with `?archived=true`, every other one otherwise.
@@ -346,7 +348,7 @@ async fn stop_instance(
         fields.finish(p);
         by
     })?;
-    Ok(Json(app.berth.stop(&caller.owner, &domain, key, by)?))
+    Ok(Json(app.berth.stop(&caller.owner, &domain, key, by).await?))
 }
 
 /// Archives an instance: its container is removed, its volumes are kept and measured.

@@ -187,7 +187,7 @@ async fn create_lease(
 ) -> Result<Json<LeaseView>, ApiError> {
     let id = path.id()?;
     let ttl = body.decode(decode_lease)?;
-    Ok(Json(app.berth.create_lease(&caller.owner, id, ttl)?))
+    Ok(Json(app.berth.create_lease(&caller.owner, id, ttl).await?))
 }
 
 /// Renews a lease by its TTL, from now.
@@ -202,11 +202,11 @@ async fn renew_lease(
     let id = WorkspacePath {
         workspace_id: path.workspace_id.clone(),
     };
-    Ok(Json(app.berth.renew_lease(
-        &caller.owner,
-        id.id()?,
-        path.lease()?,
-    )?))
+    Ok(Json(
+        app.berth
+            .renew_lease(&caller.owner, id.id()?, path.lease()?)
+            .await?,
+    ))
 }
 
 /// Ends a lease.
@@ -221,7 +221,8 @@ async fn delete_lease(
         workspace_id: path.workspace_id.clone(),
     };
     app.berth
-        .delete_lease(&caller.owner, id.id()?, path.lease()?)?;
+        .delete_lease(&caller.owner, id.id()?, path.lease()?)
+        .await?;
     Ok(Json(Empty {}))
 }
 
