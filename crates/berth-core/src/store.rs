@@ -160,10 +160,19 @@ struct Touched {
 /// writer keeps current; every other read runs on a pooled read connection (WAL) on tokio's
 /// blocking threads. No call blocks a runtime worker on SQLite.
 pub struct Store {
-    jobs: tokio::sync::mpsc::Sender<Job>,
+    jobs: Jobs,
     view: Arc<RwLock<View>>,
-    /// `None` for a store in memory: its reads go to the writer, which holds the only copy.
+    /// `None` for a store in memory: its reads run where its writes do, on the only copy.
     readers: Option<Arc<Readers>>,
+}
+
+/// Where writes run.
+enum Jobs {
+    /// On the writer thread.
+    Writer(tokio::sync::mpsc::Sender<Job>),
+    /// On the caller's thread: only for a store in memory, in tests, where a job handed to
+    /// another thread would let a paused test clock jump while the runtime waits for it.
+    Inline(Mutex<Connection>),
 }
 
 struct Readers {
@@ -219,6 +228,13 @@ impl Store {
             tx.commit()?;
         }
         let view = Arc::new(RwLock::new(load_view(&conn)?));
+        if path.is_none() {
+            return Ok(Self {
+                jobs: Jobs::Inline(Mutex::new(conn)),
+                view,
+                readers: None,
+            });
+        }
         let (jobs, mut rx) = tokio::sync::mpsc::channel::<Job>(WRITE_QUEUE);
         std::thread::Builder::new()
             .name("berth-store".to_owned())
@@ -231,7 +247,7 @@ impl Store {
             })
             .map_err(|e| StoreError::Corrupt(format!("could not start the store's writer: {e}")))?;
         Ok(Self {
-            jobs,
+            jobs: Jobs::Writer(jobs),
             view,
             readers: path.map(|path| {
                 Arc::new(Readers {
@@ -246,11 +262,19 @@ impl Store {
         &self,
         job: impl FnOnce(&mut Connection) -> T + Send + 'static,
     ) -> Result<T, StoreError> {
+        let jobs = match &self.jobs {
+            Jobs::Writer(jobs) => jobs,
+            Jobs::Inline(conn) => {
+                let mut conn = conn.lock().unwrap_or_else(|e| e.into_inner());
+                return std::panic::catch_unwind(AssertUnwindSafe(|| job(&mut conn)))
+                    .map_err(|_| StoreError::Closed);
+            }
+        };
         let (answer, answered) = tokio::sync::oneshot::channel();
         let job: Job = Box::new(move |conn| {
             let _ = answer.send(job(conn));
         });
-        self.jobs.send(job).await.map_err(|_| StoreError::Closed)?;
+        jobs.send(job).await.map_err(|_| StoreError::Closed)?;
         answered.await.map_err(|_| StoreError::Closed)
     }
 
