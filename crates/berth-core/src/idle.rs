@@ -42,19 +42,19 @@ impl Reconciler {
         }
         let domains: HashSet<&DomainId> = instances.iter().map(|i| &i.domain_id).collect();
         let mut live_keys: BTreeMap<&DomainId, Vec<Option<String>>> = BTreeMap::new();
-        let running_executors: HashSet<String> = self
+        let running_executors: HashSet<(String, String)> = self
             .executors()
             .values()
             .filter(|e| e.running)
-            .map(|e| e.workspace.clone())
+            .map(|e| (e.owner.clone(), e.workspace.clone()))
             .collect();
         for domain in domains {
             let workspaces: Vec<Workspace> = store.read(|tx| tx.linked_workspaces(domain))?;
             let mut keys = Vec::new();
             for w in workspaces {
-                let live = running_executors.contains(&w.id)
+                let live = running_executors.contains(&(w.owner.clone(), w.id.clone()))
                     || store
-                        .read(|tx| tx.leases(&w.id))?
+                        .read(|tx| tx.leases(&w.owner, &w.id))?
                         .iter()
                         .any(|l| l.expires_at > now);
                 if live {
