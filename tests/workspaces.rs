@@ -443,7 +443,11 @@ fn another_key_naming_or_selecting_a_keys_container_gets_nothing_attached() {
     assert_eq!(again["attachedExecutors"], 0, "{again}");
     let again = link(&b, &domain_b, "wsSel", "feat").expect(200);
     assert_eq!(again["attachedExecutors"], 0, "{again}");
-    for ws in ["wsEvil", "wsSel"] {
+    // Even selecting A's own consent label (a key id is no secret) takes nothing.
+    put_workspace(&b, "wsCopy", &[], Some(&consent(&a, "ide-1")));
+    let again = link(&b, &domain_b, "wsCopy", "feat").expect(200);
+    assert_eq!(again["attachedExecutors"], 0, "{again}");
+    for ws in ["wsEvil", "wsSel", "wsCopy"] {
         let view = b.get(&format!("/v1/workspaces/{ws}")).expect(200);
         assert_eq!(view["executors"], json!([]), "{ws}: {view}");
     }
