@@ -49,32 +49,67 @@ pub struct LinkArgs {
     /// Containers carrying this label (`key=value`) are linked too, including ones started later.
     #[arg(long)]
     selector: Option<String>,
+    /// Print only the label a container must carry to be linked to the workspace
+    /// (`berth.workspace=<keyId>/<workspace>`), for `docker run --label`, and link nothing.
+    #[arg(long, conflicts_with_all = ["selector", "containers"])]
+    print_label: bool,
     /// Containers (names or ids) that should reach this worktree's instances by their aliases.
+    /// Each must have been created with the workspace's label (see --print-label).
     containers: Vec<String>,
 }
 
 pub fn link(args: LinkArgs) -> anyhow::Result<ExitCode> {
-    if args.containers.is_empty() && args.selector.is_none() {
+    if !args.print_label && args.containers.is_empty() && args.selector.is_none() {
         bail!("name at least one container, or a --selector label, to link");
     }
     let repo = Repo::discover()?;
     let client = args.conn.endpoint().connect()?;
+    let workspace = args.workspace.unwrap_or_else(|| repo.worktree_key.clone());
+    if args.print_label {
+        let me = client.get("/v1/whoami")?;
+        let Some(key_id) = me["keyId"].as_str() else {
+            bail!("berth did not answer its key id");
+        };
+        println!("berth.workspace={key_id}/{workspace}");
+        return Ok(ExitCode::SUCCESS);
+    }
     let domain = super::ensure_domain(&client, &repo)?;
     let domain = super::domain_id(&domain)?;
-    let workspace = args.workspace.unwrap_or_else(|| repo.worktree_key.clone());
     let selector = args.selector.map(|label| json!({ "label": label }));
     client.put(
         &format!("/v1/workspaces/{workspace}"),
         json!({"containers": args.containers, "selector": selector}),
     )?;
-    let linked = client.put(
+    client.put(
         &format!("/v1/resource-domains/{domain}/workspace-links/{workspace}"),
         json!({"worktreeKey": repo.worktree_key}),
     )?;
+    // The workspace as it stands: a container may have been attached by the registration,
+    // before the link call counted.
+    let view = client.get(&format!("/v1/workspaces/{workspace}"))?;
+    let attached = view["executors"]
+        .as_array()
+        .map(|all| {
+            all.iter()
+                .filter(|e| e["kind"] == "container" && e["running"] == true)
+                .count()
+        })
+        .unwrap_or(0);
     println!(
-        "linked workspace {workspace} with worktree key {}: {} executor(s) attached",
+        "linked workspace {workspace} with worktree key {}: {attached} executor(s) attached",
         repo.worktree_key,
-        linked["attachedExecutors"].as_i64().unwrap_or(0)
     );
-    Ok(ExitCode::SUCCESS)
+    let not_attached = view["notAttached"].as_array().cloned().unwrap_or_default();
+    for item in &not_attached {
+        eprintln!(
+            "berth: {} is not attached: {}",
+            item["container"].as_str().unwrap_or_default(),
+            item["reason"].as_str().unwrap_or_default()
+        );
+    }
+    Ok(if not_attached.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
