@@ -35,6 +35,7 @@ async fn exec_streams_stdin_in_and_returns_stdout_stderr_and_exit_code() {
         user: None,
         timeout: Duration::from_secs(30),
         max_output: 4096,
+        cancel: Default::default(),
     };
     let input = tokio::io::repeat(b'x').take(8 * MIB as u64);
     let out = rt
@@ -53,6 +54,7 @@ async fn exec_streams_stdin_in_and_returns_stdout_stderr_and_exit_code() {
         user: None,
         timeout: Duration::from_secs(30),
         max_output: 4096,
+        cancel: Default::default(),
     };
     let input = tokio::io::repeat(b'y').take(8 * MIB as u64);
     let out = rt
@@ -80,6 +82,7 @@ async fn exec_streams_stdin_in_and_returns_stdout_stderr_and_exit_code() {
         user: None,
         timeout: Duration::from_secs(10),
         max_output: 4096,
+        cancel: Default::default(),
     };
     let out = rt
         .exec(&facts.id, request, Box::pin(reader))
@@ -202,6 +205,7 @@ async fn an_exec_past_its_timeout_is_killed_with_its_children() {
         user: Some("0".to_owned()),
         timeout: Duration::from_secs(1),
         max_output: 4096,
+        cancel: Default::default(),
     };
     let out = rt
         .exec(&facts.id, request, Box::pin(reader))
@@ -230,6 +234,7 @@ async fn dropping_an_exec_kills_its_command() {
         user: None,
         timeout: Duration::from_secs(120),
         max_output: 4096,
+        cancel: Default::default(),
     };
     let abandoned = tokio::time::timeout(
         Duration::from_millis(800),
