@@ -120,8 +120,8 @@ pub(crate) struct Inner {
     pub(crate) executors: Mutex<HashMap<String, crate::executors::ExecutorEntry>>,
     /// When each instance was last seen reached, ahead of what the store holds.
     pub(crate) last_reached: Mutex<HashMap<InstanceId, Timestamp>>,
-    /// The listening tasks of each instance's host endpoints.
-    pub(crate) listeners: Mutex<HashMap<InstanceId, Vec<tokio::task::JoinHandle<()>>>>,
+    /// The host endpoints' tasks, and which endpoints are listening.
+    pub(crate) listeners: Mutex<crate::endpoints::Listeners>,
     /// Open proxied connections per instance: each is reach.
     pub(crate) connections: Mutex<HashMap<InstanceId, usize>>,
     /// The container address proxied connections last reached, per instance.
@@ -146,7 +146,7 @@ impl Reconciler {
                 locks: Mutex::new(HashMap::new()),
                 executors: Mutex::new(HashMap::new()),
                 last_reached: Mutex::new(HashMap::new()),
-                listeners: Mutex::new(HashMap::new()),
+                listeners: Mutex::default(),
                 connections: Mutex::new(HashMap::new()),
                 addresses: Mutex::new(HashMap::new()),
             }),
