@@ -141,7 +141,8 @@ impl Reconciler {
                     let handle = tokio::spawn(async move {
                         let listener = bind_when_free(address).await;
                         tracing::info!(instance = %task_id, host_port, "the host endpoint's port is free again; listening");
-                        this.accept_loop(task_id, port, listener).await
+                        let listening = Listening::new(&this, &task_id, port);
+                        this.accept_loop(task_id, port, listener, listening).await
                     });
                     self.listeners().tasks.entry(id).or_default().push(handle);
                 }
@@ -165,16 +166,25 @@ impl Reconciler {
     }
 
     fn serve_endpoint(&self, id: InstanceId, port: u16, listener: TcpListener) {
+        // Advertised from now on, before the task first runs: the answer that follows an
+        // endpoint's creation lists it.
+        let listening = Listening::new(self, &id, port);
         let this = self.clone();
         let task_id = id.clone();
-        let handle = tokio::spawn(async move { this.accept_loop(task_id, port, listener).await });
+        let handle =
+            tokio::spawn(async move { this.accept_loop(task_id, port, listener, listening).await });
         self.listeners().tasks.entry(id).or_default().push(handle);
     }
 
     /// Accepts connections on an endpoint's listener and proxies each, for as long as the task
-    /// lives; the endpoint is advertised meanwhile.
-    async fn accept_loop(self, id: InstanceId, port: u16, listener: TcpListener) {
-        let _listening = Listening::new(&self, &id, port);
+    /// lives; the endpoint is advertised while `_listening` is held.
+    async fn accept_loop(
+        self,
+        id: InstanceId,
+        port: u16,
+        listener: TcpListener,
+        _listening: Listening,
+    ) {
         loop {
             let (client, _) = match listener.accept().await {
                 Ok(c) => c,
