@@ -57,7 +57,7 @@ pub enum Error {
         scope: String,
     },
     /// No workspace has that id (for this key).
-    #[error("no workspace has the id {0}; register it with PUT /v1/workspaces/{0}")]
+    #[error("no workspace has the id {0}")]
     WorkspaceNotFound(String),
     /// The workspace is linked to another domain.
     #[error(

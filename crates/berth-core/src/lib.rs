@@ -8,19 +8,17 @@
 //! Invariants: this crate knows nothing of Docker or HTTP. It never deletes a volume. A request
 //! that is refused writes nothing.
 
+pub mod consent;
+pub mod controllers;
 pub mod decode;
-pub mod endpoints;
 pub mod error;
 pub mod evidence;
 pub mod exec;
-mod executors;
-mod idle;
 pub mod ids;
 pub mod image;
 pub mod model;
 pub mod names;
 pub mod queue;
-pub mod reconcile;
 pub mod runtime;
 pub mod service;
 pub mod spec;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::controllers::{Reconciler, plan_volumes};
 use crate::error::Error;
 use crate::evidence::ImageEvidence;
 use crate::exec::{ExecFrame, ExecResult, MAX_OUTPUT_BYTES};
@@ -14,7 +15,6 @@ use crate::model::{
     ReleaseEnd, ReleaseView, RollbackView, StopReason,
 };
 use crate::names;
-use crate::reconcile::{Reconciler, plan_volumes};
 use crate::runtime::{ExecRequest, ExecStdin, RuntimeError};
 use crate::spec::Spec;
 use crate::spec::decode_spec;
@@ -497,7 +497,7 @@ impl Berth {
         owner: &str,
         domain_id: &DomainId,
         key: &str,
-    ) -> Result<Vec<crate::endpoints::EndpointView>, Error> {
+    ) -> Result<Vec<crate::controllers::endpoints::EndpointView>, Error> {
         let instance = self.instance(owner, domain_id, key)?;
         let reconciler = self.require_runtime()?;
         Ok(reconciler.endpoints_of(&instance.id).await?)

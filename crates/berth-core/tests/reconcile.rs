@@ -6,10 +6,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use berth_core::controllers::{Next, ReconcileConfig, Reconciler};
 use berth_core::evidence::{MismatchReason, VerificationStatus};
 use berth_core::image::PinnedImage;
 use berth_core::model::{InstanceState, ReleaseEnd};
-use berth_core::reconcile::{Next, ReconcileConfig, Reconciler};
 use berth_core::runtime::*;
 use berth_core::spec::Ready;
 use berth_core::store::Store;

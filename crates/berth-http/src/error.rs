@@ -157,9 +157,12 @@ impl ApiError {
                 StatusCode::CONFLICT,
                 body("ResourceInstanceAliasTakenError", message),
             ),
-            Error::WorkspaceNotFound(_) => (
+            Error::WorkspaceNotFound(id) => (
                 StatusCode::NOT_FOUND,
-                body("ResourceWorkspaceNotFoundError", message),
+                body(
+                    "ResourceWorkspaceNotFoundError",
+                    format!("{message}; register it with PUT /v1/workspaces/{id}"),
+                ),
             ),
             Error::LeaseNotFound(_) => (
                 StatusCode::NOT_FOUND,

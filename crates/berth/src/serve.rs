@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use berth_core::Berth;
-use berth_core::reconcile::{ReconcileConfig, Reconciler};
+use berth_core::controllers::{ReconcileConfig, Reconciler};
 use berth_core::store::Store;
 use berth_docker::{DockerConfig, DockerRuntime};
 use berth_http::{AllowedHosts, ServiceKeys};

@@ -3,7 +3,7 @@
 use axum::extract::{RawQuery, State};
 use axum::{Extension, Json};
 use berth_core::UpCause;
-use berth_core::endpoints::EndpointView;
+use berth_core::controllers::endpoints::EndpointView;
 use berth_core::evidence::ImageEvidence;
 use berth_core::image::Digest;
 use berth_core::model::{ArchivedVolume, InstanceView, ReleaseView, RollbackView};

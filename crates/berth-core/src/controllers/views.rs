@@ -1,13 +1,18 @@
-//! Workspace executors on the engine: attaching a linked workspace's containers to its worktree
-//! key's network view, following them through engine events, and knowing which run.
+//! The view controller: each domain's network views (one per worktree key, holding the key's
+//! instances and the domain's shared ones under their aliases, so an alias answers exactly one
+//! instance there), and the linked workspaces' containers attached to them, followed through
+//! engine events, with which of them run.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
-use crate::model::Workspace;
+use super::context::{Context, ReconcileError};
+use crate::consent::consents;
+use crate::ids::DomainId;
+use crate::model::{Instance, Workspace};
 use crate::names;
-use crate::reconcile::Reconciler;
-use crate::runtime::{ContainerChange, ContainerFacts, LABEL_MANAGED, Labels};
-use crate::workspaces::consents;
+use crate::runtime::{ContainerChange, ContainerFacts, LABEL_MANAGED, Labels, RuntimeError};
+use crate::store::StoreError;
 
 /// What berth knows of one executor container.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,12 +36,37 @@ pub struct Candidates {
     pub not_attached: Vec<String>,
 }
 
-impl Reconciler {
+/// The network views of every domain, and the workspace containers attached to them.
+pub(crate) struct ViewController {
+    ctx: Arc<Context>,
+    /// Workspace executor containers by name: their workspace and whether they run. Kept
+    /// current by attaches, engine events and the resync, so idle accounting asks no engine.
+    executors: Mutex<HashMap<String, ExecutorEntry>>,
+}
+
+impl ViewController {
+    /// A controller with no executor known yet.
+    pub(crate) fn new(ctx: Arc<Context>) -> Self {
+        Self {
+            ctx,
+            executors: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The (owner, workspace) of every executor container that runs now, from memory.
+    pub(crate) fn running_executor_workspaces(&self) -> HashSet<(String, String)> {
+        self.executors()
+            .values()
+            .filter(|e| e.running)
+            .map(|e| (e.owner.clone(), e.workspace.clone()))
+            .collect()
+    }
+
     /// What a workspace names and selects, read from the engine now: consent is checked on the
     /// containers' own labels every time, never remembered, so a container recreated under a
     /// name is judged by what it carries. An instance of berth's is never an executor.
     pub async fn executor_candidates(&self, workspace: &Workspace) -> Candidates {
-        let runtime = &self.inner.runtime;
+        let runtime = &self.ctx.runtime;
         let mut found: BTreeMap<String, ContainerFacts> = BTreeMap::new();
         let mut named: Vec<(String, Option<String>)> = Vec::new();
         for name in &workspace.containers {
@@ -95,11 +125,11 @@ impl Reconciler {
         let (Some(domain), Some(key)) = (&workspace.domain_id, &workspace.worktree_key) else {
             return 0;
         };
-        let prefix = &self.inner.config.prefix;
+        let prefix = &self.ctx.config.prefix;
         let view = names::view_network(prefix, domain, key);
         let views_of_domain = format!("{}-wt-", names::domain_network(prefix, domain));
         let labels = network_labels(prefix, &domain.to_string());
-        if let Err(e) = self.inner.runtime.ensure_network(&view, &labels).await {
+        if let Err(e) = self.ctx.runtime.ensure_network(&view, &labels).await {
             tracing::warn!(workspace = %workspace.id, error = %e, "could not make the workspace's network");
             return 0;
         }
@@ -107,7 +137,7 @@ impl Reconciler {
         // Workspaces that share this view may hold a container this one names in vain.
         let linked = domain.clone();
         let sharing: Vec<Workspace> = self
-            .inner
+            .ctx
             .store
             .read(move |tx| tx.linked_workspaces(&linked))
             .await
@@ -120,7 +150,7 @@ impl Reconciler {
                 && !sharing.iter().any(|w| consents(&c.labels, &w.owner, &w.id))
         }) {
             // Attached before consent was required, or by hand: it does not consent.
-            if let Err(e) = self.inner.runtime.disconnect_network(&view, &c.id).await {
+            if let Err(e) = self.ctx.runtime.disconnect_network(&view, &c.id).await {
                 tracing::warn!(container = %c.name, error = %e, "could not detach a container that does not consent");
             }
             self.executors().remove(&c.name);
@@ -132,12 +162,12 @@ impl Reconciler {
                 .keys()
                 .filter(|n| n.starts_with(&views_of_domain) && **n != view)
             {
-                if let Err(e) = self.inner.runtime.disconnect_network(other, &c.id).await {
+                if let Err(e) = self.ctx.runtime.disconnect_network(other, &c.id).await {
                     tracing::warn!(container = %c.name, error = %e, "could not detach an executor");
                 }
             }
             if !c.networks.contains_key(&view) {
-                match self.inner.runtime.connect_network(&view, &c.id, &[]).await {
+                match self.ctx.runtime.connect_network(&view, &c.id, &[]).await {
                     Ok(()) => attached += usize::from(c.running),
                     Err(e) => {
                         tracing::warn!(container = %c.name, error = %e, "could not attach an executor");
@@ -162,10 +192,10 @@ impl Reconciler {
         let (Some(domain), Some(key)) = (&workspace.domain_id, &workspace.worktree_key) else {
             return;
         };
-        let view = names::view_network(&self.inner.config.prefix, domain, key);
+        let view = names::view_network(&self.ctx.config.prefix, domain, key);
         for c in self.executor_containers(workspace).await {
             if c.networks.contains_key(&view)
-                && let Err(e) = self.inner.runtime.disconnect_network(&view, &c.id).await
+                && let Err(e) = self.ctx.runtime.disconnect_network(&view, &c.id).await
             {
                 tracing::warn!(container = %c.name, error = %e, "could not detach an executor");
             }
@@ -178,11 +208,11 @@ impl Reconciler {
     /// After a domain's archive: unlinks its workspaces (detaching their executors) and removes
     /// its networks, so nothing of the domain is left on the engine but its volumes.
     pub async fn release_domain(&self, domain: &crate::ids::DomainId) {
-        let prefix = self.inner.config.prefix.clone();
-        let instances = self.inner.store.instances(domain, true);
+        let prefix = self.ctx.config.prefix.clone();
+        let instances = self.ctx.store.instances(domain, true);
         let linked = domain.clone();
         let workspaces = match self
-            .inner
+            .ctx
             .store
             .read(move |tx| tx.linked_workspaces(&linked))
             .await
@@ -207,7 +237,7 @@ impl Reconciler {
             unlinked.domain_id = None;
             unlinked.worktree_key = None;
             if let Err(e) = self
-                .inner
+                .ctx
                 .store
                 .write(move |tx| tx.put_workspace(&unlinked))
                 .await
@@ -217,7 +247,7 @@ impl Reconciler {
         }
         networks.insert(names::domain_network(&prefix, domain));
         for network in networks {
-            if let Err(e) = self.inner.runtime.remove_network(&network, &prefix).await {
+            if let Err(e) = self.ctx.runtime.remove_network(&network, &prefix).await {
                 tracing::warn!(network = %network, error = %e, "could not remove an archived domain's network");
             }
         }
@@ -227,11 +257,11 @@ impl Reconciler {
     /// key, no workspace is linked with it): each view is a bridge network from the engine's
     /// small address pool, and worktrees come and go.
     pub async fn prune_view(&self, domain: &crate::ids::DomainId, key: &str) {
-        let prefix = self.inner.config.prefix.clone();
-        let instances = self.inner.store.instances(domain, false);
+        let prefix = self.ctx.config.prefix.clone();
+        let instances = self.ctx.store.instances(domain, false);
         let linked = domain.clone();
         let workspaces = match self
-            .inner
+            .ctx
             .store
             .read(move |tx| tx.linked_workspaces(&linked))
             .await
@@ -254,21 +284,21 @@ impl Reconciler {
         let view = names::view_network(&prefix, domain, key);
         for shared in instances.iter().filter(|i| i.spec.worktree_key.is_none()) {
             let name = names::container(&prefix, domain, &shared.key);
-            if let Ok(Some(c)) = self.inner.runtime.inspect_container(&name).await
+            if let Ok(Some(c)) = self.ctx.runtime.inspect_container(&name).await
                 && c.networks.contains_key(&view)
-                && let Err(e) = self.inner.runtime.disconnect_network(&view, &c.id).await
+                && let Err(e) = self.ctx.runtime.disconnect_network(&view, &c.id).await
             {
                 tracing::warn!(network = %view, error = %e, "could not detach a shared instance");
             }
         }
-        if let Err(e) = self.inner.runtime.remove_network(&view, &prefix).await {
+        if let Err(e) = self.ctx.runtime.remove_network(&view, &prefix).await {
             tracing::warn!(network = %view, error = %e, "could not remove an unused view");
         }
     }
 
     /// Attaches every linked workspace again: catches what missed events would have told.
     pub(crate) async fn reattach_workspaces(&self) {
-        let workspaces = match self.inner.store.read(|tx| tx.all_linked_workspaces()).await {
+        let workspaces = match self.ctx.store.read(|tx| tx.all_linked_workspaces()).await {
             Ok(w) => w,
             Err(e) => {
                 tracing::error!(error = %e, "could not read the linked workspaces");
@@ -299,8 +329,7 @@ impl Reconciler {
             }
             // A renamed container may now carry a linked workspace's name.
             ContainerChange::Started | ContainerChange::Created | ContainerChange::Renamed => {
-                let workspaces = match self.inner.store.read(|tx| tx.all_linked_workspaces()).await
-                {
+                let workspaces = match self.ctx.store.read(|tx| tx.all_linked_workspaces()).await {
                     Ok(w) => w,
                     Err(_) => return,
                 };
@@ -327,13 +356,128 @@ impl Reconciler {
         }
     }
 
-    pub(crate) fn executors(
+    /// The network an instance's container is created on: its worktree key's view, or the
+    /// domain's base network for a shared instance.
+    pub(crate) fn primary_network(&self, instance: &Instance) -> String {
+        let prefix = &self.ctx.config.prefix;
+        match &instance.spec.worktree_key {
+            Some(key) => names::view_network(prefix, &instance.domain_id, key),
+            None => names::domain_network(prefix, &instance.domain_id),
+        }
+    }
+
+    pub(crate) async fn ensure_network(
         &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, ExecutorEntry>> {
-        self.inner
-            .executors
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        name: &str,
+        domain: &DomainId,
+    ) -> Result<(), RuntimeError> {
+        let labels = network_labels(&self.ctx.config.prefix, domain.as_str());
+        self.ctx.runtime.ensure_network(name, &labels).await
+    }
+
+    /// The networks an instance's container belongs on, each with the aliases it answers to
+    /// there. A worktree instance is on its key's view. A shared instance is on the base network
+    /// and on every view of the domain, except a view whose key has its own instance with the
+    /// same alias: there that instance answers, and the shared one is not attached at all, so no
+    /// alias is ever held by two containers on one network.
+    pub(crate) async fn desired_networks(
+        &self,
+        instance: &Instance,
+    ) -> Result<BTreeMap<String, Vec<String>>, StoreError> {
+        let prefix = &self.ctx.config.prefix;
+        let domain = &instance.domain_id;
+        let alias = vec![instance.spec.alias.clone()];
+        if let Some(key) = &instance.spec.worktree_key {
+            return Ok(BTreeMap::from([(
+                names::view_network(prefix, domain, key),
+                alias,
+            )]));
+        }
+        let instances = self.ctx.store.instances(domain, false);
+        let linked = domain.clone();
+        let workspaces = self
+            .ctx
+            .store
+            .read(move |tx| tx.linked_workspaces(&linked))
+            .await?;
+        let mut keys: BTreeSet<String> = instances
+            .iter()
+            .filter_map(|i| i.spec.worktree_key.clone())
+            .collect();
+        keys.extend(workspaces.into_iter().filter_map(|w| w.worktree_key));
+        let mut networks = BTreeMap::from([(names::domain_network(prefix, domain), alias.clone())]);
+        for key in keys {
+            let shadowed = instances.iter().any(|i| {
+                i.spec.worktree_key.as_deref() == Some(key.as_str())
+                    && i.spec.alias == instance.spec.alias
+            });
+            if !shadowed {
+                networks.insert(names::view_network(prefix, domain, &key), alias.clone());
+            }
+        }
+        Ok(networks)
+    }
+
+    /// Attaches a container to the networks it belongs on, with the right aliases, and detaches
+    /// it from the domain's other networks. For a worktree instance, first detaches a shared
+    /// instance with the same alias from its view.
+    pub(crate) async fn ensure_attachments(
+        &self,
+        instance: &Instance,
+        container: &ContainerFacts,
+    ) -> Result<(), ReconcileError> {
+        let runtime = &self.ctx.runtime;
+        if let Some(key) = &instance.spec.worktree_key {
+            self.unshadow(instance, key).await?;
+        }
+        let desired = self.desired_networks(instance).await?;
+        for (network, aliases) in &desired {
+            let attached = container.networks.get(network);
+            if attached.is_some_and(|have| aliases.iter().all(|a| have.contains(a))) {
+                continue;
+            }
+            self.ensure_network(network, &instance.domain_id).await?;
+            if attached.is_some() {
+                runtime.disconnect_network(network, &container.id).await?;
+            }
+            runtime
+                .connect_network(network, &container.id, aliases)
+                .await?;
+        }
+        let ours = names::domain_network(&self.ctx.config.prefix, &instance.domain_id);
+        for network in container.networks.keys() {
+            if network.starts_with(&ours) && !desired.contains_key(network) {
+                runtime.disconnect_network(network, &container.id).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Detaches the shared instance that answers to `instance`'s alias from the view of `key`.
+    async fn unshadow(&self, instance: &Instance, key: &str) -> Result<(), ReconcileError> {
+        let domain = &instance.domain_id;
+        let shared = self
+            .ctx
+            .store
+            .instances(domain, false)
+            .into_iter()
+            .find(|i| i.spec.worktree_key.is_none() && i.spec.alias == instance.spec.alias);
+        let Some(shared) = shared else { return Ok(()) };
+        let view = names::view_network(&self.ctx.config.prefix, domain, key);
+        if let Some(c) = self
+            .ctx
+            .runtime
+            .inspect_container(&self.ctx.container_name(&shared))
+            .await?
+            && c.networks.contains_key(&view)
+        {
+            self.ctx.runtime.disconnect_network(&view, &c.id).await?;
+        }
+        Ok(())
+    }
+
+    fn executors(&self) -> std::sync::MutexGuard<'_, HashMap<String, ExecutorEntry>> {
+        self.executors.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

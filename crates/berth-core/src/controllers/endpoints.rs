@@ -9,23 +9,24 @@
 //! proxied connection counts as a live executor reaching the instance, so idle stop never cuts a
 //! connection in use.
 //!
-//! An endpoint is advertised (in [`Reconciler::endpoints_of`]) only while berth listens on its
+//! An endpoint is advertised (in [`EndpointController::endpoints_of`]) only while berth listens on its
 //! port. A stored port that cannot be bound at start (another program holds it: an old daemon
 //! still draining, or anyone else) is left out and bound again with back-off until it is free,
 //! so no client is ever sent to a port that something other than berth holds.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
 use tokio::net::{TcpListener, TcpStream};
 use utoipa::ToSchema;
 
+use super::context::{Context, InstanceQueue};
 use crate::ids::InstanceId;
 use crate::model::{Desired, Instance, InstanceState, StopReason};
 use crate::names;
-use crate::reconcile::Reconciler;
 use crate::store::StoreError;
 
 /// The host address every endpoint listens on.
@@ -57,8 +58,8 @@ pub(crate) struct Listeners {
 }
 
 impl Listeners {
-    /// Stops every endpoint's listener (the daemon is stopping).
-    pub(crate) fn abort_all(&mut self) {
+    /// Stops every endpoint's listener.
+    fn abort_all(&mut self) {
         self.listening.clear();
         for (_, tasks) in self.tasks.drain() {
             tasks.iter().for_each(tokio::task::JoinHandle::abort);
@@ -78,7 +79,42 @@ pub struct EndpointView {
     pub host_port: u16,
 }
 
-impl Reconciler {
+/// What the endpoint controller keeps: its listeners, open connections and container addresses.
+#[derive(Default)]
+struct EndpointState {
+    /// The listening tasks of each instance's host endpoints.
+    listeners: Mutex<Listeners>,
+    /// Open proxied connections per instance: each is reach.
+    connections: Mutex<HashMap<InstanceId, usize>>,
+    /// The container address proxied connections last reached, per instance.
+    addresses: Mutex<HashMap<InstanceId, IpAddr>>,
+}
+
+/// The host endpoints of every instance and the connections through them. Clones share it.
+#[derive(Clone)]
+pub(crate) struct EndpointController {
+    ctx: Arc<Context>,
+    /// A connection that wakes an instance asks for it to be reconciled.
+    queue: InstanceQueue,
+    state: Arc<EndpointState>,
+}
+
+impl EndpointController {
+    /// A controller with no endpoint open yet ([`EndpointController::open_stored_endpoints`]
+    /// opens the stored ones).
+    pub(crate) fn new(ctx: Arc<Context>, queue: InstanceQueue) -> Self {
+        Self {
+            ctx,
+            queue,
+            state: Arc::default(),
+        }
+    }
+
+    /// Stops every endpoint's listener (the daemon is stopping).
+    pub(crate) fn close_all(&self) {
+        self.listeners().abort_all();
+    }
+
     /// The service ports of an instance: its tcp ready port and its image's exposed tcp ports.
     pub(crate) fn service_ports(instance: &Instance, exposed: &[u16]) -> BTreeSet<u16> {
         let mut ports: BTreeSet<u16> = exposed.iter().copied().collect();
@@ -96,7 +132,7 @@ impl Reconciler {
     ) -> Result<(), StoreError> {
         let id = instance.id.clone();
         let known: BTreeSet<u16> = self
-            .inner
+            .ctx
             .store
             .read(move |tx| tx.endpoints(&id))
             .await?
@@ -121,7 +157,7 @@ impl Reconciler {
             };
             let id = instance.id.clone();
             if self
-                .inner
+                .ctx
                 .store
                 .write(move |tx| tx.insert_endpoint(&id, port, host_port))
                 .await?
@@ -136,7 +172,7 @@ impl Reconciler {
     /// Listens again on every stored endpoint (at start). A port another program holds is
     /// tried again with back-off, and not advertised until berth listens on it.
     pub(crate) async fn open_stored_endpoints(&self) {
-        let endpoints = match self.inner.store.read(|tx| tx.live_endpoints()).await {
+        let endpoints = match self.ctx.store.read(|tx| tx.live_endpoints()).await {
             Ok(e) => e,
             Err(e) => {
                 tracing::error!(error = %e, "could not read the endpoints");
@@ -167,7 +203,7 @@ impl Reconciler {
     /// An instance's endpoints that berth listens on now, by container port.
     pub async fn endpoints_of(&self, id: &InstanceId) -> Result<Vec<EndpointView>, StoreError> {
         let of = id.clone();
-        let stored = self.inner.store.read(move |tx| tx.endpoints(&of)).await?;
+        let stored = self.ctx.store.read(move |tx| tx.endpoints(&of)).await?;
         let listeners = self.listeners();
         Ok(stored
             .into_iter()
@@ -227,7 +263,7 @@ impl Reconciler {
             handles.iter().for_each(tokio::task::JoinHandle::abort);
         }
         let id = id.clone();
-        self.inner
+        self.ctx
             .store
             .write(move |tx| tx.delete_endpoints(&id))
             .await
@@ -279,10 +315,10 @@ impl Reconciler {
     /// run (a person stopped it, it is archived, or its start failed).
     async fn wait_ready(&self, id: &InstanceId) -> Option<Instance> {
         let deadline =
-            tokio::time::Instant::now() + self.inner.config.ready_timeout + Duration::from_secs(30);
+            tokio::time::Instant::now() + self.ctx.config.ready_timeout + Duration::from_secs(30);
         let mut woke = false;
         loop {
-            let instance = self.inner.store.instance_by_id(id)?;
+            let instance = self.ctx.store.instance_by_id(id)?;
             match (&instance.desired, &instance.state) {
                 (Desired::Archived, _) => return None,
                 (Desired::Stopped, _)
@@ -316,7 +352,7 @@ impl Reconciler {
     pub(crate) async fn wake_for_use(&self, id: &InstanceId) -> Result<bool, StoreError> {
         let wake = id.clone();
         let woken = self
-            .inner
+            .ctx
             .store
             .write(move |tx| {
                 let Some(mut instance) = tx.instance_by_id(&wake)? else {
@@ -337,7 +373,7 @@ impl Reconciler {
             .await?;
         if woken {
             tracing::info!(instance = %id, "woken by a connection");
-            self.enqueue(id);
+            self.queue.enqueue(id);
         }
         Ok(woken)
     }
@@ -362,16 +398,12 @@ impl Reconciler {
     }
 
     async fn container_address(&self, instance: &Instance) -> Option<IpAddr> {
-        let name = names::container(
-            &self.inner.config.prefix,
-            &instance.domain_id,
-            &instance.key,
-        );
+        let name = names::container(&self.ctx.config.prefix, &instance.domain_id, &instance.key);
         let network = match &instance.spec.worktree_key {
-            Some(key) => names::view_network(&self.inner.config.prefix, &instance.domain_id, key),
-            None => names::domain_network(&self.inner.config.prefix, &instance.domain_id),
+            Some(key) => names::view_network(&self.ctx.config.prefix, &instance.domain_id, key),
+            None => names::domain_network(&self.ctx.config.prefix, &instance.domain_id),
         };
-        let facts = match self.inner.runtime.inspect_container(&name).await {
+        let facts = match self.ctx.runtime.inspect_container(&name).await {
             Ok(Some(facts)) => facts,
             Ok(None) => return None,
             Err(e) => {
@@ -386,17 +418,15 @@ impl Reconciler {
             .or_else(|| facts.addresses.values().next().copied())
     }
 
-    fn addresses(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<InstanceId, IpAddr>> {
-        self.inner
+    fn addresses(&self) -> std::sync::MutexGuard<'_, HashMap<InstanceId, IpAddr>> {
+        self.state
             .addresses
             .lock()
             .unwrap_or_else(|e| e.into_inner())
     }
 
     fn listeners(&self) -> std::sync::MutexGuard<'_, Listeners> {
-        self.inner
+        self.state
             .listeners
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -407,10 +437,8 @@ impl Reconciler {
         self.connections().get(id).is_some_and(|n| *n > 0)
     }
 
-    fn connections(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<InstanceId, usize>> {
-        self.inner
+    fn connections(&self) -> std::sync::MutexGuard<'_, HashMap<InstanceId, usize>> {
+        self.state
             .connections
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -434,16 +462,16 @@ async fn bind_when_free(address: SocketAddr) -> TcpListener {
 
 /// Marks an endpoint as listening while it lives.
 struct Listening {
-    reconciler: Reconciler,
+    endpoints: EndpointController,
     key: (InstanceId, u16),
 }
 
 impl Listening {
-    fn new(reconciler: &Reconciler, id: &InstanceId, port: u16) -> Self {
+    fn new(endpoints: &EndpointController, id: &InstanceId, port: u16) -> Self {
         let key = (id.clone(), port);
-        reconciler.listeners().listening.insert(key.clone());
+        endpoints.listeners().listening.insert(key.clone());
         Self {
-            reconciler: reconciler.clone(),
+            endpoints: endpoints.clone(),
             key,
         }
     }
@@ -451,7 +479,7 @@ impl Listening {
 
 impl Drop for Listening {
     fn drop(&mut self) {
-        self.reconciler.listeners().listening.remove(&self.key);
+        self.endpoints.listeners().listening.remove(&self.key);
     }
 }
 
@@ -465,15 +493,15 @@ async fn connect_once(ip: IpAddr, port: u16) -> Option<TcpStream> {
 
 /// Counts an open connection as reach while it lives.
 struct ReachGuard {
-    reconciler: Reconciler,
+    endpoints: EndpointController,
     id: InstanceId,
 }
 
 impl ReachGuard {
-    fn new(reconciler: &Reconciler, id: &InstanceId) -> Self {
-        *reconciler.connections().entry(id.clone()).or_default() += 1;
+    fn new(endpoints: &EndpointController, id: &InstanceId) -> Self {
+        *endpoints.connections().entry(id.clone()).or_default() += 1;
         Self {
-            reconciler: reconciler.clone(),
+            endpoints: endpoints.clone(),
             id: id.clone(),
         }
     }
@@ -481,7 +509,7 @@ impl ReachGuard {
 
 impl Drop for ReachGuard {
     fn drop(&mut self) {
-        let mut connections = self.reconciler.connections();
+        let mut connections = self.endpoints.connections();
         if let Some(n) = connections.get_mut(&self.id) {
             *n = n.saturating_sub(1);
             if *n == 0 {

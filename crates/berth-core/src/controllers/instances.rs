@@ -1,66 +1,35 @@
-//! The reconciler: converges what runs on the engine to what was asked, one instance at a time.
+//! The instance controller: converges what runs on the engine to what was asked, one instance at
+//! a time.
 //!
 //! It is level-triggered. A request, an engine event, a timer or the periodic resync only
-//! *enqueues* an instance id; [`Reconciler`] runs at most one reconcile per id at a time (an id
-//! enqueued while its reconcile runs is run once more afterwards) and each reconcile re-reads the
-//! desired state from the store and the observed state from the engine, takes the next steps
-//! that converge them, and says when to look again. Every step is idempotent, so a crash at any
-//! point is recovered by running it again.
+//! *enqueues* an instance id; the queue runs at most one reconcile per id at a time, and each
+//! reconcile re-reads the desired state from the store and the observed state from the engine,
+//! takes the next steps that converge them, and says when to look again. Every step is
+//! idempotent, so a crash at any point is recovered by running it again.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::Mutex as AsyncMutex;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
+use super::context::{Context, InstanceQueue, Next, ReconcileError};
+use super::endpoints::EndpointController;
+use super::views::ViewController;
 use crate::evidence::{ImageEvidence, MismatchReason};
-use crate::ids::{DomainId, InstanceId};
+use crate::ids::InstanceId;
 use crate::model::{Desired, Instance, InstanceState, InstanceVolume, StopReason};
 use crate::names;
-use crate::queue::{Action, QueueConfig, WorkQueue, backoff, supervise};
+use crate::queue::{Action, WorkQueue, backoff};
 use crate::runtime::{
     ContainerFacts, ContainerPlan, ImageFacts, LABEL_DOMAIN, LABEL_INSTANCE, LABEL_KEY,
     LABEL_MANAGED, LABEL_PLAN_DIGEST, LABEL_PREFIX, LABEL_SPEC_DIGEST, LABEL_VOLUME, Labels, Mount,
-    Runtime, RuntimeError, RuntimeEvent,
+    RuntimeError,
 };
 use crate::spec::Ready;
-use crate::store::{Observation, Store, StoreError};
+use crate::store::{Observation, StoreError};
 use crate::time::Timestamp;
-
-/// How the reconciler behaves; the defaults suit a developer's machine.
-#[derive(Debug, Clone)]
-pub struct ReconcileConfig {
-    /// The prefix of every engine object this berth creates, and the `berth.prefix` label.
-    pub prefix: String,
-    /// How long a started instance may take to answer its ready check before it `failed`.
-    pub ready_timeout: Duration,
-    /// How long a stop waits for the process to end before it is killed.
-    pub stop_timeout: Duration,
-    /// How often every instance is looked at even without an event.
-    pub resync_every: Duration,
-    /// The first wait before restarting an instance that exited; doubles per restart.
-    pub restart_backoff: Duration,
-    /// The longest wait before a restart.
-    pub restart_backoff_max: Duration,
-    /// The work queue: how many reconciles run at once, and the back-off after a failed one.
-    pub queue: QueueConfig,
-}
-
-impl Default for ReconcileConfig {
-    fn default() -> Self {
-        Self {
-            prefix: "berth".to_owned(),
-            ready_timeout: Duration::from_secs(120),
-            stop_timeout: Duration::from_secs(10),
-            resync_every: Duration::from_secs(60),
-            restart_backoff: Duration::from_secs(1),
-            restart_backoff_max: Duration::from_secs(300),
-            queue: QueueConfig::default(),
-        }
-    }
-}
 
 /// A run that lasted at least this long before its container exited resets the restart back-off.
 const STEADY_RUN: Duration = Duration::from_secs(60);
@@ -77,20 +46,6 @@ const OUTPUT_PROBE_TIMEOUT: Duration = Duration::from_millis(250);
 /// back-off between) before the instance is `failed` with the engine's reason.
 const START_ATTEMPTS: u32 = 5;
 
-/// What a reconcile asks for next.
-pub type Next = Action;
-
-/// Why a reconcile could not finish; it is retried with back-off.
-#[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
-    /// The engine failed.
-    #[error(transparent)]
-    Runtime(#[from] RuntimeError),
-    /// The store failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
 /// What the instance controller keeps of one instance between reconciles while it starts. It is
 /// dropped once the instance runs, stops, fails or goes.
 #[derive(Default)]
@@ -103,249 +58,64 @@ struct StartState {
     start_failures: u32,
 }
 
-pub(crate) struct Inner {
-    pub(crate) store: Arc<Store>,
-    pub(crate) runtime: Arc<dyn Runtime>,
-    pub(crate) config: ReconcileConfig,
-    queue: WorkQueue<InstanceId, ReconcileError>,
-    /// Cancelled when the daemon stops: every loop and worker ends.
-    shutdown: CancellationToken,
-    /// The long-lived tasks, awaited on shutdown.
-    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
-    starts: Mutex<HashMap<InstanceId, StartState>>,
+pub(crate) struct InstanceController {
+    ctx: Arc<Context>,
+    queue: InstanceQueue,
+    views: Arc<ViewController>,
+    endpoints: Arc<EndpointController>,
+    starts: Arc<Mutex<HashMap<InstanceId, StartState>>>,
     /// One lock per id while someone holds it: the queue's reconcile and direct teardowns
     /// (archive) take it. Entries go when their last holder lets go.
     locks: Mutex<HashMap<InstanceId, Arc<AsyncMutex<()>>>>,
-    /// Workspace executor containers by name: their workspace and whether they run. Kept
-    /// current by attaches, engine events and the resync, so idle accounting asks no engine.
-    pub(crate) executors: Mutex<HashMap<String, crate::executors::ExecutorEntry>>,
-    /// When each instance was last seen reached, ahead of what the store holds.
-    pub(crate) last_reached: Mutex<HashMap<InstanceId, Timestamp>>,
-    /// The host endpoints' tasks, and which endpoints are listening.
-    pub(crate) listeners: Mutex<crate::endpoints::Listeners>,
-    /// Open proxied connections per instance: each is reach.
-    pub(crate) connections: Mutex<HashMap<InstanceId, usize>>,
-    /// The container address proxied connections last reached, per instance.
-    pub(crate) addresses: Mutex<HashMap<InstanceId, std::net::IpAddr>>,
 }
 
-/// The reconciler. Clones share one queue.
-#[derive(Clone)]
-pub struct Reconciler {
-    pub(crate) inner: Arc<Inner>,
-}
-
-impl Reconciler {
-    /// A reconciler over `store` and `runtime`. Call [`Reconciler::start`] to begin watching.
-    pub fn new(store: Arc<Store>, runtime: Arc<dyn Runtime>, config: ReconcileConfig) -> Self {
-        let inner = Arc::new_cyclic(|weak: &Weak<Inner>| {
+impl InstanceController {
+    /// The controller, and the queue that runs it.
+    pub(crate) fn new(
+        ctx: Arc<Context>,
+        views: impl FnOnce(InstanceQueue) -> Arc<ViewController>,
+        endpoints: impl FnOnce(InstanceQueue) -> Arc<EndpointController>,
+    ) -> Arc<Self> {
+        Arc::new_cyclic(|weak: &Weak<Self>| {
             let weak = weak.clone();
-            let queue = WorkQueue::new("instances", config.queue.clone(), move |id: InstanceId| {
-                let weak = weak.clone();
-                async move {
-                    match weak.upgrade() {
-                        Some(inner) => Reconciler { inner }.reconcile_exclusive(&id).await,
-                        None => Ok(Action::Done),
+            let queue = WorkQueue::new(
+                "instances",
+                ctx.config.queue.clone(),
+                move |id: InstanceId| {
+                    let weak = weak.clone();
+                    async move {
+                        match weak.upgrade() {
+                            Some(this) => this.reconcile_exclusive(&id).await,
+                            None => Ok(Action::Done),
+                        }
                     }
-                }
-            });
-            Inner {
-                store,
-                runtime,
-                config,
+                },
+            );
+            Self {
+                views: views(queue.clone()),
+                endpoints: endpoints(queue.clone()),
+                ctx,
                 queue,
-                shutdown: CancellationToken::new(),
-                tasks: Mutex::new(Vec::new()),
-                starts: Mutex::new(HashMap::new()),
+                starts: Arc::default(),
                 locks: Mutex::new(HashMap::new()),
-                executors: Mutex::new(HashMap::new()),
-                last_reached: Mutex::new(HashMap::new()),
-                listeners: Mutex::default(),
-                connections: Mutex::new(HashMap::new()),
-                addresses: Mutex::new(HashMap::new()),
             }
-        });
-        Self { inner }
+        })
     }
 
-    /// The runtime it drives.
-    pub fn runtime(&self) -> &Arc<dyn Runtime> {
-        &self.inner.runtime
+    /// The queue that runs it.
+    pub(crate) fn queue(&self) -> &InstanceQueue {
+        &self.queue
     }
 
-    /// Its configuration.
-    pub fn config(&self) -> &ReconcileConfig {
-        &self.inner.config
-    }
-
-    /// The instance queue's counters.
-    pub fn queue_stats(&self) -> &crate::queue::QueueStats {
-        self.inner.queue.stats()
-    }
-
-    /// How many instances the queue and the start bookkeeping hold state for.
-    pub fn tracked_keys(&self) -> (usize, usize) {
-        (self.inner.queue.tracked_keys(), self.starts().len())
-    }
-
-    /// Starts the queue's workers, watches the engine and resyncs periodically, until
-    /// [`Reconciler::shutdown`]. Every loop is supervised: one that panics is logged and started
-    /// again.
-    pub fn start(&self) {
-        let stop = self.inner.shutdown.clone();
-        let mut tasks = self.inner.queue.run(stop.clone());
-        let weak = Arc::downgrade(&self.inner);
-        tasks.push(supervise("engine events", stop.clone(), move || {
-            let weak = weak.clone();
-            async move {
-                let Some(inner) = weak.upgrade() else { return };
-                let this = Reconciler { inner };
-                let mut events = this.inner.runtime.watch(&this.inner.config.prefix);
-                drop(this);
-                while let Some(event) = events.recv().await {
-                    let Some(inner) = weak.upgrade() else { return };
-                    Reconciler { inner }.on_event(event).await;
-                }
-            }
-        }));
-        let weak = Arc::downgrade(&self.inner);
-        tasks.push(supervise(
-            "host endpoints and idle",
-            stop.clone(),
-            move || {
-                let weak = weak.clone();
-                async move {
-                    let Some(inner) = weak.upgrade() else { return };
-                    let this = Reconciler { inner };
-                    this.open_stored_endpoints().await;
-                    this.idle_loop().await
-                }
-            },
-        ));
-        let weak = Arc::downgrade(&self.inner);
-        tasks.push(supervise("resync", stop, move || {
-            let weak = weak.clone();
-            async move {
-                let every = match weak.upgrade() {
-                    Some(inner) => inner.config.resync_every,
-                    None => return,
-                };
-                let mut tick = tokio::time::interval(every);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    tick.tick().await;
-                    let Some(inner) = weak.upgrade() else { return };
-                    Reconciler { inner }.resync().await;
-                }
-            }
-        }));
-        self.inner
-            .tasks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend(tasks);
-    }
-
-    /// Stops taking work: the loops end, reconciles under way get until `grace` to finish and
-    /// are abandoned after it (each step is idempotent, so the next start picks up from there).
-    /// Containers keep running.
-    pub async fn shutdown(&self, grace: Duration) {
-        self.inner.shutdown.cancel();
-        let tasks =
-            std::mem::take(&mut *self.inner.tasks.lock().unwrap_or_else(|e| e.into_inner()));
-        let aborts: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
-        let all = futures_util::future::join_all(tasks);
-        if tokio::time::timeout(grace, all).await.is_err() {
-            tracing::warn!("reconciles still under way at shutdown were abandoned");
-            aborts.iter().for_each(tokio::task::AbortHandle::abort);
-        }
-        self.inner
-            .listeners
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .abort_all();
-    }
-
-    /// A token cancelled when the reconciler shuts down.
-    pub fn shutdown_token(&self) -> CancellationToken {
-        self.inner.shutdown.clone()
-    }
-
-    async fn on_event(&self, event: RuntimeEvent) {
-        match event {
-            RuntimeEvent::Resync => self.resync().await,
-            RuntimeEvent::Container {
-                name,
-                labels,
-                change,
-            } => match labels
-                .get(LABEL_INSTANCE)
-                .and_then(|s| InstanceId::parse(s))
-            {
-                Some(id) if labels.get(LABEL_PREFIX) == Some(&self.inner.config.prefix) => {
-                    self.enqueue(&id)
-                }
-                Some(_) => {}
-                None => self.on_container_event(&name, &labels, change).await,
-            },
-        }
-    }
-
-    /// Enqueues every live instance, and removes containers of this berth whose instance is
-    /// unknown or archived (never a volume).
-    pub async fn resync(&self) {
-        if let Err(e) = self
-            .inner
-            .store
-            .write(|tx| tx.finish_domain_archives())
-            .await
-        {
-            tracing::error!(error = %e, "resync could not finish interrupted domain archives");
-        }
-        let ids = self.inner.store.live_instance_ids();
-        for id in &ids {
-            self.enqueue(id);
-        }
-        self.reattach_workspaces().await;
-        match self
-            .inner
-            .runtime
-            .list_containers(&self.inner.config.prefix)
-            .await
-        {
-            Ok(containers) => {
-                for c in containers {
-                    let id = c
-                        .labels
-                        .get(LABEL_INSTANCE)
-                        .and_then(|s| InstanceId::parse(s));
-                    if let Some(id) = id
-                        && !ids.contains(&id)
-                    {
-                        // An archived or forgotten instance's container: its reconcile removes it.
-                        self.enqueue(&id);
-                    }
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "resync could not list containers"),
-        }
-    }
-
-    /// Asks for `id` to be reconciled soon (after its back-off, if it is backing off). Never
-    /// blocks.
-    pub fn enqueue(&self, id: &InstanceId) {
-        self.inner.queue.enqueue(id);
-    }
-
-    /// Asks for `id` to be reconciled now, cutting any back-off short: for a person's request.
-    pub fn enqueue_now(&self, id: &InstanceId) {
-        self.inner.queue.enqueue_now(id);
+    /// How many instances the start bookkeeping holds.
+    pub(crate) fn tracked_starts(&self) -> usize {
+        self.starts().len()
     }
 
     /// Runs `f` holding the lock of `id`, then lets the lock's entry go if nobody else waits.
     async fn with_lock<T>(&self, id: &InstanceId, f: impl AsyncFnOnce() -> T) -> T {
         let lock = {
-            let mut locks = self.inner.locks.lock().unwrap_or_else(|e| e.into_inner());
+            let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
             locks.entry(id.clone()).or_default().clone()
         };
         let out = {
@@ -353,19 +123,22 @@ impl Reconciler {
             f().await
         };
         drop(lock);
-        let mut locks = self.inner.locks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
         if locks.get(id).is_some_and(|l| Arc::strong_count(l) == 1) {
             locks.remove(id);
         }
         out
     }
 
-    async fn reconcile_exclusive(&self, id: &InstanceId) -> Result<Next, ReconcileError> {
+    pub(crate) async fn reconcile_exclusive(
+        &self,
+        id: &InstanceId,
+    ) -> Result<Next, ReconcileError> {
         self.with_lock(id, async || self.reconcile(id).await).await
     }
 
     fn starts(&self) -> std::sync::MutexGuard<'_, HashMap<InstanceId, StartState>> {
-        self.inner.starts.lock().unwrap_or_else(|e| e.into_inner())
+        self.starts.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn with_start<T>(&self, id: &InstanceId, f: impl FnOnce(&mut StartState) -> T) -> T {
@@ -383,12 +156,12 @@ impl Reconciler {
 
     /// Looks at one instance and takes the steps that converge it.
     pub async fn reconcile(&self, id: &InstanceId) -> Result<Next, ReconcileError> {
-        let Some(instance) = self.inner.store.instance_by_id(id) else {
+        let Some(instance) = self.ctx.store.instance_by_id(id) else {
             self.forget_start(id);
             return self.remove_orphan(id).await;
         };
         let name = self.container_name(&instance);
-        let runtime = &self.inner.runtime;
+        let runtime = &self.ctx.runtime;
         let container = runtime.inspect_container(&name).await?;
         if let Some(c) = &container
             && !self.is_ours(c, &instance)
@@ -409,7 +182,7 @@ impl Reconciler {
             Desired::Archived => {
                 if let Some(c) = container {
                     runtime
-                        .stop_container(&c.id, self.inner.config.stop_timeout)
+                        .stop_container(&c.id, self.ctx.config.stop_timeout)
                         .await?;
                     runtime.remove_container(&c.id).await?;
                 }
@@ -418,14 +191,14 @@ impl Reconciler {
                         at: obs.observed_at,
                     };
                 }
-                self.close_endpoints(&instance.id).await?;
-                self.inner.store.record_observation(&obs).await?;
+                self.endpoints.close_endpoints(&instance.id).await?;
+                self.ctx.store.record_observation(&obs).await?;
                 Ok(Next::Done)
             }
             Desired::Stopped => {
                 if let Some(c) = container.filter(|c| c.running) {
                     runtime
-                        .stop_container(&c.id, self.inner.config.stop_timeout)
+                        .stop_container(&c.id, self.ctx.config.stop_timeout)
                         .await?;
                 }
                 let reason = instance.stop_reason.clone().unwrap_or(StopReason::Person {
@@ -438,7 +211,7 @@ impl Reconciler {
                         reason,
                     };
                 }
-                self.inner.store.record_observation(&obs).await?;
+                self.ctx.store.record_observation(&obs).await?;
                 Ok(Next::Done)
             }
             Desired::Running => self.converge_running(&instance, container, obs).await,
@@ -455,7 +228,7 @@ impl Reconciler {
             // A failed start stays failed until the next up asks again.
             return Ok(Next::Done);
         }
-        let runtime = &self.inner.runtime;
+        let runtime = &self.ctx.runtime;
         let now = obs.observed_at;
 
         if let Some(c) = &container
@@ -468,8 +241,8 @@ impl Reconciler {
             if let Some(next) = self.check_evidence(instance, c, None).await? {
                 return Ok(next);
             }
-            self.ensure_attachments(instance, c).await?;
-            self.inner.store.record_observation(&obs).await?;
+            self.views.ensure_attachments(instance, c).await?;
+            self.ctx.store.record_observation(&obs).await?;
             return Ok(Next::Done);
         }
 
@@ -483,7 +256,7 @@ impl Reconciler {
                     &message,
                     Timestamp::now(),
                 );
-                self.inner
+                self.ctx
                     .store
                     .record_evidence(&instance.id, &evidence)
                     .await?;
@@ -499,13 +272,13 @@ impl Reconciler {
         obs.volumes = self.plan_volumes(instance, &image);
         if obs.volumes != instance.volumes {
             // Listed before they are made, so a crash in between leaves none unlisted.
-            self.inner
+            self.ctx
                 .store
                 .record_volumes(&instance.id, &obs.volumes)
                 .await?;
         }
-        let ports = Self::service_ports(instance, &image.exposed_tcp_ports);
-        self.ensure_endpoints(instance, &ports).await?;
+        let ports = EndpointController::service_ports(instance, &image.exposed_tcp_ports);
+        self.endpoints.ensure_endpoints(instance, &ports).await?;
         let labels = self.labels(instance);
         for volume in &obs.volumes {
             let mut volume_labels = labels.clone();
@@ -522,8 +295,12 @@ impl Reconciler {
                 Err(e) => return Err(e.into()),
             }
         }
-        let network = self.primary_network(instance);
-        if let Err(e) = self.ensure_network(&network, &instance.domain_id).await {
+        let network = self.views.primary_network(instance);
+        if let Err(e) = self
+            .views
+            .ensure_network(&network, &instance.domain_id)
+            .await
+        {
             if let RuntimeError::Foreign(message) = e {
                 self.fail(instance, message).await?;
                 return Ok(Next::Done);
@@ -535,7 +312,7 @@ impl Reconciler {
             Some(c) if !self.same_plan(&c, instance, &obs.volumes) => {
                 // A change that reaches the container: replace it, keep every volume.
                 runtime
-                    .stop_container(&c.id, self.inner.config.stop_timeout)
+                    .stop_container(&c.id, self.ctx.config.stop_timeout)
                     .await?;
                 runtime.remove_container(&c.id).await?;
                 None
@@ -546,6 +323,7 @@ impl Reconciler {
             Some(c) => c,
             None => {
                 let aliases = self
+                    .views
                     .desired_networks(instance)
                     .await?
                     .remove(&network)
@@ -564,7 +342,7 @@ impl Reconciler {
             }
         };
 
-        self.ensure_attachments(instance, &container).await?;
+        self.views.ensure_attachments(instance, &container).await?;
 
         if !container.running {
             let ended_on_its_own = matches!(
@@ -589,7 +367,7 @@ impl Reconciler {
                     at: finished,
                     exit_code: container.exit_code,
                 };
-                self.inner.store.record_observation(&obs).await?;
+                self.ctx.store.record_observation(&obs).await?;
                 tracing::info!(instance = %instance.id, key = %instance.key, exit_code = ?container.exit_code,
                     restarts = obs.restart_count, "instance exited; restarting after back-off");
                 return Ok(Next::After(self.restart_wait(obs.restart_count)));
@@ -597,7 +375,7 @@ impl Reconciler {
             if let InstanceState::Exited { at, .. } = instance.state {
                 let due = at.plus(self.restart_wait(instance.restart_count));
                 if now < due {
-                    self.inner.store.record_observation(&obs).await?;
+                    self.ctx.store.record_observation(&obs).await?;
                     return Ok(Next::After(due.since(now)));
                 }
             }
@@ -640,10 +418,10 @@ impl Reconciler {
             {
                 return Ok(next);
             }
-            self.inner.store.record_release_start(instance, now).await?;
+            self.ctx.store.record_release_start(instance, now).await?;
             obs.state = InstanceState::Starting { since: now };
             obs.started_at = Some(now);
-            self.inner.store.record_observation(&obs).await?;
+            self.ctx.store.record_observation(&obs).await?;
             self.with_start(&instance.id, |s| s.probe_interval = PROBE_INTERVAL_MIN);
             self.probe_on_output(instance, &container.id, &network);
             return Ok(Next::After(Duration::ZERO));
@@ -660,7 +438,7 @@ impl Reconciler {
 
         match instance.state {
             InstanceState::Running { .. } => {
-                self.inner.store.record_observation(&obs).await?;
+                self.ctx.store.record_observation(&obs).await?;
                 Ok(Next::Done)
             }
             InstanceState::Starting { since } => {
@@ -678,25 +456,25 @@ impl Reconciler {
                     obs.state = InstanceState::Running {
                         since: Timestamp::now(),
                     };
-                    self.inner.store.record_observation(&obs).await?;
+                    self.ctx.store.record_observation(&obs).await?;
                     tracing::info!(instance = %instance.id, key = %instance.key, "instance running");
                     return Ok(Next::Done);
                 }
-                if now.since(since) > self.inner.config.ready_timeout {
+                if now.since(since) > self.ctx.config.ready_timeout {
                     runtime
-                        .stop_container(&container.id, self.inner.config.stop_timeout)
+                        .stop_container(&container.id, self.ctx.config.stop_timeout)
                         .await?;
                     let message = format!(
                         "the ready check ({}) did not answer within {}; check that the service \
                          listens there and see `docker logs {}`",
                         describe_ready(&instance.spec.ready),
-                        humantime::format_duration(self.inner.config.ready_timeout),
+                        humantime::format_duration(self.ctx.config.ready_timeout),
                         container.name
                     );
                     self.fail(instance, message).await?;
                     return Ok(Next::Done);
                 }
-                self.inner.store.record_observation(&obs).await?;
+                self.ctx.store.record_observation(&obs).await?;
                 let interval = self.with_start(&instance.id, |s| {
                     let current = s.probe_interval.max(PROBE_INTERVAL_MIN);
                     s.probe_interval = (current * 2).min(PROBE_INTERVAL_MAX);
@@ -715,7 +493,7 @@ impl Reconciler {
                         .and_then(Timestamp::parse)
                         .or(Some(now));
                 }
-                self.inner.store.record_observation(&obs).await?;
+                self.ctx.store.record_observation(&obs).await?;
                 self.with_start(&instance.id, |s| s.probe_interval = PROBE_INTERVAL_MIN);
                 self.probe_on_output(instance, &container.id, &network);
                 Ok(Next::After(Duration::ZERO))
@@ -742,14 +520,14 @@ impl Reconciler {
         if already {
             return;
         }
-        let this = self.clone();
+        let (ctx, queue, starts) = (self.ctx.clone(), self.queue.clone(), self.starts.clone());
         let ready = instance.spec.ready.clone();
         let name = self.container_name(instance);
         let network = network.to_owned();
-        let mut output = self.inner.runtime.logs(container_id, Some(0), true);
-        let deadline = Instant::now() + self.inner.config.ready_timeout;
+        let mut output = self.ctx.runtime.logs(container_id, Some(0), true);
+        let deadline = Instant::now() + self.ctx.config.ready_timeout;
         tokio::spawn(async move {
-            let runtime = &this.inner.runtime;
+            let runtime = &ctx.runtime;
             // The container's address, once it has one on the network.
             let mut container: Option<ContainerFacts> = None;
             loop {
@@ -759,7 +537,7 @@ impl Reconciler {
                     break;
                 };
                 let starting = matches!(
-                    this.inner.store.instance_by_id(&id),
+                    ctx.store.instance_by_id(&id),
                     Some(i) if matches!(i.state, InstanceState::Starting { .. })
                 );
                 if !starting {
@@ -777,12 +555,18 @@ impl Reconciler {
                         .probe(c, &network, &ready, OUTPUT_PROBE_TIMEOUT)
                         .await
                 {
-                    this.enqueue(&id);
+                    queue.enqueue(&id);
                     break;
                 }
                 tokio::time::sleep(OUTPUT_PROBE_GAP).await;
             }
-            this.with_start(&id, |s| s.watching_output = false);
+            if let Some(s) = starts
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_mut(&id)
+            {
+                s.watching_output = false;
+            }
         });
     }
 
@@ -794,7 +578,7 @@ impl Reconciler {
             Err(ReconcileError::Runtime(e)) => return Err(e),
             Err(ReconcileError::Store(e)) => return Err(RuntimeError::Engine(e.to_string())),
         }
-        self.inner
+        self.ctx
             .store
             .instance_by_id(id)
             .map_or(Ok(None), |i| Ok(Some(i)))
@@ -802,144 +586,21 @@ impl Reconciler {
 
     async fn remove_orphan(&self, id: &InstanceId) -> Result<Next, ReconcileError> {
         let containers = self
-            .inner
+            .ctx
             .runtime
-            .list_containers(&self.inner.config.prefix)
+            .list_containers(&self.ctx.config.prefix)
             .await?;
         for c in containers {
             if c.labels.get(LABEL_INSTANCE).map(String::as_str) == Some(id.as_str()) {
                 tracing::info!(container = %c.name, "removing a container whose instance berth does not know");
-                self.inner
+                self.ctx
                     .runtime
-                    .stop_container(&c.id, self.inner.config.stop_timeout)
+                    .stop_container(&c.id, self.ctx.config.stop_timeout)
                     .await?;
-                self.inner.runtime.remove_container(&c.id).await?;
+                self.ctx.runtime.remove_container(&c.id).await?;
             }
         }
         Ok(Next::Done)
-    }
-
-    /// The network an instance's container is created on: its worktree key's view, or the
-    /// domain's base network for a shared instance.
-    fn primary_network(&self, instance: &Instance) -> String {
-        let prefix = &self.inner.config.prefix;
-        match &instance.spec.worktree_key {
-            Some(key) => names::view_network(prefix, &instance.domain_id, key),
-            None => names::domain_network(prefix, &instance.domain_id),
-        }
-    }
-
-    async fn ensure_network(&self, name: &str, domain: &DomainId) -> Result<(), RuntimeError> {
-        let labels = crate::executors::network_labels(&self.inner.config.prefix, domain.as_str());
-        self.inner.runtime.ensure_network(name, &labels).await
-    }
-
-    /// The networks an instance's container belongs on, each with the aliases it answers to
-    /// there. A worktree instance is on its key's view. A shared instance is on the base network
-    /// and on every view of the domain, except a view whose key has its own instance with the
-    /// same alias: there that instance answers, and the shared one is not attached at all, so no
-    /// alias is ever held by two containers on one network.
-    async fn desired_networks(
-        &self,
-        instance: &Instance,
-    ) -> Result<BTreeMap<String, Vec<String>>, StoreError> {
-        let prefix = &self.inner.config.prefix;
-        let domain = &instance.domain_id;
-        let alias = vec![instance.spec.alias.clone()];
-        if let Some(key) = &instance.spec.worktree_key {
-            return Ok(BTreeMap::from([(
-                names::view_network(prefix, domain, key),
-                alias,
-            )]));
-        }
-        let instances = self.inner.store.instances(domain, false);
-        let linked = domain.clone();
-        let workspaces = self
-            .inner
-            .store
-            .read(move |tx| tx.linked_workspaces(&linked))
-            .await?;
-        let mut keys: BTreeSet<String> = instances
-            .iter()
-            .filter_map(|i| i.spec.worktree_key.clone())
-            .collect();
-        keys.extend(workspaces.into_iter().filter_map(|w| w.worktree_key));
-        let mut networks = BTreeMap::from([(names::domain_network(prefix, domain), alias.clone())]);
-        for key in keys {
-            let shadowed = instances.iter().any(|i| {
-                i.spec.worktree_key.as_deref() == Some(key.as_str())
-                    && i.spec.alias == instance.spec.alias
-            });
-            if !shadowed {
-                networks.insert(names::view_network(prefix, domain, &key), alias.clone());
-            }
-        }
-        Ok(networks)
-    }
-
-    /// Attaches a container to the networks it belongs on, with the right aliases, and detaches
-    /// it from the domain's other networks. For a worktree instance, first detaches a shared
-    /// instance with the same alias from its view.
-    async fn ensure_attachments(
-        &self,
-        instance: &Instance,
-        container: &ContainerFacts,
-    ) -> Result<(), ReconcileError> {
-        let runtime = &self.inner.runtime;
-        if let Some(key) = &instance.spec.worktree_key {
-            self.unshadow(instance, key).await?;
-        }
-        let desired = self.desired_networks(instance).await?;
-        for (network, aliases) in &desired {
-            let attached = container.networks.get(network);
-            if attached.is_some_and(|have| aliases.iter().all(|a| have.contains(a))) {
-                continue;
-            }
-            self.ensure_network(network, &instance.domain_id).await?;
-            if attached.is_some() {
-                runtime.disconnect_network(network, &container.id).await?;
-            }
-            runtime
-                .connect_network(network, &container.id, aliases)
-                .await?;
-        }
-        let ours = names::domain_network(&self.inner.config.prefix, &instance.domain_id);
-        for network in container.networks.keys() {
-            if network.starts_with(&ours) && !desired.contains_key(network) {
-                runtime.disconnect_network(network, &container.id).await?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Detaches the shared instance that answers to `instance`'s alias from the view of `key`.
-    async fn unshadow(&self, instance: &Instance, key: &str) -> Result<(), ReconcileError> {
-        let domain = &instance.domain_id;
-        let shared = self
-            .inner
-            .store
-            .instances(domain, false)
-            .into_iter()
-            .find(|i| i.spec.worktree_key.is_none() && i.spec.alias == instance.spec.alias);
-        let Some(shared) = shared else { return Ok(()) };
-        let view = names::view_network(&self.inner.config.prefix, domain, key);
-        if let Some(c) = self
-            .inner
-            .runtime
-            .inspect_container(&self.container_name(&shared))
-            .await?
-            && c.networks.contains_key(&view)
-        {
-            self.inner.runtime.disconnect_network(&view, &c.id).await?;
-        }
-        Ok(())
-    }
-
-    /// Enqueues every live instance of a domain (its network views may have changed).
-    pub fn enqueue_domain(&self, domain: &DomainId) {
-        for instance in self.inner.store.instances(domain, false) {
-            self.enqueue(&instance.id);
-        }
     }
 
     async fn fail(&self, instance: &Instance, message: String) -> Result<(), StoreError> {
@@ -951,7 +612,7 @@ impl Reconciler {
             at: obs.observed_at,
             message,
         };
-        self.inner.store.record_observation(&obs).await
+        self.ctx.store.record_observation(&obs).await
     }
 
     /// Reads the evidence of what the instance's container runs, records it, and returns it.
@@ -962,7 +623,7 @@ impl Reconciler {
         container_name: &str,
         pinned_image_id: Option<&str>,
     ) -> Result<ImageEvidence, ReconcileError> {
-        let runtime = &self.inner.runtime;
+        let runtime = &self.ctx.runtime;
         let container = runtime.inspect_container(container_name).await?;
         let image = match &container {
             Some(c) if crate::image::Digest::parse(&c.image_id).is_some() => {
@@ -978,7 +639,7 @@ impl Reconciler {
             image.as_ref(),
             Timestamp::now(),
         );
-        self.inner
+        self.ctx
             .store
             .record_evidence(&instance.id, &evidence)
             .await?;
@@ -995,7 +656,7 @@ impl Reconciler {
         pinned_image_id: Option<&str>,
     ) -> Result<Option<Next>, ReconcileError> {
         let id = instance.id.clone();
-        let stored = self.inner.store.read(move |tx| tx.evidence(&id)).await?;
+        let stored = self.ctx.store.read(move |tx| tx.evidence(&id)).await?;
         let current = stored.is_some_and(|e| {
             e.is_verified()
                 && e.spec_digest == instance.spec_digest
@@ -1018,7 +679,7 @@ impl Reconciler {
             .as_deref()
             .and_then(Timestamp::parse)
             .unwrap_or_else(Timestamp::now);
-        self.inner
+        self.ctx
             .store
             .record_release_start(instance, started)
             .await?;
@@ -1041,15 +702,15 @@ impl Reconciler {
             .map_or("unverified", MismatchReason::as_str);
         if evidence.mismatch_reason == Some(MismatchReason::ContainerInspectionUnavailable) {
             // The container vanished under berth: look again, which recreates it.
-            return Ok(Some(Next::After(self.inner.config.queue.error_backoff)));
+            return Ok(Some(Next::After(self.ctx.config.queue.error_backoff)));
         }
-        self.inner
+        self.ctx
             .runtime
-            .stop_container(&container.id, self.inner.config.stop_timeout)
+            .stop_container(&container.id, self.ctx.config.stop_timeout)
             .await?;
         let message = format!(
             "berth stopped the container {} because it cannot prove it runs {} ({reason}: {}); \
-             remove that container (docker rm -f {}) and up again, and see GET .../image",
+             remove that container (docker rm -f {}) and up again; the instance's image evidence says more",
             container.name,
             instance.spec.image,
             evidence.message.as_deref().unwrap_or("no evidence"),
@@ -1061,30 +722,26 @@ impl Reconciler {
 
     fn restart_wait(&self, restarts: u32) -> Duration {
         backoff(
-            self.inner.config.restart_backoff,
-            self.inner.config.restart_backoff_max,
+            self.ctx.config.restart_backoff,
+            self.ctx.config.restart_backoff_max,
             restarts,
         )
     }
 
     fn container_name(&self, instance: &Instance) -> String {
-        names::container(
-            &self.inner.config.prefix,
-            &instance.domain_id,
-            &instance.key,
-        )
+        self.ctx.container_name(instance)
     }
 
     fn is_ours(&self, c: &ContainerFacts, instance: &Instance) -> bool {
         c.labels.get(LABEL_MANAGED).map(String::as_str) == Some("1")
-            && c.labels.get(LABEL_PREFIX) == Some(&self.inner.config.prefix)
+            && c.labels.get(LABEL_PREFIX) == Some(&self.ctx.config.prefix)
             && c.labels.get(LABEL_INSTANCE).map(String::as_str) == Some(instance.id.as_str())
     }
 
     fn labels(&self, instance: &Instance) -> Labels {
         BTreeMap::from([
             (LABEL_MANAGED.to_owned(), "1".to_owned()),
-            (LABEL_PREFIX.to_owned(), self.inner.config.prefix.clone()),
+            (LABEL_PREFIX.to_owned(), self.ctx.config.prefix.clone()),
             (LABEL_DOMAIN.to_owned(), instance.domain_id.to_string()),
             (LABEL_INSTANCE.to_owned(), instance.id.to_string()),
             (LABEL_KEY.to_owned(), instance.key.clone()),
@@ -1092,7 +749,7 @@ impl Reconciler {
     }
 
     fn plan_volumes(&self, instance: &Instance, image: &ImageFacts) -> Vec<InstanceVolume> {
-        plan_volumes(&self.inner.config.prefix, instance, &image.volumes)
+        plan_volumes(&self.ctx.config.prefix, instance, &image.volumes)
     }
 
     fn plan_container(
@@ -1122,7 +779,7 @@ impl Reconciler {
             network: network.to_owned(),
             aliases,
             labels,
-            stop_timeout: self.inner.config.stop_timeout,
+            stop_timeout: self.ctx.config.stop_timeout,
         };
         plan.labels
             .insert(LABEL_PLAN_DIGEST.to_owned(), plan.digest());

@@ -7,12 +7,15 @@
 //! The clock of an instance never reached starts when it became ready. Both times are stored, so
 //! idle clocks survive a daemon restart.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::ids::DomainId;
+use super::context::{Context, InstanceQueue};
+use super::endpoints::EndpointController;
+use super::views::ViewController;
+use crate::ids::{DomainId, InstanceId};
 use crate::model::{Desired, Instance, InstanceState, StopReason, Workspace};
-use crate::reconcile::Reconciler;
 use crate::store::StoreError;
 use crate::time::Timestamp;
 
@@ -21,8 +24,35 @@ const TICK: Duration = Duration::from_secs(1);
 /// While reached, `lastReachedAt` is written at most this often (and always when reach ends).
 const PERSIST_EVERY: Duration = Duration::from_secs(5);
 
-impl Reconciler {
-    pub(crate) async fn idle_loop(self) {
+/// Reach and idle stop.
+pub(crate) struct IdleController {
+    ctx: Arc<Context>,
+    queue: InstanceQueue,
+    views: Arc<ViewController>,
+    endpoints: Arc<EndpointController>,
+    /// When each instance was last seen reached, ahead of what the store holds.
+    last_reached: Mutex<HashMap<InstanceId, Timestamp>>,
+}
+
+impl IdleController {
+    /// The controller; it reads executors from `views` and open connections from `endpoints`.
+    pub(crate) fn new(
+        ctx: Arc<Context>,
+        queue: InstanceQueue,
+        views: Arc<ViewController>,
+        endpoints: Arc<EndpointController>,
+    ) -> Self {
+        Self {
+            ctx,
+            queue,
+            views,
+            endpoints,
+            last_reached: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Counts reach every second, until the task is stopped.
+    pub(crate) async fn run(&self) {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -35,20 +65,15 @@ impl Reconciler {
 
     /// Counts reach for every running instance once, stopping those idle too long.
     pub async fn idle_tick(&self, now: Timestamp) -> Result<(), StoreError> {
-        let instances = self.inner.store.running_instances();
+        let instances = self.ctx.store.running_instances();
         if instances.is_empty() {
             return Ok(());
         }
         let domains: HashSet<DomainId> = instances.iter().map(|i| i.domain_id.clone()).collect();
-        let running_executors: HashSet<(String, String)> = self
-            .executors()
-            .values()
-            .filter(|e| e.running)
-            .map(|e| (e.owner.clone(), e.workspace.clone()))
-            .collect();
+        let running_executors = self.views.running_executor_workspaces();
         // One read for every domain: its linked workspaces that have a live executor.
         let live_keys: BTreeMap<DomainId, Vec<Option<String>>> = self
-            .inner
+            .ctx
             .store
             .read(move |tx| {
                 let mut live_keys = BTreeMap::new();
@@ -74,7 +99,7 @@ impl Reconciler {
             let InstanceState::Running { since } = instance.state else {
                 continue;
             };
-            let reached = self.has_open_connections(&instance.id)
+            let reached = self.endpoints.has_open_connections(&instance.id)
                 || live_keys.get(&instance.domain_id).is_some_and(|keys| {
                     keys.iter().any(|k| {
                         instance.spec.worktree_key.is_none() || *k == instance.spec.worktree_key
@@ -92,7 +117,7 @@ impl Reconciler {
         reached: bool,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        let store = &self.inner.store;
+        let store = &self.ctx.store;
         let stored = instance.last_reached_at;
         if reached {
             self.last_reached().insert(instance.id.clone(), now);
@@ -137,18 +162,12 @@ impl Reconciler {
         if stopped {
             tracing::info!(instance = %instance.id, key = %instance.key, idle = ?idle_for, "stopping an idle instance");
             self.last_reached().remove(&instance.id);
-            self.enqueue(&instance.id);
+            self.queue.enqueue(&instance.id);
         }
         Ok(())
     }
 
-    fn last_reached(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<crate::ids::InstanceId, Timestamp>>
-    {
-        self.inner
-            .last_reached
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+    fn last_reached(&self) -> std::sync::MutexGuard<'_, HashMap<InstanceId, Timestamp>> {
+        self.last_reached.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

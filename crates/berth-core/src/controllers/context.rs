@@ -1,0 +1,77 @@
+//! What every controller shares: the store, the runtime, the configuration and the instance
+//! queue's handle. A controller depends on this and on the public methods of the controllers
+//! it uses, never on another controller's state.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::ids::InstanceId;
+use crate::model::Instance;
+use crate::names;
+use crate::queue::{Action, QueueConfig, WorkQueue};
+use crate::runtime::{Runtime, RuntimeError};
+use crate::store::{Store, StoreError};
+
+/// How the reconciler behaves; the defaults suit a developer's machine.
+#[derive(Debug, Clone)]
+pub struct ReconcileConfig {
+    /// The prefix of every engine object this berth creates, and the `berth.prefix` label.
+    pub prefix: String,
+    /// How long a started instance may take to answer its ready check before it `failed`.
+    pub ready_timeout: Duration,
+    /// How long a stop waits for the process to end before it is killed.
+    pub stop_timeout: Duration,
+    /// How often every instance is looked at even without an event.
+    pub resync_every: Duration,
+    /// The first wait before restarting an instance that exited; doubles per restart.
+    pub restart_backoff: Duration,
+    /// The longest wait before a restart.
+    pub restart_backoff_max: Duration,
+    /// The work queue: how many reconciles run at once, and the back-off after a failed one.
+    pub queue: QueueConfig,
+}
+
+impl Default for ReconcileConfig {
+    fn default() -> Self {
+        Self {
+            prefix: "berth".to_owned(),
+            ready_timeout: Duration::from_secs(120),
+            stop_timeout: Duration::from_secs(10),
+            resync_every: Duration::from_secs(60),
+            restart_backoff: Duration::from_secs(1),
+            restart_backoff_max: Duration::from_secs(300),
+            queue: QueueConfig::default(),
+        }
+    }
+}
+
+/// What a reconcile asks for next.
+pub type Next = Action;
+
+/// Why a reconcile could not finish; it is retried with back-off.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The engine failed.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The queue of instance ids the instance controller reconciles.
+pub(crate) type InstanceQueue = WorkQueue<InstanceId, ReconcileError>;
+
+/// The store, the runtime and the configuration, shared by every controller.
+pub(crate) struct Context {
+    pub(crate) store: Arc<Store>,
+    pub(crate) runtime: Arc<dyn Runtime>,
+    pub(crate) config: ReconcileConfig,
+}
+
+impl Context {
+    /// The deterministic name of an instance's container.
+    pub(crate) fn container_name(&self, instance: &Instance) -> String {
+        names::container(&self.config.prefix, &instance.domain_id, &instance.key)
+    }
+}

@@ -1,0 +1,345 @@
+//! The controllers that converge what runs on the engine to what was asked, and the
+//! [`Reconciler`] that wires them together.
+//!
+//! Each controller has one job and owns its state; they share a [`context::Context`] (store,
+//! runtime, configuration) and the instance queue's handle, and use one another only through
+//! public methods:
+//!
+//! - [`instances`]: one instance at a time, from the queue: pull, volumes, create, start, probe,
+//!   stop, archive, restart with back-off, the image evidence.
+//! - [`views`]: the network views of each domain (which instance answers an alias for which
+//!   worktree key) and the workspace containers attached to them.
+//! - [`endpoints`]: the host endpoints, their listeners and the connections proxied through.
+//! - [`idle`]: reach accounting and idle stop.
+//!
+//! ```text
+//! request ─► service (one write) ─► queue ─► instances ─► runtime
+//!                                     ▲          │ views, endpoints
+//!  engine events, resync, idle, wake ─┘          ▼
+//!                                         store (observed state)
+//! ```
+//!
+//! Dependencies point one way: `instances` uses `views` and `endpoints`, `idle` reads `views`
+//! and `endpoints`; none of them uses this module, and `views` and `endpoints` use no other
+//! controller.
+
+mod context;
+pub mod endpoints;
+mod idle;
+mod instances;
+mod views;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+pub use context::{Next, ReconcileConfig, ReconcileError};
+pub use instances::plan_volumes;
+pub use views::Candidates;
+
+use crate::ids::{DomainId, InstanceId};
+use crate::model::{Instance, Workspace};
+use crate::queue::{QueueStats, supervise};
+use crate::runtime::{
+    ContainerFacts, LABEL_INSTANCE, LABEL_PREFIX, Runtime, RuntimeError, RuntimeEvent,
+};
+use crate::store::{Store, StoreError};
+use crate::time::Timestamp;
+use context::Context;
+use endpoints::{EndpointController, EndpointView};
+use idle::IdleController;
+use instances::InstanceController;
+use views::ViewController;
+
+struct Controllers {
+    ctx: Arc<Context>,
+    instances: Arc<InstanceController>,
+    views: Arc<ViewController>,
+    endpoints: Arc<EndpointController>,
+    idle: IdleController,
+    /// Cancelled when the daemon stops: every loop and worker ends.
+    shutdown: CancellationToken,
+    /// The long-lived tasks, awaited on shutdown.
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+/// The controllers over one store and one runtime. Clones share them.
+#[derive(Clone)]
+pub struct Reconciler {
+    inner: Arc<Controllers>,
+}
+
+impl Reconciler {
+    /// The controllers over `store` and `runtime`. Call [`Reconciler::start`] to begin.
+    pub fn new(store: Arc<Store>, runtime: Arc<dyn Runtime>, config: ReconcileConfig) -> Self {
+        let ctx = Arc::new(Context {
+            store,
+            runtime,
+            config,
+        });
+        let views = Arc::new(ViewController::new(ctx.clone()));
+        let mut endpoints = None;
+        let instances = InstanceController::new(
+            ctx.clone(),
+            |_| views.clone(),
+            |queue| {
+                let made = Arc::new(EndpointController::new(ctx.clone(), queue));
+                endpoints = Some(made.clone());
+                made
+            },
+        );
+        let endpoints = endpoints.expect("the instance controller makes the endpoint controller");
+        let idle = IdleController::new(
+            ctx.clone(),
+            instances.queue().clone(),
+            views.clone(),
+            endpoints.clone(),
+        );
+        Self {
+            inner: Arc::new(Controllers {
+                ctx,
+                instances,
+                views,
+                endpoints,
+                idle,
+                shutdown: CancellationToken::new(),
+                tasks: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// The runtime it drives.
+    pub fn runtime(&self) -> &Arc<dyn Runtime> {
+        &self.inner.ctx.runtime
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &ReconcileConfig {
+        &self.inner.ctx.config
+    }
+
+    /// The instance queue's counters.
+    pub fn queue_stats(&self) -> &QueueStats {
+        self.inner.instances.queue().stats()
+    }
+
+    /// How many instances the queue and the start bookkeeping hold state for.
+    pub fn tracked_keys(&self) -> (usize, usize) {
+        (
+            self.inner.instances.queue().tracked_keys(),
+            self.inner.instances.tracked_starts(),
+        )
+    }
+
+    /// Starts the queue's workers, watches the engine, serves the host endpoints, counts reach
+    /// and resyncs periodically, until [`Reconciler::shutdown`]. Every loop is supervised: one
+    /// that panics is logged and started again.
+    pub fn start(&self) {
+        let stop = self.inner.shutdown.clone();
+        let mut tasks = self.inner.instances.queue().run(stop.clone());
+        let weak = Arc::downgrade(&self.inner);
+        tasks.push(supervise("engine events", stop.clone(), move || {
+            let weak = weak.clone();
+            async move {
+                let Some(inner) = weak.upgrade() else { return };
+                let mut events = inner.ctx.runtime.watch(&inner.ctx.config.prefix);
+                drop(inner);
+                while let Some(event) = events.recv().await {
+                    let Some(inner) = weak.upgrade() else { return };
+                    Reconciler { inner }.on_event(event).await;
+                }
+            }
+        }));
+        let weak = Arc::downgrade(&self.inner);
+        tasks.push(supervise("host endpoints", stop.clone(), move || {
+            let weak = weak.clone();
+            async move {
+                if let Some(inner) = weak.upgrade() {
+                    inner.endpoints.open_stored_endpoints().await;
+                }
+            }
+        }));
+        let weak = Arc::downgrade(&self.inner);
+        tasks.push(supervise("idle", stop.clone(), move || {
+            let weak = weak.clone();
+            async move {
+                if let Some(inner) = weak.upgrade() {
+                    inner.idle.run().await;
+                }
+            }
+        }));
+        let weak = Arc::downgrade(&self.inner);
+        tasks.push(supervise("resync", stop, move || {
+            let weak = weak.clone();
+            async move {
+                let every = match weak.upgrade() {
+                    Some(inner) => inner.ctx.config.resync_every,
+                    None => return,
+                };
+                let mut tick = tokio::time::interval(every);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    let Some(inner) = weak.upgrade() else { return };
+                    Reconciler { inner }.resync().await;
+                }
+            }
+        }));
+        self.inner
+            .tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(tasks);
+    }
+
+    /// Stops taking work: the loops end, reconciles under way get until `grace` to finish and
+    /// are abandoned after it (each step is idempotent, so the next start picks up from there),
+    /// and the host endpoints close. Containers keep running.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.inner.shutdown.cancel();
+        let tasks =
+            std::mem::take(&mut *self.inner.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        let aborts: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
+        let all = futures_util::future::join_all(tasks);
+        if tokio::time::timeout(grace, all).await.is_err() {
+            tracing::warn!("reconciles still under way at shutdown were abandoned");
+            aborts.iter().for_each(tokio::task::AbortHandle::abort);
+        }
+        self.inner.endpoints.close_all();
+    }
+
+    /// A token cancelled when the reconciler shuts down.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.inner.shutdown.clone()
+    }
+
+    /// Berth's own instances' containers enqueue their instance; any other container is a
+    /// possible workspace executor.
+    async fn on_event(&self, event: RuntimeEvent) {
+        match event {
+            RuntimeEvent::Resync => self.resync().await,
+            RuntimeEvent::Container {
+                name,
+                labels,
+                change,
+            } => match labels
+                .get(LABEL_INSTANCE)
+                .and_then(|s| InstanceId::parse(s))
+            {
+                Some(id) if labels.get(LABEL_PREFIX) == Some(&self.inner.ctx.config.prefix) => {
+                    self.enqueue(&id)
+                }
+                Some(_) => {}
+                None => {
+                    self.inner
+                        .views
+                        .on_container_event(&name, &labels, change)
+                        .await
+                }
+            },
+        }
+    }
+
+    /// Finishes interrupted domain archives, enqueues every live instance, attaches linked
+    /// workspaces again, and enqueues containers of this berth whose instance is unknown or
+    /// archived (their reconcile removes them, never a volume).
+    pub async fn resync(&self) {
+        let ctx = &self.inner.ctx;
+        if let Err(e) = ctx.store.write(|tx| tx.finish_domain_archives()).await {
+            tracing::error!(error = %e, "resync could not finish interrupted domain archives");
+        }
+        let ids = ctx.store.live_instance_ids();
+        for id in &ids {
+            self.enqueue(id);
+        }
+        self.inner.views.reattach_workspaces().await;
+        match ctx.runtime.list_containers(&ctx.config.prefix).await {
+            Ok(containers) => {
+                for c in containers {
+                    let id = c
+                        .labels
+                        .get(LABEL_INSTANCE)
+                        .and_then(|s| InstanceId::parse(s));
+                    if let Some(id) = id
+                        && !ids.contains(&id)
+                    {
+                        self.enqueue(&id);
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "resync could not list containers"),
+        }
+    }
+
+    /// Asks for `id` to be reconciled soon (after its back-off, if it is backing off). Never
+    /// blocks.
+    pub fn enqueue(&self, id: &InstanceId) {
+        self.inner.instances.queue().enqueue(id);
+    }
+
+    /// Asks for `id` to be reconciled now, cutting any back-off short: for a person's request.
+    pub fn enqueue_now(&self, id: &InstanceId) {
+        self.inner.instances.queue().enqueue_now(id);
+    }
+
+    /// Enqueues every live instance of a domain (its network views may have changed).
+    pub fn enqueue_domain(&self, domain: &DomainId) {
+        for instance in self.inner.ctx.store.instances(domain, false) {
+            self.enqueue(&instance.id);
+        }
+    }
+
+    /// Looks at one instance now and takes the steps that converge it (outside the queue: for
+    /// tests, which drive reconciles one by one).
+    pub async fn reconcile(&self, id: &InstanceId) -> Result<Next, ReconcileError> {
+        self.inner.instances.reconcile(id).await
+    }
+
+    /// Stops and removes an instance's container now and records it archived. Used by archive,
+    /// which must answer with the instance as archived.
+    pub async fn teardown(&self, id: &InstanceId) -> Result<Option<Instance>, RuntimeError> {
+        self.inner.instances.teardown(id).await
+    }
+
+    /// A workspace's candidate containers: those that are its executors, and those it names or
+    /// selects that are not (with why).
+    pub async fn executor_candidates(&self, workspace: &Workspace) -> Candidates {
+        self.inner.views.executor_candidates(workspace).await
+    }
+
+    /// The containers that are a workspace's executors.
+    pub async fn executor_containers(&self, workspace: &Workspace) -> Vec<ContainerFacts> {
+        self.inner.views.executor_containers(workspace).await
+    }
+
+    /// Attaches a linked workspace's executors to its view; how many running ones it attached.
+    pub async fn attach_workspace(&self, workspace: &Workspace) -> usize {
+        self.inner.views.attach_workspace(workspace).await
+    }
+
+    /// Detaches a workspace's executors from its view.
+    pub async fn detach_workspace(&self, workspace: &Workspace) {
+        self.inner.views.detach_workspace(workspace).await
+    }
+
+    /// After a domain's archive: unlinks its workspaces and removes its networks.
+    pub async fn release_domain(&self, domain: &DomainId) {
+        self.inner.views.release_domain(domain).await
+    }
+
+    /// Removes a worktree key's view of a domain once nothing uses it.
+    pub async fn prune_view(&self, domain: &DomainId, key: &str) {
+        self.inner.views.prune_view(domain, key).await
+    }
+
+    /// An instance's host endpoints that berth listens on now.
+    pub async fn endpoints_of(&self, id: &InstanceId) -> Result<Vec<EndpointView>, StoreError> {
+        self.inner.endpoints.endpoints_of(id).await
+    }
+
+    /// Counts reach for every running instance once, stopping those idle too long.
+    pub async fn idle_tick(&self, now: Timestamp) -> Result<(), StoreError> {
+        self.inner.idle.idle_tick(now).await
+    }
+}
