@@ -4,7 +4,7 @@
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
 use berth_core::DomainId;
-use berth_core::decode::Problems;
+use berth_core::decode::{Problems, parse_json};
 use berth_core::spec::{KEY_EXPECTED, is_instance_key};
 use bytes::Bytes;
 use serde::Deserialize;
@@ -33,13 +33,9 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
                 "body must be a JSON object, and is empty",
             ));
         }
-        serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| {
-            ApiError::refused(format!(
-                "body is not valid JSON (line {}, column {})",
-                e.line(),
-                e.column()
-            ))
-        })
+        parse_json(&bytes, "body")
+            .map(JsonBody)
+            .map_err(|e| ApiError::refused(e.sentence("body")))
     }
 }
 
@@ -70,7 +66,7 @@ impl<S: Send + Sync> FromRequest<S> for NoBody {
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(NoBody);
         }
-        match serde_json::from_slice::<Value>(&bytes) {
+        match parse_json(&bytes, "body") {
             Ok(Value::Object(map)) if map.is_empty() => Ok(NoBody),
             _ => Err(ApiError::refused("body must be empty or {} for this route")),
         }

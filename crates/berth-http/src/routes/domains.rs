@@ -56,7 +56,7 @@ async fn create_domain(
         let mut fields = p.object(v, "body")?;
         let name = fields
             .required(p, "name")
-            .and_then(|v| p.bounded_string(v, "body.name", 1, 200));
+            .and_then(|v| p.name(v, "body.name", 1, 200));
         fields.finish(p);
         name
     })?;

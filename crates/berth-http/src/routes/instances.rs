@@ -191,7 +191,7 @@ async fn rollback_instance(
         let mut fields = p.object(v, "body")?;
         let idempotency_key = fields
             .required(p, "idempotencyKey")
-            .and_then(|v| p.bounded_string(v, "body.idempotencyKey", 1, 128));
+            .and_then(|v| p.name(v, "body.idempotencyKey", 1, 128));
         let expected = fields
             .required(p, "expectedSpecDigest")
             .and_then(|v| p.string(v, "body.expectedSpecDigest"))
