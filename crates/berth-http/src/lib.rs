@@ -11,6 +11,7 @@ pub mod auth;
 pub mod error;
 pub mod extract;
 pub mod routes;
+pub mod schema;
 
 use std::future::Future;
 use std::time::Duration;

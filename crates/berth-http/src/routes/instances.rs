@@ -18,12 +18,11 @@ use crate::error::{ApiError, ErrorBody};
 use crate::extract::{DomainPath, InstancePath, JsonBody, NoBody, Params};
 
 /// `POST .../instances/{key}/up`.
-#[derive(Debug, ToSchema)]
+#[derive(ToSchema)]
+#[schema(example = json!({"spec": crate::schema::example_spec(), "cause": "use"}))]
 pub struct UpRequest {
-    /// A resource-instance spec (see the contract): alias, worktreeKey, image, command, env,
-    /// volumes, limits, ready, idleStopAfterSeconds.
-    #[schema(value_type = Object)]
-    pub spec: serde_json::Value,
+    /// A resource-instance spec: every field, its pattern and bounds.
+    pub spec: crate::schema::SpecSchema,
     /// `use`: a launch or a wake, which leaves a person's stop standing. `person`: a person's Start.
     #[schema(value_type = String, pattern = "^(use|person)$")]
     pub cause: String,
