@@ -1104,3 +1104,146 @@ fn every_answer_berth_gives_to_a_strange_header_carries_a_tag_and_the_http_layer
         1
     );
 }
+
+#[test]
+fn query_parameters_are_typed_and_every_bad_one_is_named() {
+    let daemon = Daemon::start_with(&["--runtime", "none"]);
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let list = format!("/v1/resource-domains/{domain}/instances");
+    for (query, message) in [
+        (
+            "archived=yes",
+            "query.archived must be one of \"true\", \"false\"",
+        ),
+        (
+            "archived",
+            "query.archived must be one of \"true\", \"false\"",
+        ),
+        (
+            "archived=true&archived=false",
+            "query.archived is given twice",
+        ),
+        (
+            "archived=%00",
+            "query.archived must be one of \"true\", \"false\"",
+        ),
+    ] {
+        let err = api
+            .get(&format!("{list}?{query}"))
+            .expect_error(400, "RequestRefusedError");
+        assert_eq!(err["message"], message, "{query}");
+    }
+    assert_eq!(
+        api.get(&format!("{list}?archived=true&other=1"))
+            .expect(200)["items"],
+        json!([])
+    );
+    assert_eq!(
+        api.get(&format!("{list}?archived=f%61lse")).expect(200)["items"],
+        json!([])
+    );
+    // Every problem at once, none quoted.
+    let err = api
+        .get(&format!(
+            "{list}/web/logs?tail=secret-tail-value&follow=secret-follow-value"
+        ))
+        .expect_error(400, "RequestRefusedError");
+    assert_eq!(
+        err["message"],
+        "query.tail must be an integer between 0 and 100000; query.follow must be one of \"true\", \"false\""
+    );
+    assert!(!err.to_string().contains("secret"));
+    let err = api
+        .get(&format!("{list}/web/logs?tail=100001"))
+        .expect_error(400, "RequestRefusedError");
+    assert_eq!(
+        err["message"],
+        "query.tail must be an integer between 0 and 100000"
+    );
+    // Well-formed, the question goes on to the instance (there is none).
+    api.get(&format!("{list}/web/logs?tail=0&follow=false"))
+        .expect_error(404, "ResourceInstanceNotFoundError");
+}
+
+#[test]
+fn the_openapi_document_describes_the_spec_and_the_queries_in_full() {
+    let daemon = Daemon::start_with(&["--runtime", "none"]);
+    let doc = daemon.client().get("/v1/openapi.json").expect(200);
+    let schemas = &doc["components"]["schemas"];
+    assert_eq!(
+        schemas["UpRequest"]["properties"]["spec"]["$ref"],
+        "#/components/schemas/ResourceInstanceSpec"
+    );
+    let spec = &schemas["ResourceInstanceSpec"];
+    assert_eq!(spec["additionalProperties"], false);
+    let mut required: Vec<&str> = spec["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    required.sort_unstable();
+    assert_eq!(
+        required,
+        [
+            "alias",
+            "command",
+            "env",
+            "idleStopAfterSeconds",
+            "image",
+            "limits",
+            "ready",
+            "volumes",
+            "worktreeKey"
+        ]
+    );
+    let p = &spec["properties"];
+    assert_eq!(p["alias"]["pattern"], "^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$");
+    assert!(
+        p["image"]["pattern"]
+            .as_str()
+            .unwrap()
+            .ends_with("@sha256:[0-9a-f]{64}$")
+    );
+    assert_eq!(p["limits"]["properties"]["cpuMillicores"]["minimum"], 10);
+    assert_eq!(
+        p["limits"]["properties"]["memoryBytes"]["minimum"],
+        16 * 1024 * 1024
+    );
+    assert_eq!(p["volumes"]["maxItems"], 16);
+    assert!(p["env"]["propertyNames"]["pattern"].is_string());
+    let kinds: Vec<&Value> = p["ready"]["oneOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| &v["properties"]["kind"]["enum"][0])
+        .collect();
+    assert_eq!(kinds, [&json!("tcp"), &json!("exec")]);
+    // The example is one the daemon accepts as a spec: up answers past decoding (here, that no
+    // runtime is configured), not with a refusal.
+    let example = &schemas["UpRequest"]["example"];
+    assert_eq!(example["spec"], spec["example"]);
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    api.post(
+        &format!("/v1/resource-domains/{domain}/instances/web/up"),
+        example.clone(),
+    )
+    .expect_error(409, "ResourceRuntimeUnsupportedError");
+    // Query parameters are typed.
+    let list =
+        &doc["paths"]["/v1/resource-domains/{resourceDomainId}/instances"]["get"]["parameters"];
+    let archived = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "archived")
+        .expect("archived");
+    assert_eq!(archived["in"], "query");
+    assert_eq!(archived["required"], false);
+    assert!(
+        archived["schema"].to_string().contains("boolean"),
+        "{archived}"
+    );
+}

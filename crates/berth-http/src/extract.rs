@@ -137,3 +137,64 @@ fn domain_id(text: &str) -> Result<DomainId, ApiError> {
     DomainId::parse(text)
         .ok_or_else(|| ApiError::refused(format!("path.resourceDomainId {}", DomainId::EXPECTED)))
 }
+
+/// A query string decoded into `T` by its [`FromQuery`] impl, refusing with every problem found
+/// (`query.tail must be ...`), never quoting a value. A parameter given twice is refused; one
+/// the route does not know is ignored.
+pub struct QueryParams<T>(pub T);
+
+/// A route's query parameters, decoded from the query's pairs.
+pub trait FromQuery: Sized {
+    /// The parameters the route reads.
+    const NAMES: &'static [&'static str];
+    /// Decodes the known parameters (`value(name)` is the decoded text of one, if given).
+    fn from_query(value: &dyn Fn(&str) -> Option<String>, problems: &mut Problems) -> Option<Self>;
+}
+
+impl<S: Send + Sync, T: FromQuery + Send> FromRequestParts<S> for QueryParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let query = parts.uri.query().unwrap_or("");
+        let mut problems = Problems::default();
+        let mut seen: Vec<(&'static str, String)> = Vec::new();
+        for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+            if let Some(known) = T::NAMES.iter().find(|n| **n == name) {
+                if seen.iter().any(|(n, _)| n == known) {
+                    problems.push(&format!("query.{known}"), "is given twice");
+                } else {
+                    seen.push((known, value.into_owned()));
+                }
+            }
+        }
+        let value = |name: &str| {
+            seen.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.clone())
+        };
+        let decoded = if problems.is_empty() {
+            T::from_query(&value, &mut problems)
+        } else {
+            None
+        };
+        problems
+            .finish(decoded)
+            .map(QueryParams)
+            .map_err(|p| ApiError::refused(p.joined()))
+    }
+}
+
+/// `true` or `false`, else a problem naming `query.<name>`.
+pub fn query_bool(value: Option<String>, name: &str, problems: &mut Problems) -> Option<bool> {
+    match value.as_deref() {
+        None | Some("false") => Some(false),
+        Some("true") => Some(true),
+        Some(_) => {
+            problems.push(
+                &format!("query.{name}"),
+                "must be one of \"true\", \"false\"",
+            );
+            None
+        }
+    }
+}

@@ -1,6 +1,6 @@
 //! Resource instances: up, list, get, stop, archive; image evidence, releases and rollback.
 
-use axum::extract::{RawQuery, State};
+use axum::extract::State;
 use axum::{Extension, Json};
 use berth_core::UpCause;
 use berth_core::endpoints::EndpointView;
@@ -15,7 +15,11 @@ use utoipa_axum::routes;
 use crate::App;
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{DomainPath, InstancePath, JsonBody, NoBody, Params};
+use crate::extract::{
+    DomainPath, FromQuery, InstancePath, JsonBody, NoBody, Params, QueryParams, query_bool,
+};
+use berth_core::decode::Problems;
+use utoipa::IntoParams;
 
 /// `POST .../instances/{key}/up`.
 #[derive(ToSchema)]
@@ -51,6 +55,59 @@ pub struct ArchiveInstanceResponse {
     pub volumes: Vec<ArchivedVolume>,
 }
 
+/// `GET .../instances/{key}/logs?tail=&follow=`.
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct LogsQuery {
+    /// How many of the last lines to send first (0 to 100000); all of them when absent.
+    #[param(minimum = 0, maximum = 100_000)]
+    pub tail: Option<u64>,
+    /// `true`: keep sending what the container writes.
+    #[param(value_type = Option<bool>)]
+    pub follow: bool,
+}
+
+impl FromQuery for LogsQuery {
+    const NAMES: &'static [&'static str] = &["tail", "follow"];
+
+    fn from_query(value: &dyn Fn(&str) -> Option<String>, p: &mut Problems) -> Option<Self> {
+        let tail = match value("tail") {
+            None => Some(None),
+            Some(text) => match text.parse::<u64>().ok().filter(|n| *n <= 100_000) {
+                Some(n) => Some(Some(n)),
+                None => {
+                    p.push("query.tail", "must be an integer between 0 and 100000");
+                    None
+                }
+            },
+        };
+        let follow = query_bool(value("follow"), "follow", p);
+        Some(LogsQuery {
+            tail: tail?,
+            follow: follow?,
+        })
+    }
+}
+
+/// `GET .../instances?archived=`.
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// `true`: the archived instances; every other one otherwise.
+    #[param(value_type = Option<bool>)]
+    pub archived: bool,
+}
+
+impl FromQuery for ListQuery {
+    const NAMES: &'static [&'static str] = &["archived"];
+
+    fn from_query(value: &dyn Fn(&str) -> Option<String>, p: &mut Problems) -> Option<Self> {
+        Some(ListQuery {
+            archived: query_bool(value("archived"), "archived", p)?,
+        })
+    }
+}
+
 pub(crate) fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
         .routes(routes!(up_instance))
@@ -68,47 +125,16 @@ pub(crate) fn router() -> OpenApiRouter<App> {
 /// The container's output, as plain text: the last `tail` lines (all by default), then with
 /// `follow=true` what it writes next, until it stops or the client goes.
 #[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/logs", tag = "resource-instances",
-    params(InstancePath,
-        ("tail" = Option<u64>, Query, description = "How many of the last lines to send first (0 to 100000)"),
-        ("follow" = Option<String>, Query, description = "`true`: keep sending what the container writes", pattern = "^(true|false)$")),
+    params(InstancePath, LogsQuery),
     responses((status = 200, description = "stdout and stderr, interleaved", content_type = "text/plain", body = String),
         (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn instance_logs(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
     Params(path): Params<InstancePath>,
-    RawQuery(query): RawQuery,
+    QueryParams(LogsQuery { tail, follow }): QueryParams<LogsQuery>,
 ) -> Result<axum::response::Response, ApiError> {
     let (domain, key) = path.parts()?;
-    let mut tail = None;
-    let mut follow = false;
-    for pair in query
-        .as_deref()
-        .unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-    {
-        match pair.split_once('=') {
-            Some(("tail", n)) => {
-                tail = Some(
-                    n.parse::<u64>()
-                        .ok()
-                        .filter(|n| *n <= 100_000)
-                        .ok_or_else(|| {
-                            ApiError::refused("query.tail must be an integer between 0 and 100000")
-                        })?,
-                );
-            }
-            Some(("follow", "true")) => follow = true,
-            Some(("follow", "false")) => follow = false,
-            Some(("follow", _)) => {
-                return Err(ApiError::refused(
-                    "query.follow must be one of \"true\", \"false\"",
-                ));
-            }
-            _ => {}
-        }
-    }
     let stream = app
         .berth
         .logs(&caller.owner, &domain, key, tail, follow)
@@ -283,32 +309,14 @@ async fn up_instance(
 
 /// Lists a domain's instances: the archived ones with `?archived=true`, every other one otherwise.
 #[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}/instances", tag = "resource-instances",
-    params(DomainPath, ("archived" = Option<String>, Query, description = "`true`: the archived instances", pattern = "^(true|false)$")),
+    params(DomainPath, ListQuery),
     responses((status = 200, body = InstanceList), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 async fn list_instances(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
     Params(path): Params<DomainPath>,
-    RawQuery(query): RawQuery,
+    QueryParams(ListQuery { archived }): QueryParams<ListQuery>,
 ) -> Result<Json<InstanceList>, ApiError> {
-    let mut archived = false;
-    for pair in query
-        .as_deref()
-        .unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-    {
-        match pair.split_once('=') {
-            Some(("archived", "true")) => archived = true,
-            Some(("archived", "false")) => archived = false,
-            Some(("archived", _)) | None if pair.starts_with("archived") => {
-                return Err(ApiError::refused(
-                    "query.archived must be one of \"true\", \"false\"",
-                ));
-            }
-            _ => {}
-        }
-    }
     let items = app.berth.list(&caller.owner, &path.id()?, archived)?;
     Ok(Json(InstanceList { items }))
 }
