@@ -31,7 +31,7 @@ pub fn example_spec() -> Value {
         "alias": "web",
         "worktreeKey": null,
         "image": EXAMPLE_IMAGE,
-        "command": ["httpd", "-f", "-p", "8080"],
+        "command": null,
         "env": {"GREETING": "hello"},
         "volumes": [{"name": "data", "mountPath": "/srv/data"}],
         "limits": {"cpuMillicores": 250, "memoryBytes": 67_108_864},
