@@ -86,6 +86,10 @@ for path, item in doc["paths"].items():
                 param["example"] = "ws"
             elif name == "leaseId":
                 param["example"] = lease
+            elif name == "follow":
+                # follow=true streams until the container stops, which a request with a
+                # timeout cannot wait for: the run asks for what is there now.
+                param["schema"] = {"type": "boolean", "enum": [False]}
         content = op.get("requestBody", {}).get("content", {})
         if path.endswith("/exec"):
             for media in content.values():

@@ -93,6 +93,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Params<
 #[serde(rename_all = "camelCase")]
 pub struct DomainPath {
     /// `rdm:<uuid>`.
+    #[param(pattern = r"^rdm:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
     pub resource_domain_id: String,
 }
 
@@ -109,8 +110,10 @@ impl DomainPath {
 #[serde(rename_all = "camelCase")]
 pub struct InstancePath {
     /// `rdm:<uuid>`.
+    #[param(pattern = r"^rdm:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
     pub resource_domain_id: String,
     /// The instance key.
+    #[param(pattern = r"^[a-z0-9][a-z0-9._@-]{0,127}$")]
     pub key: String,
 }
 

@@ -184,3 +184,72 @@ pub async fn serve_with(
     graceful.shutdown().await;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn document() -> serde_json::Value {
+        let (_, doc) = OpenApiRouter::<App>::with_openapi(ApiDoc::openapi())
+            .merge(routes::domains::router())
+            .merge(routes::instances::router())
+            .merge(routes::exec::router())
+            .merge(routes::workspaces::router())
+            .split_for_parts();
+        serde_json::to_value(doc).unwrap()
+    }
+
+    #[test]
+    fn path_parameter_patterns_in_the_document_are_the_decoders() {
+        use berth_core::spec::{KEY_PATTERN, WORKTREE_KEY_PATTERN};
+        let doc = document();
+        let mut seen = 0;
+        for item in doc["paths"].as_object().unwrap().values() {
+            for op in item.as_object().unwrap().values() {
+                for param in op["parameters"].as_array().into_iter().flatten() {
+                    let pattern = param["schema"]["pattern"].as_str();
+                    let expected = match param["name"].as_str().unwrap() {
+                        // The instance key is the contract's pattern; a workspace id has the
+                        // worktree key's shape.
+                        "key" => Some(KEY_PATTERN),
+                        "workspaceId" => Some(WORKTREE_KEY_PATTERN),
+                        _ => None,
+                    };
+                    if let Some(expected) = expected {
+                        assert_eq!(pattern, Some(expected), "{param}");
+                        seen += 1;
+                    }
+                    if param["name"] == "resourceDomainId" {
+                        let id = berth_core::DomainId::new();
+                        let re = regex_lite(pattern.unwrap());
+                        assert!(re(id.as_str()), "{param}");
+                        seen += 1;
+                    }
+                }
+            }
+        }
+        assert!(seen > 20, "{seen}");
+        assert!(berth_core::workspaces::is_workspace_id("a.b:c@d-e_f"));
+    }
+
+    /// A check for the one shape the id pattern has: a prefix, then a canonical uuid.
+    fn regex_lite(pattern: &str) -> impl Fn(&str) -> bool + '_ {
+        move |text: &str| {
+            let prefix = pattern
+                .trim_start_matches('^')
+                .split('[')
+                .next()
+                .unwrap_or_default();
+            text.strip_prefix(prefix).is_some_and(|rest| {
+                rest.len() == 36
+                    && rest.char_indices().all(|(i, c)| {
+                        if [8, 13, 18, 23].contains(&i) {
+                            c == '-'
+                        } else {
+                            c.is_ascii_hexdigit() && !c.is_ascii_uppercase()
+                        }
+                    })
+            })
+        }
+    }
+}

@@ -16,7 +16,12 @@ use crate::extract::{DomainPath, JsonBody, NoBody, Params};
 /// `POST /v1/resource-domains`.
 #[derive(Debug, ToSchema)]
 pub struct CreateDomainRequest {
-    /// 1 to 200 characters.
+    /// 1 to 200 characters, no control character.
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[^\\u0000-\\u001F\\u007F]*$"
+    )]
     pub name: String,
 }
 

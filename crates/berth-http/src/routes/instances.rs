@@ -35,7 +35,8 @@ pub struct UpRequest {
 /// `POST .../instances/{key}/stop`.
 #[derive(Debug, ToSchema)]
 pub struct StopRequest {
-    /// Who stopped it, 1 to 200 characters.
+    /// Who stopped it, 1 to 200 characters (any: shown escaped).
+    #[schema(min_length = 1, max_length = 200)]
     pub by: String,
 }
 
@@ -152,7 +153,12 @@ async fn instance_logs(
 #[derive(Debug, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RollbackRequest {
-    /// 1 to 128 characters: the same key answers the same result.
+    /// 1 to 128 characters, no control character: the same key answers the same result.
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^\\u0000-\\u001F\\u007F]*$"
+    )]
     pub idempotency_key: String,
     /// The `specDigest` the instance is asked to run now; a stale one is refused with 409.
     #[schema(pattern = "^sha256:[0-9a-f]{64}$")]
