@@ -138,7 +138,8 @@ fn the_data_directory_and_every_file_in_it_are_the_users_alone_whatever_the_umas
 fn a_data_directory_and_files_others_could_read_are_tightened_at_start_with_a_log_line() {
     let tmp = tempfile::tempdir().unwrap();
     let data_dir = tmp.path().join("data");
-    let child = serve(&data_dir, "077");
+    let mut child = serve(&data_dir, "077");
+    address_of(&mut child);
     stop(child);
     std::fs::set_permissions(&data_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let db = data_dir.join("berth.db");
