@@ -201,3 +201,22 @@ pub fn query_bool(value: Option<String>, name: &str, problems: &mut Problems) ->
         }
     }
 }
+
+/// A request body type: what the OpenAPI document describes (its `ToSchema`) and what the route
+/// decodes, in one place. Decoding collects every problem, each naming its place.
+pub trait Decode: Sized {
+    /// Decodes `value` (the whole body, at place `body`), pushing every problem found.
+    fn decode(value: &Value, problems: &mut Problems) -> Option<Self>;
+}
+
+/// A JSON body decoded into `T` (keys given twice and every problem refused, none quoted).
+pub struct Body<T>(pub T);
+
+impl<S: Send + Sync, T: Decode + Send> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let body = JsonBody::from_request(req, state).await?;
+        body.decode(T::decode).map(Body)
+    }
+}

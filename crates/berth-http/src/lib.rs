@@ -232,6 +232,67 @@ mod tests {
         assert!(berth_core::workspaces::is_workspace_id("a.b:c@d-e_f"));
     }
 
+    /// For a request type: the example decodes; without each property the document lists as
+    /// required, the decoder says it is missing; and a key the document does not list is refused.
+    fn schema_and_decoder_agree<T: extract::Decode>(name: &str, example: serde_json::Value) {
+        use berth_core::decode::Problems;
+        let doc = document();
+        let schema = &doc["components"]["schemas"][name];
+        let decode = |v: &serde_json::Value| {
+            let mut p = Problems::default();
+            let out = T::decode(v, &mut p);
+            p.finish(out).map_err(|p| p.joined())
+        };
+        assert!(decode(&example).is_ok(), "{name}: the example decodes");
+        let properties = schema["properties"].as_object().expect(name);
+        let required: Vec<&str> = schema["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            properties.len(),
+            required.len(),
+            "{name}: every field is required"
+        );
+        for field in required {
+            assert!(properties.contains_key(field), "{name}.{field}");
+            let mut body = example.clone();
+            body.as_object_mut().unwrap().remove(field);
+            let refusal = decode(&body).err().unwrap_or_default();
+            assert!(
+                refusal.contains(&format!("body.{field} is missing")),
+                "{name}.{field}: {refusal}"
+            );
+        }
+        let mut body = example.clone();
+        body["notInTheDocument"] = serde_json::json!(1);
+        let refusal = decode(&body).err().unwrap_or_default();
+        assert!(
+            refusal.contains("body.notInTheDocument is not an allowed key"),
+            "{name}: {refusal}"
+        );
+    }
+
+    #[test]
+    fn each_request_type_is_decoded_as_the_document_describes_it() {
+        use routes::domains::CreateDomainRequest;
+        use routes::instances::{RollbackRequest, StopRequest, UpRequest};
+        schema_and_decoder_agree::<CreateDomainRequest>(
+            "CreateDomainRequest",
+            serde_json::json!({"name": "shop"}),
+        );
+        schema_and_decoder_agree::<StopRequest>("StopRequest", serde_json::json!({"by": "ada"}));
+        schema_and_decoder_agree::<RollbackRequest>(
+            "RollbackRequest",
+            serde_json::json!({"idempotencyKey": "k1", "expectedSpecDigest": format!("sha256:{}", "0".repeat(64))}),
+        );
+        let doc = document();
+        let example = doc["components"]["schemas"]["UpRequest"]["example"].clone();
+        schema_and_decoder_agree::<UpRequest>("UpRequest", example);
+    }
+
     /// A check for the one shape the id pattern has: a prefix, then a canonical uuid.
     fn regex_lite(pattern: &str) -> impl Fn(&str) -> bool + '_ {
         move |text: &str| {

@@ -16,7 +16,7 @@ use crate::App;
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{
-    DomainPath, FromQuery, InstancePath, JsonBody, NoBody, Params, QueryParams, query_bool,
+    Body, Decode, DomainPath, FromQuery, InstancePath, NoBody, Params, QueryParams, query_bool,
 };
 use berth_core::decode::Problems;
 use utoipa::IntoParams;
@@ -25,11 +25,37 @@ use utoipa::IntoParams;
 #[derive(ToSchema)]
 #[schema(example = json!({"spec": crate::schema::example_spec(), "cause": "use"}))]
 pub struct UpRequest {
-    /// A resource-instance spec: every field, its pattern and bounds.
-    pub spec: crate::schema::SpecSchema,
+    /// A resource-instance spec: every field, its pattern and bounds. Decoded by the core,
+    /// which refuses a bad one with `ResourceInstanceSpecRefusedError`.
+    #[schema(value_type = crate::schema::SpecSchema)]
+    pub spec: serde_json::Value,
     /// `use`: a launch or a wake, which leaves a person's stop standing. `person`: a person's Start.
     #[schema(value_type = String, pattern = "^(use|person)$")]
-    pub cause: String,
+    pub cause: UpCause,
+}
+
+impl Decode for UpRequest {
+    fn decode(v: &serde_json::Value, p: &mut Problems) -> Option<Self> {
+        let mut fields = p.object(v, "body")?;
+        let spec = fields.required(p, "spec").and_then(|s| {
+            if s.is_object() {
+                Some(s.clone())
+            } else {
+                p.push("body.spec", "must be an object");
+                None
+            }
+        });
+        let cause = fields
+            .required(p, "cause")
+            .and_then(|c| p.literal(c, "body.cause", &["use", "person"]));
+        fields.finish(p);
+        let cause = if cause? == "person" {
+            UpCause::Person
+        } else {
+            UpCause::Use
+        };
+        Some(UpRequest { spec: spec?, cause })
+    }
 }
 
 /// `POST .../instances/{key}/stop`.
@@ -38,6 +64,17 @@ pub struct StopRequest {
     /// Who stopped it, 1 to 200 characters (any: shown escaped).
     #[schema(min_length = 1, max_length = 200)]
     pub by: String,
+}
+
+impl Decode for StopRequest {
+    fn decode(v: &serde_json::Value, p: &mut Problems) -> Option<Self> {
+        let mut fields = p.object(v, "body")?;
+        let by = fields
+            .required(p, "by")
+            .and_then(|v| p.bounded_string(v, "body.by", 1, 200));
+        fields.finish(p);
+        Some(StopRequest { by: by? })
+    }
 }
 
 /// A list of instances.
@@ -161,8 +198,35 @@ pub struct RollbackRequest {
     )]
     pub idempotency_key: String,
     /// The `specDigest` the instance is asked to run now; a stale one is refused with 409.
-    #[schema(pattern = "^sha256:[0-9a-f]{64}$")]
-    pub expected_spec_digest: String,
+    #[schema(value_type = String, pattern = "^sha256:[0-9a-f]{64}$")]
+    pub expected_spec_digest: Digest,
+}
+
+impl Decode for RollbackRequest {
+    fn decode(v: &serde_json::Value, p: &mut Problems) -> Option<Self> {
+        let mut fields = p.object(v, "body")?;
+        let idempotency_key = fields
+            .required(p, "idempotencyKey")
+            .and_then(|v| p.name(v, "body.idempotencyKey", 1, 128));
+        let expected = fields
+            .required(p, "expectedSpecDigest")
+            .and_then(|v| p.string(v, "body.expectedSpecDigest"))
+            .and_then(|s| {
+                let digest = Digest::parse(s);
+                if digest.is_none() {
+                    p.push(
+                        "body.expectedSpecDigest",
+                        "must be a digest sha256:<64 hex>",
+                    );
+                }
+                digest
+            });
+        fields.finish(p);
+        Some(RollbackRequest {
+            idempotency_key: idempotency_key?,
+            expected_spec_digest: expected?,
+        })
+    }
 }
 
 /// An instance's release history.
@@ -215,36 +279,18 @@ async fn rollback_instance(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
     Params(path): Params<InstancePath>,
-    body: JsonBody,
+    Body(RollbackRequest {
+        idempotency_key,
+        expected_spec_digest,
+    }): Body<RollbackRequest>,
 ) -> Result<Json<RollbackView>, ApiError> {
     let (domain, key) = path.parts()?;
-    let (idempotency_key, expected) = body.decode(|v, p| {
-        let mut fields = p.object(v, "body")?;
-        let idempotency_key = fields
-            .required(p, "idempotencyKey")
-            .and_then(|v| p.name(v, "body.idempotencyKey", 1, 128));
-        let expected = fields
-            .required(p, "expectedSpecDigest")
-            .and_then(|v| p.string(v, "body.expectedSpecDigest"))
-            .and_then(|s| {
-                let digest = Digest::parse(s);
-                if digest.is_none() {
-                    p.push(
-                        "body.expectedSpecDigest",
-                        "must be a digest sha256:<64 hex>",
-                    );
-                }
-                digest
-            });
-        fields.finish(p);
-        Some((idempotency_key?, expected?))
-    })?;
     Ok(Json(app.berth.rollback(
         &caller.owner,
         &domain,
         key,
         &idempotency_key,
-        expected.as_str(),
+        expected_spec_digest.as_str(),
     )?))
 }
 
@@ -280,30 +326,9 @@ async fn up_instance(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
     Params(path): Params<InstancePath>,
-    body: JsonBody,
+    Body(UpRequest { spec, cause }): Body<UpRequest>,
 ) -> Result<Json<InstanceView>, ApiError> {
     let (domain, key) = path.parts()?;
-    let (spec, cause) = body.decode(|v, p| {
-        let mut fields = p.object(v, "body")?;
-        let spec = fields.required(p, "spec").and_then(|s| {
-            if s.is_object() {
-                Some(s.clone())
-            } else {
-                p.push("body.spec", "must be an object");
-                None
-            }
-        });
-        let cause = fields
-            .required(p, "cause")
-            .and_then(|c| p.literal(c, "body.cause", &["use", "person"]));
-        fields.finish(p);
-        let cause = if cause? == "person" {
-            UpCause::Person
-        } else {
-            UpCause::Use
-        };
-        Some((spec?, cause))
-    })?;
     Ok(Json(app.berth.up(
         &caller.owner,
         &domain,
@@ -348,17 +373,9 @@ async fn stop_instance(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
     Params(path): Params<InstancePath>,
-    body: JsonBody,
+    Body(StopRequest { by }): Body<StopRequest>,
 ) -> Result<Json<InstanceView>, ApiError> {
     let (domain, key) = path.parts()?;
-    let by = body.decode(|v, p| {
-        let mut fields = p.object(v, "body")?;
-        let by = fields
-            .required(p, "by")
-            .and_then(|v| p.bounded_string(v, "body.by", 1, 200));
-        fields.finish(p);
-        by
-    })?;
     Ok(Json(app.berth.stop(&caller.owner, &domain, key, by)?))
 }
 
