@@ -851,3 +851,40 @@ fn logs_print_an_instances_output_and_link_lets_a_container_resolve_it() {
     let refused = berth(&daemon, &repo.main, &["link"]);
     assert_eq!(refused.code, 1, "{refused:?}");
 }
+
+#[test]
+fn who_stopped_an_instance_is_shown_with_its_control_characters_escaped() {
+    let daemon = Daemon::start();
+    let repo = repo(&two_instances());
+    let dir = &repo.main;
+    let items = berth(&daemon, dir, &["up", "db", "--json"]).ok().json();
+    let key = items[0]["key"].as_str().unwrap().to_owned();
+    let api = daemon.client();
+    let domain = api.get("/v1/resource-domains").expect(200)["items"][0]["resourceDomainId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // `by` may be any text (the contract): a caller can put terminal escapes in it.
+    let by = "\u{1b}[2J\u{1b}[31mmallory\u{1b}[0m\nnext\u{9b}1A\\u{1b}";
+    api.post(
+        &format!("/v1/resource-domains/{domain}/instances/{key}/stop"),
+        serde_json::json!({ "by": by }),
+    )
+    .expect(200);
+    api.wait_state(&domain, &key, "stopped", Duration::from_secs(30));
+    // `berth_at` asserts that no escape reaches the output.
+    let table = berth(&daemon, dir, &["ps"]).ok();
+    let line = table
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("db "))
+        .unwrap_or_else(|| panic!("{table:?}"));
+    assert!(
+        line.ends_with(r"by \u{1b}[2J\u{1b}[31mmallory\u{1b}[0m\u{a}next\u{9b}1A\u{1b}"),
+        "{line:?}"
+    );
+    assert_eq!(table.stdout.lines().count(), 2, "{table:?}");
+    // JSON output carries the text as it is, for programs.
+    let items = berth(&daemon, dir, &["ps", "--json"]).ok().json();
+    assert_eq!(items[0]["state"]["reason"]["by"], by);
+}

@@ -805,3 +805,445 @@ fn the_generated_key_file_is_private_never_logged_and_a_readable_one_is_refused(
     assert!(stderr.contains("chmod 600"), "{stderr}");
     assert!(!stderr.contains(&key), "the key is never printed");
 }
+
+#[test]
+fn control_characters_in_berths_own_names_are_refused_naming_the_field() {
+    let daemon = Daemon::start_with(&["--runtime", "none"]);
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let expected = "must not contain control characters (U+0000 to U+001F, U+007F)";
+    for bad in [
+        "a\u{0}b",
+        "tab\there",
+        "line\nbreak",
+        "\u{1b}[31mred",
+        "del\u{7f}",
+        "\u{1f}",
+    ] {
+        let err = api
+            .post("/v1/resource-domains", json!({"name": bad}))
+            .expect_error(400, "RequestRefusedError");
+        assert_eq!(err["message"], format!("body.name {expected}"), "{bad:?}");
+        let err = api
+            .post(
+                &format!("/v1/resource-domains/{domain}/instances/web/rollback"),
+                json!({"idempotencyKey": bad, "expectedSpecDigest": format!("sha256:{}", "0".repeat(64))}),
+            )
+            .expect_error(400, "RequestRefusedError");
+        assert_eq!(
+            err["message"],
+            format!("body.idempotencyKey {expected}"),
+            "{bad:?}"
+        );
+        let err = api
+            .raw("GET", &format!("/v1/workspaces/{}", encode(bad)), None, &[])
+            .expect_error(400, "RequestRefusedError");
+        assert!(
+            err["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("path.workspaceId must be"),
+            "{bad:?}: {err}"
+        );
+    }
+    // Other characters are names like any: accents, symbols, emoji.
+    api.post(
+        "/v1/resource-domains",
+        json!({"name": "café \u{1F6A2} ünïcode"}),
+    )
+    .expect(200);
+    let names: Vec<Value> = api.get("/v1/resource-domains").expect(200)["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].clone())
+        .collect();
+    assert_eq!(names, vec![json!("shop"), json!("café \u{1F6A2} ünïcode")]);
+}
+
+#[test]
+fn a_json_body_with_a_key_twice_is_refused_at_every_depth_on_every_route_without_naming_it() {
+    let daemon = Daemon::start_with(&["--runtime", "none"]);
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let inst = format!("/v1/resource-domains/{domain}/instances/web");
+    let spec = up_spec().to_string();
+    let spec_with = |field: &str, dup: &str| spec.replacen(&format!("\"{field}\":"), dup, 1);
+    let digest = format!("sha256:{}", "0".repeat(64));
+    // (method, path, body, the place the refusal names)
+    let cases: Vec<(&str, String, String, &str)> = vec![
+        (
+            "POST",
+            "/v1/resource-domains".into(),
+            r#"{"name":"a","name":"b"}"#.into(),
+            "body",
+        ),
+        (
+            "POST",
+            format!("{inst}/up"),
+            format!(r#"{{"spec":{spec},"cause":"use","cause":"person"}}"#),
+            "body",
+        ),
+        (
+            "POST",
+            format!("{inst}/up"),
+            format!(
+                r#"{{"spec":{},"cause":"use"}}"#,
+                spec_with(
+                    "env",
+                    r#""env":{"SECRET_TOKEN_NAME":"1","SECRET_TOKEN_NAME":"2"},"x":"#
+                )
+            ),
+            "body.spec.env",
+        ),
+        (
+            "POST",
+            format!("{inst}/up"),
+            format!(
+                r#"{{"spec":{},"cause":"use"}}"#,
+                spec_with(
+                    "limits",
+                    r#""limits":{"cpuMillicores":250,"cpuMillicores":500,"memoryBytes":67108864},"x":"#
+                )
+            ),
+            "body.spec.limits",
+        ),
+        (
+            "POST",
+            format!("{inst}/up"),
+            format!(
+                r#"{{"spec":{},"cause":"use"}}"#,
+                spec_with(
+                    "volumes",
+                    r#""volumes":[{"name":"data","name":"other","mountPath":"/srv/data"}],"x":"#
+                )
+            ),
+            "body.spec.volumes[0]",
+        ),
+        (
+            "POST",
+            format!("{inst}/up"),
+            format!(
+                r#"{{"spec":{},"cause":"use"}}"#,
+                spec_with("alias", r#""alias":"web","alias":"#)
+            ),
+            "body.spec",
+        ),
+        (
+            "POST",
+            format!("{inst}/stop"),
+            r#"{"by":"ada","by":"bob"}"#.into(),
+            "body",
+        ),
+        (
+            "POST",
+            format!("{inst}/rollback"),
+            format!(
+                r#"{{"idempotencyKey":"k","expectedSpecDigest":"{digest}","idempotencyKey":"k"}}"#
+            ),
+            "body",
+        ),
+        (
+            "PUT",
+            "/v1/workspaces/ws".into(),
+            r#"{"containers":[],"selector":{"label":"a=b","label":"c=d"}}"#.into(),
+            "body.selector",
+        ),
+        (
+            "POST",
+            "/v1/workspaces/ws/leases".into(),
+            r#"{"ttlSeconds":5,"ttlSeconds":6}"#.into(),
+            "body",
+        ),
+        (
+            "PUT",
+            format!("/v1/resource-domains/{domain}/workspace-links/ws"),
+            r#"{"worktreeKey":"main","worktreeKey":"main"}"#.into(),
+            "body",
+        ),
+    ];
+    for (method, path, body, place) in &cases {
+        let err = api
+            .raw(method, path, Some(body.clone().into_bytes()), &[])
+            .expect_error(400, "RequestRefusedError");
+        assert_eq!(
+            err["message"],
+            format!("{place} has a duplicate key"),
+            "{method} {path} {body}"
+        );
+        assert!(!err.to_string().contains("SECRET_TOKEN_NAME"), "{err}");
+    }
+    // Routes that take no payload refuse one with a key twice like any other.
+    api.raw(
+        "POST",
+        &format!("/v1/resource-domains/{domain}/fence"),
+        Some(br#"{"a":1,"a":1}"#.to_vec()),
+        &[],
+    )
+    .expect_error(400, "RequestRefusedError");
+    // The exec frame too.
+    let mut body = br#"{"argv":["true"],"user":null,"timeoutMs":5000,"argv":["sh"]}"#.to_vec();
+    body.push(b'\n');
+    let err = api
+        .raw("POST", &format!("{inst}/exec"), Some(body), &[])
+        .expect_error(400, "RequestRefusedError");
+    assert_eq!(err["message"], "frame has a duplicate key");
+    // Nothing was written.
+    let domains = api.get("/v1/resource-domains").expect(200)["items"].clone();
+    assert_eq!(domains.as_array().unwrap().len(), 1, "{domains}");
+    assert_eq!(domains[0]["state"], "active");
+    api.get("/v1/workspaces/ws")
+        .expect_error(404, "ResourceWorkspaceNotFoundError");
+}
+
+/// Sends raw bytes and reads the answer to the end (the daemon closes).
+fn raw_bytes(daemon: &Daemon, request: &[u8]) -> String {
+    let address: SocketAddr = daemon
+        .base
+        .trim_start_matches("http://")
+        .parse()
+        .expect("the daemon's address");
+    let mut stream = TcpStream::connect(address).expect("a connection");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream.write_all(request).unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[test]
+fn every_answer_berth_gives_to_a_strange_header_carries_a_tag_and_the_http_layer_refuses_the_rest()
+{
+    let daemon = Daemon::start_with(&["--runtime", "none"]);
+    let api = daemon.client();
+    // Control characters in a header value: the HTTP layer (hyper) refuses the request head
+    // before berth sees it, with a bare 400 and a closed connection (docs/security.md).
+    for bad in [&b"a\x00b"[..], b"a\x01b", b"a\x1fb", b"a\x7fb"] {
+        let mut request = format!(
+            "GET /v1/resource-domains HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {KEY}\r\nX-Note: "
+        )
+        .into_bytes();
+        request.extend_from_slice(bad);
+        request.extend_from_slice(b"\r\nConnection: close\r\n\r\n");
+        let answer = raw_bytes(&daemon, &request);
+        assert!(answer.starts_with("HTTP/1.1 400 "), "{bad:?}: {answer}");
+        assert!(!answer.contains("items"), "{bad:?}: {answer}");
+    }
+    // Bytes past ASCII in a header value reach berth, and every answer it gives is tagged.
+    let head = |extra: &[u8], host: &[u8], auth: &[u8]| {
+        let mut r = b"POST /v1/resource-domains HTTP/1.1\r\nHost: ".to_vec();
+        r.extend_from_slice(host);
+        r.extend_from_slice(b"\r\nAuthorization: ");
+        r.extend_from_slice(auth);
+        r.extend_from_slice(b"\r\n");
+        r.extend_from_slice(extra);
+        r.extend_from_slice(b"Content-Length: 13\r\nConnection: close\r\n\r\n{\"name\":\"x\"}\n");
+        r
+    };
+    let bearer = format!("Bearer {KEY}").into_bytes();
+    let mut bad_bearer = bearer.clone();
+    bad_bearer.push(0xff);
+    for (request, status, tag) in [
+        (
+            head(b"", b"127.0.0.1\xff", &bearer),
+            403,
+            "HostNotAllowedError",
+        ),
+        (
+            head(b"", b"127.0.0.1", &bad_bearer),
+            401,
+            "UnauthorizedError",
+        ),
+        (
+            head(b"", b"127.0.0.1", b"Bearer \xfe\xff"),
+            401,
+            "UnauthorizedError",
+        ),
+    ] {
+        let answer = raw_bytes(&daemon, &request);
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status} ")),
+            "{answer}"
+        );
+        let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+        let body: Value = serde_json::from_str(body).unwrap_or_else(|_| panic!("{answer}"));
+        assert_eq!(body["_tag"], tag, "{answer}");
+    }
+    // A header berth does not read, with such bytes, changes nothing.
+    let answer = raw_bytes(
+        &daemon,
+        &head(
+            b"X-Note: caf\xe9\r\nContent-Type: application/json\xff\r\n",
+            b"127.0.0.1",
+            &bearer,
+        ),
+    );
+    assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+    // A chunked body that breaks off mid-way is berth's to refuse, and it says so with a tag.
+    let answer = raw_bytes(
+        &daemon,
+        format!(
+            "POST /v1/resource-domains HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {KEY}\r\n\
+             Transfer-Encoding: chunked\r\nConnection: close\r\n\r\nzz\r\n"
+        )
+        .as_bytes(),
+    );
+    assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
+    assert!(
+        answer.contains(r#""_tag":"RequestRefusedError""#),
+        "{answer}"
+    );
+    assert!(answer.contains("body could not be read"), "{answer}");
+    assert_eq!(
+        api.get("/v1/resource-domains").expect(200)["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn query_parameters_are_typed_and_every_bad_one_is_named() {
+    let daemon = Daemon::start_with(&["--runtime", "none"]);
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let list = format!("/v1/resource-domains/{domain}/instances");
+    for (query, message) in [
+        (
+            "archived=yes",
+            "query.archived must be one of \"true\", \"false\"",
+        ),
+        (
+            "archived",
+            "query.archived must be one of \"true\", \"false\"",
+        ),
+        (
+            "archived=true&archived=false",
+            "query.archived is given twice",
+        ),
+        (
+            "archived=%00",
+            "query.archived must be one of \"true\", \"false\"",
+        ),
+    ] {
+        let err = api
+            .get(&format!("{list}?{query}"))
+            .expect_error(400, "RequestRefusedError");
+        assert_eq!(err["message"], message, "{query}");
+    }
+    assert_eq!(
+        api.get(&format!("{list}?archived=true&other=1"))
+            .expect(200)["items"],
+        json!([])
+    );
+    assert_eq!(
+        api.get(&format!("{list}?archived=f%61lse")).expect(200)["items"],
+        json!([])
+    );
+    // Every problem at once, none quoted.
+    let err = api
+        .get(&format!(
+            "{list}/web/logs?tail=secret-tail-value&follow=secret-follow-value"
+        ))
+        .expect_error(400, "RequestRefusedError");
+    assert_eq!(
+        err["message"],
+        "query.tail must be an integer between 0 and 100000; query.follow must be one of \"true\", \"false\""
+    );
+    assert!(!err.to_string().contains("secret"));
+    let err = api
+        .get(&format!("{list}/web/logs?tail=100001"))
+        .expect_error(400, "RequestRefusedError");
+    assert_eq!(
+        err["message"],
+        "query.tail must be an integer between 0 and 100000"
+    );
+    // Well-formed, the question goes on to the instance (there is none).
+    api.get(&format!("{list}/web/logs?tail=0&follow=false"))
+        .expect_error(404, "ResourceInstanceNotFoundError");
+}
+
+#[test]
+fn the_openapi_document_describes_the_spec_and_the_queries_in_full() {
+    let daemon = Daemon::start_with(&["--runtime", "none"]);
+    let doc = daemon.client().get("/v1/openapi.json").expect(200);
+    let schemas = &doc["components"]["schemas"];
+    assert_eq!(
+        schemas["UpRequest"]["properties"]["spec"]["$ref"],
+        "#/components/schemas/ResourceInstanceSpec"
+    );
+    let spec = &schemas["ResourceInstanceSpec"];
+    assert_eq!(spec["additionalProperties"], false);
+    let mut required: Vec<&str> = spec["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    required.sort_unstable();
+    assert_eq!(
+        required,
+        [
+            "alias",
+            "command",
+            "env",
+            "idleStopAfterSeconds",
+            "image",
+            "limits",
+            "ready",
+            "volumes",
+            "worktreeKey"
+        ]
+    );
+    let p = &spec["properties"];
+    assert_eq!(p["alias"]["pattern"], "^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$");
+    assert!(
+        p["image"]["pattern"]
+            .as_str()
+            .unwrap()
+            .ends_with("@sha256:[0-9a-f]{64}$")
+    );
+    assert_eq!(p["limits"]["properties"]["cpuMillicores"]["minimum"], 10);
+    assert_eq!(
+        p["limits"]["properties"]["memoryBytes"]["minimum"],
+        16 * 1024 * 1024
+    );
+    assert_eq!(p["volumes"]["maxItems"], 16);
+    assert!(p["env"]["propertyNames"]["pattern"].is_string());
+    let kinds: Vec<&Value> = p["ready"]["oneOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| &v["properties"]["kind"]["enum"][0])
+        .collect();
+    assert_eq!(kinds, [&json!("tcp"), &json!("exec")]);
+    // The example is one the daemon accepts as a spec: up answers past decoding (here, that no
+    // runtime is configured), not with a refusal.
+    let example = &schemas["UpRequest"]["example"];
+    assert_eq!(example["spec"], spec["example"]);
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    api.post(
+        &format!("/v1/resource-domains/{domain}/instances/web/up"),
+        example.clone(),
+    )
+    .expect_error(409, "ResourceRuntimeUnsupportedError");
+    // Query parameters are typed.
+    let list =
+        &doc["paths"]["/v1/resource-domains/{resourceDomainId}/instances"]["get"]["parameters"];
+    let archived = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "archived")
+        .expect("archived");
+    assert_eq!(archived["in"], "query");
+    assert_eq!(archived["required"], false);
+    assert!(
+        archived["schema"].to_string().contains("boolean"),
+        "{archived}"
+    );
+}

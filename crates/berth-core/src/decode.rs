@@ -6,9 +6,12 @@
 //! `<place> <what was expected>` (`spec.limits.cpuMillicores must be an integer between 10 and
 //! 256000`).
 
+use std::cell::RefCell;
 use std::collections::BTreeSet;
+use std::fmt;
 
 use regex::Regex;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 /// The largest integer a JSON number carries exactly (JavaScript's `Number.MAX_SAFE_INTEGER`).
@@ -121,6 +124,20 @@ impl Problems {
         Some(s.to_owned())
     }
 
+    /// Expects a name of `min..=max` characters without control characters (U+0000 to U+001F,
+    /// U+007F): a name is shown in logs, tables and terminals, where those would do harm.
+    pub fn name(&mut self, value: &Value, place: &str, min: usize, max: usize) -> Option<String> {
+        let s = self.bounded_string(value, place, min, max)?;
+        if s.chars().any(is_control) {
+            self.push(
+                place,
+                "must not contain control characters (U+0000 to U+001F, U+007F)",
+            );
+            return None;
+        }
+        Some(s)
+    }
+
     /// Expects a string without a NUL byte.
     pub fn argument(&mut self, value: &Value, place: &str) -> Option<String> {
         let s = self.string(value, place)?;
@@ -227,6 +244,11 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// A control character berth refuses in its own names: C0 controls and DEL.
+pub fn is_control(c: char) -> bool {
+    c <= '\u{1f}' || c == '\u{7f}'
+}
+
 /// A key as it may be shown in a place: keys are names the caller chose, so only tame ones are
 /// echoed; anything else is described rather than quoted.
 pub fn display_key(key: &str) -> String {
@@ -239,6 +261,144 @@ pub fn display_key(key: &str) -> String {
         key.to_owned()
     } else {
         "<a key that is not a plain name>".to_owned()
+    }
+}
+
+/// Why a body is not a JSON value berth reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParseError {
+    /// Not JSON, at this line and column.
+    Syntax {
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+    },
+    /// An object at `place` has one key twice. serde_json would keep the last one silently, and
+    /// two readers of one body could then disagree on what it says.
+    DuplicateKey {
+        /// The object's place (`body.spec.env`, `frame`).
+        place: String,
+    },
+}
+
+impl ParseError {
+    /// The refusal's sentence, naming the place and never the key or a value.
+    pub fn sentence(&self, root: &str) -> String {
+        match self {
+            ParseError::Syntax { line, column } => {
+                format!("{root} is not valid JSON (line {line}, column {column})")
+            }
+            ParseError::DuplicateKey { place } => format!("{place} has a duplicate key"),
+        }
+    }
+}
+
+/// Parses JSON into a [`Value`] like `serde_json::from_slice`, but refuses an object that has a
+/// key twice, at any depth, naming the object by its place under `root` (`body`, `frame`).
+pub fn parse_json(bytes: &[u8], root: &str) -> Result<Value, ParseError> {
+    let duplicate = RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let seed = UniqueValue {
+        place: root.to_owned(),
+        duplicate: &duplicate,
+    };
+    let parsed = seed.deserialize(&mut de).and_then(|v| de.end().map(|()| v));
+    match parsed {
+        Ok(value) => Ok(value),
+        Err(e) => match duplicate.into_inner() {
+            Some(place) => Err(ParseError::DuplicateKey { place }),
+            None => Err(ParseError::Syntax {
+                line: e.line(),
+                column: e.column(),
+            }),
+        },
+    }
+}
+
+/// A [`Value`] whose objects must have unique keys; the place of the first object that does not
+/// is left in `duplicate`.
+struct UniqueValue<'a> {
+    place: String,
+    duplicate: &'a RefCell<Option<String>>,
+}
+
+impl<'de> DeserializeSeed<'de> for UniqueValue<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for UniqueValue<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        loop {
+            let seed = UniqueValue {
+                place: format!("{}[{}]", self.place, items.len()),
+                duplicate: self.duplicate,
+            };
+            match seq.next_element_seed(seed)? {
+                Some(item) => items.push(item),
+                None => return Ok(Value::Array(items)),
+            }
+        }
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                *self.duplicate.borrow_mut() = Some(self.place.clone());
+                return Err(de::Error::custom("duplicate key"));
+            }
+            let seed = UniqueValue {
+                place: format!("{}.{}", self.place, display_key(&key)),
+                duplicate: self.duplicate,
+            };
+            let value = map.next_value_seed(seed)?;
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
     }
 }
 
@@ -276,6 +436,86 @@ mod tests {
         let text = p.joined();
         assert!(text.contains("x19 is wrong") && !text.contains("x20 is wrong"));
         assert!(text.ends_with("and 5 more problems"), "{text}");
+    }
+
+    #[test]
+    fn a_key_twice_is_refused_at_any_depth_naming_the_object_and_never_the_key() {
+        let cases: [(&str, &str); 6] = [
+            (r#"{"a":1,"a":2}"#, "body"),
+            (
+                r#"{"spec":{"env":{"X":"1","Y":"2","X":"3"}}}"#,
+                "body.spec.env",
+            ),
+            (r#"{"v":[{"n":1},{"n":1,"n":2}]}"#, "body.v[1]"),
+            (
+                r#"{"s3cr3t key":{"k":1,"k":1}}"#,
+                "body.<a key that is not a plain name>",
+            ),
+            (r#"[[{"":0,"":0}]]"#, "body[0][0]"),
+            (r#"{"a":{"b":{"c":{"d":null,"d":null}}}}"#, "body.a.b.c"),
+        ];
+        for (text, place) in cases {
+            let e = parse_json(text.as_bytes(), "body").unwrap_err();
+            assert_eq!(
+                e,
+                ParseError::DuplicateKey {
+                    place: place.to_owned()
+                },
+                "{text}"
+            );
+            assert_eq!(e.sentence("body"), format!("{place} has a duplicate key"));
+            assert!(!e.sentence("body").contains("s3cr3t"));
+        }
+    }
+
+    #[test]
+    fn unique_keys_parse_as_serde_json_parses_them() {
+        for text in [
+            r#"{"a":1,"b":[1,2.5,-3,"x",null,true,{"a":1}],"c":{"a":{}}}"#,
+            "[]",
+            "18446744073709551615",
+            "-9223372036854775808",
+            "1e300",
+            r#""\u0000""#,
+        ] {
+            let ours = parse_json(text.as_bytes(), "body").unwrap();
+            let theirs: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(ours, theirs, "{text}");
+        }
+        for text in ["", "{", r#"{"a":1}x"#, "[1,]", "{\"a\" 1}"] {
+            assert!(
+                matches!(
+                    parse_json(text.as_bytes(), "body"),
+                    Err(ParseError::Syntax { .. })
+                ),
+                "{text}"
+            );
+        }
+        // Nesting deeper than serde_json allows is refused, not a stack overflow.
+        let deep = "[".repeat(100_000);
+        assert!(matches!(
+            parse_json(deep.as_bytes(), "body"),
+            Err(ParseError::Syntax { .. })
+        ));
+    }
+
+    #[test]
+    fn names_refuse_control_characters_naming_the_place() {
+        for text in ["a\u{0}b", "\n", "x\u{7f}", "\u{1f}", "tab\there"] {
+            let mut p = Problems::default();
+            assert_eq!(p.name(&json!(text), "body.name", 1, 200), None);
+            assert_eq!(
+                p.joined(),
+                "body.name must not contain control characters (U+0000 to U+001F, U+007F)"
+            );
+        }
+        let mut p = Problems::default();
+        assert_eq!(
+            p.name(&json!("caf\u{e9} \u{1F6A2} \u{80}"), "body.name", 1, 200)
+                .as_deref(),
+            Some("caf\u{e9} \u{1F6A2} \u{80}")
+        );
+        assert!(p.is_empty());
     }
 
     #[test]

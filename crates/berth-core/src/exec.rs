@@ -54,17 +54,17 @@ pub struct ExecResult {
 /// Decodes a frame line (without its newline).
 pub fn decode_frame(line: &[u8]) -> Result<ExecFrame, Problems> {
     let mut p = Problems::default();
-    let value: Value = match serde_json::from_slice(line) {
+    let value: Value = match crate::decode::parse_json(line, "frame") {
         Ok(v) => v,
-        Err(e) => {
+        Err(crate::decode::ParseError::Syntax { line, column }) => {
             p.push(
                 "frame",
-                &format!(
-                    "must be one line of JSON (line {}, column {})",
-                    e.line(),
-                    e.column()
-                ),
+                &format!("must be one line of JSON (line {line}, column {column})"),
             );
+            return Err(p);
+        }
+        Err(crate::decode::ParseError::DuplicateKey { place }) => {
+            p.push(&place, "has a duplicate key");
             return Err(p);
         }
     };

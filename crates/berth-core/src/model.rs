@@ -436,8 +436,11 @@ pub enum Executor {
     /// A lease.
     Lease {
         /// `lse:<uuid>`.
+        // Named for the OpenAPI document too, which does not read `rename_all_fields`.
+        #[serde(rename = "leaseId")]
         lease_id: String,
         /// When it expires unless renewed.
+        #[serde(rename = "expiresAt")]
         expires_at: Timestamp,
     },
 }

@@ -70,13 +70,26 @@ pub const WORKTREE_KEY_PATTERN: &str = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$";
 pub const WORKTREE_KEY_EXPECTED: &str =
     "must be 1 to 128 letters, digits, '.', '_', ':', '@' or '-', starting with a letter or digit";
 
+/// The contract's pattern for a volume name.
+pub const VOLUME_NAME_PATTERN: &str = r"^[a-z][a-z0-9-]{0,30}$";
+/// The pattern of one segment of a mount path.
+pub const PATH_SEGMENT_PATTERN: &str = r"^[A-Za-z0-9._@+-]+$";
+/// The pattern of an environment variable's name.
+pub const ENV_NAME_PATTERN: &str = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$";
+/// The pattern of the user an exec ready check runs as.
+pub const READY_USER_PATTERN: &str = r"^[A-Za-z0-9._-]{1,64}$";
+/// The range of `limits.cpuMillicores`.
+pub const CPU_MILLICORES: (i64, i64) = (10, 256_000);
+/// The least `limits.memoryBytes`: 16 MiB.
+pub const MIN_MEMORY_BYTES: i64 = 16 * 1024 * 1024;
+
 pub(crate) static KEY: LazyLock<Regex> = LazyLock::new(|| pattern(KEY_PATTERN));
 static ALIAS: LazyLock<Regex> = LazyLock::new(|| pattern(ALIAS_PATTERN));
 pub(crate) static WORKTREE_KEY: LazyLock<Regex> = LazyLock::new(|| pattern(WORKTREE_KEY_PATTERN));
-static VOLUME_NAME: LazyLock<Regex> = LazyLock::new(|| pattern(r"^[a-z][a-z0-9-]{0,30}$"));
-static PATH_SEGMENT: LazyLock<Regex> = LazyLock::new(|| pattern(r"^[A-Za-z0-9._@+-]+$"));
-static ENV_NAME: LazyLock<Regex> = LazyLock::new(|| pattern(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"));
-static READY_USER: LazyLock<Regex> = LazyLock::new(|| pattern(r"^[A-Za-z0-9._-]{1,64}$"));
+static VOLUME_NAME: LazyLock<Regex> = LazyLock::new(|| pattern(VOLUME_NAME_PATTERN));
+static PATH_SEGMENT: LazyLock<Regex> = LazyLock::new(|| pattern(PATH_SEGMENT_PATTERN));
+static ENV_NAME: LazyLock<Regex> = LazyLock::new(|| pattern(ENV_NAME_PATTERN));
+static READY_USER: LazyLock<Regex> = LazyLock::new(|| pattern(READY_USER_PATTERN));
 
 /// True when `key` is a valid instance key.
 pub fn is_instance_key(key: &str) -> bool {
@@ -447,14 +460,19 @@ fn decode_volumes(value: &Value, p: &mut Problems) -> Option<Vec<VolumeSpec>> {
 
 fn decode_limits(value: &Value, p: &mut Problems) -> Option<Limits> {
     let mut fields = p.object(value, "spec.limits")?;
-    let cpu = fields
-        .required(p, "cpuMillicores")
-        .and_then(|v| p.integer(v, "spec.limits.cpuMillicores", 10, 256_000));
+    let cpu = fields.required(p, "cpuMillicores").and_then(|v| {
+        p.integer(
+            v,
+            "spec.limits.cpuMillicores",
+            CPU_MILLICORES.0,
+            CPU_MILLICORES.1,
+        )
+    });
     let memory = fields.required(p, "memoryBytes").and_then(|v| {
         p.integer(
             v,
             "spec.limits.memoryBytes",
-            16 * 1024 * 1024,
+            MIN_MEMORY_BYTES,
             MAX_SAFE_INTEGER,
         )
     });

@@ -35,6 +35,27 @@ pub enum StoreError {
     /// The store's writer has stopped (the daemon is shutting down).
     #[error("the store is closed")]
     Closed,
+    /// The database file failed its integrity check at open.
+    #[error(
+        "the database {path} is damaged ({detail}): stop berth, move the file aside (with its -wal \
+         and -shm files) or restore it from a backup, then start berth again, which makes an \
+         empty store if none is there"
+    )]
+    Damaged {
+        /// The database file.
+        path: String,
+        /// What SQLite reported, its first problem only.
+        detail: String,
+    },
+    /// The database file or its directory cannot be written.
+    #[error(
+        "the database {path} cannot be written (the file or its directory is read-only): give the \
+         user berth runs as write access to both (e.g. `chmod u+w`), or choose another --data-dir"
+    )]
+    ReadOnly {
+        /// The database file.
+        path: String,
+    },
 }
 
 const MIGRATIONS: &[&str] = &[
@@ -153,6 +174,50 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX leases_by_workspace ON leases(owner, workspace_id, expires_at);",
 ];
 
+/// Runs `PRAGMA quick_check` (every page and index, without comparing index contents to their
+/// tables: fast enough for every start) and refuses a store that fails it.
+fn quick_check(conn: &Connection, path: &str) -> Result<(), StoreError> {
+    let mut problems = Vec::new();
+    let result = conn.prepare("PRAGMA quick_check").and_then(|mut stmt| {
+        let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+        for row in rows {
+            problems.push(row?);
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        return Err(classify_open_error(path, e));
+    }
+    match problems.first() {
+        Some(first) if first == "ok" && problems.len() == 1 => Ok(()),
+        Some(first) => Err(StoreError::Damaged {
+            path: path.to_owned(),
+            detail: format!("quick_check: {first}"),
+        }),
+        None => Err(StoreError::Damaged {
+            path: path.to_owned(),
+            detail: "quick_check said nothing".to_owned(),
+        }),
+    }
+}
+
+/// What an error while opening a store means: damage, a refused write, or something else.
+fn classify_open_error(path: &str, e: rusqlite::Error) -> StoreError {
+    use rusqlite::ErrorCode;
+    match e.sqlite_error_code() {
+        Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => StoreError::Damaged {
+            path: path.to_owned(),
+            detail: e.to_string(),
+        },
+        Some(ErrorCode::ReadOnly | ErrorCode::CannotOpen | ErrorCode::PermissionDenied) => {
+            StoreError::ReadOnly {
+                path: path.to_owned(),
+            }
+        }
+        _ => StoreError::Sqlite(e),
+    }
+}
+
 /// How many writes may wait for the writer before a caller waits to hand one over.
 const WRITE_QUEUE: usize = 1024;
 /// Read connections kept open for reads that the in-memory view does not answer.
@@ -234,12 +299,46 @@ impl Readers {
 
 impl Store {
     /// Opens (creating if needed) the database file at `path` and brings its schema up to date.
+    ///
+    /// A file that is damaged (`PRAGMA quick_check` finds a problem, or SQLite cannot read it as a
+    /// database) is refused with [`StoreError::Damaged`], and one that cannot be written with
+    /// [`StoreError::ReadOnly`]: a store that would answer every request with an error is never
+    /// opened.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let conn = Connection::open(path)?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        Self::init(conn, Some(path.to_owned()))
+        let shown = path.display().to_string();
+        let damaged = |e: rusqlite::Error| classify_open_error(&shown, e);
+        let conn = Connection::open(path).map_err(damaged)?;
+        if conn.is_readonly(rusqlite::MAIN_DB).map_err(damaged)? {
+            return Err(StoreError::ReadOnly { path: shown });
+        }
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(damaged)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(damaged)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(damaged)?;
+        quick_check(&conn, &shown)?;
+        // Prove that a write goes through (a file or directory may refuse writes in ways the open
+        // does not see): rewrite the schema version with the value it has.
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(damaged)?;
+        conn.pragma_update(None, "user_version", version)
+            .map_err(damaged)?;
+        Self::init(conn, Some(path.to_owned())).map_err(|e| match e {
+            StoreError::Sqlite(e) => classify_open_error(&shown, e),
+            other => other,
+        })
+    }
+
+    /// Moves everything in the write-ahead log into the database file and empties the log, so
+    /// that a stopped daemon leaves one self-contained file. Called at a clean shutdown.
+    pub async fn checkpoint(&self) -> Result<(), StoreError> {
+        self.submit(|conn| {
+            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+                .map_err(StoreError::from)
+        })
+        .await?
     }
 
     /// An empty store in memory, for tests.

@@ -4,7 +4,7 @@
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
 use berth_core::DomainId;
-use berth_core::decode::Problems;
+use berth_core::decode::{Problems, parse_json};
 use berth_core::spec::{KEY_EXPECTED, is_instance_key};
 use bytes::Bytes;
 use serde::Deserialize;
@@ -33,13 +33,9 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
                 "body must be a JSON object, and is empty",
             ));
         }
-        serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| {
-            ApiError::refused(format!(
-                "body is not valid JSON (line {}, column {})",
-                e.line(),
-                e.column()
-            ))
-        })
+        parse_json(&bytes, "body")
+            .map(JsonBody)
+            .map_err(|e| ApiError::refused(e.sentence("body")))
     }
 }
 
@@ -70,7 +66,7 @@ impl<S: Send + Sync> FromRequest<S> for NoBody {
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(NoBody);
         }
-        match serde_json::from_slice::<Value>(&bytes) {
+        match parse_json(&bytes, "body") {
             Ok(Value::Object(map)) if map.is_empty() => Ok(NoBody),
             _ => Err(ApiError::refused("body must be empty or {} for this route")),
         }
@@ -97,6 +93,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Params<
 #[serde(rename_all = "camelCase")]
 pub struct DomainPath {
     /// `rdm:<uuid>`.
+    #[param(pattern = r"^rdm:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
     pub resource_domain_id: String,
 }
 
@@ -113,8 +110,10 @@ impl DomainPath {
 #[serde(rename_all = "camelCase")]
 pub struct InstancePath {
     /// `rdm:<uuid>`.
+    #[param(pattern = r"^rdm:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
     pub resource_domain_id: String,
     /// The instance key.
+    #[param(pattern = r"^[a-z0-9][a-z0-9._@-]{0,127}$")]
     pub key: String,
 }
 
@@ -140,4 +139,84 @@ impl InstancePath {
 fn domain_id(text: &str) -> Result<DomainId, ApiError> {
     DomainId::parse(text)
         .ok_or_else(|| ApiError::refused(format!("path.resourceDomainId {}", DomainId::EXPECTED)))
+}
+
+/// A query string decoded into `T` by its [`FromQuery`] impl, refusing with every problem found
+/// (`query.tail must be ...`), never quoting a value. A parameter given twice is refused; one
+/// the route does not know is ignored.
+pub struct QueryParams<T>(pub T);
+
+/// A route's query parameters, decoded from the query's pairs.
+pub trait FromQuery: Sized {
+    /// The parameters the route reads.
+    const NAMES: &'static [&'static str];
+    /// Decodes the known parameters (`value(name)` is the decoded text of one, if given).
+    fn from_query(value: &dyn Fn(&str) -> Option<String>, problems: &mut Problems) -> Option<Self>;
+}
+
+impl<S: Send + Sync, T: FromQuery + Send> FromRequestParts<S> for QueryParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let query = parts.uri.query().unwrap_or("");
+        let mut problems = Problems::default();
+        let mut seen: Vec<(&'static str, String)> = Vec::new();
+        for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+            if let Some(known) = T::NAMES.iter().find(|n| **n == name) {
+                if seen.iter().any(|(n, _)| n == known) {
+                    problems.push(&format!("query.{known}"), "is given twice");
+                } else {
+                    seen.push((known, value.into_owned()));
+                }
+            }
+        }
+        let value = |name: &str| {
+            seen.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.clone())
+        };
+        let decoded = if problems.is_empty() {
+            T::from_query(&value, &mut problems)
+        } else {
+            None
+        };
+        problems
+            .finish(decoded)
+            .map(QueryParams)
+            .map_err(|p| ApiError::refused(p.joined()))
+    }
+}
+
+/// `true` or `false`, else a problem naming `query.<name>`.
+pub fn query_bool(value: Option<String>, name: &str, problems: &mut Problems) -> Option<bool> {
+    match value.as_deref() {
+        None | Some("false") => Some(false),
+        Some("true") => Some(true),
+        Some(_) => {
+            problems.push(
+                &format!("query.{name}"),
+                "must be one of \"true\", \"false\"",
+            );
+            None
+        }
+    }
+}
+
+/// A request body type: what the OpenAPI document describes (its `ToSchema`) and what the route
+/// decodes, in one place. Decoding collects every problem, each naming its place.
+pub trait Decode: Sized {
+    /// Decodes `value` (the whole body, at place `body`), pushing every problem found.
+    fn decode(value: &Value, problems: &mut Problems) -> Option<Self>;
+}
+
+/// A JSON body decoded into `T` (keys given twice and every problem refused, none quoted).
+pub struct Body<T>(pub T);
+
+impl<S: Send + Sync, T: Decode + Send> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let body = JsonBody::from_request(req, state).await?;
+        body.decode(T::decode).map(Body)
+    }
 }

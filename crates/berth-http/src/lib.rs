@@ -11,6 +11,7 @@ pub mod auth;
 pub mod error;
 pub mod extract;
 pub mod routes;
+pub mod schema;
 
 use std::future::Future;
 use std::time::Duration;
@@ -209,4 +210,134 @@ pub async fn serve_with(
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn document() -> serde_json::Value {
+        let (_, doc) = OpenApiRouter::<App>::with_openapi(ApiDoc::openapi())
+            .merge(routes::domains::router())
+            .merge(routes::instances::router())
+            .merge(routes::exec::router())
+            .merge(routes::workspaces::router())
+            .split_for_parts();
+        serde_json::to_value(doc).unwrap()
+    }
+
+    #[test]
+    fn path_parameter_patterns_in_the_document_are_the_decoders() {
+        use berth_core::spec::{KEY_PATTERN, WORKTREE_KEY_PATTERN};
+        let doc = document();
+        let mut seen = 0;
+        for item in doc["paths"].as_object().unwrap().values() {
+            for op in item.as_object().unwrap().values() {
+                for param in op["parameters"].as_array().into_iter().flatten() {
+                    let pattern = param["schema"]["pattern"].as_str();
+                    let expected = match param["name"].as_str().unwrap() {
+                        // The instance key is the contract's pattern; a workspace id has the
+                        // worktree key's shape.
+                        "key" => Some(KEY_PATTERN),
+                        "workspaceId" => Some(WORKTREE_KEY_PATTERN),
+                        _ => None,
+                    };
+                    if let Some(expected) = expected {
+                        assert_eq!(pattern, Some(expected), "{param}");
+                        seen += 1;
+                    }
+                    if param["name"] == "resourceDomainId" {
+                        let id = berth_core::DomainId::new();
+                        let re = regex_lite(pattern.unwrap());
+                        assert!(re(id.as_str()), "{param}");
+                        seen += 1;
+                    }
+                }
+            }
+        }
+        assert!(seen > 20, "{seen}");
+        assert!(berth_core::workspaces::is_workspace_id("a.b:c@d-e_f"));
+    }
+
+    /// For a request type: the example decodes; without each property the document lists as
+    /// required, the decoder says it is missing; and a key the document does not list is refused.
+    fn schema_and_decoder_agree<T: extract::Decode>(name: &str, example: serde_json::Value) {
+        use berth_core::decode::Problems;
+        let doc = document();
+        let schema = &doc["components"]["schemas"][name];
+        let decode = |v: &serde_json::Value| {
+            let mut p = Problems::default();
+            let out = T::decode(v, &mut p);
+            p.finish(out).map_err(|p| p.joined())
+        };
+        assert!(decode(&example).is_ok(), "{name}: the example decodes");
+        let properties = schema["properties"].as_object().expect(name);
+        let required: Vec<&str> = schema["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            properties.len(),
+            required.len(),
+            "{name}: every field is required"
+        );
+        for field in required {
+            assert!(properties.contains_key(field), "{name}.{field}");
+            let mut body = example.clone();
+            body.as_object_mut().unwrap().remove(field);
+            let refusal = decode(&body).err().unwrap_or_default();
+            assert!(
+                refusal.contains(&format!("body.{field} is missing")),
+                "{name}.{field}: {refusal}"
+            );
+        }
+        let mut body = example.clone();
+        body["notInTheDocument"] = serde_json::json!(1);
+        let refusal = decode(&body).err().unwrap_or_default();
+        assert!(
+            refusal.contains("body.notInTheDocument is not an allowed key"),
+            "{name}: {refusal}"
+        );
+    }
+
+    #[test]
+    fn each_request_type_is_decoded_as_the_document_describes_it() {
+        use routes::domains::CreateDomainRequest;
+        use routes::instances::{RollbackRequest, StopRequest, UpRequest};
+        schema_and_decoder_agree::<CreateDomainRequest>(
+            "CreateDomainRequest",
+            serde_json::json!({"name": "shop"}),
+        );
+        schema_and_decoder_agree::<StopRequest>("StopRequest", serde_json::json!({"by": "ada"}));
+        schema_and_decoder_agree::<RollbackRequest>(
+            "RollbackRequest",
+            serde_json::json!({"idempotencyKey": "k1", "expectedSpecDigest": format!("sha256:{}", "0".repeat(64))}),
+        );
+        let doc = document();
+        let example = doc["components"]["schemas"]["UpRequest"]["example"].clone();
+        schema_and_decoder_agree::<UpRequest>("UpRequest", example);
+    }
+
+    /// A check for the one shape the id pattern has: a prefix, then a canonical uuid.
+    fn regex_lite(pattern: &str) -> impl Fn(&str) -> bool + '_ {
+        move |text: &str| {
+            let prefix = pattern
+                .trim_start_matches('^')
+                .split('[')
+                .next()
+                .unwrap_or_default();
+            text.strip_prefix(prefix).is_some_and(|rest| {
+                rest.len() == 36
+                    && rest.char_indices().all(|(i, c)| {
+                        if [8, 13, 18, 23].contains(&i) {
+                            c == '-'
+                        } else {
+                            c.is_ascii_hexdigit() && !c.is_ascii_uppercase()
+                        }
+                    })
+            })
+        }
+    }
 }

@@ -253,9 +253,10 @@ impl Client {
             return Ok(body);
         }
         let (tag, message) = match (body["_tag"].as_str(), body["message"].as_str()) {
-            (Some(tag), Some(message)) => (tag.to_owned(), message.to_owned()),
+            (Some(tag), Some(message)) => (crate::ui::escape(tag), crate::ui::escape(message)),
             _ => {
-                let excerpt: String = text.chars().take(200).collect();
+                let excerpt: String =
+                    crate::ui::escape(&text.chars().take(200).collect::<String>());
                 (
                     "HttpError".to_owned(),
                     format!("the daemon answered {status}: {excerpt}"),

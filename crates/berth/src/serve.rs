@@ -4,7 +4,7 @@
 use std::fs;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use berth_core::Berth;
 use berth_core::controllers::{ReconcileConfig, Reconciler};
-use berth_core::store::Store;
+use berth_core::store::{Store, StoreError};
 use berth_docker::{DockerConfig, DockerRuntime};
 use berth_http::{AllowedHosts, ServiceKeys};
 use clap::{Args, ValueEnum};
@@ -23,6 +23,14 @@ use tokio_util::sync::CancellationToken;
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:2378";
 /// The key file's name in the data directory.
 pub const KEY_FILE: &str = "service-key";
+/// The database's name in the data directory.
+pub const DB_FILE: &str = "berth.db";
+/// The lock file a daemon holds for its life, so that one data directory has one daemon.
+pub const LOCK_FILE: &str = "berth.lock";
+/// The data directory's mode: the user's alone.
+const DIR_MODE: u32 = 0o700;
+/// Every file's mode in the data directory.
+const FILE_MODE: u32 = 0o600;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum RuntimeKind {
@@ -97,18 +105,30 @@ fn init_logging() {
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     init_logging();
+    // Whatever the umask berth was started with, what it makes is readable by its user alone
+    // (SQLite's -wal and -shm files included). Modes are also set explicitly below.
+    // SAFETY: umask only replaces the process's file mode mask; it cannot fail.
+    unsafe {
+        libc::umask(0o077);
+    }
     let data_dir = match &args.data_dir {
         Some(d) => d.clone(),
         None => default_data_dir()?,
     };
     prepare_data_dir(&data_dir)?;
+    // Held until the daemon stops: the kernel drops it with the process, however it ends.
+    let _lock = DataDirLock::acquire(&data_dir)?;
+    tighten_files(&data_dir)?;
     let keys = load_keys(&data_dir)?;
 
-    let db = data_dir.join("berth.db");
-    let store = Arc::new(
-        Store::open(&db)
-            .with_context(|| format!("could not open the database {}", db.display()))?,
-    );
+    let db = data_dir.join(DB_FILE);
+    create_private(&db)?;
+    let store = Arc::new(Store::open(&db).map_err(|e| match e {
+        e @ (StoreError::Damaged { .. } | StoreError::ReadOnly { .. }) => anyhow::anyhow!(e),
+        e => anyhow::anyhow!(e).context(format!("could not open the database {}", db.display())),
+    })?);
+    // SQLite made its -wal and -shm files with the database's mode; make sure of it.
+    tighten_files(&data_dir)?;
 
     let reconciler = match args.runtime {
         RuntimeKind::None => None,
@@ -135,8 +155,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
     let berth = match &reconciler {
-        None => Berth::new(store, None, "no container runtime"),
-        Some(reconciler) => Berth::new(store, Some(reconciler.clone()), "docker"),
+        None => Berth::new(store.clone(), None, "no container runtime"),
+        Some(reconciler) => Berth::new(store.clone(), Some(reconciler.clone()), "docker"),
     };
 
     let listener = TcpListener::bind(args.listen).await.map_err(|e| {
@@ -178,6 +198,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(reconciler) = &reconciler {
         reconciler.shutdown(RECONCILE_GRACE).await;
     }
+    // Leave one self-contained database file behind.
+    if let Err(e) = store.checkpoint().await {
+        tracing::warn!(error = %e, "could not fold the write-ahead log into the database");
+    }
     tracing::info!("berth stopped");
     Ok(())
 }
@@ -203,14 +227,149 @@ fn hard_deadline(after: Duration) {
     }
 }
 
+/// Creates the data directory (mode 0700) or tightens an existing one, and proves it writable.
 fn prepare_data_dir(dir: &Path) -> anyhow::Result<()> {
-    fs::create_dir_all(dir)
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(DIR_MODE)
+        .create(dir)
         .with_context(|| format!("could not create the data directory {}", dir.display()))?;
+    let mode = fs::metadata(dir)
+        .with_context(|| format!("could not read the data directory {}", dir.display()))?
+        .permissions()
+        .mode()
+        & 0o777;
+    if mode != DIR_MODE {
+        fs::set_permissions(dir, fs::Permissions::from_mode(DIR_MODE)).with_context(|| {
+            format!(
+                "the data directory {} is mode {mode:o} and could not be made 700",
+                dir.display()
+            )
+        })?;
+        tracing::warn!(
+            path = %dir.display(),
+            was = %format!("{mode:o}"),
+            "the data directory could be read by others: made it mode 700"
+        );
+    }
     let probe = dir.join(".berth-write-check");
-    fs::write(&probe, b"")
+    fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(FILE_MODE)
+        .open(&probe)
         .and_then(|_| fs::remove_file(&probe))
-        .with_context(|| format!("the data directory {} is not writable", dir.display()))?;
+        .with_context(|| {
+            format!(
+                "the data directory {} is not writable: give the user berth runs as write access \
+                 to it, or choose another --data-dir",
+                dir.display()
+            )
+        })?;
     Ok(())
+}
+
+/// Creates `path` empty with mode 0600 if it is not there, so SQLite finds a private file (and
+/// makes its -wal and -shm files with the same mode).
+fn create_private(path: &Path) -> anyhow::Result<()> {
+    match fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(FILE_MODE)
+        .open(path)
+    {
+        Ok(file) => file
+            .set_permissions(fs::Permissions::from_mode(FILE_MODE))
+            .with_context(|| format!("could not make {} mode 600", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("could not create {}", path.display())),
+    }
+}
+
+/// Makes every file in the data directory mode 0600, saying so for each one that was wider.
+/// The key file is left to [`load_keys`], which refuses one others could read: such a key may
+/// have been read already, and only its owner can decide to keep it.
+fn tighten_files(dir: &Path) -> anyhow::Result<()> {
+    let entries = fs::read_dir(dir)
+        .with_context(|| format!("could not list the data directory {}", dir.display()))?;
+    for entry in entries {
+        let entry = entry
+            .with_context(|| format!("could not list the data directory {}", dir.display()))?;
+        if entry.file_name() == KEY_FILE {
+            continue;
+        }
+        let path = entry.path();
+        // Not followed: a link is left as it is, and what it points to is not berth's.
+        let meta = fs::symlink_metadata(&path)
+            .with_context(|| format!("could not read {}", path.display()))?;
+        if !meta.is_file() {
+            continue;
+        }
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & !FILE_MODE != 0 {
+            fs::set_permissions(&path, fs::Permissions::from_mode(FILE_MODE)).with_context(
+                || {
+                    format!(
+                        "{} is mode {mode:o} and could not be made 600",
+                        path.display()
+                    )
+                },
+            )?;
+            tracing::warn!(
+                path = %path.display(),
+                was = %format!("{mode:o}"),
+                "a file in the data directory could be read by others: made it mode 600"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// An exclusive `flock` on the data directory's lock file, held for the daemon's life.
+struct DataDirLock {
+    _file: fs::File,
+}
+
+impl DataDirLock {
+    fn acquire(dir: &Path) -> anyhow::Result<Self> {
+        use std::io::{Read, Seek};
+        use std::os::fd::AsRawFd;
+        let path = dir.join(LOCK_FILE);
+        let mut file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(FILE_MODE)
+            .open(&path)
+            .with_context(|| format!("could not open the lock file {}", path.display()))?;
+        // SAFETY: flock on a file descriptor this function owns.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                let mut text = String::new();
+                let _ = file.read_to_string(&mut text);
+                let pid = text
+                    .trim()
+                    .parse::<u32>()
+                    .map(|p| format!(" (pid {p})"))
+                    .unwrap_or_default();
+                bail!(
+                    "another berth is running on the data directory {}{pid}: one data directory \
+                     has one daemon. Stop that one, or give this one another --data-dir",
+                    dir.display()
+                );
+            }
+            return Err(err)
+                .with_context(|| format!("could not lock the lock file {}", path.display()));
+        }
+        file.set_len(0)?;
+        file.rewind()?;
+        writeln!(file, "{}", std::process::id())?;
+        Ok(Self { _file: file })
+    }
 }
 
 /// `BERTH_SERVICE_KEYS` when set; otherwise the key file, generated on first start (mode 0600).

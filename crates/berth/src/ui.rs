@@ -159,19 +159,41 @@ pub struct Cell {
 }
 
 impl Cell {
+    /// A cell showing `text` with its control characters escaped.
     pub fn plain(text: impl Into<String>) -> Cell {
         Cell {
-            text: text.into(),
+            text: escape(&text.into()),
             paint: Paint::None,
         }
     }
 
+    /// A state cell, colored by its kind.
     pub fn state(text: impl Into<String>) -> Cell {
         Cell {
-            text: text.into(),
+            text: escape(&text.into()),
             paint: Paint::State,
         }
     }
+}
+
+/// `text` safe to print on a terminal: every control character (C0, DEL, C1), which could move
+/// the cursor, recolor or rewrite the screen, break a table's lines or hide what follows, is
+/// shown as its escape (`\u{1b}`) instead. Escaping twice changes nothing more. Text the daemon
+/// sends that a caller chose (who stopped an instance, a domain's name, a failure message) is
+/// shown through this.
+pub fn escape(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The instance's state kind.
@@ -231,7 +253,7 @@ pub fn state_detail(instance: &Value) -> String {
         "stopped" => match state["reason"]["kind"].as_str() {
             Some("person") => format!(
                 "stopped by {}",
-                state["reason"]["by"].as_str().unwrap_or("someone")
+                escape(state["reason"]["by"].as_str().unwrap_or("someone"))
             ),
             Some("idle") => "stopped (idle)".to_owned(),
             _ => "stopped".to_owned(),
@@ -240,7 +262,10 @@ pub fn state_detail(instance: &Value) -> String {
             Some(code) => format!("exited with {code}; restarting"),
             None => "exited; restarting".to_owned(),
         },
-        "failed" => format!("failed: {}", state["message"].as_str().unwrap_or("")),
+        "failed" => format!(
+            "failed: {}",
+            escape(state["message"].as_str().unwrap_or(""))
+        ),
         other => other.to_owned(),
     }
 }
@@ -280,6 +305,24 @@ mod tests {
             &[vec![Cell::state("running"), Cell::plain("x")]],
         );
         assert!(out.contains("\x1b[32mrunning\x1b[0m  x"), "{out:?}");
+    }
+
+    #[test]
+    fn what_a_caller_chose_is_shown_with_its_control_characters_escaped() {
+        assert_eq!(escape("ada lovelace"), "ada lovelace");
+        assert_eq!(
+            escape("\x1b[31mred\x1b[0m\nnext\u{9b}2J\u{7f}"),
+            "\\u{1b}[31mred\\u{1b}[0m\\u{a}next\\u{9b}2J\\u{7f}"
+        );
+        assert_eq!(escape(&escape("\x1b")), escape("\x1b"));
+        let stopped = serde_json::json!({"state": {"kind": "stopped",
+            "reason": {"kind": "person", "by": "x\r\x1b]0;title\x07"}}});
+        assert_eq!(
+            state_detail(&stopped),
+            "stopped by x\\u{d}\\u{1b}]0;title\\u{7}"
+        );
+        let cell = Cell::plain("a\tb");
+        assert_eq!(cell.text, "a\\u{9}b");
     }
 
     #[test]

@@ -11,13 +11,30 @@ use utoipa_axum::routes;
 use crate::App;
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{DomainPath, JsonBody, NoBody, Params};
+use crate::extract::{Body, Decode, DomainPath, NoBody, Params};
+use berth_core::decode::Problems;
 
 /// `POST /v1/resource-domains`.
 #[derive(Debug, ToSchema)]
 pub struct CreateDomainRequest {
-    /// 1 to 200 characters.
+    /// 1 to 200 characters, no control character.
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[^\\u0000-\\u001F\\u007F]*$"
+    )]
     pub name: String,
+}
+
+impl Decode for CreateDomainRequest {
+    fn decode(v: &serde_json::Value, p: &mut Problems) -> Option<Self> {
+        let mut fields = p.object(v, "body")?;
+        let name = fields
+            .required(p, "name")
+            .and_then(|v| p.name(v, "body.name", 1, 200));
+        fields.finish(p);
+        Some(CreateDomainRequest { name: name? })
+    }
 }
 
 /// A list of domains.
@@ -50,16 +67,8 @@ pub(crate) fn router() -> OpenApiRouter<App> {
 async fn create_domain(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
-    body: JsonBody,
+    Body(CreateDomainRequest { name }): Body<CreateDomainRequest>,
 ) -> Result<Json<Domain>, ApiError> {
-    let name = body.decode(|v, p| {
-        let mut fields = p.object(v, "body")?;
-        let name = fields
-            .required(p, "name")
-            .and_then(|v| p.bounded_string(v, "body.name", 1, 200));
-        fields.finish(p);
-        name
-    })?;
     Ok(Json(app.berth.create_domain(&caller.owner, name).await?))
 }
 

@@ -1,6 +1,6 @@
 //! Resource instances: up, list, get, stop, archive; image evidence, releases and rollback.
 
-use axum::extract::{RawQuery, State};
+use axum::extract::State;
 use axum::{Extension, Json};
 use berth_core::UpCause;
 use berth_core::controllers::endpoints::EndpointView;
@@ -16,25 +16,66 @@ use utoipa_axum::routes;
 use crate::App;
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{DomainPath, InstancePath, JsonBody, NoBody, Params};
+use crate::extract::{
+    Body, Decode, DomainPath, FromQuery, InstancePath, NoBody, Params, QueryParams, query_bool,
+};
+use berth_core::decode::Problems;
+use utoipa::IntoParams;
 
 /// `POST .../instances/{key}/up`.
-#[derive(Debug, ToSchema)]
+#[derive(ToSchema)]
+#[schema(example = json!({"spec": crate::schema::example_spec(), "cause": "use"}))]
 pub struct UpRequest {
-    /// A resource-instance spec (see the contract): alias, worktreeKey, image, command, env,
-    /// volumes, limits, ready, idleStopAfterSeconds.
-    #[schema(value_type = Object)]
+    /// A resource-instance spec: every field, its pattern and bounds. Decoded by the core,
+    /// which refuses a bad one with `ResourceInstanceSpecRefusedError`.
+    #[schema(value_type = crate::schema::SpecSchema)]
     pub spec: serde_json::Value,
     /// `use`: a launch or a wake, which leaves a person's stop standing. `person`: a person's Start.
     #[schema(value_type = String, pattern = "^(use|person)$")]
-    pub cause: String,
+    pub cause: UpCause,
+}
+
+impl Decode for UpRequest {
+    fn decode(v: &serde_json::Value, p: &mut Problems) -> Option<Self> {
+        let mut fields = p.object(v, "body")?;
+        let spec = fields.required(p, "spec").and_then(|s| {
+            if s.is_object() {
+                Some(s.clone())
+            } else {
+                p.push("body.spec", "must be an object");
+                None
+            }
+        });
+        let cause = fields
+            .required(p, "cause")
+            .and_then(|c| p.literal(c, "body.cause", &["use", "person"]));
+        fields.finish(p);
+        let cause = if cause? == "person" {
+            UpCause::Person
+        } else {
+            UpCause::Use
+        };
+        Some(UpRequest { spec: spec?, cause })
+    }
 }
 
 /// `POST .../instances/{key}/stop`.
 #[derive(Debug, ToSchema)]
 pub struct StopRequest {
-    /// Who stopped it, 1 to 200 characters.
+    /// Who stopped it, 1 to 200 characters (any: shown escaped).
+    #[schema(min_length = 1, max_length = 200)]
     pub by: String,
+}
+
+impl Decode for StopRequest {
+    fn decode(v: &serde_json::Value, p: &mut Problems) -> Option<Self> {
+        let mut fields = p.object(v, "body")?;
+        let by = fields
+            .required(p, "by")
+            .and_then(|v| p.bounded_string(v, "body.by", 1, 200));
+        fields.finish(p);
+        Some(StopRequest { by: by? })
+    }
 }
 
 /// A list of instances.
@@ -51,6 +92,59 @@ pub struct ArchiveInstanceResponse {
     pub instance: InstanceView,
     /// Its volumes, kept, with their sizes.
     pub volumes: Vec<ArchivedVolume>,
+}
+
+/// `GET .../instances/{key}/logs?tail=&follow=`.
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct LogsQuery {
+    /// How many of the last lines to send first (0 to 100000); all of them when absent.
+    #[param(minimum = 0, maximum = 100_000)]
+    pub tail: Option<u64>,
+    /// `true`: keep sending what the container writes.
+    #[param(value_type = Option<bool>)]
+    pub follow: bool,
+}
+
+impl FromQuery for LogsQuery {
+    const NAMES: &'static [&'static str] = &["tail", "follow"];
+
+    fn from_query(value: &dyn Fn(&str) -> Option<String>, p: &mut Problems) -> Option<Self> {
+        let tail = match value("tail") {
+            None => Some(None),
+            Some(text) => match text.parse::<u64>().ok().filter(|n| *n <= 100_000) {
+                Some(n) => Some(Some(n)),
+                None => {
+                    p.push("query.tail", "must be an integer between 0 and 100000");
+                    None
+                }
+            },
+        };
+        let follow = query_bool(value("follow"), "follow", p);
+        Some(LogsQuery {
+            tail: tail?,
+            follow: follow?,
+        })
+    }
+}
+
+/// `GET .../instances?archived=`.
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// `true`: the archived instances; every other one otherwise.
+    #[param(value_type = Option<bool>)]
+    pub archived: bool,
+}
+
+impl FromQuery for ListQuery {
+    const NAMES: &'static [&'static str] = &["archived"];
+
+    fn from_query(value: &dyn Fn(&str) -> Option<String>, p: &mut Problems) -> Option<Self> {
+        Some(ListQuery {
+            archived: query_bool(value("archived"), "archived", p)?,
+        })
+    }
 }
 
 pub(crate) fn router() -> OpenApiRouter<App> {
@@ -70,47 +164,16 @@ pub(crate) fn router() -> OpenApiRouter<App> {
 /// The container's output, as plain text: the last `tail` lines (all by default), then with
 /// `follow=true` what it writes next, until it stops or the client goes.
 #[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/logs", tag = "resource-instances",
-    params(InstancePath,
-        ("tail" = Option<u64>, Query, description = "How many of the last lines to send first (0 to 100000)"),
-        ("follow" = Option<String>, Query, description = "`true`: keep sending what the container writes", pattern = "^(true|false)$")),
+    params(InstancePath, LogsQuery),
     responses((status = 200, description = "stdout and stderr, interleaved", content_type = "text/plain", body = String),
         (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn instance_logs(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
     Params(path): Params<InstancePath>,
-    RawQuery(query): RawQuery,
+    QueryParams(LogsQuery { tail, follow }): QueryParams<LogsQuery>,
 ) -> Result<axum::response::Response, ApiError> {
     let (domain, key) = path.parts()?;
-    let mut tail = None;
-    let mut follow = false;
-    for pair in query
-        .as_deref()
-        .unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-    {
-        match pair.split_once('=') {
-            Some(("tail", n)) => {
-                tail = Some(
-                    n.parse::<u64>()
-                        .ok()
-                        .filter(|n| *n <= 100_000)
-                        .ok_or_else(|| {
-                            ApiError::refused("query.tail must be an integer between 0 and 100000")
-                        })?,
-                );
-            }
-            Some(("follow", "true")) => follow = true,
-            Some(("follow", "false")) => follow = false,
-            Some(("follow", _)) => {
-                return Err(ApiError::refused(
-                    "query.follow must be one of \"true\", \"false\"",
-                ));
-            }
-            _ => {}
-        }
-    }
     let stream = app
         .berth
         .logs(&caller.owner, &domain, key, tail, follow)
@@ -131,11 +194,43 @@ async fn instance_logs(
 #[derive(Debug, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RollbackRequest {
-    /// 1 to 128 characters: the same key answers the same result.
+    /// 1 to 128 characters, no control character: the same key answers the same result.
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = "^[^\\u0000-\\u001F\\u007F]*$"
+    )]
     pub idempotency_key: String,
     /// The `specDigest` the instance is asked to run now; a stale one is refused with 409.
-    #[schema(pattern = "^sha256:[0-9a-f]{64}$")]
-    pub expected_spec_digest: String,
+    #[schema(value_type = String, pattern = "^sha256:[0-9a-f]{64}$")]
+    pub expected_spec_digest: Digest,
+}
+
+impl Decode for RollbackRequest {
+    fn decode(v: &serde_json::Value, p: &mut Problems) -> Option<Self> {
+        let mut fields = p.object(v, "body")?;
+        let idempotency_key = fields
+            .required(p, "idempotencyKey")
+            .and_then(|v| p.name(v, "body.idempotencyKey", 1, 128));
+        let expected = fields
+            .required(p, "expectedSpecDigest")
+            .and_then(|v| p.string(v, "body.expectedSpecDigest"))
+            .and_then(|s| {
+                let digest = Digest::parse(s);
+                if digest.is_none() {
+                    p.push(
+                        "body.expectedSpecDigest",
+                        "must be a digest sha256:<64 hex>",
+                    );
+                }
+                digest
+            });
+        fields.finish(p);
+        Some(RollbackRequest {
+            idempotency_key: idempotency_key?,
+            expected_spec_digest: expected?,
+        })
+    }
 }
 
 /// An instance's release history.
@@ -188,30 +283,12 @@ async fn rollback_instance(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
     Params(path): Params<InstancePath>,
-    body: JsonBody,
+    Body(RollbackRequest {
+        idempotency_key,
+        expected_spec_digest,
+    }): Body<RollbackRequest>,
 ) -> Result<Json<RollbackView>, ApiError> {
     let (domain, key) = path.parts()?;
-    let (idempotency_key, expected) = body.decode(|v, p| {
-        let mut fields = p.object(v, "body")?;
-        let idempotency_key = fields
-            .required(p, "idempotencyKey")
-            .and_then(|v| p.bounded_string(v, "body.idempotencyKey", 1, 128));
-        let expected = fields
-            .required(p, "expectedSpecDigest")
-            .and_then(|v| p.string(v, "body.expectedSpecDigest"))
-            .and_then(|s| {
-                let digest = Digest::parse(s);
-                if digest.is_none() {
-                    p.push(
-                        "body.expectedSpecDigest",
-                        "must be a digest sha256:<64 hex>",
-                    );
-                }
-                digest
-            });
-        fields.finish(p);
-        Some((idempotency_key?, expected?))
-    })?;
     Ok(Json(
         app.berth
             .rollback(
@@ -219,7 +296,7 @@ async fn rollback_instance(
                 &domain,
                 key,
                 &idempotency_key,
-                expected.as_str(),
+                expected_spec_digest.as_str(),
             )
             .await?,
     ))
@@ -257,30 +334,9 @@ async fn up_instance(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
     Params(path): Params<InstancePath>,
-    body: JsonBody,
+    Body(UpRequest { spec, cause }): Body<UpRequest>,
 ) -> Result<Json<InstanceView>, ApiError> {
     let (domain, key) = path.parts()?;
-    let (spec, cause) = body.decode(|v, p| {
-        let mut fields = p.object(v, "body")?;
-        let spec = fields.required(p, "spec").and_then(|s| {
-            if s.is_object() {
-                Some(s.clone())
-            } else {
-                p.push("body.spec", "must be an object");
-                None
-            }
-        });
-        let cause = fields
-            .required(p, "cause")
-            .and_then(|c| p.literal(c, "body.cause", &["use", "person"]));
-        fields.finish(p);
-        let cause = if cause? == "person" {
-            UpCause::Person
-        } else {
-            UpCause::Use
-        };
-        Some((spec?, cause))
-    })?;
     Ok(Json(
         app.berth
             .up(&caller.owner, &domain, key, &spec, cause)
@@ -290,32 +346,14 @@ async fn up_instance(
 
 /// Lists a domain's instances: the archived ones with `?archived=true`, every other one otherwise.
 #[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}/instances", tag = "resource-instances",
-    params(DomainPath, ("archived" = Option<String>, Query, description = "`true`: the archived instances", pattern = "^(true|false)$")),
+    params(DomainPath, ListQuery),
     responses((status = 200, body = InstanceList), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 async fn list_instances(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
     Params(path): Params<DomainPath>,
-    RawQuery(query): RawQuery,
+    QueryParams(ListQuery { archived }): QueryParams<ListQuery>,
 ) -> Result<Json<InstanceList>, ApiError> {
-    let mut archived = false;
-    for pair in query
-        .as_deref()
-        .unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-    {
-        match pair.split_once('=') {
-            Some(("archived", "true")) => archived = true,
-            Some(("archived", "false")) => archived = false,
-            Some(("archived", _)) | None if pair.starts_with("archived") => {
-                return Err(ApiError::refused(
-                    "query.archived must be one of \"true\", \"false\"",
-                ));
-            }
-            _ => {}
-        }
-    }
     let items = app.berth.list(&caller.owner, &path.id()?, archived)?;
     Ok(Json(InstanceList { items }))
 }
@@ -341,17 +379,9 @@ async fn stop_instance(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
     Params(path): Params<InstancePath>,
-    body: JsonBody,
+    Body(StopRequest { by }): Body<StopRequest>,
 ) -> Result<Json<InstanceView>, ApiError> {
     let (domain, key) = path.parts()?;
-    let by = body.decode(|v, p| {
-        let mut fields = p.object(v, "body")?;
-        let by = fields
-            .required(p, "by")
-            .and_then(|v| p.bounded_string(v, "body.by", 1, 200));
-        fields.finish(p);
-        by
-    })?;
     Ok(Json(app.berth.stop(&caller.owner, &domain, key, by).await?))
 }
 

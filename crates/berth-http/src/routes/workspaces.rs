@@ -23,6 +23,7 @@ use crate::extract::{JsonBody, NoBody, Params};
 #[serde(rename_all = "camelCase")]
 pub struct WorkspacePath {
     /// 1 to 128 of `A-Za-z0-9._:@-`.
+    #[param(pattern = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")]
     pub workspace_id: String,
 }
 
@@ -44,8 +45,10 @@ impl WorkspacePath {
 #[serde(rename_all = "camelCase")]
 pub struct LeasePath {
     /// The workspace.
+    #[param(pattern = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")]
     pub workspace_id: String,
     /// `lse:<uuid>`.
+    #[param(pattern = r"^lse:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
     pub lease_id: String,
 }
 
@@ -70,8 +73,10 @@ impl LeasePath {
 #[serde(rename_all = "camelCase")]
 pub struct LinkPath {
     /// `rdm:<uuid>`.
+    #[param(pattern = r"^rdm:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
     pub resource_domain_id: String,
     /// The workspace.
+    #[param(pattern = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")]
     pub workspace_id: String,
 }
 

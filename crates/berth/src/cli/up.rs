@@ -70,12 +70,9 @@ fn settle(instance: &Value, sent_at: u128, steady: bool) -> Outcome {
         .is_some_and(|t| t >= sent_at);
     match state_kind(instance) {
         "running" if fresh || steady => Outcome::Running,
-        "failed" if fresh => Outcome::Failed(
-            instance["state"]["message"]
-                .as_str()
-                .unwrap_or("")
-                .to_owned(),
-        ),
+        "failed" if fresh => Outcome::Failed(crate::ui::escape(
+            instance["state"]["message"].as_str().unwrap_or(""),
+        )),
         "exited" if fresh => Outcome::Failed(match instance["state"]["exitCode"].as_i64() {
             Some(code) => format!(
                 "its process exited with {code} before it was ready; berth keeps restarting it with a back-off (see `docker logs` of its container)"
