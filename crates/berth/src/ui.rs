@@ -4,7 +4,7 @@
 use std::io::IsTerminal;
 use std::time::{Duration, SystemTime};
 
-use serde_json::Value;
+use berth_client::{Instance, InstanceState, StopReason};
 
 /// How output is shaped.
 #[derive(Debug, Clone, Copy)]
@@ -175,14 +175,13 @@ impl Cell {
 }
 
 /// The instance's state kind.
-pub fn state_kind(instance: &Value) -> &str {
-    instance["state"]["kind"].as_str().unwrap_or("unknown")
+pub fn state_kind(instance: &Instance) -> &'static str {
+    instance.state.kind()
 }
 
 /// When the instance entered its state (`since` or `at`), as the daemon wrote it.
-pub fn state_time(instance: &Value) -> Option<&str> {
-    let state = &instance["state"];
-    state["since"].as_str().or_else(|| state["at"].as_str())
+pub fn state_time(instance: &Instance) -> Option<&str> {
+    instance.state.time()
 }
 
 /// A timestamp as milliseconds since the epoch.
@@ -224,24 +223,19 @@ pub fn bytes(n: i64) -> String {
 }
 
 /// A word for the state with what it carries: `stopped (by ada)`, `failed: <message>`.
-pub fn state_detail(instance: &Value) -> String {
-    let state = &instance["state"];
-    let kind = state_kind(instance);
-    match kind {
-        "stopped" => match state["reason"]["kind"].as_str() {
-            Some("person") => format!(
-                "stopped by {}",
-                state["reason"]["by"].as_str().unwrap_or("someone")
-            ),
-            Some("idle") => "stopped (idle)".to_owned(),
-            _ => "stopped".to_owned(),
+pub fn state_detail(instance: &Instance) -> String {
+    match &instance.state {
+        InstanceState::Stopped { reason, .. } => match reason {
+            StopReason::Person { by } => format!("stopped by {by}"),
+            StopReason::Idle => "stopped (idle)".to_owned(),
+            StopReason::Unknown => "stopped".to_owned(),
         },
-        "exited" => match state["exitCode"].as_i64() {
+        InstanceState::Exited { exit_code, .. } => match exit_code {
             Some(code) => format!("exited with {code}; restarting"),
             None => "exited; restarting".to_owned(),
         },
-        "failed" => format!("failed: {}", state["message"].as_str().unwrap_or("")),
-        other => other.to_owned(),
+        InstanceState::Failed { message, .. } => format!("failed: {message}"),
+        other => other.kind().to_owned(),
     }
 }
 
