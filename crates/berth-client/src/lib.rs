@@ -67,6 +67,7 @@ pub struct Client {
     base: String,
     key: Option<String>,
     timeout: Duration,
+    poll_every: Duration,
 }
 
 impl fmt::Debug for Client {
@@ -86,6 +87,7 @@ pub struct ClientBuilder {
     key: Option<String>,
     timeout: Duration,
     connect_timeout: Duration,
+    poll_every: Duration,
 }
 
 impl ClientBuilder {
@@ -98,6 +100,13 @@ impl ClientBuilder {
     /// How long an ordinary request may take (the streams, `exec` and `wait` have their own).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// How often [`Client::wait_for_state`] asks a daemon without the wait route
+    /// ([`POLL_EVERY`] unless set).
+    pub fn poll_every(mut self, every: Duration) -> Self {
+        self.poll_every = every;
         self
     }
 
@@ -122,6 +131,7 @@ impl ClientBuilder {
             base: self.base.trim_end_matches('/').to_owned(),
             key: self.key,
             timeout: self.timeout,
+            poll_every: self.poll_every,
         })
     }
 }
@@ -179,6 +189,7 @@ impl Client {
             key: None,
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: Duration::from_secs(5),
+            poll_every: POLL_EVERY,
         }
     }
 
@@ -493,8 +504,8 @@ impl Client {
     /// Waits until the instance's state kind is one of `kinds`, or `timeout`.
     ///
     /// This is the one place a client waits for an instance. It asks the wait route; on a
-    /// daemon without it (`404 RouteNotFoundError`) it polls `GET` every [`POLL_EVERY`]
-    /// instead. `seen` is called with each view of the instance seen while waiting (for
+    /// daemon without it (`404 RouteNotFoundError`) it polls `GET` instead, every
+    /// [`POLL_EVERY`] or as the builder set. `seen` is called with each view of the instance seen while waiting (for
     /// progress); when polling, a state whose kind is in `kinds` ends the wait only when `seen`
     /// returns true for it, which is how a caller tells a state from before its request from
     /// the answer to it (the wait route does that itself with its generations).
@@ -547,7 +558,7 @@ impl Client {
                     timed_out: true,
                 });
             }
-            tokio::time::sleep(POLL_EVERY).await;
+            tokio::time::sleep(self.poll_every).await;
         }
     }
 
