@@ -198,6 +198,15 @@ impl Client {
         &self.base
     }
 
+    /// This client (sharing its connections) polling every `every` on a daemon without the
+    /// wait route.
+    pub fn with_poll_every(&self, every: Duration) -> Client {
+        Client {
+            poll_every: every,
+            ..self.clone()
+        }
+    }
+
     fn request(&self, method: Method, path: &str) -> RequestBuilder {
         let req = self.http.request(method, format!("{}{path}", self.base));
         match &self.key {
