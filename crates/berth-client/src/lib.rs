@@ -531,6 +531,10 @@ impl Client {
         const SLICE: Duration = Duration::from_secs(2);
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                // Time is up: one GET below says where the instance stands.
+                break;
+            }
             match self.wait(domain, key, kinds, left.min(SLICE)).await {
                 Ok(w) => {
                     seen(&w.instance);

@@ -1,6 +1,8 @@
 //! Decoding with canned bytes: the events stream and the wait answer (routes a daemon may not
 //! have yet), and the instance view in each of its states.
 
+use std::time::Duration;
+
 use futures_util::StreamExt;
 use serde_json::json;
 
@@ -174,4 +176,126 @@ fn the_key_never_shows_in_debug() {
     let client = Client::new("http://127.0.0.1:1", "secret-key-123").unwrap();
     let shown = format!("{client:?}");
     assert!(!shown.contains("secret-key-123"), "{shown}");
+}
+
+/// A one-route-table HTTP server on loopback: answers each request with `answer(path)` and
+/// closes the connection. Returns its base URL and the paths it was asked, in order.
+async fn fake_daemon(
+    answer: fn(&str) -> (u16, String),
+) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = asked.clone();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let text = String::from_utf8_lossy(&head);
+            let path = text.split(' ').nth(1).unwrap_or("").to_owned();
+            log.lock().unwrap().push(path.clone());
+            let (status, body) = answer(&path);
+            let reply = format!(
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = conn.write_all(reply.as_bytes()).await;
+        }
+    });
+    (base, asked)
+}
+
+fn running_instance() -> String {
+    instance_json(json!({"kind": "running", "since": "2026-11-29T18:10:03.123Z"})).to_string()
+}
+
+#[tokio::test]
+async fn wait_for_state_falls_back_to_polling_on_a_daemon_without_the_wait_route() {
+    let (base, asked) = fake_daemon(|path| {
+        if path.contains("/wait?") {
+            (
+                404,
+                r#"{"_tag":"RouteNotFoundError","message":"no route answers that path"}"#.into(),
+            )
+        } else {
+            (200, running_instance())
+        }
+    })
+    .await;
+    let client = Client::new(&base, "k").unwrap();
+    let settled = client
+        .wait_for_state("rdm:1", "db", &["running"], Duration::from_secs(5), |_| {
+            true
+        })
+        .await
+        .unwrap();
+    assert!(!settled.timed_out);
+    assert_eq!(settled.instance.state.kind(), "running");
+    let asked = asked.lock().unwrap().clone();
+    assert_eq!(
+        asked,
+        vec![
+            "/v1/resource-domains/rdm:1/instances/db/wait?for=running&timeoutMs=2000".to_owned(),
+            "/v1/resource-domains/rdm:1/instances/db".to_owned(),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn wait_for_state_uses_the_wait_route_when_there_is_one() {
+    let (base, asked) = fake_daemon(|path| {
+        if path.contains("/wait?") {
+            let instance: serde_json::Value = serde_json::from_str(&running_instance()).unwrap();
+            (
+                200,
+                json!({"instance": instance, "generation": 3, "observedGeneration": 3, "timedOut": false})
+                    .to_string(),
+            )
+        } else {
+            (500, "{}".into())
+        }
+    })
+    .await;
+    let client = Client::new(&base, "k").unwrap();
+    // `seen` refusing the state matters only when polling: the route's answer stands.
+    let settled = client
+        .wait_for_state(
+            "rdm:1",
+            "db",
+            &["running", "failed"],
+            Duration::from_secs(5),
+            |_| false,
+        )
+        .await
+        .unwrap();
+    assert!(!settled.timed_out);
+    assert_eq!(asked.lock().unwrap().len(), 1);
+    assert!(asked.lock().unwrap()[0].ends_with("/wait?for=running,failed&timeoutMs=2000"));
+}
+
+#[tokio::test]
+async fn an_instance_that_is_not_there_is_an_error_not_a_fallback() {
+    let (base, _) = fake_daemon(|_| {
+        (
+            404,
+            r#"{"_tag":"ResourceInstanceNotFoundError","message":"no instance db"}"#.into(),
+        )
+    })
+    .await;
+    let client = Client::new(&base, "k").unwrap();
+    let err = client
+        .wait_for_state("rdm:1", "db", &["running"], Duration::from_secs(5), |_| {
+            true
+        })
+        .await
+        .unwrap_err();
+    assert!(err.is("ResourceInstanceNotFoundError"), "{err:?}");
+    assert_eq!(err.status(), Some(404));
 }
