@@ -795,12 +795,35 @@ fn logs_print_an_instances_output_and_link_lets_a_container_resolve_it() {
     let logs = berth(&daemon, &repo.main, &["logs", "db", "--tail", "50"]).ok();
     assert!(logs.stdout.contains("a-log-line"), "{logs:?}");
 
+    // A container without the workspace's label is not attached, and berth says what it needs.
+    let bare = format!("{}-bare", daemon.prefix);
+    support::docker(&[
+        "run",
+        "-d",
+        "--name",
+        &bare,
+        &busybox_image(),
+        "sleep",
+        "3600",
+    ]);
+    let label = berth(&daemon, &repo.main, &["link", "--print-label"]).ok();
+    let label = label.stdout.trim().to_owned();
+    assert!(label.starts_with("berth.workspace="), "{label}");
+    let refused = berth(&daemon, &repo.main, &["link", &bare]);
+    assert_eq!(refused.code, 1, "{refused:?}");
+    assert!(
+        refused.stderr.contains(&format!("{bare} is not attached"))
+            && refused.stderr.contains(&label),
+        "{refused:?}"
+    );
     let shell = format!("{}-shell", daemon.prefix);
     support::docker(&[
         "run",
         "-d",
         "--name",
         &shell,
+        "--label",
+        &label,
         &busybox_image(),
         "sleep",
         "3600",

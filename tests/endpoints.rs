@@ -237,3 +237,45 @@ fn two_hundred_concurrent_connections_each_echo_their_own_bytes() {
         w.join().expect("a connection failed");
     }
 }
+
+#[test]
+fn a_stored_port_another_program_holds_is_not_advertised_until_berth_binds_it() {
+    let mut daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("squat");
+    api.up(&domain, "web", &spec(&busybox_image(), "web"), "use")
+        .expect(200);
+    api.wait_state(&domain, "web", "running", READY);
+    let port = host_port(&api, &domain, "web", 8080);
+
+    // Another program takes the stored port while berth is down (an old daemon still draining,
+    // or anyone on the machine).
+    daemon.stop();
+    let squatter = std::net::TcpListener::bind(("127.0.0.1", port))
+        .expect("the stored port is free once berth has stopped");
+    daemon.start_again();
+    let api = daemon.client();
+    support::wait_until(READY, "berth finding its stored port taken", || {
+        daemon
+            .log_text()
+            .contains("the host endpoint's port is taken")
+    });
+    api.wait_state(&domain, "web", "running", READY);
+    let items = endpoints(&api, &domain, "web");
+    assert!(
+        items.as_array().unwrap().iter().all(|e| e["port"] != 8080),
+        "a port another program holds is advertised: {items}"
+    );
+
+    // Once the port is free, berth binds it again and advertises it.
+    drop(squatter);
+    support::wait_until(READY, "berth binding its freed port", || {
+        endpoints(&api, &domain, "web")
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["port"] == 8080)
+    });
+    assert_eq!(host_port(&api, &domain, "web", 8080), port, "the same port");
+    assert!(http_get(port).0.contains("berth fixture"));
+}

@@ -274,3 +274,48 @@ fn refusals_answer_their_status_and_tag() {
         .expect_error(409, "ResourceInstanceNotRunningError");
     assert!(err["message"].as_str().unwrap().contains("not running"));
 }
+
+/// Whether a process whose argv holds `marker` runs in the container.
+fn runs(container: &str, marker: &str) -> bool {
+    support::processes(container).contains(marker)
+}
+
+#[test]
+fn a_client_that_goes_away_mid_stdin_has_its_command_killed_at_once() {
+    let daemon = Daemon::start();
+    let (_api, domain) = running_box(&daemon);
+    let container = container(&daemon);
+    // Stdin never ends, and the command would run for an hour: only the client's going away
+    // can end it.
+    let argv = ["sh", "-c", "cat >/dev/null; sleep 3600", "exec-gone-7c1d"];
+    let connection = daemon.open_exec(&domain, "box", &argv, 3_600_000);
+    support::wait_until(Duration::from_secs(30), "the exec starting", || {
+        runs(&container, "exec-gone-7c1d")
+    });
+    drop(connection);
+    support::wait_until(
+        Duration::from_secs(10),
+        "the exec being killed after its client went away",
+        || !runs(&container, "exec-gone-7c1d") && !runs(&container, "sleep 3600"),
+    );
+}
+
+#[test]
+fn a_client_that_goes_away_after_its_stdin_ended_has_its_command_killed_too() {
+    let daemon = Daemon::start();
+    let (_api, domain) = running_box(&daemon);
+    let container = container(&daemon);
+    let argv = ["sh", "-c", "sleep 3600; true", "exec-gone-e5a0"];
+    let mut connection = daemon.open_exec(&domain, "box", &argv, 3_600_000);
+    // The last chunk: the body is whole, and the client waits for the answer.
+    std::io::Write::write_all(&mut connection, b"0\r\n\r\n").unwrap();
+    support::wait_until(Duration::from_secs(30), "the exec starting", || {
+        runs(&container, "exec-gone-e5a0")
+    });
+    drop(connection);
+    support::wait_until(
+        Duration::from_secs(10),
+        "the exec being killed after its client went away",
+        || !runs(&container, "exec-gone-e5a0") && !runs(&container, "sleep 3600"),
+    );
+}

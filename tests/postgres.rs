@@ -80,15 +80,27 @@ fn sql(api: &Client, domain: &str, key: &str, database: &str, query: &str) -> St
     result["stdout"].as_str().unwrap().trim().to_owned()
 }
 
+/// The label by which a container consents to be an executor of the caller's workspace `ws`.
+fn consent(api: &Client, ws: &str) -> String {
+    let me = api.get("/v1/whoami").expect(200);
+    format!(
+        "berth.workspace={}/{ws}",
+        me["keyId"].as_str().expect("a key id")
+    )
+}
+
 /// A plain container (not berth's) of `image` that sleeps, named under the daemon's prefix so
-/// it goes with the daemon: the postgres image has psql, the redis image redis-cli.
-fn workspace_container(daemon: &Daemon, name: &str, image: &str) -> String {
+/// it goes with the daemon, consenting to be an executor of `api`'s workspace `ws`: the
+/// postgres image has psql, the redis image redis-cli.
+fn workspace_container(daemon: &Daemon, api: &Client, ws: &str, name: &str, image: &str) -> String {
     let full = format!("{}-{name}", daemon.prefix);
     docker(&[
         "run",
         "-d",
         "--name",
         &full,
+        "--label",
+        &consent(api, ws),
         "-e",
         &format!("PGPASSWORD={PASSWORD}"),
         image,
@@ -215,10 +227,10 @@ fn each_worktree_has_its_own_database_and_every_worktree_shares_the_cache() {
         api.wait_state(&domain, key, "running", READY);
     }
     // Each worktree's workspace has two containers: one with psql, one with redis-cli.
-    let one = workspace_container(&daemon, "ws-k1", &postgres_image());
-    let two = workspace_container(&daemon, "ws-k2", &postgres_image());
-    let one_cli = workspace_container(&daemon, "ws-k1-cli", &redis_image());
-    let two_cli = workspace_container(&daemon, "ws-k2-cli", &redis_image());
+    let one = workspace_container(&daemon, &api, "ws-k1", "ws-k1", &postgres_image());
+    let two = workspace_container(&daemon, &api, "ws-k2", "ws-k2", &postgres_image());
+    let one_cli = workspace_container(&daemon, &api, "ws-k1", "ws-k1-cli", &redis_image());
+    let two_cli = workspace_container(&daemon, &api, "ws-k2", "ws-k2-cli", &redis_image());
     put_workspace(&api, "ws-k1", &[&one, &one_cli]);
     put_workspace(&api, "ws-k2", &[&two, &two_cli]);
     link(&api, &domain, "ws-k1", "k1");

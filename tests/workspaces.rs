@@ -35,6 +35,15 @@ fn workspace_container(daemon: &Daemon, name: &str, labels: &[&str]) -> String {
     full
 }
 
+/// The label by which a container consents to be an executor of the caller's workspace `ws`.
+fn consent(api: &Client, ws: &str) -> String {
+    let me = api.get("/v1/whoami").expect(200);
+    format!(
+        "berth.workspace={}/{ws}",
+        me["keyId"].as_str().expect("a key id")
+    )
+}
+
 /// What `GET /who` on `<host>:8080` answers from inside `container`, or None when it cannot.
 /// The name is resolved with busybox's own DNS client (`nslookup`), through Docker's embedded
 /// DNS, and the request sent with `nc`: a static busybox's `wget` cannot use the C library's
@@ -111,8 +120,8 @@ fn linked_workspaces_reach_their_keys_instances_and_the_shared_ones_by_alias() {
     for key in ["mail", "db@k1", "db@k2"] {
         api.wait_state(&domain, key, "running", READY);
     }
-    let one = workspace_container(&daemon, "one", &[]);
-    let two = workspace_container(&daemon, "two", &[]);
+    let one = workspace_container(&daemon, "one", &[&consent(&api, "ws-one")]);
+    let two = workspace_container(&daemon, "two", &[&consent(&api, "ws-two")]);
     let stranger = workspace_container(&daemon, "stranger", &[]);
     put_workspace(&api, "ws-one", &[&one], None);
     put_workspace(&api, "ws-two", &[&two], None);
@@ -140,6 +149,8 @@ fn linked_workspaces_reach_their_keys_instances_and_the_shared_ones_by_alias() {
     assert_eq!(who_from(&stranger, "mail"), None);
 
     let ws = api.get("/v1/workspaces/ws-one").expect(200);
+    assert_eq!(ws["consentLabel"], consent(&api, "ws-one").as_str());
+    assert_eq!(ws["notAttached"], json!([]));
     assert_eq!(ws["resourceDomainId"], domain.as_str());
     assert_eq!(ws["worktreeKey"], "k1");
     assert_eq!(ws["executors"][0]["kind"], "container");
@@ -179,8 +190,8 @@ fn a_worktree_instance_shadows_a_shared_one_with_the_same_alias() {
     .expect(200);
     api.wait_state(&domain, "db", "running", READY);
     api.wait_state(&domain, "db@k1", "running", READY);
-    let one = workspace_container(&daemon, "one", &[]);
-    let three = workspace_container(&daemon, "three", &[]);
+    let one = workspace_container(&daemon, "one", &[&consent(&api, "ws-one")]);
+    let three = workspace_container(&daemon, "three", &[&consent(&api, "ws-three")]);
     put_workspace(&api, "ws-one", &[&one], None);
     put_workspace(&api, "ws-three", &[&three], None);
     link(&api, &domain, "ws-one", "k1").expect(200);
@@ -212,7 +223,7 @@ fn a_container_started_after_the_link_with_the_selector_label_is_attached() {
     put_workspace(&api, "ws-sel", &[], Some(&label));
     let linked = link(&api, &domain, "ws-sel", "k1").expect(200);
     assert_eq!(linked["attachedExecutors"], 0);
-    let late = workspace_container(&daemon, "late", &[&label]);
+    let late = workspace_container(&daemon, "late", &[&label, &consent(&api, "ws-sel")]);
     eventually("the late container resolves db", READY, || {
         who_from(&late, "db").as_deref() == Some("db-k1")
     });
@@ -317,7 +328,7 @@ fn an_instance_nothing_reaches_stops_for_idle_and_a_use_up_wakes_it() {
     );
     api.up(&domain, "watched", &watched, "use").expect(200);
     api.up(&domain, "leased", &leased, "use").expect(200);
-    let executor = workspace_container(&daemon, "exec", &[]);
+    let executor = workspace_container(&daemon, "exec", &[&consent(&api, "ws-k1")]);
     put_workspace(&api, "ws-k1", &[&executor], None);
     link(&api, &domain, "ws-k1", "k1").expect(200);
     put_workspace(&api, "ws-k2", &[], None);
@@ -364,4 +375,205 @@ fn an_instance_nothing_reaches_stops_for_idle_and_a_use_up_wakes_it() {
     assert_eq!(woken["desired"], "running");
     api.wait_state(&domain, "alone", "running", READY);
     assert_eq!(api.instance(&domain, "watched")["state"]["kind"], "running");
+}
+
+/// The networks a container is attached to, as the engine says.
+fn networks_of(container: &str) -> Vec<String> {
+    let facts = support::docker_inspect("container", container).expect("the container exists");
+    let mut names: Vec<String> = facts["NetworkSettings"]["Networks"]
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Whether two containers share a network, as the engine says.
+fn share_a_network(a: &str, b: &str) -> bool {
+    let theirs = networks_of(b);
+    networks_of(a).iter().any(|n| theirs.contains(n))
+}
+
+#[test]
+fn another_key_naming_or_selecting_a_keys_container_gets_nothing_attached() {
+    let daemon = Daemon::start();
+    let a = daemon.client();
+    let b = daemon.client_with(Some(support::OTHER_KEY));
+    let domain_a = a.create_domain("shop");
+    let domain_b = b.create_domain("evil");
+    a.up(
+        &domain_a,
+        "db@feat",
+        &who_spec("db", Some("feat"), "a"),
+        "use",
+    )
+    .expect(200);
+    b.up(
+        &domain_b,
+        "db@feat",
+        &who_spec("db", Some("feat"), "b"),
+        "use",
+    )
+    .expect(200);
+    a.wait_state(&domain_a, "db@feat", "running", READY);
+    let b_db = support::container_of(&b.wait_state(&domain_b, "db@feat", "running", READY));
+
+    // B registers first, naming A's container before it exists and selecting its label.
+    let dev_a = format!("{}-devA", daemon.prefix);
+    let label = format!("dev.berth.owner={}", daemon.prefix);
+    let by_name = put_workspace(&b, "wsEvil", &[&dev_a], None);
+    assert_eq!(by_name["executors"], json!([]));
+    link(&b, &domain_b, "wsEvil", "feat").expect(200);
+    put_workspace(&b, "wsSel", &[], Some(&label));
+    link(&b, &domain_b, "wsSel", "feat").expect(200);
+
+    // A creates its container consenting to its own ide-1, and links it.
+    let created = workspace_container(&daemon, "devA", &[&label, &consent(&a, "ide-1")]);
+    assert_eq!(created, dev_a);
+    put_workspace(&a, "ide-1", &[&dev_a], None);
+    let linked = link(&a, &domain_a, "ide-1", "feat").expect(200);
+    assert_eq!(linked["attachedExecutors"], 1);
+    eventually("devA reaches A's db", READY, || {
+        who_from(&dev_a, "db").as_deref() == Some("a")
+    });
+
+    // B registers again, by name and by selector, now that devA exists, and links again.
+    put_workspace(&b, "wsEvil", &[&dev_a], None);
+    let again = link(&b, &domain_b, "wsEvil", "feat").expect(200);
+    assert_eq!(again["attachedExecutors"], 0, "{again}");
+    let again = link(&b, &domain_b, "wsSel", "feat").expect(200);
+    assert_eq!(again["attachedExecutors"], 0, "{again}");
+    // Even selecting A's own consent label (a key id is no secret) takes nothing.
+    put_workspace(&b, "wsCopy", &[], Some(&consent(&a, "ide-1")));
+    let again = link(&b, &domain_b, "wsCopy", "feat").expect(200);
+    assert_eq!(again["attachedExecutors"], 0, "{again}");
+    for ws in ["wsEvil", "wsSel", "wsCopy"] {
+        let view = b.get(&format!("/v1/workspaces/{ws}")).expect(200);
+        assert_eq!(view["executors"], json!([]), "{ws}: {view}");
+    }
+    // B's view of wsEvil says only that nothing by that name consents to B's workspace.
+    let view = b.get("/v1/workspaces/wsEvil").expect(200);
+    let reason = view["notAttached"][0]["reason"].as_str().unwrap();
+    assert_eq!(view["notAttached"][0]["container"], dev_a.as_str());
+    assert!(
+        reason.contains(view["consentLabel"].as_str().unwrap()),
+        "{reason}"
+    );
+    assert!(!reason.contains(&consent(&a, "ide-1")), "{reason}");
+
+    // The engine: devA shares no network with B's instance, and its one answer for db is A's.
+    assert!(
+        !share_a_network(&dev_a, &b_db),
+        "devA {:?} and B's db {:?} share a network",
+        networks_of(&dev_a),
+        networks_of(&b_db)
+    );
+    for _ in 0..5 {
+        assert_eq!(who_from(&dev_a, "db").as_deref(), Some("a"));
+    }
+    // B's workspaces are not A's: deleting them leaves devA where it is.
+    let before = networks_of(&dev_a);
+    b.raw("DELETE", "/v1/workspaces/wsEvil", None, &[])
+        .expect(200);
+    b.raw("DELETE", "/v1/workspaces/wsSel", None, &[])
+        .expect(200);
+    assert_eq!(networks_of(&dev_a), before);
+
+    // A container recreated under the name without the label is not attached again.
+    support::docker(&["rm", "-f", &dev_a]);
+    workspace_container(&daemon, "devA", &[&label]);
+    let view = a.get("/v1/workspaces/ide-1").expect(200);
+    assert_eq!(view["executors"], json!([]), "{view}");
+    assert_eq!(view["notAttached"][0]["container"], dev_a.as_str());
+    link(&a, &domain_a, "ide-1", "feat").expect(200);
+    assert_eq!(networks_of(&dev_a), vec!["bridge".to_owned()]);
+}
+
+#[test]
+fn workspace_ids_are_per_key_and_answers_do_not_tell_another_keys() {
+    let daemon = Daemon::start();
+    let a = daemon.client();
+    let b = daemon.client_with(Some(support::OTHER_KEY));
+    assert_ne!(
+        a.get("/v1/whoami").expect(200)["keyId"],
+        b.get("/v1/whoami").expect(200)["keyId"]
+    );
+    // B takes ide-1 first; A still makes its own.
+    put_workspace(&b, "ide-1", &["b-dev"], None);
+    let mine = put_workspace(&a, "ide-1", &["a-dev"], None);
+    assert_eq!(mine["containers"], json!(["a-dev"]));
+    assert_ne!(
+        mine["consentLabel"],
+        b.get("/v1/workspaces/ide-1").expect(200)["consentLabel"]
+    );
+    assert_eq!(
+        b.get("/v1/workspaces/ide-1").expect(200)["containers"],
+        json!(["b-dev"])
+    );
+    let lease = a
+        .post("/v1/workspaces/ide-1/leases", json!({"ttlSeconds": 60}))
+        .expect(200);
+    let lease_id = lease["leaseId"].as_str().unwrap();
+    // B cannot touch A's lease through its own ide-1.
+    b.post_empty(&format!("/v1/workspaces/ide-1/leases/{lease_id}/renew"))
+        .expect_error(404, "ResourceWorkspaceLeaseNotFoundError");
+    let listed = |c: &Client| -> Vec<Value> {
+        c.get("/v1/workspaces").expect(200)["items"]
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(listed(&a).len(), 1);
+    assert_eq!(listed(&b)[0]["containers"], json!(["b-dev"]));
+
+    // An id only A has answers B exactly as an id nobody has.
+    put_workspace(&a, "only-a", &[], None);
+    let theirs = b
+        .get("/v1/workspaces/only-a")
+        .expect_error(404, "ResourceWorkspaceNotFoundError");
+    let nobody = b
+        .get("/v1/workspaces/nobody")
+        .expect_error(404, "ResourceWorkspaceNotFoundError");
+    assert_eq!(
+        theirs["message"].as_str().unwrap().replace("only-a", "ID"),
+        nobody["message"].as_str().unwrap().replace("nobody", "ID")
+    );
+    // B deleting its ide-1 leaves A's.
+    b.raw("DELETE", "/v1/workspaces/ide-1", None, &[])
+        .expect(200);
+    let still = a.get("/v1/workspaces/ide-1").expect(200);
+    assert_eq!(still["containers"], json!(["a-dev"]));
+    assert_eq!(still["executors"][0]["leaseId"], lease_id);
+}
+
+#[test]
+fn an_instance_of_berths_is_never_an_executor() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let other = api.create_domain("other");
+    let instance = api
+        .up(&domain, "db", &who_spec("db", None, "db"), "use")
+        .expect(200);
+    api.wait_state(&domain, "db", "running", READY);
+    let container = support::container_of(&instance);
+    let before = networks_of(&container);
+    // Named, selected by berth's own label, and even with the workspace's consent label in
+    // the selector: none of it makes an instance an executor.
+    // A container that claims to be berth's is refused the same, consent label or not.
+    let posing = workspace_container(
+        &daemon,
+        "posing",
+        &["berth.managed=1", &consent(&api, "ws")],
+    );
+    let view = put_workspace(&api, "ws", &[&container, &posing], Some("berth.managed=1"));
+    assert_eq!(view["executors"], json!([]), "{view}");
+    assert_eq!(view["notAttached"][0]["container"], container.as_str());
+    assert_eq!(view["notAttached"][1]["container"], posing.as_str());
+    let linked = link(&api, &other, "ws", "k1").expect(200);
+    assert_eq!(linked["attachedExecutors"], 0);
+    let view = api.get("/v1/workspaces/ws").expect(200);
+    assert_eq!(view["executors"], json!([]), "{view}");
+    assert_eq!(networks_of(&container), before);
+    assert_eq!(networks_of(&posing), vec!["bridge".to_owned()]);
 }

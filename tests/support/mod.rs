@@ -6,7 +6,8 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -200,6 +201,80 @@ impl Daemon {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Sends SIGTERM and waits for the daemon to exit, for at most `bound`. Returns its exit
+    /// status (`None` if it still ran at `bound`, when it is killed) and how long it took.
+    pub fn terminate(&mut self, bound: Duration) -> (Option<std::process::ExitStatus>, Duration) {
+        let mut child = self.child.take().expect("the daemon runs");
+        let started = Instant::now();
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        while started.elapsed() < bound {
+            if let Some(status) = child.try_wait().ok().flatten() {
+                return (Some(status), started.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let took = started.elapsed();
+        let _ = child.kill();
+        let _ = child.wait();
+        (None, took)
+    }
+
+    /// `host:port` the daemon listens on.
+    pub fn address(&self) -> String {
+        self.base
+            .strip_prefix("http://")
+            .unwrap_or(&self.base)
+            .to_owned()
+    }
+
+    /// Opens an exec over a raw connection: the headers and the frame line go out, with stdin
+    /// chunked and never ended. The connection is returned open; dropping it is a client that
+    /// goes away mid-body.
+    pub fn open_exec(&self, domain: &str, key: &str, argv: &[&str], timeout_ms: u64) -> TcpStream {
+        let frame = format!(
+            "{}\n",
+            json!({"argv": argv, "user": null, "timeoutMs": timeout_ms})
+        );
+        let mut stream = TcpStream::connect(self.address()).expect("connect to the daemon");
+        let head = format!(
+            "POST /v1/resource-domains/{domain}/instances/{key}/exec HTTP/1.1\r\nHost: {}\r\n\
+             Authorization: Bearer {KEY}\r\nContent-Type: application/octet-stream\r\n\
+             Transfer-Encoding: chunked\r\n\r\n{:x}\r\n{frame}\r\n",
+            self.address(),
+            frame.len()
+        );
+        stream.write_all(head.as_bytes()).expect("send the exec");
+        stream
+    }
+
+    /// Opens `GET .../logs?follow=true` over a raw connection and reads its response head.
+    pub fn open_follow_logs(&self, domain: &str, key: &str) -> TcpStream {
+        let mut stream = TcpStream::connect(self.address()).expect("connect to the daemon");
+        let head = format!(
+            "GET /v1/resource-domains/{domain}/instances/{key}/logs?follow=true HTTP/1.1\r\n\
+             Host: {}\r\nAuthorization: Bearer {KEY}\r\n\r\n",
+            self.address()
+        );
+        stream.write_all(head.as_bytes()).expect("ask for the logs");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut got = Vec::new();
+        let mut byte = [0u8; 1];
+        while !got.ends_with(b"\r\n\r\n") {
+            stream
+                .read_exact(&mut byte)
+                .expect("the logs' response head");
+            got.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&got);
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        stream
     }
 
     /// Kills the daemon with SIGKILL, as a crash would.
@@ -534,6 +609,22 @@ impl Client {
         );
         settled.instance
     }
+}
+
+/// Polls `done` until it holds or `timeout` passes; panics naming `what` then.
+pub fn wait_until(timeout: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        if Instant::now() > deadline {
+            panic!("{what} did not happen within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The argv of every process in a container, as busybox `ps -o args` prints them.
+pub fn processes(container: &str) -> String {
+    docker(&["exec", container, "ps", "-o", "args"])
 }
 
 /// A valid spec for `image` with a tcp ready check on 8080.

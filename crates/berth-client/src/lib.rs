@@ -670,6 +670,11 @@ fn domain_event(e: sse::SseEvent, what: &str) -> Option<Result<DomainEvent, Clie
 
 // Workspaces.
 impl Client {
+    /// `GET /v1/whoami`: the key's id and the consent label a workspace's containers carry.
+    pub async fn whoami(&self) -> Result<Whoami, ClientError> {
+        self.get("/v1/whoami").await
+    }
+
     /// `PUT /v1/workspaces/{id}`: registers its executors (idempotent; its link is kept).
     pub async fn put_workspace(
         &self,

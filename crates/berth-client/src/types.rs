@@ -360,6 +360,29 @@ pub struct Workspace {
     pub worktree_key: Option<String>,
     /// Its live executors.
     pub executors: Vec<Executor>,
+    /// Named containers that are not executors, with why (empty from a daemon that does not
+    /// say).
+    #[serde(default)]
+    pub not_attached: Vec<NotAttached>,
+}
+
+/// A container a workspace names that is not attached.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotAttached {
+    /// The name or id as the workspace gives it.
+    pub container: String,
+    /// Why it is not an executor, and what it must carry to be one.
+    pub reason: String,
+}
+
+/// `GET /v1/whoami`: who the service key is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Whoami {
+    /// The key's public id.
+    pub key_id: String,
+    /// The label a container must carry to be one of workspace `ID`'s executors.
+    pub consent_label_template: String,
 }
 
 /// A label selector.

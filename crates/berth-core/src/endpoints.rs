@@ -8,8 +8,13 @@
 //! person's stop standing), is held until the instance is ready, and is then proxied. An open
 //! proxied connection counts as a live executor reaching the instance, so idle stop never cuts a
 //! connection in use.
+//!
+//! An endpoint is advertised (in [`Reconciler::endpoints_of`]) only while berth listens on its
+//! port. A stored port that cannot be bound at start (another program holds it: an old daemon
+//! still draining, or anyone else) is left out and bound again with back-off until it is free,
+//! so no client is ever sent to a port that something other than berth holds.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
@@ -36,6 +41,30 @@ const COPY_BUFFER: usize = 64 * 1024;
 const CONNECT_ATTEMPT: Duration = Duration::from_secs(2);
 /// How often a held connection looks at its waking instance.
 const WAKE_POLL: Duration = Duration::from_millis(20);
+/// The first wait before binding a taken endpoint port again; it doubles up to `REBIND_MAX`.
+const REBIND_FIRST: Duration = Duration::from_millis(100);
+/// The longest wait between attempts to bind a taken endpoint port.
+const REBIND_MAX: Duration = Duration::from_secs(2);
+
+/// The host endpoints' tasks (each listening on its port, or trying to bind it), and which
+/// endpoints listen now.
+#[derive(Default)]
+pub(crate) struct Listeners {
+    /// Each instance's endpoint tasks.
+    tasks: HashMap<InstanceId, Vec<tokio::task::JoinHandle<()>>>,
+    /// `(instance, container port)` of every endpoint berth listens on now.
+    listening: HashSet<(InstanceId, u16)>,
+}
+
+impl Listeners {
+    /// Stops every endpoint's listener (the daemon is stopping).
+    pub(crate) fn abort_all(&mut self) {
+        self.listening.clear();
+        for (_, tasks) in self.tasks.drain() {
+            tasks.iter().for_each(tokio::task::JoinHandle::abort);
+        }
+    }
+}
 
 /// An endpoint on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
@@ -104,7 +133,8 @@ impl Reconciler {
         Ok(())
     }
 
-    /// Listens again on every stored endpoint (at start).
+    /// Listens again on every stored endpoint (at start). A port another program holds is
+    /// tried again with back-off, and not advertised until berth listens on it.
     pub(crate) async fn open_stored_endpoints(&self) {
         let endpoints = match self.inner.store.read(|tx| tx.live_endpoints()).await {
             Ok(e) => e,
@@ -114,23 +144,34 @@ impl Reconciler {
             }
         };
         for (id, port, host_port) in endpoints {
-            match TcpListener::bind(SocketAddr::new(IpAddr::V4(ENDPOINT_HOST), host_port)).await {
+            let address = SocketAddr::new(IpAddr::V4(ENDPOINT_HOST), host_port);
+            match TcpListener::bind(address).await {
                 Ok(listener) => self.serve_endpoint(id, port, listener),
-                Err(e) => tracing::error!(instance = %id, host_port, error = %e,
-                    "the host endpoint's port is taken by another program; the endpoint is unavailable"),
+                Err(e) => {
+                    tracing::warn!(instance = %id, host_port, error = %e,
+                        "the host endpoint's port is taken by another program; it is not advertised, and berth binds it once it is free");
+                    let this = self.clone();
+                    let task_id = id.clone();
+                    let handle = tokio::spawn(async move {
+                        let listener = bind_when_free(address).await;
+                        tracing::info!(instance = %task_id, host_port, "the host endpoint's port is free again; listening");
+                        let listening = Listening::new(&this, &task_id, port);
+                        this.accept_loop(task_id, port, listener, listening).await
+                    });
+                    self.listeners().tasks.entry(id).or_default().push(handle);
+                }
             }
         }
     }
 
-    /// An instance's endpoints.
+    /// An instance's endpoints that berth listens on now, by container port.
     pub async fn endpoints_of(&self, id: &InstanceId) -> Result<Vec<EndpointView>, StoreError> {
-        let id = id.clone();
-        Ok(self
-            .inner
-            .store
-            .read(move |tx| tx.endpoints(&id))
-            .await?
+        let of = id.clone();
+        let stored = self.inner.store.read(move |tx| tx.endpoints(&of)).await?;
+        let listeners = self.listeners();
+        Ok(stored
             .into_iter()
+            .filter(|(port, _)| listeners.listening.contains(&(id.clone(), *port)))
             .map(|(port, host_port)| EndpointView {
                 port,
                 host: ENDPOINT_HOST.to_string(),
@@ -140,29 +181,49 @@ impl Reconciler {
     }
 
     fn serve_endpoint(&self, id: InstanceId, port: u16, listener: TcpListener) {
-        let id_for_map = id.clone();
+        // Advertised from now on, before the task first runs: the answer that follows an
+        // endpoint's creation lists it.
+        let listening = Listening::new(self, &id, port);
         let this = self.clone();
-        let handle = tokio::spawn(async move {
-            loop {
-                let (client, _) = match listener.accept().await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        tracing::warn!(instance = %id, error = %e, "an endpoint could not accept");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                };
-                let this = this.clone();
-                let id = id.clone();
-                tokio::spawn(async move { this.proxy(id, port, client).await });
-            }
-        });
-        self.listeners().entry(id_for_map).or_default().push(handle);
+        let task_id = id.clone();
+        let handle =
+            tokio::spawn(async move { this.accept_loop(task_id, port, listener, listening).await });
+        self.listeners().tasks.entry(id).or_default().push(handle);
+    }
+
+    /// Accepts connections on an endpoint's listener and proxies each, for as long as the task
+    /// lives; the endpoint is advertised while `_listening` is held.
+    async fn accept_loop(
+        self,
+        id: InstanceId,
+        port: u16,
+        listener: TcpListener,
+        _listening: Listening,
+    ) {
+        loop {
+            let (client, _) = match listener.accept().await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(instance = %id, error = %e, "an endpoint could not accept");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let this = self.clone();
+            let id = id.clone();
+            tokio::spawn(async move { this.proxy(id, port, client).await });
+        }
     }
 
     /// Closes an archived instance's endpoints and frees their ports.
     pub(crate) async fn close_endpoints(&self, id: &InstanceId) -> Result<(), StoreError> {
-        if let Some(handles) = self.listeners().remove(id) {
+        let handles = {
+            let mut listeners = self.listeners();
+            listeners.listening.retain(|(of, _)| of != id);
+            listeners.tasks.remove(id)
+        };
+        // Aborted outside the lock: a task's guard takes it as the task is dropped.
+        if let Some(handles) = handles {
             handles.iter().for_each(tokio::task::JoinHandle::abort);
         }
         let id = id.clone();
@@ -334,12 +395,7 @@ impl Reconciler {
             .unwrap_or_else(|e| e.into_inner())
     }
 
-    fn listeners(
-        &self,
-    ) -> std::sync::MutexGuard<
-        '_,
-        std::collections::HashMap<InstanceId, Vec<tokio::task::JoinHandle<()>>>,
-    > {
+    fn listeners(&self) -> std::sync::MutexGuard<'_, Listeners> {
         self.inner
             .listeners
             .lock()
@@ -358,6 +414,44 @@ impl Reconciler {
             .connections
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Binds `address` once no other program holds it, trying again with back-off.
+async fn bind_when_free(address: SocketAddr) -> TcpListener {
+    let mut pause = REBIND_FIRST;
+    loop {
+        tokio::time::sleep(pause).await;
+        match TcpListener::bind(address).await {
+            Ok(listener) => return listener,
+            Err(e) => {
+                tracing::debug!(port = address.port(), error = %e, "a host endpoint's port is still taken");
+                pause = (pause * 2).min(REBIND_MAX);
+            }
+        }
+    }
+}
+
+/// Marks an endpoint as listening while it lives.
+struct Listening {
+    reconciler: Reconciler,
+    key: (InstanceId, u16),
+}
+
+impl Listening {
+    fn new(reconciler: &Reconciler, id: &InstanceId, port: u16) -> Self {
+        let key = (id.clone(), port);
+        reconciler.listeners().listening.insert(key.clone());
+        Self {
+            reconciler: reconciler.clone(),
+            key,
+        }
+    }
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        self.reconciler.listeners().listening.remove(&self.key);
     }
 }
 

@@ -7,29 +7,47 @@ use crate::model::Workspace;
 use crate::names;
 use crate::reconcile::Reconciler;
 use crate::runtime::{ContainerChange, ContainerFacts, LABEL_MANAGED, Labels};
+use crate::workspaces::consents;
 
 /// What berth knows of one executor container.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ExecutorEntry {
-    /// The workspace it serves.
+    /// The hash of the key whose workspace it serves.
+    pub(crate) owner: String,
+    /// The workspace it serves (an id of `owner`'s).
     pub(crate) workspace: String,
     /// Whether it runs.
     pub(crate) running: bool,
 }
 
+/// The containers a workspace names or selects, sorted by whether they are its executors.
+#[derive(Debug, Default)]
+pub struct Candidates {
+    /// Containers that consent to the workspace and are not berth's: its executors.
+    pub executors: Vec<ContainerFacts>,
+    /// Containers it names or selects that are not berth's and do not consent to it.
+    pub refused: Vec<ContainerFacts>,
+    /// Names (or ids) it gives that match no executor.
+    pub not_attached: Vec<String>,
+}
+
 impl Reconciler {
-    /// The containers that are a workspace's executors: those it names (that exist) and those
-    /// carrying its selector label. Never an instance of berth's.
-    pub async fn executor_containers(&self, workspace: &Workspace) -> Vec<ContainerFacts> {
+    /// What a workspace names and selects, read from the engine now: consent is checked on the
+    /// containers' own labels every time, never remembered, so a container recreated under a
+    /// name is judged by what it carries. An instance of berth's is never an executor.
+    pub async fn executor_candidates(&self, workspace: &Workspace) -> Candidates {
         let runtime = &self.inner.runtime;
         let mut found: BTreeMap<String, ContainerFacts> = BTreeMap::new();
+        let mut named: Vec<(String, Option<String>)> = Vec::new();
         for name in &workspace.containers {
             match runtime.inspect_container(name).await {
                 Ok(Some(c)) => {
+                    named.push((name.clone(), Some(c.id.clone())));
                     found.insert(c.id.clone(), c);
                 }
-                Ok(None) => {}
+                Ok(None) => named.push((name.clone(), None)),
                 Err(e) => {
+                    named.push((name.clone(), None));
                     tracing::warn!(workspace = %workspace.id, error = %e, "could not inspect an executor")
                 }
             }
@@ -42,14 +60,37 @@ impl Reconciler {
                 }
             }
         }
-        found
-            .into_values()
-            .filter(|c| !c.labels.contains_key(LABEL_MANAGED))
-            .collect()
+        let mut out = Candidates::default();
+        for c in found.into_values() {
+            if c.labels.contains_key(LABEL_MANAGED) {
+                continue;
+            }
+            if consents(&c.labels, &workspace.owner, &workspace.id) {
+                out.executors.push(c);
+            } else {
+                out.refused.push(c);
+            }
+        }
+        out.not_attached = named
+            .into_iter()
+            .filter(|(_, id)| {
+                !id.as_ref()
+                    .is_some_and(|id| out.executors.iter().any(|c| &c.id == id))
+            })
+            .map(|(name, _)| name)
+            .collect();
+        out
+    }
+
+    /// The containers that are a workspace's executors: those it names (that exist) and those
+    /// carrying its selector label, that carry its consent label. Never an instance of berth's.
+    pub async fn executor_containers(&self, workspace: &Workspace) -> Vec<ContainerFacts> {
+        self.executor_candidates(workspace).await.executors
     }
 
     /// Attaches a linked workspace's executor containers to its view (and detaches them from the
-    /// domain's other views). Returns how many running executors this call attached.
+    /// domain's other views); a container it names or selects without consenting is detached
+    /// from its view. Returns how many running executors this call attached.
     pub async fn attach_workspace(&self, workspace: &Workspace) -> usize {
         let (Some(domain), Some(key)) = (&workspace.domain_id, &workspace.worktree_key) else {
             return 0;
@@ -62,8 +103,30 @@ impl Reconciler {
             tracing::warn!(workspace = %workspace.id, error = %e, "could not make the workspace's network");
             return 0;
         }
+        let candidates = self.executor_candidates(workspace).await;
+        // Workspaces that share this view may hold a container this one names in vain.
+        let linked = domain.clone();
+        let sharing: Vec<Workspace> = self
+            .inner
+            .store
+            .read(move |tx| tx.linked_workspaces(&linked))
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|w| w.worktree_key.as_deref() == Some(key.as_str()))
+            .collect();
+        for c in candidates.refused.iter().filter(|c| {
+            c.networks.contains_key(&view)
+                && !sharing.iter().any(|w| consents(&c.labels, &w.owner, &w.id))
+        }) {
+            // Attached before consent was required, or by hand: it does not consent.
+            if let Err(e) = self.inner.runtime.disconnect_network(&view, &c.id).await {
+                tracing::warn!(container = %c.name, error = %e, "could not detach a container that does not consent");
+            }
+            self.executors().remove(&c.name);
+        }
         let mut attached = 0;
-        for c in self.executor_containers(workspace).await {
+        for c in candidates.executors {
             for other in c
                 .networks
                 .keys()
@@ -85,6 +148,7 @@ impl Reconciler {
             self.executors().insert(
                 c.name.clone(),
                 ExecutorEntry {
+                    owner: workspace.owner.clone(),
                     workspace: workspace.id.clone(),
                     running: c.running,
                 },
@@ -107,7 +171,8 @@ impl Reconciler {
             }
             self.executors().remove(&c.name);
         }
-        self.executors().retain(|_, e| e.workspace != workspace.id);
+        self.executors()
+            .retain(|_, e| e.workspace != workspace.id || e.owner != workspace.owner);
     }
 
     /// After a domain's archive: unlinks its workspaces (detaching their executors) and removes
@@ -239,11 +304,14 @@ impl Reconciler {
                     Ok(w) => w,
                     Err(_) => return,
                 };
+                // Only the workspace the container consents to may take it: another key's
+                // workspace naming or selecting it must not stand in the way.
                 let mine = workspaces.into_iter().find(|w| {
-                    w.containers.iter().any(|c| c == name)
-                        || w.selector
-                            .as_deref()
-                            .is_some_and(|sel| selector_matches(sel, labels))
+                    consents(labels, &w.owner, &w.id)
+                        && (w.containers.iter().any(|c| c == name)
+                            || w.selector
+                                .as_deref()
+                                .is_some_and(|sel| selector_matches(sel, labels)))
                 });
                 match mine {
                     Some(w) => {

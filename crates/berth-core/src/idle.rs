@@ -40,11 +40,11 @@ impl Reconciler {
             return Ok(());
         }
         let domains: HashSet<DomainId> = instances.iter().map(|i| i.domain_id.clone()).collect();
-        let running_executors: HashSet<String> = self
+        let running_executors: HashSet<(String, String)> = self
             .executors()
             .values()
             .filter(|e| e.running)
-            .map(|e| e.workspace.clone())
+            .map(|e| (e.owner.clone(), e.workspace.clone()))
             .collect();
         // One read for every domain: its linked workspaces that have a live executor.
         let live_keys: BTreeMap<DomainId, Vec<Option<String>>> = self
@@ -56,8 +56,11 @@ impl Reconciler {
                     let workspaces: Vec<Workspace> = tx.linked_workspaces(&domain)?;
                     let mut keys = Vec::new();
                     for w in workspaces {
-                        let live = running_executors.contains(&w.id)
-                            || tx.leases(&w.id)?.iter().any(|l| l.expires_at > now);
+                        let live = running_executors.contains(&(w.owner.clone(), w.id.clone()))
+                            || tx
+                                .leases(&w.owner, &w.id)?
+                                .iter()
+                                .any(|l| l.expires_at > now);
                         if live {
                             keys.push(w.worktree_key);
                         }

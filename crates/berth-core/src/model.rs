@@ -399,7 +399,9 @@ pub struct Workspace {
 pub struct Lease {
     /// `lse:<uuid>`.
     pub id: String,
-    /// Its workspace.
+    /// The hash of the service key whose workspace it is.
+    pub owner: String,
+    /// Its workspace (an id of `owner`'s).
     pub workspace_id: String,
     /// How long each renewal extends it.
     pub ttl: std::time::Duration,
@@ -457,6 +459,23 @@ pub struct WorkspaceView {
     pub worktree_key: Option<String>,
     /// Its live executors: containers (running or not) and unexpired leases.
     pub executors: Vec<Executor>,
+    /// The label a container must carry to be one of its executors, `berth.workspace=<keyId>/<id>`:
+    /// set it when creating the container (`docker run --label ...`).
+    pub consent_label: String,
+    /// Each container it names that is not an executor, with why: none by that name carries
+    /// the consent label (it does not exist, lacks or has another workspace's label, or is an
+    /// instance of berth's).
+    pub not_attached: Vec<NotAttachedView>,
+}
+
+/// A container a workspace names that is not attached.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NotAttachedView {
+    /// The name or id as the workspace gives it.
+    pub container: String,
+    /// Why it is not an executor, and what it must carry to be one.
+    pub reason: String,
 }
 
 /// A lease on the wire.

@@ -121,8 +121,8 @@ pub(crate) struct Inner {
     pub(crate) executors: Mutex<HashMap<String, crate::executors::ExecutorEntry>>,
     /// When each instance was last seen reached, ahead of what the store holds.
     pub(crate) last_reached: Mutex<HashMap<InstanceId, Timestamp>>,
-    /// The listening tasks of each instance's host endpoints.
-    pub(crate) listeners: Mutex<HashMap<InstanceId, Vec<tokio::task::JoinHandle<()>>>>,
+    /// The host endpoints' tasks, and which endpoints are listening.
+    pub(crate) listeners: Mutex<crate::endpoints::Listeners>,
     /// Open proxied connections per instance: each is reach.
     pub(crate) connections: Mutex<HashMap<InstanceId, usize>>,
     /// The container address proxied connections last reached, per instance.
@@ -160,7 +160,7 @@ impl Reconciler {
                 locks: Mutex::new(HashMap::new()),
                 executors: Mutex::new(HashMap::new()),
                 last_reached: Mutex::new(HashMap::new()),
-                listeners: Mutex::new(HashMap::new()),
+                listeners: Mutex::default(),
                 connections: Mutex::new(HashMap::new()),
                 addresses: Mutex::new(HashMap::new()),
             }
@@ -259,15 +259,11 @@ impl Reconciler {
             tracing::warn!("reconciles still under way at shutdown were abandoned");
             aborts.iter().for_each(tokio::task::AbortHandle::abort);
         }
-        for listeners in self
-            .inner
+        self.inner
             .listeners
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .drain()
-        {
-            listeners.1.iter().for_each(tokio::task::JoinHandle::abort);
-        }
+            .abort_all();
     }
 
     /// A token cancelled when the reconciler shuts down.

@@ -88,6 +88,10 @@ pub enum RuntimeError {
     /// The engine refused the request.
     #[error("the container engine refused: {0}")]
     Engine(String),
+    /// The work was given up because its caller went away or berth is shutting down; the
+    /// message says what was done about it.
+    #[error("{0}")]
+    Cancelled(String),
 }
 
 /// What berth needs to know of a verified image.
@@ -235,7 +239,7 @@ pub type LogStream =
 pub type ExecStdin = Pin<Box<dyn AsyncRead + Send>>;
 
 /// A command to run in a running container.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ExecRequest {
     /// The command and its arguments.
     pub argv: Vec<String>,
@@ -245,6 +249,9 @@ pub struct ExecRequest {
     pub timeout: Duration,
     /// The most bytes of each of stdout and stderr kept (their tails).
     pub max_output: usize,
+    /// Cancelled when the command's caller goes away or berth shuts down: the command is then
+    /// killed at once, as at its timeout, and the exec answers [`RuntimeError::Cancelled`].
+    pub cancel: tokio_util::sync::CancellationToken,
 }
 
 /// How an exec ended.

@@ -15,7 +15,7 @@ use crate::model::{
 };
 use crate::names;
 use crate::reconcile::{Reconciler, plan_volumes};
-use crate::runtime::{ExecRequest, ExecStdin};
+use crate::runtime::{ExecRequest, ExecStdin, RuntimeError};
 use crate::spec::Spec;
 use crate::spec::decode_spec;
 use crate::store::{Store, StoreError, Tx};
@@ -532,7 +532,9 @@ impl Berth {
     }
 
     /// Runs a command in a running instance, streaming `stdin` into it. Nothing about the run
-    /// (argv, stdin, output) is logged or stored.
+    /// (argv, stdin, output) is logged or stored. When `cancel` fires (the caller went away,
+    /// berth is stopping) or `stdin` fails to read, the command is killed in its container at
+    /// once and the exec answers an error saying so.
     pub async fn exec(
         &self,
         owner: &str,
@@ -540,6 +542,7 @@ impl Berth {
         key: &str,
         frame: ExecFrame,
         stdin: ExecStdin,
+        cancel: tokio_util::sync::CancellationToken,
     ) -> Result<ExecResult, Error> {
         let instance = self.instance(owner, domain_id, key)?;
         let reconciler = self.require_runtime()?;
@@ -565,9 +568,11 @@ impl Berth {
             user: frame.user,
             timeout: std::time::Duration::from_millis(frame.timeout_ms as u64),
             max_output: MAX_OUTPUT_BYTES,
+            cancel,
         };
         let outcome = match runtime.exec(&container.id, request, stdin).await {
             Ok(outcome) => outcome,
+            Err(RuntimeError::Cancelled(message)) => return Err(Error::Runtime(message)),
             Err(e) => {
                 // The container may have stopped between the check above and the exec (a stop,
                 // an idle stop, an exit): the engine says so in several ways, so look again.

@@ -120,6 +120,37 @@ const MIGRATIONS: &[&str] = &[
         created_at INTEGER NOT NULL,
         PRIMARY KEY (instance_id, idempotency_key)
     );",
+    // 5: workspace ids are per key: a workspace is (owner, id), and so are its leases' references.
+    // Existing rows keep their owner; leases take their workspace's.
+    "CREATE TABLE workspaces_v5 (
+        owner TEXT NOT NULL,
+        id TEXT NOT NULL,
+        containers TEXT NOT NULL,
+        selector TEXT,
+        domain_id TEXT REFERENCES domains(id),
+        worktree_key TEXT,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (owner, id)
+    );
+    INSERT INTO workspaces_v5 (owner, id, containers, selector, domain_id, worktree_key, created_at)
+        SELECT owner, id, containers, selector, domain_id, worktree_key, created_at FROM workspaces;
+    CREATE TABLE leases_v5 (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        workspace_id TEXT NOT NULL,
+        ttl_ms INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL,
+        FOREIGN KEY (owner, workspace_id) REFERENCES workspaces_v5(owner, id) ON DELETE CASCADE
+    );
+    INSERT INTO leases_v5 (id, owner, workspace_id, ttl_ms, expires_at)
+        SELECT l.id, w.owner, l.workspace_id, l.ttl_ms, l.expires_at
+        FROM leases l JOIN workspaces w ON w.id = l.workspace_id;
+    DROP TABLE leases;
+    DROP TABLE workspaces;
+    ALTER TABLE workspaces_v5 RENAME TO workspaces;
+    ALTER TABLE leases_v5 RENAME TO leases;
+    CREATE INDEX workspaces_by_domain ON workspaces(domain_id, worktree_key);
+    CREATE INDEX leases_by_workspace ON leases(owner, workspace_id, expires_at);",
 ];
 
 /// How many writes may wait for the writer before a caller waits to hand one over.
@@ -160,10 +191,19 @@ struct Touched {
 /// writer keeps current; every other read runs on a pooled read connection (WAL) on tokio's
 /// blocking threads. No call blocks a runtime worker on SQLite.
 pub struct Store {
-    jobs: tokio::sync::mpsc::Sender<Job>,
+    jobs: Jobs,
     view: Arc<RwLock<View>>,
-    /// `None` for a store in memory: its reads go to the writer, which holds the only copy.
+    /// `None` for a store in memory: its reads run where its writes do, on the only copy.
     readers: Option<Arc<Readers>>,
+}
+
+/// Where writes run.
+enum Jobs {
+    /// On the writer thread.
+    Writer(tokio::sync::mpsc::Sender<Job>),
+    /// On the caller's thread: only for a store in memory, in tests, where a job handed to
+    /// another thread would let a paused test clock jump while the runtime waits for it.
+    Inline(Mutex<Connection>),
 }
 
 struct Readers {
@@ -219,6 +259,13 @@ impl Store {
             tx.commit()?;
         }
         let view = Arc::new(RwLock::new(load_view(&conn)?));
+        if path.is_none() {
+            return Ok(Self {
+                jobs: Jobs::Inline(Mutex::new(conn)),
+                view,
+                readers: None,
+            });
+        }
         let (jobs, mut rx) = tokio::sync::mpsc::channel::<Job>(WRITE_QUEUE);
         std::thread::Builder::new()
             .name("berth-store".to_owned())
@@ -231,7 +278,7 @@ impl Store {
             })
             .map_err(|e| StoreError::Corrupt(format!("could not start the store's writer: {e}")))?;
         Ok(Self {
-            jobs,
+            jobs: Jobs::Writer(jobs),
             view,
             readers: path.map(|path| {
                 Arc::new(Readers {
@@ -246,11 +293,19 @@ impl Store {
         &self,
         job: impl FnOnce(&mut Connection) -> T + Send + 'static,
     ) -> Result<T, StoreError> {
+        let jobs = match &self.jobs {
+            Jobs::Writer(jobs) => jobs,
+            Jobs::Inline(conn) => {
+                let mut conn = conn.lock().unwrap_or_else(|e| e.into_inner());
+                return std::panic::catch_unwind(AssertUnwindSafe(|| job(&mut conn)))
+                    .map_err(|_| StoreError::Closed);
+            }
+        };
         let (answer, answered) = tokio::sync::oneshot::channel();
         let job: Job = Box::new(move |conn| {
             let _ = answer.send(job(conn));
         });
-        self.jobs.send(job).await.map_err(|_| StoreError::Closed)?;
+        jobs.send(job).await.map_err(|_| StoreError::Closed)?;
         answered.await.map_err(|_| StoreError::Closed)
     }
 
@@ -1001,12 +1056,13 @@ fn workspace_from_row(row: &Row<'_>) -> rusqlite::Result<Workspace> {
 const WORKSPACE_COLUMNS: &str = "id, owner, containers, selector, domain_id, worktree_key";
 
 impl Tx<'_> {
-    /// One workspace by id.
-    pub fn workspace(&self, id: &str) -> Result<Option<Workspace>, StoreError> {
-        let sql = format!("SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE id = ?1");
+    /// One of `owner`'s workspaces by id: ids are per key.
+    pub fn workspace(&self, owner: &str, id: &str) -> Result<Option<Workspace>, StoreError> {
+        let sql =
+            format!("SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE owner = ?1 AND id = ?2");
         Ok(self
             .conn
-            .query_row(&sql, [id], workspace_from_row)
+            .query_row(&sql, [owner, id], workspace_from_row)
             .optional()?)
     }
 
@@ -1021,8 +1077,9 @@ impl Tx<'_> {
 
     /// Every workspace linked to a domain.
     pub fn linked_workspaces(&self, domain: &DomainId) -> Result<Vec<Workspace>, StoreError> {
-        let sql =
-            format!("SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE domain_id = ?1 ORDER BY id");
+        let sql = format!(
+            "SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE domain_id = ?1 ORDER BY id, owner"
+        );
         let mut stmt = self.conn.prepare_cached(&sql)?;
         let rows = stmt.query_map([domain.as_str()], workspace_from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -1031,7 +1088,7 @@ impl Tx<'_> {
     /// Every linked workspace, across domains.
     pub fn all_linked_workspaces(&self) -> Result<Vec<Workspace>, StoreError> {
         let sql = format!(
-            "SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE domain_id IS NOT NULL ORDER BY id"
+            "SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE domain_id IS NOT NULL ORDER BY id, owner"
         );
         let mut stmt = self.conn.prepare_cached(&sql)?;
         let rows = stmt.query_map([], workspace_from_row)?;
@@ -1043,7 +1100,7 @@ impl Tx<'_> {
         self.conn.execute(
             "INSERT INTO workspaces (id, owner, containers, selector, domain_id, worktree_key, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-             ON CONFLICT(id) DO UPDATE SET containers = ?3, selector = ?4, domain_id = ?5, worktree_key = ?6",
+             ON CONFLICT(owner, id) DO UPDATE SET containers = ?3, selector = ?4, domain_id = ?5, worktree_key = ?6",
             params![
                 w.id,
                 w.owner,
@@ -1057,27 +1114,32 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Deletes a workspace and its leases.
-    pub fn delete_workspace(&self, id: &str) -> Result<(), StoreError> {
-        self.conn
-            .execute("DELETE FROM leases WHERE workspace_id = ?1", [id])?;
-        self.conn
-            .execute("DELETE FROM workspaces WHERE id = ?1", [id])?;
+    /// Deletes one of `owner`'s workspaces and its leases.
+    pub fn delete_workspace(&self, owner: &str, id: &str) -> Result<(), StoreError> {
+        self.conn.execute(
+            "DELETE FROM leases WHERE owner = ?1 AND workspace_id = ?2",
+            [owner, id],
+        )?;
+        self.conn.execute(
+            "DELETE FROM workspaces WHERE owner = ?1 AND id = ?2",
+            [owner, id],
+        )?;
         Ok(())
     }
 
-    /// A workspace's leases, soonest to expire first.
-    pub fn leases(&self, workspace: &str) -> Result<Vec<Lease>, StoreError> {
+    /// The leases of one of `owner`'s workspaces, soonest to expire first.
+    pub fn leases(&self, owner: &str, workspace: &str) -> Result<Vec<Lease>, StoreError> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT id, workspace_id, ttl_ms, expires_at FROM leases WHERE workspace_id = ?1
-             ORDER BY expires_at, id",
+            "SELECT id, owner, workspace_id, ttl_ms, expires_at FROM leases
+             WHERE owner = ?1 AND workspace_id = ?2 ORDER BY expires_at, id",
         )?;
-        let rows = stmt.query_map([workspace], |r| {
+        let rows = stmt.query_map([owner, workspace], |r| {
             Ok(Lease {
                 id: r.get(0)?,
-                workspace_id: r.get(1)?,
-                ttl: std::time::Duration::from_millis(r.get::<_, i64>(2)?.max(0) as u64),
-                expires_at: Timestamp::from_millis(r.get(3)?),
+                owner: r.get(1)?,
+                workspace_id: r.get(2)?,
+                ttl: std::time::Duration::from_millis(r.get::<_, i64>(3)?.max(0) as u64),
+                expires_at: Timestamp::from_millis(r.get(4)?),
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -1086,10 +1148,11 @@ impl Tx<'_> {
     /// Creates or renews a lease.
     pub fn put_lease(&self, lease: &Lease) -> Result<(), StoreError> {
         self.conn.execute(
-            "INSERT INTO leases (id, workspace_id, ttl_ms, expires_at) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT(id) DO UPDATE SET expires_at = ?4",
+            "INSERT INTO leases (id, owner, workspace_id, ttl_ms, expires_at) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT(id) DO UPDATE SET expires_at = ?5",
             params![
                 lease.id,
+                lease.owner,
                 lease.workspace_id,
                 lease.ttl.as_millis() as i64,
                 lease.expires_at.millis()
@@ -1098,11 +1161,11 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Deletes a lease; false when there was none.
-    pub fn delete_lease(&self, workspace: &str, id: &str) -> Result<bool, StoreError> {
+    /// Deletes a lease of one of `owner`'s workspaces; false when there was none.
+    pub fn delete_lease(&self, owner: &str, workspace: &str, id: &str) -> Result<bool, StoreError> {
         Ok(self.conn.execute(
-            "DELETE FROM leases WHERE workspace_id = ?1 AND id = ?2",
-            [workspace, id],
+            "DELETE FROM leases WHERE owner = ?1 AND workspace_id = ?2 AND id = ?3",
+            [owner, workspace, id],
         )? > 0)
     }
 
@@ -1267,6 +1330,57 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(store.domains_of("a").len(), 1);
+    }
+
+    #[tokio::test]
+    async fn workspaces_are_per_key_and_migration_5_keeps_their_owners() {
+        let conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..4] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 4).unwrap();
+        conn.execute_batch(
+            "INSERT INTO workspaces (id, owner, containers, selector, created_at)
+                 VALUES ('ide-1', 'a', '[\"dev\"]', NULL, 1);
+             INSERT INTO leases (id, workspace_id, ttl_ms, expires_at)
+                 VALUES ('lse:1', 'ide-1', 1000, 2);",
+        )
+        .unwrap();
+        let store = Store::init(conn, None).unwrap();
+        let kept = store
+            .read(|tx| tx.workspace("a", "ide-1"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(kept.containers, vec!["dev".to_owned()]);
+        let leases = |owner: &'static str| store.read(move |tx| tx.leases(owner, "ide-1"));
+        assert_eq!(leases("a").await.unwrap().len(), 1);
+        assert!(
+            store
+                .read(|tx| tx.workspace("b", "ide-1"))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let theirs = Workspace {
+            owner: "b".into(),
+            containers: vec![],
+            ..kept.clone()
+        };
+        store
+            .write(move |tx| tx.put_workspace(&theirs))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.read(|tx| tx.workspace("a", "ide-1")).await.unwrap(),
+            Some(kept)
+        );
+        assert!(leases("b").await.unwrap().is_empty());
+        store
+            .write(|tx| tx.delete_workspace("b", "ide-1"))
+            .await
+            .unwrap();
+        assert_eq!(leases("a").await.unwrap().len(), 1);
     }
 
     #[tokio::test]

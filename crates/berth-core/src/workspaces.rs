@@ -2,6 +2,12 @@
 //! (named, or matched by a label selector) and leases that host tools keep renewing. A workspace
 //! links to one domain with one worktree key; its containers then join that key's network view
 //! and resolve the aliases of the key's instances and of the domain's shared ones.
+//!
+//! Workspace ids are per key: key A's `ide-1` and key B's `ide-1` are two workspaces, and
+//! nothing B is answered says whether A has one. A host container is an executor only with its
+//! owner's consent: the label `berth.workspace=<keyId>/<workspaceId>`, set by whoever created
+//! it, naming the key's public id and the workspace. Naming a container, or selecting it by a
+//! label, is not enough; a container consents to one workspace, so it is in one view at most.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -13,8 +19,10 @@ use crate::decode::{Problems, pattern};
 use crate::error::Error;
 use crate::ids::DomainId;
 use crate::model::{
-    DomainState, Executor, Lease, LeaseView, LinkView, SelectorView, Workspace, WorkspaceView,
+    DomainState, Executor, Lease, LeaseView, LinkView, NotAttachedView, SelectorView, Workspace,
+    WorkspaceView,
 };
+use crate::runtime::Labels;
 use crate::service::Berth;
 use crate::spec::{WORKTREE_KEY_EXPECTED, is_worktree_key};
 use crate::time::Timestamp;
@@ -26,6 +34,34 @@ pub const WORKSPACE_ID_EXPECTED: &str =
 pub const MAX_CONTAINERS: usize = 64;
 /// The longest lease.
 pub const MAX_LEASE_SECONDS: i64 = 86_400;
+
+/// The label by which a container consents to be one workspace's executor:
+/// `berth.workspace=<keyId>/<workspaceId>`.
+pub const LABEL_WORKSPACE: &str = "berth.workspace";
+
+/// A key's public id: the first 12 hex digits of sha256 over a string that only this use
+/// makes, of the key's hash. It names the key in consent labels and is no secret: it does
+/// not reveal the key, nor the hash that owns the key's domains.
+pub fn key_id(owner: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("berth key id v1\n{owner}").as_bytes());
+    hex::encode(&digest[..6])
+}
+
+/// The value of [`LABEL_WORKSPACE`] that consents to `owner`'s workspace `id`.
+pub fn consent_value(owner: &str, id: &str) -> String {
+    format!("{}/{id}", key_id(owner))
+}
+
+/// The whole consent label, `berth.workspace=<keyId>/<id>`, as `docker run --label` takes it.
+pub fn consent_label(owner: &str, id: &str) -> String {
+    format!("{LABEL_WORKSPACE}={}", consent_value(owner, id))
+}
+
+/// Whether a container with `labels` consents to be an executor of `owner`'s workspace `id`.
+pub fn consents(labels: &Labels, owner: &str, id: &str) -> bool {
+    labels.get(LABEL_WORKSPACE).map(String::as_str) == Some(consent_value(owner, id).as_str())
+}
 
 static WORKSPACE_ID: LazyLock<Regex> =
     LazyLock::new(|| pattern(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"));
@@ -125,11 +161,11 @@ pub fn decode_link(value: &Value, p: &mut Problems) -> Option<String> {
 
 impl Berth {
     async fn owned_workspace(&self, owner: &str, id: &str) -> Result<Workspace, Error> {
-        let wanted = id.to_owned();
-        match self.store().read(move |tx| tx.workspace(&wanted)).await? {
-            Some(w) if w.owner == owner => Ok(w),
-            _ => Err(Error::WorkspaceNotFound(id.to_owned())),
-        }
+        let (owner, wanted) = (owner.to_owned(), id.to_owned());
+        self.store()
+            .read(move |tx| tx.workspace(&owner, &wanted))
+            .await?
+            .ok_or_else(|| Error::WorkspaceNotFound(id.to_owned()))
     }
 
     /// Registers (or re-registers) a workspace's executors; its link is kept.
@@ -143,11 +179,8 @@ impl Berth {
         let workspace = self
             .store()
             .write(move |tx| {
-                let existing = tx.workspace(&id)?;
-                if existing.as_ref().is_some_and(|w| w.owner != owner) {
-                    // Another key's workspace: as far as this caller knows, the id is not theirs.
-                    return Err(Error::WorkspaceNotFound(id));
-                }
+                // Ids are per key: another key's workspace of this id is another workspace.
+                let existing = tx.workspace(&owner, &id)?;
                 let workspace = Workspace {
                     id,
                     owner,
@@ -157,7 +190,7 @@ impl Berth {
                     worktree_key: existing.and_then(|w| w.worktree_key),
                 };
                 tx.put_workspace(&workspace)?;
-                Ok(workspace)
+                Ok::<_, Error>(workspace)
             })
             .await?;
         if let Some(reconciler) = self.reconciler() {
@@ -192,9 +225,9 @@ impl Berth {
         if let Some(reconciler) = self.reconciler() {
             reconciler.detach_workspace(&workspace).await;
         }
-        let id = id.to_owned();
+        let (owner, id) = (owner.to_owned(), id.to_owned());
         self.store()
-            .write(move |tx| tx.delete_workspace(&id))
+            .write(move |tx| tx.delete_workspace(&owner, &id))
             .await?;
         if let (Some(reconciler), Some(domain), Some(key)) = (
             self.reconciler(),
@@ -216,6 +249,7 @@ impl Berth {
         self.owned_workspace(owner, id).await?;
         let lease = Lease {
             id: format!("lse:{}", uuid::Uuid::new_v4().hyphenated()),
+            owner: owner.to_owned(),
             workspace_id: id.to_owned(),
             ttl,
             expires_at: Timestamp::now().plus(ttl),
@@ -236,12 +270,12 @@ impl Berth {
         lease_id: &str,
     ) -> Result<LeaseView, Error> {
         self.owned_workspace(owner, id).await?;
-        let (id, lease_id) = (id.to_owned(), lease_id.to_owned());
+        let (owner, id, lease_id) = (owner.to_owned(), id.to_owned(), lease_id.to_owned());
         let lease = self
             .store()
             .write(move |tx| {
                 let mut lease = tx
-                    .leases(&id)?
+                    .leases(&owner, &id)?
                     .into_iter()
                     .find(|l| l.id == lease_id)
                     .ok_or(Error::LeaseNotFound(lease_id))?;
@@ -259,10 +293,10 @@ impl Berth {
     /// Ends a lease.
     pub async fn delete_lease(&self, owner: &str, id: &str, lease_id: &str) -> Result<(), Error> {
         self.owned_workspace(owner, id).await?;
-        let (workspace, lease) = (id.to_owned(), lease_id.to_owned());
+        let (who, workspace, lease) = (owner.to_owned(), id.to_owned(), lease_id.to_owned());
         if !self
             .store()
-            .write(move |tx| tx.delete_lease(&workspace, &lease))
+            .write(move |tx| tx.delete_lease(&who, &workspace, &lease))
             .await?
         {
             return Err(Error::LeaseNotFound(lease_id.to_owned()));
@@ -293,7 +327,8 @@ impl Berth {
             });
         }
         let reconciler = self.require_runtime()?.clone();
-        let (linked, domain, key) = (
+        let (who, linked, domain, key) = (
+            owner.to_owned(),
             workspace_id.to_owned(),
             domain_id.clone(),
             worktree_key.clone(),
@@ -303,7 +338,7 @@ impl Berth {
             .write(move |tx| {
                 let (workspace_id, domain_id) = (&linked, &domain);
                 let mut w = tx
-                    .workspace(workspace_id)?
+                    .workspace(&who, workspace_id)?
                     .ok_or_else(|| Error::WorkspaceNotFound(workspace_id.to_owned()))?;
                 if let Some(other) = w.domain_id.as_ref().filter(|d| *d != domain_id) {
                     // Linked elsewhere by a concurrent call since the check above.
@@ -334,10 +369,10 @@ impl Berth {
             }
         }
         let attached = reconciler.attach_workspace(&after).await;
-        let leased = workspace_id.to_owned();
+        let (who, leased) = (owner.to_owned(), workspace_id.to_owned());
         let leases = self
             .store()
-            .read(move |tx| tx.leases(&leased))
+            .read(move |tx| tx.leases(&who, &leased))
             .await?
             .into_iter()
             .filter(|l| l.expires_at > Timestamp::now())
@@ -353,21 +388,37 @@ impl Berth {
 
     async fn workspace_view(&self, w: Workspace) -> Result<WorkspaceView, Error> {
         let now = Timestamp::now();
-        let mut executors: Vec<Executor> = match self.reconciler() {
-            Some(reconciler) => reconciler
-                .executor_containers(&w)
-                .await
-                .into_iter()
-                .map(|c| Executor::Container {
-                    id: c.id,
-                    name: c.name,
-                    running: c.running,
-                })
-                .collect(),
-            None => Vec::new(),
+        let consent = consent_label(&w.owner, &w.id);
+        let (mut executors, not_attached) = match self.reconciler() {
+            Some(reconciler) => {
+                let found = reconciler.executor_candidates(&w).await;
+                let executors: Vec<Executor> = found
+                    .executors
+                    .into_iter()
+                    .map(|c| Executor::Container {
+                        id: c.id,
+                        name: c.name,
+                        running: c.running,
+                    })
+                    .collect();
+                // One reason whatever the cause, so the answer says nothing of a container
+                // that is not the caller's: not whether it exists, nor whose it is.
+                let not_attached = found
+                    .not_attached
+                    .into_iter()
+                    .map(|name| NotAttachedView {
+                        reason: format!(
+                            "no container {name} carrying the label {consent} exists (an instance of berth's is never an executor); create it with --label {consent}"
+                        ),
+                        container: name,
+                    })
+                    .collect();
+                (executors, not_attached)
+            }
+            None => (Vec::new(), Vec::new()),
         };
-        let id = w.id.clone();
-        let leases = self.store().read(move |tx| tx.leases(&id)).await?;
+        let (owner, id) = (w.owner.clone(), w.id.clone());
+        let leases = self.store().read(move |tx| tx.leases(&owner, &id)).await?;
         executors.extend(leases.into_iter().filter(|l| l.expires_at > now).map(|l| {
             Executor::Lease {
                 lease_id: l.id,
@@ -381,6 +432,8 @@ impl Berth {
             resource_domain_id: w.domain_id,
             worktree_key: w.worktree_key,
             executors,
+            consent_label: consent,
+            not_attached,
         })
     }
 }
@@ -458,5 +511,34 @@ mod tests {
                 .contains("body.worktreeKey must be 1 to 128")
         );
         assert!(is_workspace_id("ws_1.a:b@c-d") && !is_workspace_id("") && !is_workspace_id("a/b"));
+    }
+
+    #[test]
+    fn consent_names_one_key_and_one_workspace() {
+        let (a, b) = ("a".repeat(64), "b".repeat(64));
+        let id = key_id(&a);
+        assert_eq!(id.len(), 12);
+        assert!(id.chars().all(|c| c.is_ascii_hexdigit()));
+        assert!(
+            !a.contains(&id),
+            "the public id is not a piece of the key's hash"
+        );
+        assert_ne!(id, key_id(&b));
+        assert_eq!(
+            consent_label(&a, "ide-1"),
+            format!("berth.workspace={id}/ide-1")
+        );
+        let labels = |v: &str| Labels::from([(LABEL_WORKSPACE.to_owned(), v.to_owned())]);
+        assert!(consents(&labels(&format!("{id}/ide-1")), &a, "ide-1"));
+        for other in [
+            format!("{}/ide-1", key_id(&b)),
+            format!("{id}/ide-2"),
+            format!("{id}/ide-1 "),
+            "ide-1".to_owned(),
+            String::new(),
+        ] {
+            assert!(!consents(&labels(&other), &a, "ide-1"), "{other:?}");
+        }
+        assert!(!consents(&Labels::new(), &a, "ide-1"));
     }
 }

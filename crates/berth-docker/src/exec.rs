@@ -19,7 +19,7 @@ use bollard::Docker;
 use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use futures_util::{Stream, StreamExt};
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
 use crate::error;
@@ -176,14 +176,16 @@ pub(crate) async fn run(
         Err(e) => return Err(error::map_redacted(e, &what, &secrets)),
     };
 
+    let cancel = request.cancel.clone();
     let finished = tokio::time::timeout_at(deadline, async {
-        // Stdin goes in as it arrives, through copy's small buffer; at its end the input half
-        // is shut down so the command sees end-of-file. A command that exits without reading
-        // it breaks the pipe, which ends the copy too.
+        // Stdin goes in as it arrives; at its end the input half is shut down so the command
+        // sees end-of-file. A command that exits without reading it breaks the pipe, which ends
+        // the feed too. Stdin that fails to read means its caller went away mid-body.
         let feed = async {
-            let _ = tokio::io::copy(&mut stdin, input).await;
-            let _ = input.shutdown().await;
-            std::future::pending::<std::convert::Infallible>().await
+            match feed(&mut stdin, input).await {
+                Fed::CallerGone => Gone::Caller,
+                Fed::Done => std::future::pending().await,
+            }
         };
         // The output ends when the command's stdout and stderr close; its exit code follows.
         // Stdin keeps flowing meanwhile, for a command that closed its output first.
@@ -201,19 +203,36 @@ pub(crate) async fn run(
             wait_exit(docker, &exec_id, &what).await
         };
         tokio::select! {
-            ended = read_then_wait => ended,
-            never = feed => match never {},
+            ended = read_then_wait => Ok(ended),
+            gone = feed => Err(gone),
+            () = cancel.cancelled() => Err(Gone::Cancelled),
         }
     })
     .await;
 
     match finished {
-        Ok(Ok(exit_code)) => {
+        Ok(Ok(Ok(exit_code))) => {
             guard.disarm();
             Ok(outcome(exit_code, stdout, stderr, false))
         }
         // The guard stays armed: the command may still run, and dropping it kills it.
-        Ok(Err(e)) => Err(e),
+        Ok(Ok(Err(e))) => Err(e),
+        Ok(Err(gone)) => {
+            let why = match gone {
+                Gone::Caller => "its caller went away",
+                Gone::Cancelled => "it was cancelled (its caller went away, or berth is stopping)",
+            };
+            tracing::debug!(container = %container, exec = %exec_id, "exec abandoned; killing it");
+            let killed = kill(docker, &exec_id).await;
+            guard.disarm();
+            Err(RuntimeError::Cancelled(match killed {
+                Ok(_) => format!("the command was killed: {why}"),
+                Err(reason) => format!(
+                    "the command could not be killed after {why} ({reason}); it may still be \
+                     running in container {container}"
+                ),
+            }))
+        }
         Err(_) => {
             tracing::debug!(container = %container, exec = %exec_id, "exec timed out; killing it");
             // The guard stays armed until the kill is done: a caller that goes away meanwhile
@@ -231,6 +250,40 @@ pub(crate) async fn run(
             }
         }
     }
+}
+
+/// Why an exec was given up before its command ended.
+enum Gone {
+    /// Its stdin failed to read: the body's connection broke.
+    Caller,
+    /// Its cancellation token fired.
+    Cancelled,
+}
+
+/// How feeding stdin ended.
+enum Fed {
+    /// Stdin ended (the input was shut down), or the command stopped reading it.
+    Done,
+    /// Reading stdin failed.
+    CallerGone,
+}
+
+/// Copies stdin into the command through a small buffer, telling a failed read (the caller is
+/// gone) from a failed write (the command closed its stdin, which is its business).
+async fn feed(stdin: &mut ExecStdin, input: &mut Pin<Box<dyn AsyncWrite + Send>>) -> Fed {
+    let mut buf = vec![0u8; 8 * 1024];
+    loop {
+        let n = match stdin.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(_) => return Fed::CallerGone,
+        };
+        if input.write_all(&buf[..n]).await.is_err() {
+            return Fed::Done;
+        }
+    }
+    let _ = input.shutdown().await;
+    Fed::Done
 }
 
 /// Polls the exec until the engine reports it ended, and returns its exit code.

@@ -38,6 +38,7 @@ pub(crate) async fn probe(
                 user: user.clone(),
                 timeout: budget,
                 max_output: PROBE_OUTPUT,
+                cancel: Default::default(),
             };
             let stdin = Box::pin(tokio::io::empty());
             match exec::run(docker, &container.id, request, stdin).await {

@@ -24,6 +24,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -40,6 +41,8 @@ pub const MAX_JSON_BODY: usize = 1024 * 1024;
 pub struct App {
     /// berth's operations.
     pub berth: Berth,
+    /// Cancelled when berth begins to stop: streaming handlers (exec, followed logs) end on it.
+    pub shutdown: CancellationToken,
 }
 
 #[derive(OpenApi)]
@@ -68,8 +71,14 @@ impl Modify for ServiceKeyAuth {
     }
 }
 
-/// The whole API: `/healthz`, `/v1/...` behind service keys, all behind the Host guard.
-pub fn router(berth: Berth, keys: ServiceKeys, hosts: AllowedHosts) -> Router {
+/// The whole API: `/healthz`, `/v1/...` behind service keys, all behind the Host guard. When
+/// `shutdown` is cancelled, open execs are killed and followed logs end.
+pub fn router(
+    berth: Berth,
+    keys: ServiceKeys,
+    hosts: AllowedHosts,
+    shutdown: CancellationToken,
+) -> Router {
     let (v1, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(routes::domains::router())
         .merge(routes::instances::router())
@@ -83,7 +92,7 @@ pub fn router(berth: Berth, keys: ServiceKeys, hosts: AllowedHosts) -> Router {
     doc.merge(health_doc);
     let v1 = v1
         .layer(from_fn_with_state(keys, auth::require_key))
-        .with_state(App { berth })
+        .with_state(App { berth, shutdown })
         .layer(axum::Extension(std::sync::Arc::new(doc)));
     Router::new()
         .merge(v1)
@@ -120,22 +129,30 @@ async fn openapi_json(
 /// them slower (a slowloris) is dropped. It bounds an idle kept-alive connection as well.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long requests in flight may take to end once shutdown begins, unless told otherwise.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How [`serve_with`] treats connections.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     /// How long the request line and headers may take to arrive.
     pub header_read_timeout: Duration,
+    /// Once shutdown begins, how long requests in flight may take to end before their
+    /// connections are dropped.
+    pub drain_timeout: Duration,
 }
 
 impl Default for ServeOptions {
     fn default() -> Self {
         Self {
             header_read_timeout: HEADER_READ_TIMEOUT,
+            drain_timeout: DRAIN_TIMEOUT,
         }
     }
 }
 
-/// Serves `router` on `listener` until `shutdown` completes, then lets requests in flight end.
+/// Serves `router` on `listener` until `shutdown` completes, then lets requests in flight end
+/// (for at most [`DRAIN_TIMEOUT`]).
 pub async fn serve(
     listener: TcpListener,
     router: Router,
@@ -179,7 +196,17 @@ pub async fn serve_with(
             }
         });
     }
+    // No new connection is accepted from here on; kept-alive idle ones are closed, and those
+    // with a request in flight close once it is answered.
     drop(listener);
-    graceful.shutdown().await;
+    if tokio::time::timeout(options.drain_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            after = ?options.drain_timeout,
+            "requests still in flight at shutdown were abandoned"
+        );
+    }
     Ok(())
 }

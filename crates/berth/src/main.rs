@@ -68,6 +68,8 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(serve::run(command));
+    // Tasks still running (reconciles in flight, endpoint proxies) are abandoned, not awaited.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

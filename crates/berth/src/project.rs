@@ -177,7 +177,7 @@ impl InstanceDef {
             Some(p) => {
                 let known: Vec<String> = endpoints.iter().map(|(p, _, _)| p.to_string()).collect();
                 Err(format!(
-                    "{} has no host endpoint for {{{p}}} (it has them for port(s) {}): a host endpoint exists for the tcp ready port and each port the image exposes, once the instance has started",
+                    "{} has no host endpoint for {{{p}}} (it has them for port(s) {}): a host endpoint exists for the tcp ready port and each port the image exposes, once the instance has started and while berth listens on its port",
                     self.name,
                     if known.is_empty() {
                         "none yet".to_owned()

@@ -17,6 +17,7 @@ use berth_docker::{DockerConfig, DockerRuntime};
 use berth_http::{AllowedHosts, ServiceKeys};
 use clap::{Args, ValueEnum};
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 /// The address the daemon listens on unless told otherwise.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:2378";
@@ -53,7 +54,9 @@ pub struct ServeArgs {
     #[arg(long, env = "BERTH_READY_TIMEOUT", default_value = "120s", value_parser = humantime::parse_duration)]
     ready_timeout: Duration,
 
-    /// How long a stop waits for an instance's process before killing it.
+    /// How long a stop waits for an instance's process before killing it; and, when berth
+    /// itself stops (SIGTERM, SIGINT), how long requests in flight may take to end. berth exits
+    /// within this plus 5 s.
     #[arg(long, env = "BERTH_STOP_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     stop_timeout: Duration,
 
@@ -107,8 +110,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("could not open the database {}", db.display()))?,
     );
 
-    let berth = match args.runtime {
-        RuntimeKind::None => Berth::new(store, None, "no container runtime"),
+    let reconciler = match args.runtime {
+        RuntimeKind::None => None,
         RuntimeKind::Docker => {
             let config = DockerConfig {
                 pull_timeout: args.pull_timeout,
@@ -128,8 +131,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 },
             );
             reconciler.start();
-            Berth::new(store, Some(reconciler), "docker")
+            Some(reconciler)
         }
+    };
+    let berth = match &reconciler {
+        None => Berth::new(store, None, "no container runtime"),
+        Some(reconciler) => Berth::new(store, Some(reconciler.clone()), "docker"),
     };
 
     let listener = TcpListener::bind(args.listen).await.map_err(|e| {
@@ -145,13 +152,55 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let local = listener.local_addr()?;
     let mut hosts = args.allowed_hosts.clone();
     hosts.push(local.ip().to_string());
-    let router = berth_http::router(berth, keys, AllowedHosts::new(hosts));
+    let shutdown = CancellationToken::new();
+    let router = berth_http::router(berth, keys, AllowedHosts::new(hosts), shutdown.clone());
     tracing::info!(address = %local, data_dir = %data_dir.display(), "berth is listening");
     // A line for scripts that wait for the daemon (and ask it for port 0).
     println!("berth listening on http://{local}");
-    berth_http::serve(listener, router, shutdown_signal()).await?;
+    let stop_timeout = args.stop_timeout;
+    let signalled = {
+        let shutdown = shutdown.clone();
+        async move {
+            shutdown_signal().await;
+            // Open execs are killed in their containers and followed logs end, so the requests
+            // in flight end promptly; the listener closes as this returns.
+            shutdown.cancel();
+            hard_deadline(stop_timeout + HARD_DEADLINE_SLACK);
+        }
+    };
+    let options = berth_http::ServeOptions {
+        drain_timeout: stop_timeout,
+        ..berth_http::ServeOptions::default()
+    };
+    berth_http::serve_with(listener, router, signalled, options).await?;
+    // Reconciles in flight get a moment to finish and are abandoned after it: instances keep
+    // running, and the next start adopts them.
+    if let Some(reconciler) = &reconciler {
+        reconciler.shutdown(RECONCILE_GRACE).await;
+    }
     tracing::info!("berth stopped");
     Ok(())
+}
+
+/// How long reconciles under way may take to finish once the API has stopped.
+const RECONCILE_GRACE: Duration = Duration::from_secs(2);
+
+/// Past `--stop-timeout`, what berth's own stop may still take (abandoning its tasks).
+const HARD_DEADLINE_SLACK: Duration = Duration::from_secs(4);
+
+/// Exits the process, successfully, `after` from now if it has not ended by itself: a stop never
+/// hangs on a task that does not end.
+fn hard_deadline(after: Duration) {
+    let spawned = std::thread::Builder::new()
+        .name("berth-stop-deadline".into())
+        .spawn(move || {
+            std::thread::sleep(after);
+            tracing::warn!(?after, "berth did not stop in time; exiting anyway");
+            std::process::exit(0);
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "no thread for the stop deadline");
+    }
 }
 
 fn prepare_data_dir(dir: &Path) -> anyhow::Result<()> {

@@ -230,6 +230,7 @@ pub async fn exec(
         user: user.map(str::to_owned),
         timeout,
         max_output,
+        cancel: Default::default(),
     };
     rt.exec(container, request, Box::pin(stdin))
         .await

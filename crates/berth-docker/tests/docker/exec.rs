@@ -1,6 +1,6 @@
 use std::time::{Duration, Instant};
 
-use berth_core::runtime::{ExecRequest, Runtime};
+use berth_core::runtime::{ExecRequest, Runtime, RuntimeError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common::{self, Scope};
@@ -35,6 +35,7 @@ async fn exec_streams_stdin_in_and_returns_stdout_stderr_and_exit_code() {
         user: None,
         timeout: Duration::from_secs(30),
         max_output: 4096,
+        cancel: Default::default(),
     };
     let input = tokio::io::repeat(b'x').take(8 * MIB as u64);
     let out = rt
@@ -53,6 +54,7 @@ async fn exec_streams_stdin_in_and_returns_stdout_stderr_and_exit_code() {
         user: None,
         timeout: Duration::from_secs(30),
         max_output: 4096,
+        cancel: Default::default(),
     };
     let input = tokio::io::repeat(b'y').take(8 * MIB as u64);
     let out = rt
@@ -80,6 +82,7 @@ async fn exec_streams_stdin_in_and_returns_stdout_stderr_and_exit_code() {
         user: None,
         timeout: Duration::from_secs(10),
         max_output: 4096,
+        cancel: Default::default(),
     };
     let out = rt
         .exec(&facts.id, request, Box::pin(reader))
@@ -202,6 +205,7 @@ async fn an_exec_past_its_timeout_is_killed_with_its_children() {
         user: Some("0".to_owned()),
         timeout: Duration::from_secs(1),
         max_output: 4096,
+        cancel: Default::default(),
     };
     let out = rt
         .exec(&facts.id, request, Box::pin(reader))
@@ -230,6 +234,7 @@ async fn dropping_an_exec_kills_its_command() {
         user: None,
         timeout: Duration::from_secs(120),
         max_output: 4096,
+        cancel: Default::default(),
     };
     let abandoned = tokio::time::timeout(
         Duration::from_millis(800),
@@ -291,4 +296,84 @@ async fn a_missing_binary_is_an_exit_code_not_an_error() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(!out.timed_out);
+}
+
+/// Waits (bounded) until a process whose argv holds `marker` runs in the container.
+async fn wait_running(rt: &berth_docker::DockerRuntime, container: &str, marker: &str) {
+    let started = Instant::now();
+    while !common::processes(rt, container).await.contains(marker) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{marker} never started"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_cancelled_exec_is_killed_before_it_answers() {
+    let rt = common::runtime().await;
+    let scope = Scope::new("exec-cancel");
+    let (facts, _) = scope.running(&rt, common::BUSYBOX).await;
+    let (_writer, reader) = tokio::io::duplex(64);
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let request = ExecRequest {
+        argv: vec![
+            "sh".to_owned(),
+            "-c".to_owned(),
+            "setsid sleep 63 & cat".to_owned(),
+        ],
+        user: None,
+        timeout: Duration::from_secs(120),
+        max_output: 4096,
+        cancel: cancel.clone(),
+    };
+    let (answer, ()) = tokio::join!(rt.exec(&facts.id, request, Box::pin(reader)), async {
+        wait_running(&rt, &facts.id, "sleep 63").await;
+        cancel.cancel();
+    });
+    assert!(
+        matches!(&answer, Err(RuntimeError::Cancelled(m)) if m.contains("killed")),
+        "{answer:?}"
+    );
+    let ps = common::processes(&rt, &facts.id).await;
+    assert!(!ps.contains("sleep 63") && !ps.contains("cat"), "{ps}");
+}
+
+#[tokio::test]
+async fn stdin_that_fails_to_read_kills_the_command_before_it_answers() {
+    let rt = common::runtime().await;
+    let scope = Scope::new("exec-broken");
+    let (facts, _) = scope.running(&rt, common::BUSYBOX).await;
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(1);
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    let request = ExecRequest {
+        argv: vec![
+            "sh".to_owned(),
+            "-c".to_owned(),
+            "cat >/dev/null; sleep 64".to_owned(),
+        ],
+        user: None,
+        timeout: Duration::from_secs(120),
+        max_output: 4096,
+        cancel: Default::default(),
+    };
+    let stdin = Box::pin(tokio_util::io::StreamReader::new(stream));
+    let (answer, ()) = tokio::join!(rt.exec(&facts.id, request, stdin), async {
+        tx.send(Ok(bytes::Bytes::from_static(b"some stdin")))
+            .await
+            .unwrap();
+        wait_running(&rt, &facts.id, "sleep 64").await;
+        tx.send(Err(std::io::Error::other("the client went away")))
+            .await
+            .unwrap();
+    });
+    assert!(
+        matches!(&answer, Err(RuntimeError::Cancelled(m)) if m.contains("caller went away")),
+        "{answer:?}"
+    );
+    let ps = common::processes(&rt, &facts.id).await;
+    assert!(!ps.contains("sleep 64") && !ps.contains("cat"), "{ps}");
 }

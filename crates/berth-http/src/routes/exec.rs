@@ -42,13 +42,22 @@ async fn exec_instance(
     body: Body,
 ) -> Result<Json<ExecResult>, ApiError> {
     let (domain, key) = path.parts()?;
-    let stream = body.into_data_stream().map_err(io::Error::other);
+    // Cancelled when berth stops, when the body breaks off (the client went away while stdin
+    // streamed), or when this handler is dropped (hyper saw the connection close): each kills
+    // the command in its container at once.
+    let cancel = app.shutdown.child_token();
+    let _cancel_on_drop = cancel.clone().drop_guard();
+    let broken = cancel.clone();
+    let stream = body.into_data_stream().map_err(move |e| {
+        broken.cancel();
+        io::Error::other(e)
+    });
     let mut reader = BufReader::with_capacity(MAX_FRAME_BYTES + 1, StreamReader::new(stream));
     let line = read_frame(&mut reader).await?;
     let frame = decode_frame(&line).map_err(|p| ApiError::refused(p.joined()))?;
     let result = app
         .berth
-        .exec(&caller.owner, &domain, key, frame, Box::pin(reader))
+        .exec(&caller.owner, &domain, key, frame, Box::pin(reader), cancel)
         .await?;
     Ok(Json(result))
 }

@@ -7,6 +7,7 @@ use berth_core::endpoints::EndpointView;
 use berth_core::evidence::ImageEvidence;
 use berth_core::image::Digest;
 use berth_core::model::{ArchivedVolume, InstanceView, ReleaseView, RollbackView};
+use futures_util::StreamExt;
 use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -119,7 +120,10 @@ async fn instance_logs(
             axum::http::header::CONTENT_TYPE,
             "text/plain; charset=utf-8",
         )
-        .body(axum::body::Body::from_stream(stream))
+        // A followed stream ends when berth begins to stop.
+        .body(axum::body::Body::from_stream(
+            stream.take_until(app.shutdown.clone().cancelled_owned()),
+        ))
         .map_err(|e| ApiError::Core(berth_core::Error::Internal(e.to_string())))
 }
 

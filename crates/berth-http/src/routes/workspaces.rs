@@ -4,7 +4,8 @@ use axum::extract::State;
 use axum::{Extension, Json};
 use berth_core::model::{LeaseView, LinkView, WorkspaceView};
 use berth_core::workspaces::{
-    WORKSPACE_ID_EXPECTED, decode_lease, decode_link, decode_workspace, is_workspace_id,
+    LABEL_WORKSPACE, WORKSPACE_ID_EXPECTED, decode_lease, decode_link, decode_workspace,
+    is_workspace_id, key_id,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -107,6 +108,17 @@ pub struct WorkspaceList {
     pub items: Vec<WorkspaceView>,
 }
 
+/// Who the caller is, as far as others may know.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Whoami {
+    /// The key's public id: 12 hex digits derived from the key that do not reveal it.
+    pub key_id: String,
+    /// The label a container carries to be an executor of the caller's workspace `ID`:
+    /// this with `ID` replaced.
+    pub consent_label_template: String,
+}
+
 /// An empty object.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Empty {}
@@ -119,6 +131,19 @@ pub(crate) fn router() -> OpenApiRouter<App> {
         .routes(routes!(renew_lease))
         .routes(routes!(delete_lease))
         .routes(routes!(link_workspace))
+        .routes(routes!(whoami))
+}
+
+/// The caller's public key id, which consent labels name: a container is an executor of the
+/// caller's workspace `ID` only when it carries `berth.workspace=<keyId>/ID`.
+#[utoipa::path(get, path = "/v1/whoami", tag = "workspaces",
+    responses((status = 200, body = Whoami), (status = 401, body = ErrorBody)))]
+async fn whoami(Extension(caller): Extension<Caller>) -> Json<Whoami> {
+    let id = key_id(&caller.owner);
+    Json(Whoami {
+        consent_label_template: format!("{LABEL_WORKSPACE}={id}/ID"),
+        key_id: id,
+    })
 }
 
 /// Registers a workspace's executors (idempotent); its link is kept.

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use berth_client::{Selector, WorkspaceRequest};
+use berth_client::{Executor, Selector, WorkspaceRequest};
 use clap::Args;
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
@@ -65,20 +65,30 @@ pub struct LinkArgs {
     /// Containers carrying this label (`key=value`) are linked too, including ones started later.
     #[arg(long)]
     selector: Option<String>,
+    /// Print only the label a container must carry to be linked to the workspace
+    /// (`berth.workspace=<keyId>/<workspace>`), for `docker run --label`, and link nothing.
+    #[arg(long, conflicts_with_all = ["selector", "containers"])]
+    print_label: bool,
     /// Containers (names or ids) that should reach this worktree's instances by their aliases.
+    /// Each must have been created with the workspace's label (see --print-label).
     containers: Vec<String>,
 }
 
 pub async fn link(args: LinkArgs) -> anyhow::Result<ExitCode> {
-    if args.containers.is_empty() && args.selector.is_none() {
+    if !args.print_label && args.containers.is_empty() && args.selector.is_none() {
         bail!("name at least one container, or a --selector label, to link");
     }
     let repo = Repo::discover()?;
     let client = args.conn.endpoint().connect().await?;
+    let workspace = args.workspace.unwrap_or_else(|| repo.worktree_key.clone());
+    if args.print_label {
+        let me = client.api.whoami().await.or_say(&client)?;
+        println!("berth.workspace={}/{workspace}", me.key_id);
+        return Ok(ExitCode::SUCCESS);
+    }
     let domain = super::ensure_domain(&client, &repo)
         .await?
         .resource_domain_id;
-    let workspace = args.workspace.unwrap_or_else(|| repo.worktree_key.clone());
     let request = WorkspaceRequest {
         containers: args.containers,
         selector: args.selector.map(|label| Selector { label }),
@@ -88,14 +98,29 @@ pub async fn link(args: LinkArgs) -> anyhow::Result<ExitCode> {
         .put_workspace(&workspace, &request)
         .await
         .or_say(&client)?;
-    let linked = client
+    client
         .api
         .link(&domain, &workspace, &repo.worktree_key)
         .await
         .or_say(&client)?;
+    // The workspace as it stands: a container may have been attached by the registration,
+    // before the link call counted.
+    let view = client.api.workspace(&workspace).await.or_say(&client)?;
+    let attached = view
+        .executors
+        .iter()
+        .filter(|e| matches!(e, Executor::Container { running: true, .. }))
+        .count();
     println!(
-        "linked workspace {workspace} with worktree key {}: {} executor(s) attached",
-        repo.worktree_key, linked.attached_executors
+        "linked workspace {workspace} with worktree key {}: {attached} executor(s) attached",
+        repo.worktree_key,
     );
-    Ok(ExitCode::SUCCESS)
+    for item in &view.not_attached {
+        eprintln!("berth: {} is not attached: {}", item.container, item.reason);
+    }
+    Ok(if view.not_attached.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
