@@ -10,6 +10,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -357,11 +358,30 @@ pub fn remove_docker_objects(prefix: &str) {
     }
 }
 
-/// A blocking client for the daemon's API.
+/// The runtime the tests' typed calls run on: one for the test binary, shared by its threads.
+pub fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a tokio runtime")
+    })
+}
+
+/// Runs `future` to its end on [`runtime`].
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    runtime().block_on(future)
+}
+
+/// A client for the daemon's API: typed calls through `berth-client` ([`Client::api`]), and raw
+/// requests for the tests that send what no client would.
 pub struct Client {
     base: String,
     key: Option<String>,
     http: reqwest::blocking::Client,
+    api: berth_client::Client,
 }
 
 /// A response: its status and JSON body.
@@ -393,6 +413,11 @@ impl Answer {
 
 impl Client {
     pub fn new(base: &str, key: Option<&str>) -> Self {
+        // Poll often on a daemon without the wait route: a test may wait for a brief state.
+        let mut api = berth_client::Client::builder(base).poll_every(Duration::from_millis(50));
+        if let Some(key) = key {
+            api = api.key(key);
+        }
         Self {
             base: base.to_owned(),
             key: key.map(str::to_owned),
@@ -400,7 +425,13 @@ impl Client {
                 .timeout(Duration::from_secs(120))
                 .build()
                 .expect("an http client"),
+            api: api.build().expect("a berth client"),
         }
+    }
+
+    /// The typed client, for [`block_on`].
+    pub fn api(&self) -> &berth_client::Client {
+        &self.api
     }
 
     /// Sends `method path` with an optional raw body and extra headers.
@@ -488,10 +519,31 @@ impl Client {
 
     /// Creates a domain and returns its id.
     pub fn create_domain(&self, name: &str) -> String {
-        let body = self
-            .post("/v1/resource-domains", json!({"name": name}))
-            .expect(200);
-        body["resourceDomainId"].as_str().expect("an id").to_owned()
+        block_on(self.api.create_domain(name))
+            .unwrap_or_else(|e| panic!("creating domain {name:?}: {e}"))
+            .resource_domain_id
+    }
+
+    /// `up` through the typed client: the instance as stored, or a panic naming the error.
+    pub fn up_ok(
+        &self,
+        domain: &str,
+        key: &str,
+        spec: &Value,
+        cause: &str,
+    ) -> berth_client::Instance {
+        let cause = match cause {
+            "use" => berth_client::Cause::Use,
+            "person" => berth_client::Cause::Person,
+            other => panic!("no cause {other:?}"),
+        };
+        block_on(self.api.up(domain, key, spec, cause))
+            .unwrap_or_else(|e| panic!("up of {key}: {e}"))
+    }
+
+    /// `get` an instance through the typed client.
+    pub fn get_instance(&self, domain: &str, key: &str) -> berth_client::Instance {
+        block_on(self.api.instance(domain, key)).unwrap_or_else(|e| panic!("get of {key}: {e}"))
     }
 
     /// `up` with a spec and cause.
@@ -502,10 +554,10 @@ impl Client {
         )
     }
 
-    /// `get` an instance.
+    /// `get` an instance, decoded by the typed client (so a shape it cannot read fails here),
+    /// as JSON for the tests that look into it.
     pub fn instance(&self, domain: &str, key: &str) -> Value {
-        self.get(&format!("/v1/resource-domains/{domain}/instances/{key}"))
-            .expect(200)
+        serde_json::to_value(self.get_instance(domain, key)).expect("an instance as JSON")
     }
 
     /// Polls an instance until `done(instance)` or `timeout`, and returns it.
@@ -530,9 +582,32 @@ impl Client {
         }
     }
 
-    /// Polls until the instance's state kind is `kind`.
+    /// Waits through the client's one wait (the wait route, or polling on a daemon without
+    /// it) until the instance's state kind is `kind`; panics at `timeout`.
     pub fn wait_state(&self, domain: &str, key: &str, kind: &str, timeout: Duration) -> Value {
-        self.wait_for(domain, key, timeout, kind, |i| i["state"]["kind"] == kind)
+        serde_json::to_value(self.wait_state_typed(domain, key, kind, timeout))
+            .expect("an instance as JSON")
+    }
+
+    /// [`Client::wait_state`], typed.
+    pub fn wait_state_typed(
+        &self,
+        domain: &str,
+        key: &str,
+        kind: &str,
+        timeout: Duration,
+    ) -> berth_client::Instance {
+        let settled = block_on(
+            self.api
+                .wait_for_state(domain, key, &[kind], timeout, |_| true),
+        )
+        .unwrap_or_else(|e| panic!("waiting for {key} to be {kind}: {e}"));
+        assert!(
+            !settled.timed_out,
+            "{key} did not become {kind} within {timeout:?}: {:?}",
+            settled.instance
+        );
+        settled.instance
     }
 }
 

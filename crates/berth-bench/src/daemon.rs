@@ -6,6 +6,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
+use berth_client::{ArchivedInstance, Cause, ClientError, ExecFrame, ExecResult, Instance};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -137,12 +138,28 @@ impl Daemon {
     }
 }
 
-/// A client for the daemon's API, with one service key and kept-alive connections.
+/// A client for the daemon's API, with one service key and kept-alive connections: the typed
+/// calls go through `berth-client`; `get`, `post` and `put` send raw requests for the figures
+/// that time the HTTP exchange itself.
 #[derive(Clone)]
 pub struct Api {
     http: reqwest::Client,
+    client: berth_client::Client,
     base: String,
     key: String,
+}
+
+/// A client error with the call it answered, for the bench's report.
+fn said(what: String) -> impl FnOnce(ClientError) -> anyhow::Error {
+    move |e| match e.api() {
+        Some(api) => anyhow!(
+            "{what}: berth answered {} {}: {}",
+            api.status,
+            api.tag,
+            api.message
+        ),
+        None => anyhow!("{what}: {e}"),
+    }
 }
 
 impl Api {
@@ -152,9 +169,15 @@ impl Api {
                 .timeout(Duration::from_secs(120))
                 .build()
                 .context("an HTTP client")?,
+            client: berth_client::Client::new(base, key).context("a berth client")?,
             base: base.to_owned(),
             key: key.to_owned(),
         })
+    }
+
+    /// The typed client.
+    pub fn client(&self) -> &berth_client::Client {
+        &self.client
     }
 
     /// The full URL of `path`.
@@ -205,31 +228,31 @@ impl Api {
 
     /// Creates a resource domain and returns its id.
     pub async fn create_domain(&self, name: &str) -> anyhow::Result<String> {
-        let body = json!({ "name": name }).to_string().into_bytes();
-        let domain = self.post("/v1/resource-domains", body).await?;
-        domain["resourceDomainId"]
-            .as_str()
-            .map(str::to_owned)
-            .ok_or_else(|| anyhow!("the new domain has no id: {domain}"))
+        let domain = self
+            .client
+            .create_domain(name)
+            .await
+            .map_err(said("POST /v1/resource-domains".into()))?;
+        Ok(domain.resource_domain_id)
     }
 
     /// `POST .../instances/{key}/up` with `spec`, as a person.
-    pub async fn up(&self, domain: &str, key: &str, spec: &Value) -> anyhow::Result<Value> {
-        self.up_as(domain, key, spec, "person").await
+    pub async fn up(&self, domain: &str, key: &str, spec: &Value) -> anyhow::Result<Instance> {
+        self.up_as(domain, key, spec, Cause::Person).await
     }
 
-    /// `POST .../instances/{key}/up` with `spec` and `cause` (`person` or `use`).
+    /// `POST .../instances/{key}/up` with `spec` and `cause`.
     pub async fn up_as(
         &self,
         domain: &str,
         key: &str,
         spec: &Value,
-        cause: &str,
-    ) -> anyhow::Result<Value> {
-        let body = json!({ "spec": spec, "cause": cause })
-            .to_string()
-            .into_bytes();
-        self.post(&instance_path(domain, key, "/up"), body).await
+        cause: Cause,
+    ) -> anyhow::Result<Instance> {
+        self.client
+            .up(domain, key, spec, cause)
+            .await
+            .map_err(said(format!("up of {key}")))
     }
 
     /// `PUT path` with a JSON body.
@@ -248,63 +271,82 @@ impl Api {
 
     /// The host port of instance `key`'s endpoint for container port `port`.
     pub async fn host_port(&self, domain: &str, key: &str, port: u16) -> anyhow::Result<u16> {
-        let endpoints = self.get(&instance_path(domain, key, "/endpoints")).await?;
-        endpoints["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|e| e["port"] == port)
-            .and_then(|e| e["hostPort"].as_u64())
-            .and_then(|p| u16::try_from(p).ok())
-            .ok_or_else(|| anyhow!("instance {key} has no endpoint for port {port}: {endpoints}"))
+        let endpoints = self
+            .client
+            .endpoints(domain, key)
+            .await
+            .map_err(said(format!("endpoints of {key}")))?;
+        endpoints
+            .iter()
+            .find(|e| e.port == port)
+            .map(|e| e.host_port)
+            .ok_or_else(|| anyhow!("instance {key} has no endpoint for port {port}: {endpoints:?}"))
     }
 
     /// `GET .../instances/{key}`.
-    pub async fn instance(&self, domain: &str, key: &str) -> anyhow::Result<Value> {
-        self.get(&instance_path(domain, key, "")).await
+    pub async fn instance(&self, domain: &str, key: &str) -> anyhow::Result<Instance> {
+        self.client
+            .instance(domain, key)
+            .await
+            .map_err(said(format!("GET of {key}")))
     }
 
     /// `POST .../instances/{key}/archive`: the container goes, the volumes stay.
-    pub async fn archive(&self, domain: &str, key: &str) -> anyhow::Result<Value> {
-        self.post(&instance_path(domain, key, "/archive"), Vec::new())
+    pub async fn archive(&self, domain: &str, key: &str) -> anyhow::Result<ArchivedInstance> {
+        self.client
+            .archive(domain, key)
+            .await
+            .map_err(said(format!("archive of {key}")))
+    }
+
+    /// Runs `argv` through the raw exec route with no stdin; returns the exec result, or the
+    /// daemon's error as it is (the soak tells a refusal it expects from a fault).
+    pub async fn exec(
+        &self,
+        domain: &str,
+        key: &str,
+        argv: &[&str],
+    ) -> Result<ExecResult, ClientError> {
+        let frame = ExecFrame {
+            argv: argv.iter().map(|a| (*a).to_owned()).collect(),
+            user: None,
+            timeout_ms: 10_000,
+        };
+        self.client
+            .exec_bytes(domain, key, &frame, Vec::new())
             .await
     }
 
-    /// Runs `argv` through the raw exec route with no stdin; returns the exec result.
-    pub async fn exec(&self, domain: &str, key: &str, argv: &[&str]) -> anyhow::Result<Value> {
-        let mut body = json!({ "argv": argv, "user": null, "timeoutMs": 10000 })
-            .to_string()
-            .into_bytes();
-        body.push(b'\n');
-        self.post(&instance_path(domain, key, "/exec"), body).await
-    }
-
-    /// Polls the instance every `every` until its state is `running`, and returns it. A state
-    /// it cannot leave without another request (`failed`, `stopped`, `archived`) is an error.
+    /// Waits (through the client's one wait, polling every `every` on a daemon without the
+    /// wait route) until the instance is `running`, and returns it. A state it cannot leave
+    /// without another request (`failed`, `stopped`, `archived`) is an error.
     pub async fn wait_running(
         &self,
         domain: &str,
         key: &str,
         every: Duration,
         timeout: Duration,
-    ) -> anyhow::Result<Value> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let instance = self.instance(domain, key).await?;
-            match instance["state"]["kind"].as_str() {
-                Some("running") => return Ok(instance),
-                Some(kind @ ("failed" | "stopped" | "archived")) => {
-                    bail!("instance {key} became {kind} instead of running: {instance}")
-                }
-                _ => {}
-            }
-            if tokio::time::Instant::now() > deadline {
-                bail!(
-                    "instance {key} was not running within {}: {instance}",
-                    humantime::format_duration(timeout)
-                );
-            }
-            tokio::time::sleep(every).await;
+    ) -> anyhow::Result<Instance> {
+        let settled = self
+            .client
+            .with_poll_every(every)
+            .wait_for_state(
+                domain,
+                key,
+                &["running", "failed", "stopped", "archived"],
+                timeout,
+                |_| true,
+            )
+            .await
+            .map_err(said(format!("waiting for {key}")))?;
+        let instance = settled.instance;
+        match instance.state.kind() {
+            "running" => Ok(instance),
+            _ if settled.timed_out => bail!(
+                "instance {key} was not running within {}: {instance:?}",
+                humantime::format_duration(timeout)
+            ),
+            kind => bail!("instance {key} became {kind} instead of running: {instance:?}"),
         }
     }
 }
@@ -348,7 +390,12 @@ pub fn small_spec(image: &str, alias: &str) -> Value {
 
 /// One of berth's timestamps (`startedAt`, `state.since`, `observedAt`).
 pub fn timestamp(value: &Value) -> Option<std::time::SystemTime> {
-    humantime::parse_rfc3339(value.as_str()?).ok()
+    time_of(value.as_str()?)
+}
+
+/// One of berth's timestamps, as the typed client has it.
+pub fn time_of(text: &str) -> Option<std::time::SystemTime> {
+    humantime::parse_rfc3339(text).ok()
 }
 
 /// Where [`spec`] mounts its volume.

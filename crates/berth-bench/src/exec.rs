@@ -26,10 +26,14 @@ enum Way {
 
 async fn berth_once(ctx: &Ctx, key: &str) -> anyhow::Result<f64> {
     let start = Instant::now();
-    let result = ctx.api.exec(&ctx.domain, key, &["true"]).await?;
+    let result = ctx
+        .api
+        .exec(&ctx.domain, key, &["true"])
+        .await
+        .context("exec of true through berth")?;
     let elapsed = ms(start.elapsed());
-    if result["exitCode"] != 0 {
-        bail!("true through berth did not exit 0: {result}");
+    if result.exit_code != Some(0) {
+        bail!("true through berth did not exit 0: {result:?}");
     }
     Ok(elapsed)
 }

@@ -16,6 +16,7 @@ use std::process::Stdio;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, anyhow, bail};
+use berth_client::{Desired, Instance};
 use bollard::Docker;
 use bollard::container::LogOutput;
 use bollard::models::HealthStatusEnum;
@@ -29,7 +30,7 @@ use tokio::process::Command;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::Ctx;
-use crate::daemon::instance_path;
+use crate::daemon::{instance_path, time_of};
 use crate::engine::{self, LABEL_BENCH};
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, median_of, number};
@@ -281,22 +282,22 @@ async fn timeline(docker: &Docker, id: &str, since: SystemTime) -> anyhow::Resul
 /// Polls instance `key` until it is running; a `stopped` state is waited through while the
 /// instance is wanted running (an `up` of a stopped instance says stopped until its reconcile
 /// starts the container). Returns the instance.
-async fn wait_running(ctx: &Ctx, key: &str, start: Instant) -> anyhow::Result<Value> {
+async fn wait_running(ctx: &Ctx, key: &str, start: Instant) -> anyhow::Result<Instance> {
     let deadline = start + SAMPLE_TIMEOUT;
     loop {
         let instance = ctx.api.instance(&ctx.domain, key).await?;
-        match instance["state"]["kind"].as_str() {
-            Some("running") => return Ok(instance),
-            Some(kind @ ("failed" | "archived")) => {
-                bail!("instance {key} became {kind} instead of running: {instance}")
+        match instance.state.kind() {
+            "running" => return Ok(instance),
+            kind @ ("failed" | "archived") => {
+                bail!("instance {key} became {kind} instead of running: {instance:?}")
             }
-            _ if instance["desired"] != "running" => {
-                bail!("the up of instance {key} was not taken: {instance}")
+            _ if instance.desired != Desired::Running => {
+                bail!("the up of instance {key} was not taken: {instance:?}")
             }
             _ => {}
         }
         if Instant::now() > deadline {
-            bail!("instance {key} was not running within {SAMPLE_TIMEOUT:?}: {instance}");
+            bail!("instance {key} was not running within {SAMPLE_TIMEOUT:?}: {instance:?}");
         }
         tokio::time::sleep(POLL).await;
     }
@@ -311,11 +312,11 @@ async fn berth_stop(ctx: &Ctx, key: &str) -> anyhow::Result<()> {
     let deadline = Instant::now() + SAMPLE_TIMEOUT;
     loop {
         let instance = ctx.api.instance(&ctx.domain, key).await?;
-        if instance["state"]["kind"] == "stopped" {
+        if instance.state.kind() == "stopped" {
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("instance {key} was not stopped within {SAMPLE_TIMEOUT:?}: {instance}");
+            bail!("instance {key} was not stopped within {SAMPLE_TIMEOUT:?}: {instance:?}");
         }
         tokio::time::sleep(STOP_POLL).await;
     }
@@ -338,7 +339,7 @@ async fn berth_once(
     let instance = wait_running(ctx, key, start).await?;
     let total = ms(start.elapsed());
     let mut sample = Sample::new(total, wall_start, SystemTime::now());
-    sample.berth_ready = instance["state"]["since"].as_str().and_then(timestamp);
+    sample.berth_ready = instance.state.time().and_then(time_of);
     let id = engine::berth_container(&ctx.docker, &ctx.prefix, key).await?;
     sample.timeline = Some(timeline(&ctx.docker, &id, wall_start).await?);
     if archive {

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use berth_client::Cause;
 use serde_json::json;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -65,9 +66,9 @@ async fn operation(
             let result = api.exec(domain, &key, &["true"]).await;
             // An instance a stop of the mix just stopped answers 409: that is the mix, not a fault.
             if let Err(e) = result
-                && !e.to_string().contains("ResourceInstanceNotRunningError")
+                && !e.is("ResourceInstanceNotRunningError")
             {
-                return Err(e);
+                return Err(anyhow::Error::from(e).context(format!("exec in {key}")));
             }
         }
         85..=89 => {
@@ -103,7 +104,7 @@ async fn operation(
                 json!({"by": "soak"}).to_string().into_bytes(),
             )
             .await?;
-            api.up_as(domain, &key, &spec(image, &key), "person")
+            api.up_as(domain, &key, &spec(image, &key), Cause::Person)
                 .await?;
         }
     }

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use crate::Ctx;
-use crate::daemon::{spec, timestamp};
+use crate::daemon::{spec, time_of};
 use crate::engine::{self, Polling, RawUp};
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, median_of, number};
@@ -42,8 +42,8 @@ async fn berth_once(ctx: &Ctx, key: &str) -> anyhow::Result<BerthUp> {
         .await?;
     let total = ms(start.elapsed());
     let wall_seen = SystemTime::now();
-    let started = timestamp(&instance["startedAt"]);
-    let running = timestamp(&instance["state"]["since"]);
+    let started = instance.started_at.as_deref().and_then(time_of);
+    let running = instance.state.time().and_then(time_of);
     let sample = BerthUp {
         total,
         accept: started.map(|s| between(wall_start, s)),

@@ -6,6 +6,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use berth_client::{Cause, Desired, InstanceState, StopReason};
 use bollard::models::VolumeCreateRequest;
 use bollard::query_parameters::{CreateContainerOptions, StopContainerOptions};
 use serde_json::Value;
@@ -43,15 +44,14 @@ async fn wait_idle_stopped(ctx: &Ctx, key: &str) -> anyhow::Result<()> {
     let deadline = Instant::now() + SAMPLE_TIMEOUT;
     loop {
         let instance = ctx.api.instance(&ctx.domain, key).await?;
-        let state = &instance["state"];
-        if state["kind"] == "stopped" {
-            if state["reason"]["kind"] == "idle" {
+        if let InstanceState::Stopped { reason, .. } = &instance.state {
+            if *reason == StopReason::Idle {
                 return Ok(());
             }
-            bail!("instance {key} stopped for another reason than idleness: {instance}");
+            bail!("instance {key} stopped for another reason than idleness: {instance:?}");
         }
         if Instant::now() > deadline {
-            bail!("instance {key} did not idle-stop within {SAMPLE_TIMEOUT:?}: {instance}");
+            bail!("instance {key} did not idle-stop within {SAMPLE_TIMEOUT:?}: {instance:?}");
         }
         tokio::time::sleep(IDLE_POLL).await;
     }
@@ -96,24 +96,24 @@ async fn berth_api(ctx: &Ctx, key: &str) -> anyhow::Result<f64> {
     wait_idle_stopped(ctx, key).await?;
     let spec = idle_spec(&ctx.image, key);
     let start = Instant::now();
-    ctx.api.up_as(&ctx.domain, key, &spec, "use").await?;
+    ctx.api.up_as(&ctx.domain, key, &spec, Cause::Use).await?;
     // Until the reconcile starts the container the state still says stopped (with `desired`
     // already running), so a stopped state is waited through here.
     let deadline = start + SAMPLE_TIMEOUT;
     loop {
         let instance = ctx.api.instance(&ctx.domain, key).await?;
-        match instance["state"]["kind"].as_str() {
-            Some("running") => break,
-            Some(kind @ ("failed" | "archived")) => {
-                bail!("instance {key} became {kind} instead of running: {instance}")
+        match instance.state.kind() {
+            "running" => break,
+            kind @ ("failed" | "archived") => {
+                bail!("instance {key} became {kind} instead of running: {instance:?}")
             }
-            _ if instance["desired"] != "running" => {
-                bail!("the wake of instance {key} was not taken: {instance}")
+            _ if instance.desired != Desired::Running => {
+                bail!("the wake of instance {key} was not taken: {instance:?}")
             }
             _ => {}
         }
         if Instant::now() > deadline {
-            bail!("instance {key} was not running within {SAMPLE_TIMEOUT:?}: {instance}");
+            bail!("instance {key} was not running within {SAMPLE_TIMEOUT:?}: {instance:?}");
         }
         tokio::time::sleep(POLL).await;
     }

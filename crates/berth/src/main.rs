@@ -39,8 +39,19 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let command = match cli.command {
         Command::Serve(args) => args,
-        // The commands people run are blocking HTTP calls: no async runtime under them.
-        Command::Client(command) => return cli::run(command),
+        // The commands people run: one small runtime under the client's calls.
+        Command::Client(command) => {
+            return match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt.block_on(cli::run(command)),
+                Err(e) => {
+                    eprintln!("berth: could not start the async runtime: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "berth", &mut std::io::stdout());
             return ExitCode::SUCCESS;

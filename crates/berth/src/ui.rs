@@ -4,7 +4,7 @@
 use std::io::IsTerminal;
 use std::time::{Duration, SystemTime};
 
-use serde_json::Value;
+use berth_client::{Instance, InstanceState, StopReason};
 
 /// How output is shaped.
 #[derive(Debug, Clone, Copy)]
@@ -197,14 +197,13 @@ pub fn escape(text: &str) -> String {
 }
 
 /// The instance's state kind.
-pub fn state_kind(instance: &Value) -> &str {
-    instance["state"]["kind"].as_str().unwrap_or("unknown")
+pub fn state_kind(instance: &Instance) -> &'static str {
+    instance.state.kind()
 }
 
 /// When the instance entered its state (`since` or `at`), as the daemon wrote it.
-pub fn state_time(instance: &Value) -> Option<&str> {
-    let state = &instance["state"];
-    state["since"].as_str().or_else(|| state["at"].as_str())
+pub fn state_time(instance: &Instance) -> Option<&str> {
+    instance.state.time()
 }
 
 /// A timestamp as milliseconds since the epoch.
@@ -246,27 +245,19 @@ pub fn bytes(n: i64) -> String {
 }
 
 /// A word for the state with what it carries: `stopped (by ada)`, `failed: <message>`.
-pub fn state_detail(instance: &Value) -> String {
-    let state = &instance["state"];
-    let kind = state_kind(instance);
-    match kind {
-        "stopped" => match state["reason"]["kind"].as_str() {
-            Some("person") => format!(
-                "stopped by {}",
-                escape(state["reason"]["by"].as_str().unwrap_or("someone"))
-            ),
-            Some("idle") => "stopped (idle)".to_owned(),
-            _ => "stopped".to_owned(),
+pub fn state_detail(instance: &Instance) -> String {
+    match &instance.state {
+        InstanceState::Stopped { reason, .. } => match reason {
+            StopReason::Person { by } => format!("stopped by {}", escape(by)),
+            StopReason::Idle => "stopped (idle)".to_owned(),
+            StopReason::Unknown => "stopped".to_owned(),
         },
-        "exited" => match state["exitCode"].as_i64() {
+        InstanceState::Exited { exit_code, .. } => match exit_code {
             Some(code) => format!("exited with {code}; restarting"),
             None => "exited; restarting".to_owned(),
         },
-        "failed" => format!(
-            "failed: {}",
-            escape(state["message"].as_str().unwrap_or(""))
-        ),
-        other => other.to_owned(),
+        InstanceState::Failed { message, .. } => format!("failed: {}", escape(message)),
+        other => other.kind().to_owned(),
     }
 }
 
@@ -315,8 +306,16 @@ mod tests {
             "\\u{1b}[31mred\\u{1b}[0m\\u{a}next\\u{9b}2J\\u{7f}"
         );
         assert_eq!(escape(&escape("\x1b")), escape("\x1b"));
-        let stopped = serde_json::json!({"state": {"kind": "stopped",
-            "reason": {"kind": "person", "by": "x\r\x1b]0;title\x07"}}});
+        let stopped: Instance = serde_json::from_value(serde_json::json!({
+            "resourceInstanceId": "rin:00000000-0000-4000-8000-000000000000",
+            "key": "db", "alias": "db", "worktreeKey": null, "specDigest": "sha256:x",
+            "desired": "stopped", "stopReason": null,
+            "state": {"kind": "stopped", "at": "2026-11-30T00:00:00.000Z",
+                "reason": {"kind": "person", "by": "x\r\x1b]0;title\x07"}},
+            "observedAt": "2026-11-30T00:00:00.000Z", "startedAt": null,
+            "lastReachedAt": null, "volumes": []
+        }))
+        .unwrap();
         assert_eq!(
             state_detail(&stopped),
             "stopped by x\\u{d}\\u{1b}]0;title\\u{7}"

@@ -80,7 +80,7 @@ fn docker() -> Check {
     }
 }
 
-fn image_check(image: &str) -> Check {
+async fn image_check(image: &str) -> Check {
     let name = "image";
     let pinned = match PinnedImage::parse(image) {
         Ok(p) => p,
@@ -117,18 +117,19 @@ fn image_check(image: &str) -> Check {
         );
     };
     let url = format!("http://{registry}/v2/");
-    let http = reqwest::blocking::Client::builder()
+    let answer = match reqwest::Client::builder()
         .timeout(Duration::from_secs(5))
-        .build();
-    let answer = http.map_err(|e| e.to_string()).and_then(|c| {
-        c.get(&url).send().map_err(|e| {
+        .build()
+    {
+        Err(e) => Err(e.to_string()),
+        Ok(c) => c.get(&url).send().await.map_err(|e| {
             let mut cause: &dyn std::error::Error = &e;
             while let Some(next) = cause.source() {
                 cause = next;
             }
             cause.to_string()
-        })
-    });
+        }),
+    };
     match answer {
         Ok(res) => Check::ok(
             name,
@@ -149,12 +150,12 @@ fn image_check(image: &str) -> Check {
     }
 }
 
-pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let ui = ui(args.json);
     let mut checks = vec![docker()];
 
     let endpoint = args.conn.endpoint();
-    let daemon_up = match endpoint.health() {
+    let daemon_up = match endpoint.health().await {
         Ok(()) => {
             checks.push(Check::ok(
                 "daemon",
@@ -172,7 +173,11 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
         }
     };
     if daemon_up {
-        match endpoint.connect().and_then(|c| c.domains()) {
+        let domains = match endpoint.connect().await {
+            Ok(c) => c.api.domains().await.map_err(|e| c.explain(e)),
+            Err(e) => Err(e),
+        };
+        match domains {
             Ok(domains) => checks.push(Check::ok("key", format!("the daemon accepts the service key ({} domain(s))", domains.len()))),
             Err(e) => checks.push(Check::fail(
                 "key",
@@ -209,7 +214,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
                 images.sort_unstable();
                 images.dedup();
                 for image in images {
-                    checks.push(image_check(image));
+                    checks.push(image_check(image).await);
                 }
             }
             Err(e) => {

@@ -8,12 +8,15 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::bail;
+use berth_client::ExecFrame;
 use berth_core::exec::MAX_TIMEOUT_MS;
+use bytes::Bytes;
 use clap::Args;
-use serde_json::json;
+use futures_util::Stream;
 
 use super::Conn;
 use super::instances::resolve;
+use crate::client::OrSay;
 use crate::repo::Repo;
 
 /// The exit code of a command killed at its timeout, as `timeout(1)` has it.
@@ -44,40 +47,44 @@ pub struct ExecArgs {
     command: Vec<String>,
 }
 
-pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let timeout_ms = args.timeout.as_millis();
     if !(1000..=MAX_TIMEOUT_MS as u128).contains(&timeout_ms) {
         bail!("--timeout must be between 1s and 6h");
     }
     let repo = Repo::discover()?;
-    let client = args.conn.endpoint().connect()?;
-    let Some(domain) = super::find_domain(&client, &repo)? else {
+    let client = args.conn.endpoint().connect().await?;
+    let Some(domain) = super::find_domain(&client, &repo).await? else {
         bail!("this repository has no instances yet: `berth up` starts them");
     };
-    let domain = super::domain_id(&domain)?;
-    let target = resolve(&client, &domain, &repo, std::slice::from_ref(&args.name))?;
-    let key = target[0]["key"].as_str().unwrap_or_default().to_owned();
+    let domain = domain.resource_domain_id;
+    let target = resolve(&client, &domain, &repo, std::slice::from_ref(&args.name)).await?;
+    let key = target[0].key.clone();
 
-    let frame = json!({"argv": args.command, "user": args.user, "timeoutMs": timeout_ms as u64});
-    let stdin: Option<Box<dyn Read + Send>> = if args.no_stdin || std::io::stdin().is_terminal() {
-        None
-    } else {
-        Some(Box::new(std::io::stdin()))
+    let frame = ExecFrame {
+        argv: args.command,
+        user: args.user,
+        timeout_ms: timeout_ms as u64,
     };
-    let result = client.exec(&domain, &key, &frame, stdin, args.timeout)?;
+    let send_stdin = !args.no_stdin && !std::io::stdin().is_terminal();
+    let result = client
+        .api
+        .exec(&domain, &key, &frame, stdin_stream(send_stdin))
+        .await
+        .or_say(&client)?;
 
     let mut out = std::io::stdout().lock();
-    let _ = out.write_all(result["stdout"].as_str().unwrap_or("").as_bytes());
+    let _ = out.write_all(result.stdout.as_bytes());
     let _ = out.flush();
     let mut err = std::io::stderr().lock();
-    let _ = err.write_all(result["stderr"].as_str().unwrap_or("").as_bytes());
-    if result["truncated"] == true {
+    let _ = err.write_all(result.stderr.as_bytes());
+    if result.truncated {
         let _ = writeln!(
             err,
             "berth: the output was longer than 1 MiB; only its last 1 MiB is shown"
         );
     }
-    if result["timedOut"] == true {
+    if result.timed_out {
         let _ = writeln!(
             err,
             "berth: the command was killed after {} (--timeout)",
@@ -85,6 +92,34 @@ pub fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::from(TIMED_OUT));
     }
-    let code = result["exitCode"].as_i64().unwrap_or(1);
+    let code = result.exit_code.unwrap_or(1);
     Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+}
+
+/// This process's stdin as a stream (empty when `send` is false), read by a thread of its own:
+/// a read blocked on a terminal or a pipe never holds up the runtime or the process's exit,
+/// and the answer is taken as soon as the daemon gives it, whatever stdin is left unsent.
+fn stdin_stream(send: bool) -> impl Stream<Item = std::io::Result<Bytes>> + Send + 'static {
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(8);
+    if send {
+        std::thread::spawn(move || {
+            let mut stdin = std::io::stdin();
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let item = match stdin.read(&mut buf) {
+                    Ok(0) => return,
+                    Ok(n) => Ok(Bytes::copy_from_slice(&buf[..n])),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => Err(e),
+                };
+                let failed = item.is_err();
+                if tx.blocking_send(item).is_err() || failed {
+                    return;
+                }
+            }
+        });
+    }
+    futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    })
 }

@@ -4,13 +4,12 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
+use berth_client::{DomainState, Endpoint, Instance};
 use clap::Args;
 use serde_json::{Value, json};
 
-use super::{
-    Conn, annotated, current_keys, domain_id, find_domain, load_project, print_json, scope_of, ui,
-};
-use crate::client::Client;
+use super::{Conn, annotated, current_keys, find_domain, load_project, print_json, scope_of, ui};
+use crate::client::{Client, OrSay};
 use crate::repo::{Repo, generation, name_of_key};
 use crate::ui::{Cell, ago, bytes, state_detail, state_kind, state_time};
 
@@ -73,36 +72,44 @@ pub struct DomainsArgs {
 }
 
 /// The repository, a client, and the repository's domain id if it has one yet.
-fn open(conn: &Conn) -> anyhow::Result<(Repo, Client, Option<String>)> {
+async fn open(conn: &Conn) -> anyhow::Result<(Repo, Client, Option<String>)> {
     let repo = Repo::discover()?;
-    let client = conn.endpoint().connect()?;
-    let domain = match find_domain(&client, &repo)? {
-        Some(d) => Some(domain_id(&d)?),
-        None => None,
-    };
+    let client = conn.endpoint().connect().await?;
+    let domain = find_domain(&client, &repo)
+        .await?
+        .map(|d| d.resource_domain_id);
     Ok((repo, client, domain))
+}
+
+/// Endpoints as `(container port, host, host port)`, as the project file's connect tables
+/// take them.
+pub(super) fn endpoint_tuples(endpoints: Vec<Endpoint>) -> Vec<(u16, String, u16)> {
+    endpoints
+        .into_iter()
+        .map(|e| (e.port, e.host, e.host_port))
+        .collect()
 }
 
 /// The live instances `names` mean in this worktree: for each name, this worktree's instance of
 /// that name, else the shared one; a name with `@` is a full key. No names: this worktree's
 /// instances and the shared ones.
-pub(super) fn resolve(
+pub(super) async fn resolve(
     client: &Client,
     domain: &str,
     repo: &Repo,
     names: &[String],
-) -> anyhow::Result<Vec<Value>> {
-    let live = client.instances(domain, false)?;
+) -> anyhow::Result<Vec<Instance>> {
+    let live = client.api.instances(domain, false).await.or_say(client)?;
     if names.is_empty() {
         return Ok(live
             .into_iter()
             .filter(|i| {
-                i["worktreeKey"].is_null()
-                    || i["worktreeKey"].as_str() == Some(repo.worktree_key.as_str())
+                i.worktree_key.is_none()
+                    || i.worktree_key.as_deref() == Some(repo.worktree_key.as_str())
             })
             .collect());
     }
-    let mut out: Vec<Value> = Vec::new();
+    let mut out: Vec<Instance> = Vec::new();
     for name in names {
         let bases = if name.contains('@') {
             vec![name.clone()]
@@ -126,7 +133,7 @@ pub(super) fn resolve(
             });
         match found {
             Some(i) => {
-                if !out.iter().any(|o| o["key"] == i["key"]) {
+                if !out.iter().any(|o| o.key == i.key) {
                     out.push(i.clone());
                 }
             }
@@ -140,21 +147,25 @@ pub(super) fn resolve(
     Ok(out)
 }
 
-fn key_of(instance: &Value) -> &str {
-    instance["key"].as_str().unwrap_or("")
+fn key_of(instance: &Instance) -> &str {
+    &instance.key
 }
 
-pub fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
+pub async fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
     let ui = ui(args.json);
-    let (repo, client, domain) = open(&args.conn)?;
+    let (repo, client, domain) = open(&args.conn).await?;
     let mut items = match &domain {
-        Some(d) => client.instances(d, args.archived)?,
+        Some(d) => client
+            .api
+            .instances(d, args.archived)
+            .await
+            .or_say(&client)?,
         None => Vec::new(),
     };
     items.sort_by(|a, b| {
-        (name_of_key(key_of(a)), a["worktreeKey"].as_str(), key_of(a)).cmp(&(
+        (name_of_key(key_of(a)), a.worktree_key.as_deref(), key_of(a)).cmp(&(
             name_of_key(key_of(b)),
-            b["worktreeKey"].as_str(),
+            b.worktree_key.as_deref(),
             key_of(b),
         ))
     });
@@ -198,7 +209,7 @@ pub fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// What the state carries besides its kind: who stopped it, why it failed.
-fn detail_note(instance: &Value) -> String {
+fn detail_note(instance: &Instance) -> String {
     let detail = state_detail(instance);
     let kind = state_kind(instance);
     match detail.strip_prefix(kind) {
@@ -229,47 +240,50 @@ fn who() -> String {
     }
 }
 
-pub fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
+pub async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
     let ui = ui(args.json);
-    let (repo, client, domain) = open(&args.conn)?;
+    let (repo, client, domain) = open(&args.conn).await?;
     let Some(domain) = domain else {
         bail!("this repository has no instances yet: `berth up` starts them");
     };
-    let targets = resolve(&client, &domain, &repo, &args.names)?;
+    let targets = resolve(&client, &domain, &repo, &args.names).await?;
     if targets.is_empty() {
         eprintln!("berth: nothing to stop: this worktree has no live instances");
         return Ok(ExitCode::SUCCESS);
     }
     let by = who();
     for t in &targets {
-        client.stop(&domain, key_of(t), &by)?;
+        client
+            .api
+            .stop(&domain, key_of(t), &by)
+            .await
+            .or_say(&client)?;
     }
     // The daemon stops them in the background; wait until each is.
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut stopped = Vec::new();
     for t in &targets {
         let key = key_of(t);
-        loop {
-            let now = client.instance(&domain, key)?.unwrap_or(Value::Null);
-            let kind = state_kind(&now);
-            if kind == "stopped" || kind == "archived" || Instant::now() > deadline {
-                if !args.json {
-                    let mark = if kind == "stopped" {
-                        ui.ok_mark()
-                    } else {
-                        ui.fail_mark()
-                    };
-                    println!(
-                        "{mark} {} ({key}): {}",
-                        name_of_key(key),
-                        state_detail(&now)
-                    );
-                }
-                stopped.push(annotated(&now, &repo));
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(200));
+        let left = deadline.saturating_duration_since(Instant::now());
+        let now = client
+            .api
+            .wait_for_state(&domain, key, &["stopped", "archived"], left, |_| true)
+            .await
+            .or_say(&client)?
+            .instance;
+        if !args.json {
+            let mark = if state_kind(&now) == "stopped" {
+                ui.ok_mark()
+            } else {
+                ui.fail_mark()
+            };
+            println!(
+                "{mark} {} ({key}): {}",
+                name_of_key(key),
+                state_detail(&now)
+            );
         }
+        stopped.push(annotated(&now, &repo));
     }
     if args.json {
         print_json(&Value::Array(stopped));
@@ -277,40 +291,39 @@ pub fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn archive(args: ArchiveArgs) -> anyhow::Result<ExitCode> {
+pub async fn archive(args: ArchiveArgs) -> anyhow::Result<ExitCode> {
     let ui = ui(args.json);
-    let (repo, client, domain) = open(&args.conn)?;
+    let (repo, client, domain) = open(&args.conn).await?;
     let Some(domain) = domain else {
         bail!("this repository has no instances yet: nothing to archive");
     };
-    let targets = resolve(&client, &domain, &repo, &args.names)?;
+    let targets = resolve(&client, &domain, &repo, &args.names).await?;
     let mut answers = Vec::new();
     for t in &targets {
         let key = key_of(t);
-        let answer = client.archive(&domain, key)?;
+        let answer = client.api.archive(&domain, key).await.or_say(&client)?;
         if !args.json {
             println!(
                 "{} archived {} ({key}); its volumes are kept:",
                 ui.ok_mark(),
                 name_of_key(key)
             );
-            let volumes = answer["volumes"].as_array().cloned().unwrap_or_default();
-            if volumes.is_empty() {
+            if answer.volumes.is_empty() {
                 println!("  (none)");
             }
-            for v in volumes {
-                let size = v["bytes"]
-                    .as_i64()
+            for v in &answer.volumes {
+                let size = v
+                    .bytes
                     .map(bytes)
                     .unwrap_or_else(|| "size unknown".to_owned());
-                println!(
-                    "  {}  {}  {size}",
-                    v["name"].as_str().unwrap_or(""),
-                    v["dockerName"].as_str().unwrap_or("")
-                );
+                println!("  {}  {}  {size}", v.name, v.docker_name);
             }
         }
-        answers.push(json!({"name": name_of_key(key), "instance": annotated(&answer["instance"], &repo), "volumes": answer["volumes"]}));
+        answers.push(json!({
+            "name": name_of_key(key),
+            "instance": annotated(&answer.instance, &repo),
+            "volumes": answer.volumes,
+        }));
     }
     if args.json {
         print_json(&Value::Array(answers));
@@ -323,7 +336,7 @@ pub fn shell_quote(value: &str) -> String {
     format!("'{}'", value.replace('\'', r"'\''"))
 }
 
-pub fn env(args: EnvArgs) -> anyhow::Result<ExitCode> {
+pub async fn env(args: EnvArgs) -> anyhow::Result<ExitCode> {
     let repo = Repo::discover()?;
     let project = load_project(&repo)?;
     let selected: Vec<_> = project
@@ -333,14 +346,14 @@ pub fn env(args: EnvArgs) -> anyhow::Result<ExitCode> {
         .collect();
     let mut vars: Vec<(String, String)> = Vec::new();
     if !selected.is_empty() {
-        let client = args.conn.endpoint().connect()?;
-        let Some(domain) = find_domain(&client, &repo)? else {
+        let client = args.conn.endpoint().connect().await?;
+        let Some(domain) = find_domain(&client, &repo).await? else {
             bail!(
                 "this repository has no instances yet: `berth up` starts them and gives them their host endpoints"
             );
         };
-        let domain = domain_id(&domain)?;
-        let keys = current_keys(&client, &domain, &repo, &selected)?;
+        let domain = domain.resource_domain_id;
+        let keys = current_keys(&client, &domain, &repo, &selected).await?;
         for (def, (key, live)) in selected.iter().zip(keys) {
             if !live {
                 bail!(
@@ -349,7 +362,8 @@ pub fn env(args: EnvArgs) -> anyhow::Result<ExitCode> {
                     def.name
                 );
             }
-            let endpoints = client.endpoints(&domain, &key)?;
+            let endpoints =
+                endpoint_tuples(client.api.endpoints(&domain, &key).await.or_say(&client)?);
             vars.extend(def.connect_values(&endpoints).map_err(anyhow::Error::msg)?);
         }
     }
@@ -370,12 +384,12 @@ pub fn env(args: EnvArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn domains(args: DomainsArgs) -> anyhow::Result<ExitCode> {
+pub async fn domains(args: DomainsArgs) -> anyhow::Result<ExitCode> {
     let ui = ui(args.json);
-    let client = args.conn.endpoint().connect()?;
-    let items = client.domains()?;
+    let client = args.conn.endpoint().connect().await?;
+    let items = client.api.domains().await.or_say(&client)?;
     if args.json {
-        print_json(&Value::Array(items));
+        print_json(&serde_json::to_value(&items)?);
         return Ok(ExitCode::SUCCESS);
     }
     if items.is_empty() {
@@ -386,18 +400,22 @@ pub fn domains(args: DomainsArgs) -> anyhow::Result<ExitCode> {
     let rows: Vec<Vec<Cell>> = items
         .iter()
         .map(|d| {
-            let name = d["name"].as_str().unwrap_or("");
-            let mark = if here.as_deref() == Some(name) && d["state"] != "archived" {
+            let name = d.name.as_str();
+            let mark = if here.as_deref() == Some(name) && d.state != DomainState::Archived {
                 "*"
             } else {
                 ""
             };
+            let state = serde_json::to_value(d.state)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
             vec![
                 Cell::plain(mark),
-                Cell::plain(d["resourceDomainId"].as_str().unwrap_or("")),
+                Cell::plain(&d.resource_domain_id),
                 Cell::plain(name),
-                Cell::state(d["state"].as_str().unwrap_or("")),
-                Cell::plain(ago(d["createdAt"].as_str())),
+                Cell::state(state),
+                Cell::plain(ago(Some(&d.created_at))),
             ]
         })
         .collect();

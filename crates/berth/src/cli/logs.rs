@@ -3,12 +3,15 @@
 
 use std::process::ExitCode;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
+use berth_client::{Executor, Selector, WorkspaceRequest};
 use clap::Args;
-use serde_json::json;
+use futures_util::StreamExt;
+use tokio::io::AsyncWriteExt;
 
 use super::Conn;
 use super::instances::resolve;
+use crate::client::OrSay;
 use crate::repo::Repo;
 
 #[derive(Args, Debug)]
@@ -25,17 +28,30 @@ pub struct LogsArgs {
     name: String,
 }
 
-pub fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
+pub async fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
     let repo = Repo::discover()?;
-    let client = args.conn.endpoint().connect()?;
-    let Some(domain) = super::find_domain(&client, &repo)? else {
+    let client = args.conn.endpoint().connect().await?;
+    let Some(domain) = super::find_domain(&client, &repo).await? else {
         bail!("this repository has no instances yet: `berth up` starts them");
     };
-    let domain = super::domain_id(&domain)?;
-    let target = resolve(&client, &domain, &repo, std::slice::from_ref(&args.name))?;
-    let key = target[0]["key"].as_str().unwrap_or_default().to_owned();
-    let mut out = std::io::stdout().lock();
-    client.logs(&domain, &key, args.tail, args.follow, &mut out)?;
+    let domain = domain.resource_domain_id;
+    let target = resolve(&client, &domain, &repo, std::slice::from_ref(&args.name)).await?;
+    let key = &target[0].key;
+    let mut stream = std::pin::pin!(
+        client
+            .api
+            .logs(&domain, key, Some(args.tail), args.follow)
+            .await
+            .or_say(&client)?
+    );
+    let mut out = tokio::io::stdout();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.or_say(&client).context("the log stream broke off")?;
+        out.write_all(&chunk)
+            .await
+            .context("the log stream broke off")?;
+        out.flush().await.context("the log stream broke off")?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -58,56 +74,51 @@ pub struct LinkArgs {
     containers: Vec<String>,
 }
 
-pub fn link(args: LinkArgs) -> anyhow::Result<ExitCode> {
+pub async fn link(args: LinkArgs) -> anyhow::Result<ExitCode> {
     if !args.print_label && args.containers.is_empty() && args.selector.is_none() {
         bail!("name at least one container, or a --selector label, to link");
     }
     let repo = Repo::discover()?;
-    let client = args.conn.endpoint().connect()?;
+    let client = args.conn.endpoint().connect().await?;
     let workspace = args.workspace.unwrap_or_else(|| repo.worktree_key.clone());
     if args.print_label {
-        let me = client.get("/v1/whoami")?;
-        let Some(key_id) = me["keyId"].as_str() else {
-            bail!("berth did not answer its key id");
-        };
-        println!("berth.workspace={key_id}/{workspace}");
+        let me = client.api.whoami().await.or_say(&client)?;
+        println!("berth.workspace={}/{workspace}", me.key_id);
         return Ok(ExitCode::SUCCESS);
     }
-    let domain = super::ensure_domain(&client, &repo)?;
-    let domain = super::domain_id(&domain)?;
-    let selector = args.selector.map(|label| json!({ "label": label }));
-    client.put(
-        &format!("/v1/workspaces/{workspace}"),
-        json!({"containers": args.containers, "selector": selector}),
-    )?;
-    client.put(
-        &format!("/v1/resource-domains/{domain}/workspace-links/{workspace}"),
-        json!({"worktreeKey": repo.worktree_key}),
-    )?;
+    let domain = super::ensure_domain(&client, &repo)
+        .await?
+        .resource_domain_id;
+    let request = WorkspaceRequest {
+        containers: args.containers,
+        selector: args.selector.map(|label| Selector { label }),
+    };
+    client
+        .api
+        .put_workspace(&workspace, &request)
+        .await
+        .or_say(&client)?;
+    client
+        .api
+        .link(&domain, &workspace, &repo.worktree_key)
+        .await
+        .or_say(&client)?;
     // The workspace as it stands: a container may have been attached by the registration,
     // before the link call counted.
-    let view = client.get(&format!("/v1/workspaces/{workspace}"))?;
-    let attached = view["executors"]
-        .as_array()
-        .map(|all| {
-            all.iter()
-                .filter(|e| e["kind"] == "container" && e["running"] == true)
-                .count()
-        })
-        .unwrap_or(0);
+    let view = client.api.workspace(&workspace).await.or_say(&client)?;
+    let attached = view
+        .executors
+        .iter()
+        .filter(|e| matches!(e, Executor::Container { running: true, .. }))
+        .count();
     println!(
         "linked workspace {workspace} with worktree key {}: {attached} executor(s) attached",
         repo.worktree_key,
     );
-    let not_attached = view["notAttached"].as_array().cloned().unwrap_or_default();
-    for item in &not_attached {
-        eprintln!(
-            "berth: {} is not attached: {}",
-            item["container"].as_str().unwrap_or_default(),
-            item["reason"].as_str().unwrap_or_default()
-        );
+    for item in &view.not_attached {
+        eprintln!("berth: {} is not attached: {}", item.container, item.reason);
     }
-    Ok(if not_attached.is_empty() {
+    Ok(if view.not_attached.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -15,10 +15,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
+use berth_client::{Domain, DomainState, Instance};
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use crate::client::{Client, DEFAULT_URL, Endpoint};
+use crate::client::{Client, DEFAULT_URL, Endpoint, OrSay};
 use crate::project::Project;
 use crate::repo::{PROJECT_FILE, Repo};
 use crate::ui::Ui;
@@ -72,19 +73,19 @@ pub enum Command {
 }
 
 /// Runs a command; errors are printed here, and the exit code is returned.
-pub fn run(command: Command) -> ExitCode {
+pub async fn run(command: Command) -> ExitCode {
     let result = match command {
-        Command::Up(args) => up::run(args, "up"),
-        Command::Start(args) => up::run(args, "start"),
-        Command::Ps(args) => instances::ps(args),
-        Command::Stop(args) => instances::stop(args),
-        Command::Archive(args) => instances::archive(args),
-        Command::Exec(args) => exec::run(args),
-        Command::Env(args) => instances::env(args),
-        Command::Domains(args) => instances::domains(args),
-        Command::Logs(args) => logs::logs(args),
-        Command::Link(args) => logs::link(args),
-        Command::Doctor(args) => doctor::run(args),
+        Command::Up(args) => up::run(args, "up").await,
+        Command::Start(args) => up::run(args, "start").await,
+        Command::Ps(args) => instances::ps(args).await,
+        Command::Stop(args) => instances::stop(args).await,
+        Command::Archive(args) => instances::archive(args).await,
+        Command::Exec(args) => exec::run(args).await,
+        Command::Env(args) => instances::env(args).await,
+        Command::Domains(args) => instances::domains(args).await,
+        Command::Logs(args) => logs::logs(args).await,
+        Command::Link(args) => logs::link(args).await,
+        Command::Doctor(args) => doctor::run(args).await,
     };
     match result {
         Ok(code) => code,
@@ -143,46 +144,49 @@ fn load_project(repo: &Repo) -> anyhow::Result<Project> {
 
 /// The repository's domain: the oldest of the caller's domains with the repository's name that
 /// is not archived.
-fn find_domain(client: &Client, repo: &Repo) -> anyhow::Result<Option<Value>> {
-    Ok(client.domains()?.into_iter().find(|d| {
-        d["name"].as_str() == Some(repo.domain_name.as_str()) && d["state"] != "archived"
-    }))
+async fn find_domain(client: &Client, repo: &Repo) -> anyhow::Result<Option<Domain>> {
+    Ok(client
+        .api
+        .domains()
+        .await
+        .or_say(client)?
+        .into_iter()
+        .find(|d| d.name == repo.domain_name && d.state != DomainState::Archived))
 }
 
 /// The repository's domain, created on first use.
-fn ensure_domain(client: &Client, repo: &Repo) -> anyhow::Result<Value> {
-    if let Some(d) = find_domain(client, repo)? {
+async fn ensure_domain(client: &Client, repo: &Repo) -> anyhow::Result<Domain> {
+    if let Some(d) = find_domain(client, repo).await? {
         return Ok(d);
     }
     let created = client
+        .api
         .create_domain(&repo.domain_name)
+        .await
+        .or_say(client)
         .context("could not create the repository's domain")?;
     // Two commands may create one each at the same moment: all of them settle on the oldest,
     // and one that lost the race archives its own (empty) domain.
-    let chosen = find_domain(client, repo)?.unwrap_or_else(|| created.clone());
-    if chosen["resourceDomainId"] != created["resourceDomainId"]
-        && let Some(id) = created["resourceDomainId"].as_str()
-    {
-        let _ = client.archive_domain(id);
+    let chosen = find_domain(client, repo)
+        .await?
+        .unwrap_or_else(|| created.clone());
+    if chosen.resource_domain_id != created.resource_domain_id {
+        let _ = client.api.archive_domain(&created.resource_domain_id).await;
     }
     Ok(chosen)
 }
 
 /// The key each of `defs` has now in this worktree (see [`crate::repo::current_key`]), and
 /// whether an instance with that key is live.
-fn current_keys(
+async fn current_keys(
     client: &Client,
     domain: &str,
     repo: &Repo,
     defs: &[&crate::project::InstanceDef],
 ) -> anyhow::Result<Vec<(String, bool)>> {
-    let keys = |list: Vec<Value>| -> Vec<String> {
-        list.iter()
-            .filter_map(|i| i["key"].as_str().map(str::to_owned))
-            .collect()
-    };
-    let live = keys(client.instances(domain, false)?);
-    let archived = keys(client.instances(domain, true)?);
+    let keys = |list: Vec<Instance>| -> Vec<String> { list.into_iter().map(|i| i.key).collect() };
+    let live = keys(client.api.instances(domain, false).await.or_say(client)?);
+    let archived = keys(client.api.instances(domain, true).await.or_say(client)?);
     Ok(defs
         .iter()
         .map(|def| {
@@ -198,27 +202,22 @@ fn current_keys(
         .collect())
 }
 
-fn domain_id(domain: &Value) -> anyhow::Result<String> {
-    domain["resourceDomainId"]
-        .as_str()
-        .map(str::to_owned)
-        .context("the daemon answered a domain without an id")
-}
-
 /// An instance with the project-file name and scope it was made from, for `--json`.
-fn annotated(instance: &Value, repo: &Repo) -> Value {
-    let mut out = instance.clone();
+fn annotated(instance: &Instance, repo: &Repo) -> Value {
+    let mut out = serde_json::to_value(instance).unwrap_or(Value::Null);
     if let Some(map) = out.as_object_mut() {
-        let key = instance["key"].as_str().unwrap_or("");
-        map.insert("name".into(), Value::from(crate::repo::name_of_key(key)));
+        map.insert(
+            "name".into(),
+            Value::from(crate::repo::name_of_key(&instance.key)),
+        );
         map.insert("scope".into(), Value::from(scope_of(instance, repo)));
     }
     out
 }
 
 /// `shared`, `worktree` (this one's), or `worktree <key>` (another one's).
-fn scope_of(instance: &Value, repo: &Repo) -> String {
-    match instance["worktreeKey"].as_str() {
+fn scope_of(instance: &Instance, repo: &Repo) -> String {
+    match instance.worktree_key.as_deref() {
         None => "shared".to_owned(),
         Some(k) if k == repo.worktree_key => "worktree".to_owned(),
         Some(k) => format!("worktree {k}"),

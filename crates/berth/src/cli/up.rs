@@ -5,13 +5,14 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
+use berth_client::{Cause, Instance, InstanceState};
 use clap::Args;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 
-use super::{
-    Conn, annotated, current_keys, domain_id, ensure_domain, load_project, print_json, scope_of, ui,
-};
+use super::instances::endpoint_tuples;
+use super::{Conn, annotated, current_keys, ensure_domain, load_project, print_json, scope_of, ui};
+use crate::client::{Client, OrSay};
 use crate::project::InstanceDef;
 use crate::repo::Repo;
 use crate::ui::{Cell, Ui, ago, millis, state_detail, state_kind, state_time};
@@ -48,7 +49,7 @@ struct Tracked<'a> {
     /// The `up` changed nothing the daemon acts on (the same spec, already meant to run), so
     /// a `running` state from before it still counts.
     steady: bool,
-    instance: Value,
+    instance: Option<Instance>,
     outcome: Outcome,
     shown: String,
     bar: Option<ProgressBar>,
@@ -64,16 +65,16 @@ fn now_millis() -> u128 {
 }
 
 /// Whether the instance has settled since `sent_at` (or, when `steady`, is running at all).
-fn settle(instance: &Value, sent_at: u128, steady: bool) -> Outcome {
+fn settle(instance: &Instance, sent_at: u128, steady: bool) -> Outcome {
     let fresh = state_time(instance)
         .and_then(millis)
         .is_some_and(|t| t >= sent_at);
-    match state_kind(instance) {
-        "running" if fresh || steady => Outcome::Running,
-        "failed" if fresh => Outcome::Failed(crate::ui::escape(
-            instance["state"]["message"].as_str().unwrap_or(""),
-        )),
-        "exited" if fresh => Outcome::Failed(match instance["state"]["exitCode"].as_i64() {
+    match &instance.state {
+        InstanceState::Running { .. } if fresh || steady => Outcome::Running,
+        InstanceState::Failed { message, .. } if fresh => {
+            Outcome::Failed(crate::ui::escape(message))
+        }
+        InstanceState::Exited { exit_code, .. } if fresh => Outcome::Failed(match exit_code {
             Some(code) => format!(
                 "its process exited with {code} before it was ready; berth keeps restarting it with a back-off (see `docker logs` of its container)"
             ),
@@ -82,14 +83,17 @@ fn settle(instance: &Value, sent_at: u128, steady: bool) -> Outcome {
                     .to_owned()
             }
         }),
-        "archived" => Outcome::Failed("it is archived".to_owned()),
+        InstanceState::Archived { .. } => Outcome::Failed("it is archived".to_owned()),
         _ => Outcome::Waiting,
     }
 }
 
+/// The state kinds an `up` waits for.
+const SETTLED: [&str; 4] = ["running", "failed", "exited", "archived"];
+
 /// What the instance is doing, for the progress line. A state from before the `up` is one the
 /// daemon has not moved on from yet.
-fn doing(instance: &Value, sent_at: u128) -> String {
+fn doing(instance: &Instance, sent_at: u128) -> String {
     let stale = state_time(instance)
         .and_then(millis)
         .is_some_and(|t| t < sent_at);
@@ -103,13 +107,13 @@ fn doing(instance: &Value, sent_at: u128) -> String {
     }
 }
 
-pub fn run(args: UpArgs, verb: &str) -> anyhow::Result<ExitCode> {
+pub async fn run(args: UpArgs, verb: &str) -> anyhow::Result<ExitCode> {
     let ui = ui(args.json);
     let repo = Repo::discover()?;
     let project = load_project(&repo)?;
     let selected = project.select(&args.names)?;
-    let client = args.conn.endpoint().connect()?;
-    let domain = domain_id(&ensure_domain(&client, &repo)?)?;
+    let client = args.conn.endpoint().connect().await?;
+    let domain = ensure_domain(&client, &repo).await?.resource_domain_id;
 
     let multi = ui
         .live
@@ -121,7 +125,7 @@ pub fn run(args: UpArgs, verb: &str) -> anyhow::Result<ExitCode> {
 
     // An archived key stays archived: an instance archived before comes up under the next
     // generation's key.
-    let keys = current_keys(&client, &domain, &repo, &selected)?;
+    let keys = current_keys(&client, &domain, &repo, &selected).await?;
 
     let mut tracked: Vec<Tracked> = Vec::new();
     for (def, (key, _)) in selected.into_iter().zip(keys) {
@@ -139,30 +143,39 @@ pub fn run(args: UpArgs, verb: &str) -> anyhow::Result<ExitCode> {
             key: key.clone(),
             sent_at: now_millis(),
             steady: false,
-            instance: Value::Null,
+            instance: None,
             outcome: Outcome::Waiting,
             shown: String::new(),
             bar,
             endpoints: Vec::new(),
         };
-        let before = match client.instance(&domain, &key) {
-            Ok(b) => b,
+        let before = match client.api.instance(&domain, &key).await {
+            Ok(b) => Some(b),
+            Err(e) if e.is("ResourceInstanceNotFoundError") => None,
             Err(e) => {
+                let e = client.explain(e);
                 finish(&ui, &mut t, Outcome::Failed(format!("{e:#}")));
                 tracked.push(t);
                 continue;
             }
         };
         t.sent_at = now_millis();
-        match client.up(&domain, &key, &spec, "person") {
+        match client
+            .api
+            .up(&domain, &key, &spec, Cause::Person)
+            .await
+            .or_say(&client)
+        {
             Ok(after) => {
                 // The same spec on an instance already meant to run changes nothing: if it
                 // runs (now, or once a start under way ends), it is there.
                 t.steady = before.as_ref().is_some_and(|b| {
-                    b["specDigest"] == after["specDigest"] && b["desired"] == "running"
+                    b.spec_digest == after.spec_digest
+                        && b.desired == berth_client::Desired::Running
                 });
-                t.instance = after;
-                match settle(&t.instance, t.sent_at, t.steady) {
+                let outcome = settle(&after, t.sent_at, t.steady);
+                t.instance = Some(after);
+                match outcome {
                     Outcome::Running => finish(&ui, &mut t, Outcome::Running),
                     _ => progress(&mut t),
                 }
@@ -172,42 +185,24 @@ pub fn run(args: UpArgs, verb: &str) -> anyhow::Result<ExitCode> {
         tracked.push(t);
     }
 
+    // Every waiting instance at once, each through the client's one wait.
     let deadline = Instant::now() + args.timeout;
-    while tracked.iter().any(|t| t.outcome == Outcome::Waiting) {
-        std::thread::sleep(Duration::from_millis(250));
-        for t in tracked.iter_mut().filter(|t| t.outcome == Outcome::Waiting) {
-            match client.instance(&domain, &t.key) {
-                Ok(Some(now)) => {
-                    t.instance = now;
-                    match settle(&t.instance, t.sent_at, t.steady) {
-                        Outcome::Waiting => progress(t),
-                        done => finish(&ui, t, done),
-                    }
-                }
-                Ok(None) => finish(
-                    &ui,
-                    t,
-                    Outcome::Failed("it is gone from the daemon".to_owned()),
-                ),
-                Err(e) => finish(&ui, t, Outcome::Failed(format!("{e:#}"))),
-            }
-        }
-        if Instant::now() > deadline {
-            let timeout = humantime::format_duration(args.timeout);
-            for t in tracked.iter_mut().filter(|t| t.outcome == Outcome::Waiting) {
-                let msg = format!(
-                    "still {} after {timeout} (--timeout); `berth ps` shows how it goes on",
-                    state_kind(&t.instance)
-                );
-                finish(&ui, t, Outcome::Failed(msg));
-            }
-        }
-    }
+    let waits = tracked
+        .iter_mut()
+        .filter(|t| t.outcome == Outcome::Waiting)
+        .map(|t| wait(&client, &domain, &ui, t, deadline, args.timeout));
+    futures_util::future::join_all(waits).await;
     // The finished lines stay on the screen, above the table.
     drop(multi);
 
-    for t in tracked.iter_mut().filter(|t| !t.instance.is_null()) {
-        t.endpoints = client.endpoints(&domain, &t.key).unwrap_or_default();
+    for t in tracked.iter_mut().filter(|t| t.instance.is_some()) {
+        t.endpoints = endpoint_tuples(
+            client
+                .api
+                .endpoints(&domain, &t.key)
+                .await
+                .unwrap_or_default(),
+        );
     }
 
     if args.json {
@@ -215,7 +210,10 @@ pub fn run(args: UpArgs, verb: &str) -> anyhow::Result<ExitCode> {
             tracked
                 .iter()
                 .map(|t| {
-                    let mut v = annotated(&t.instance, &repo);
+                    let mut v = t
+                        .instance
+                        .as_ref()
+                        .map_or(Value::Null, |i| annotated(i, &repo));
                     if let Some(map) = v.as_object_mut() {
                         let eps: Vec<Value> = t
                             .endpoints
@@ -249,10 +247,67 @@ pub fn run(args: UpArgs, verb: &str) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// Waits until `t` settles, fails, or `deadline`, showing its progress as it goes.
+async fn wait(
+    client: &Client,
+    domain: &str,
+    ui: &Ui,
+    t: &mut Tracked<'_>,
+    deadline: Instant,
+    timeout: Duration,
+) {
+    let (sent_at, steady, key) = (t.sent_at, t.steady, t.key.clone());
+    let left = deadline.saturating_duration_since(Instant::now());
+    let waited = client
+        .api
+        .wait_for_state(domain, &key, &SETTLED, left, |seen| {
+            t.instance = Some(seen.clone());
+            let outcome = settle(seen, sent_at, steady);
+            if outcome == Outcome::Waiting {
+                progress(t);
+            }
+            outcome != Outcome::Waiting
+        })
+        .await;
+    match waited {
+        Ok(settled) if settled.timed_out => {
+            let msg = format!(
+                "still {} after {} (--timeout); `berth ps` shows how it goes on",
+                state_kind(&settled.instance),
+                humantime::format_duration(timeout)
+            );
+            t.instance = Some(settled.instance);
+            finish(ui, t, Outcome::Failed(msg));
+        }
+        Ok(settled) => {
+            // The wait route answers only once berth acted on the `up`: its state counts
+            // whenever it began.
+            let outcome = match settle(&settled.instance, sent_at, steady) {
+                Outcome::Waiting => settle(&settled.instance, 0, true),
+                done => done,
+            };
+            t.instance = Some(settled.instance);
+            finish(ui, t, outcome);
+        }
+        Err(e) if e.is("ResourceInstanceNotFoundError") => finish(
+            ui,
+            t,
+            Outcome::Failed("it is gone from the daemon".to_owned()),
+        ),
+        Err(e) => {
+            let e = client.explain(e);
+            finish(ui, t, Outcome::Failed(format!("{e:#}")));
+        }
+    }
+}
+
 /// Shows what a waiting instance is doing: the spinner's message, or a plain line on stderr
 /// when it changes.
 fn progress(t: &mut Tracked) {
-    let line = doing(&t.instance, t.sent_at);
+    let Some(instance) = &t.instance else {
+        return;
+    };
+    let line = doing(instance, t.sent_at);
     if line == t.shown {
         return;
     }
@@ -302,21 +357,16 @@ fn table(ui: &Ui, repo: &Repo, tracked: &[Tracked]) {
                     .collect::<Vec<_>>()
                     .join(" ")
             };
-            let kind = if t.instance.is_null() {
-                "unknown"
-            } else {
-                state_kind(&t.instance)
-            };
+            let kind = t.instance.as_ref().map_or("unknown", state_kind);
             vec![
                 Cell::plain(&t.def.name),
-                Cell::plain(if t.instance.is_null() {
-                    t.def.scope.as_str().to_owned()
-                } else {
-                    scope_of(&t.instance, repo)
+                Cell::plain(match &t.instance {
+                    None => t.def.scope.as_str().to_owned(),
+                    Some(i) => scope_of(i, repo),
                 }),
                 Cell::plain(&t.key),
                 Cell::state(kind),
-                Cell::plain(ago(state_time(&t.instance))),
+                Cell::plain(ago(t.instance.as_ref().and_then(state_time))),
                 Cell::plain(endpoints),
             ]
         })
@@ -338,8 +388,17 @@ mod tests {
             humantime::format_rfc3339_millis(SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
                 .to_string()
         };
-        let running = |ms| json!({"state": {"kind": "running", "since": at(ms)}});
-        let failed = |ms| json!({"state": {"kind": "failed", "at": at(ms), "message": "no image"}});
+        let instance = |state: serde_json::Value| -> Instance {
+            serde_json::from_value(json!({
+                "resourceInstanceId": "rin:x", "key": "db", "alias": "db", "worktreeKey": null,
+                "specDigest": "sha256:a", "desired": "running", "stopReason": null,
+                "state": state, "observedAt": at(0), "startedAt": null, "lastReachedAt": null,
+                "volumes": []
+            }))
+            .unwrap()
+        };
+        let running = |ms| instance(json!({"kind": "running", "since": at(ms)}));
+        let failed = |ms| instance(json!({"kind": "failed", "at": at(ms), "message": "no image"}));
         assert_eq!(settle(&running(2_000), 1_000, false), Outcome::Running);
         assert_eq!(settle(&running(500), 1_000, false), Outcome::Waiting);
         assert_eq!(settle(&running(500), 1_000, true), Outcome::Running);
@@ -350,7 +409,7 @@ mod tests {
         );
         assert_eq!(
             settle(
-                &json!({"state": {"kind": "starting", "since": at(5_000)}}),
+                &instance(json!({"kind": "starting", "since": at(5_000)})),
                 1_000,
                 true
             ),

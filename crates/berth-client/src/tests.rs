@@ -1,0 +1,301 @@
+//! Decoding with canned bytes: the events stream and the wait answer (routes a daemon may not
+//! have yet), and the instance view in each of its states.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::json;
+
+use super::*;
+
+fn instance_json(kind_state: serde_json::Value) -> serde_json::Value {
+    json!({
+        "resourceInstanceId": "rin:0a1b2c3d-0000-4000-8000-000000000000",
+        "key": "db",
+        "alias": "db",
+        "worktreeKey": null,
+        "specDigest": "sha256:ab",
+        "desired": "running",
+        "stopReason": null,
+        "state": kind_state,
+        "observedAt": "2026-11-29T18:10:03.123Z",
+        "startedAt": "2026-11-29T18:10:02.901Z",
+        "lastReachedAt": null,
+        "volumes": [{"name": "data", "dockerName": "berth-x-db.vol.data"}]
+    })
+}
+
+#[test]
+fn every_state_decodes_with_its_kind_and_time() {
+    let at = "2026-11-29T18:10:03.123Z";
+    let cases = [
+        (json!({"kind": "not-started"}), "not-started", None),
+        (
+            json!({"kind": "starting", "since": at}),
+            "starting",
+            Some(at),
+        ),
+        (json!({"kind": "running", "since": at}), "running", Some(at)),
+        (
+            json!({"kind": "stopped", "at": at, "reason": {"kind": "person", "by": "ada"}}),
+            "stopped",
+            Some(at),
+        ),
+        (
+            json!({"kind": "stopped", "at": at, "reason": {"kind": "idle"}}),
+            "stopped",
+            Some(at),
+        ),
+        (
+            json!({"kind": "exited", "at": at, "exitCode": null}),
+            "exited",
+            Some(at),
+        ),
+        (
+            json!({"kind": "failed", "at": at, "message": "no image"}),
+            "failed",
+            Some(at),
+        ),
+        (json!({"kind": "archived", "at": at}), "archived", Some(at)),
+        (json!({"kind": "hibernating", "at": at}), "unknown", None),
+    ];
+    for (state, kind, time) in cases {
+        let i: Instance = serde_json::from_value(instance_json(state.clone())).unwrap();
+        assert_eq!(i.state.kind(), kind, "{state}");
+        assert_eq!(i.state.time(), time, "{state}");
+    }
+    let i: Instance = serde_json::from_value(instance_json(
+        json!({"kind": "exited", "at": at, "exitCode": 3}),
+    ))
+    .unwrap();
+    assert_eq!(
+        i.state,
+        InstanceState::Exited {
+            at: at.into(),
+            exit_code: Some(3)
+        }
+    );
+    // What the client sends back out (`berth ps --json`) is the daemon's shape.
+    let state = json!({"kind": "stopped", "at": at, "reason": {"kind": "person", "by": "ada"}});
+    let i: Instance = serde_json::from_value(instance_json(state.clone())).unwrap();
+    assert_eq!(serde_json::to_value(&i).unwrap(), instance_json(state));
+}
+
+#[test]
+fn a_wait_answer_decodes() {
+    let body = json!({
+        "instance": instance_json(json!({"kind": "running", "since": "2026-11-29T18:10:03.123Z"})),
+        "generation": 4,
+        "observedGeneration": 4,
+        "timedOut": false
+    });
+    let w: Waited = serde_json::from_slice(body.to_string().as_bytes()).unwrap();
+    assert_eq!(w.generation, 4);
+    assert_eq!(w.observed_generation, 4);
+    assert!(!w.timed_out);
+    assert_eq!(w.instance.state.kind(), "running");
+    // A missing field is an error, not a default.
+    let mut partial = body.clone();
+    partial.as_object_mut().unwrap().remove("timedOut");
+    assert!(serde_json::from_value::<Waited>(partial).is_err());
+}
+
+async fn events_of(chunks: Vec<&'static [u8]>) -> Vec<Result<DomainEvent, String>> {
+    let bytes = stream::iter(chunks.into_iter().map(|c| Ok(Bytes::from_static(c))));
+    decode_events(bytes, "GET /events".into())
+        .map(|r| r.map_err(|e| e.to_string()))
+        .collect()
+        .await
+}
+
+#[tokio::test]
+async fn an_event_stream_decodes_instances_resyncs_and_skips_heartbeats() {
+    let instance = instance_json(json!({"kind": "starting", "since": "2026-11-29T18:10:03.123Z"}));
+    let data = json!({"instance": instance, "generation": 2, "observedGeneration": 1}).to_string();
+    let text = format!(
+        ": hello\r\n\r\nevent: resync\r\nid: run7-10\r\ndata: {{}}\r\n\r\n: heartbeat\r\nevent: instance\r\nid: run7-11\r\ndata: {data}\r\n\r\nevent: something-new\r\ndata: 1\r\n\r\n"
+    );
+    let text: &'static str = Box::leak(text.into_boxed_str());
+    // Cut into uneven chunks, CRLFs split among them.
+    let bytes = text.as_bytes();
+    let chunks: Vec<&'static [u8]> = bytes.chunks(7).collect();
+    let events = events_of(chunks).await;
+    let expected_instance: Instance = serde_json::from_value(instance).unwrap();
+    assert_eq!(
+        events,
+        vec![
+            Ok(DomainEvent::Resync {
+                id: "run7-10".into()
+            }),
+            Ok(DomainEvent::Instance {
+                id: "run7-11".into(),
+                instance: Box::new(expected_instance),
+                generation: 2,
+                observed_generation: 1
+            }),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn an_instance_event_split_over_data_lines_decodes_and_a_bad_one_is_an_error() {
+    let events = events_of(vec![
+        b"event: instance\nid: r-1\ndata: {\"instance\":\n",
+        b"data: null, \"generation\": 1, \"observedGeneration\": 1}\n\n",
+    ])
+    .await;
+    assert_eq!(events.len(), 1);
+    let err = events[0].as_ref().unwrap_err();
+    assert!(err.contains("an instance event"), "{err}");
+    assert!(err.contains("does not decode"), "{err}");
+}
+
+#[tokio::test]
+async fn a_failed_request_is_the_stream_s_one_item() {
+    // Nothing listens on port 9 of loopback.
+    let client = Client::new("http://127.0.0.1:9", "k").unwrap();
+    let items: Vec<_> = client.events("rdm:x", Some("r-1")).collect().await;
+    assert_eq!(items.len(), 1);
+    assert!(matches!(items[0], Err(ClientError::Unreachable { .. })));
+}
+
+#[test]
+fn path_segments_are_encoded() {
+    assert_eq!(seg("rdm:0a-1"), "rdm:0a-1");
+    assert_eq!(seg("db@main.2"), "db@main.2");
+    assert_eq!(seg("a/b?c"), "a%2Fb%3Fc");
+    assert_eq!(seg(".."), "...");
+    assert_eq!(
+        instance_path("rdm:1", "../x", "/up"),
+        "/v1/resource-domains/rdm:1/instances/..%2Fx/up"
+    );
+}
+
+#[test]
+fn the_key_never_shows_in_debug() {
+    let client = Client::new("http://127.0.0.1:1", "secret-key-123").unwrap();
+    let shown = format!("{client:?}");
+    assert!(!shown.contains("secret-key-123"), "{shown}");
+}
+
+/// A one-route-table HTTP server on loopback: answers each request with `answer(path)` and
+/// closes the connection. Returns its base URL and the paths it was asked, in order.
+async fn fake_daemon(
+    answer: fn(&str) -> (u16, String),
+) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = asked.clone();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let text = String::from_utf8_lossy(&head);
+            let path = text.split(' ').nth(1).unwrap_or("").to_owned();
+            log.lock().unwrap().push(path.clone());
+            let (status, body) = answer(&path);
+            let reply = format!(
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = conn.write_all(reply.as_bytes()).await;
+        }
+    });
+    (base, asked)
+}
+
+fn running_instance() -> String {
+    instance_json(json!({"kind": "running", "since": "2026-11-29T18:10:03.123Z"})).to_string()
+}
+
+#[tokio::test]
+async fn wait_for_state_falls_back_to_polling_on_a_daemon_without_the_wait_route() {
+    let (base, asked) = fake_daemon(|path| {
+        if path.contains("/wait?") {
+            (
+                404,
+                r#"{"_tag":"RouteNotFoundError","message":"no route answers that path"}"#.into(),
+            )
+        } else {
+            (200, running_instance())
+        }
+    })
+    .await;
+    let client = Client::new(&base, "k").unwrap();
+    let settled = client
+        .wait_for_state("rdm:1", "db", &["running"], Duration::from_secs(5), |_| {
+            true
+        })
+        .await
+        .unwrap();
+    assert!(!settled.timed_out);
+    assert_eq!(settled.instance.state.kind(), "running");
+    let asked = asked.lock().unwrap().clone();
+    assert_eq!(
+        asked,
+        vec![
+            "/v1/resource-domains/rdm:1/instances/db/wait?for=running&timeoutMs=2000".to_owned(),
+            "/v1/resource-domains/rdm:1/instances/db".to_owned(),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn wait_for_state_uses_the_wait_route_when_there_is_one() {
+    let (base, asked) = fake_daemon(|path| {
+        if path.contains("/wait?") {
+            let instance: serde_json::Value = serde_json::from_str(&running_instance()).unwrap();
+            (
+                200,
+                json!({"instance": instance, "generation": 3, "observedGeneration": 3, "timedOut": false})
+                    .to_string(),
+            )
+        } else {
+            (500, "{}".into())
+        }
+    })
+    .await;
+    let client = Client::new(&base, "k").unwrap();
+    // `seen` refusing the state matters only when polling: the route's answer stands.
+    let settled = client
+        .wait_for_state(
+            "rdm:1",
+            "db",
+            &["running", "failed"],
+            Duration::from_secs(5),
+            |_| false,
+        )
+        .await
+        .unwrap();
+    assert!(!settled.timed_out);
+    assert_eq!(asked.lock().unwrap().len(), 1);
+    assert!(asked.lock().unwrap()[0].ends_with("/wait?for=running,failed&timeoutMs=2000"));
+}
+
+#[tokio::test]
+async fn an_instance_that_is_not_there_is_an_error_not_a_fallback() {
+    let (base, _) = fake_daemon(|_| {
+        (
+            404,
+            r#"{"_tag":"ResourceInstanceNotFoundError","message":"no instance db"}"#.into(),
+        )
+    })
+    .await;
+    let client = Client::new(&base, "k").unwrap();
+    let err = client
+        .wait_for_state("rdm:1", "db", &["running"], Duration::from_secs(5), |_| {
+            true
+        })
+        .await
+        .unwrap_err();
+    assert!(err.is("ResourceInstanceNotFoundError"), "{err:?}");
+    assert_eq!(err.status(), Some(404));
+}

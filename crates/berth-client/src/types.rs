@@ -1,0 +1,507 @@
+//! The client's answer types for berth's routes.
+//!
+//! They decode leniently: a field the daemon adds later is ignored, and a state, reason or
+//! executor kind this client does not know decodes as `Unknown`, so an older client keeps
+//! working against a newer daemon. (The end-to-end wire tests hold the daemon to the exact
+//! contract with their own strict types.)
+
+use serde::{Deserialize, Serialize};
+
+/// `GET /healthz`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    /// `ok`.
+    pub status: String,
+}
+
+/// A resource domain (a project), owned by the key that created it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Domain {
+    /// `rdm:<uuid>`.
+    pub resource_domain_id: String,
+    /// 1 to 200 characters.
+    pub name: String,
+    /// Whether it admits new instances and links.
+    pub state: DomainState,
+    /// When it was created.
+    pub created_at: String,
+}
+
+/// A domain's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DomainState {
+    /// Admits new instances and links.
+    Active,
+    /// Admits nothing new; running instances keep running.
+    Fenced,
+    /// Every instance archived.
+    Archived,
+    /// A state this client does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+/// A list answer: `{"items": [...]}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Items<T> {
+    /// The items.
+    pub items: Vec<T>,
+}
+
+/// A resource instance, as `GET .../instances/{key}` answers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Instance {
+    /// `rin:<uuid>`.
+    pub resource_instance_id: String,
+    /// Its key in the domain.
+    pub key: String,
+    /// The DNS label it answers to.
+    pub alias: String,
+    /// Null for an instance shared by every worktree.
+    pub worktree_key: Option<String>,
+    /// The digest of the spec it is asked to run.
+    pub spec_digest: String,
+    /// What it is asked to be.
+    pub desired: Desired,
+    /// Why it is asked to be stopped, if it is.
+    pub stop_reason: Option<StopReason>,
+    /// What it is, as berth last saw it.
+    pub state: InstanceState,
+    /// When berth last looked.
+    pub observed_at: String,
+    /// When its current container started.
+    pub started_at: Option<String>,
+    /// When something last reached it.
+    pub last_reached_at: Option<String>,
+    /// Its named volumes.
+    pub volumes: Vec<InstanceVolume>,
+}
+
+/// What an instance is asked to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Desired {
+    /// Running.
+    Running,
+    /// Stopped.
+    Stopped,
+    /// Archived.
+    Archived,
+    /// A value this client does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+/// Why an instance was stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum StopReason {
+    /// Nothing reached it for its idle time.
+    Idle,
+    /// A person stopped it.
+    Person {
+        /// Who.
+        by: String,
+    },
+    /// A reason this client does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+/// An instance's state, with when it began and what it carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    tag = "kind",
+    rename_all = "kebab-case",
+    rename_all_fields = "camelCase"
+)]
+pub enum InstanceState {
+    /// Waiting for its image and volumes.
+    NotStarted,
+    /// Its container started; its ready check has not answered yet.
+    Starting {
+        /// Since when.
+        since: String,
+    },
+    /// Its ready check answered.
+    Running {
+        /// Since when.
+        since: String,
+    },
+    /// Stopped, for `reason`.
+    Stopped {
+        /// When.
+        at: String,
+        /// Why.
+        reason: StopReason,
+    },
+    /// Its process ended on its own; berth starts it again.
+    Exited {
+        /// When.
+        at: String,
+        /// Its exit code, when known.
+        exit_code: Option<i64>,
+    },
+    /// A pull, a volume or a ready check could not finish.
+    Failed {
+        /// When.
+        at: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// Archived: its container is gone, its volumes kept.
+    Archived {
+        /// When.
+        at: String,
+    },
+    /// A state this client does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+impl InstanceState {
+    /// The wire name of the state: `running`, `not-started`, ... (`unknown` for one this client
+    /// does not know).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::NotStarted => "not-started",
+            Self::Starting { .. } => "starting",
+            Self::Running { .. } => "running",
+            Self::Stopped { .. } => "stopped",
+            Self::Exited { .. } => "exited",
+            Self::Failed { .. } => "failed",
+            Self::Archived { .. } => "archived",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    /// When the instance entered this state (`since` or `at`), as the daemon wrote it.
+    pub fn time(&self) -> Option<&str> {
+        match self {
+            Self::Starting { since } | Self::Running { since } => Some(since),
+            Self::Stopped { at, .. }
+            | Self::Exited { at, .. }
+            | Self::Failed { at, .. }
+            | Self::Archived { at } => Some(at),
+            Self::NotStarted | Self::Unknown => None,
+        }
+    }
+}
+
+/// A named volume of an instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceVolume {
+    /// Its name in the spec (or the image's path, for an uncovered `VOLUME`).
+    pub name: String,
+    /// The engine's volume name.
+    pub docker_name: String,
+}
+
+/// A volume kept by an archive, with its size.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchivedVolume {
+    /// The key of the instance it belongs to.
+    pub instance_key: String,
+    /// Its name in the spec.
+    pub name: String,
+    /// The engine's volume name.
+    pub docker_name: String,
+    /// Its apparent size at archive, or null when it could not be measured.
+    pub bytes: Option<i64>,
+}
+
+/// `POST .../instances/{key}/archive`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArchivedInstance {
+    /// The instance, archived.
+    pub instance: Instance,
+    /// Its volumes, kept.
+    pub volumes: Vec<ArchivedVolume>,
+}
+
+/// `POST /v1/resource-domains/{id}/archive`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArchivedDomain {
+    /// Every volume of every instance of the domain, kept.
+    pub volumes: Vec<ArchivedVolume>,
+}
+
+/// Why an instance is asked to run: `Use` (a launch or a wake, which leaves a person's stop
+/// standing) or `Person` (a person's start, whatever stopped it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Cause {
+    /// A launch or a wake.
+    Use,
+    /// A person's start.
+    Person,
+}
+
+/// The first line of an exec body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecFrame {
+    /// The command and its arguments (1 to 4096, no NUL).
+    pub argv: Vec<String>,
+    /// A name, uid or `uid:gid`; `None` for the image's user.
+    pub user: Option<String>,
+    /// 1000 to 21600000.
+    pub timeout_ms: u64,
+}
+
+/// How an exec ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecResult {
+    /// Null when the command was killed at its timeout.
+    pub exit_code: Option<i64>,
+    /// The last 1 MiB of stdout.
+    pub stdout: String,
+    /// The last 1 MiB of stderr.
+    pub stderr: String,
+    /// Whether either was cut.
+    pub truncated: bool,
+    /// Whether the command was killed at its timeout.
+    pub timed_out: bool,
+}
+
+/// A host endpoint of an instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Endpoint {
+    /// The port in the container.
+    pub port: u16,
+    /// The host address to connect to.
+    pub host: String,
+    /// The port on the host.
+    pub host_port: u16,
+}
+
+/// What proves which image an instance's container runs (`GET .../image`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageEvidence {
+    /// The spec the evidence is about.
+    pub spec_digest: String,
+    /// The digest the spec pins (null: not a canonical pin).
+    pub requested_digest: Option<String>,
+    /// The image reference as the spec wrote it.
+    pub pinned_reference: String,
+    /// The `RepoDigests` entry the image must carry.
+    pub expected_repo_digest: Option<String>,
+    /// The container's engine id.
+    pub container_id: Option<String>,
+    /// The container's `.Image`.
+    pub container_image_id: Option<String>,
+    /// The container's `.Config.Image`.
+    pub container_configured_image: Option<String>,
+    /// The local image's `RepoDigests`, normalised.
+    pub image_repo_digests: Vec<String>,
+    /// When the evidence was gathered.
+    pub observed_at: Option<String>,
+    /// `pending`, `verified`, `missing` or `mismatched`.
+    pub verification_status: String,
+    /// Why it is not verified, when it is not.
+    pub mismatch_reason: Option<String>,
+    /// What was found, for a person.
+    pub message: Option<String>,
+}
+
+/// One spec an instance ran (`GET .../releases`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Release {
+    /// The spec's digest.
+    pub spec_digest: String,
+    /// Its image reference.
+    pub image: String,
+    /// Its image digest.
+    pub image_digest: String,
+    /// When a container of it first started.
+    pub first_started_at: String,
+    /// When one last started.
+    pub last_started_at: String,
+    /// Null for the current release; `replaced` or `archived`.
+    pub ended: Option<String>,
+    /// When it ended.
+    pub ended_at: Option<String>,
+}
+
+/// `POST .../rollback`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rollback {
+    /// The instance, asked to run the previous release.
+    pub instance: Instance,
+    /// The spec it was asked to run before.
+    pub from_spec_digest: String,
+    /// The spec it is asked to run now.
+    pub to_spec_digest: String,
+}
+
+/// A workspace: a developer's environment, its executors and its link.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Workspace {
+    /// Its id.
+    pub workspace_id: String,
+    /// Its executor containers, by name or id.
+    pub containers: Vec<String>,
+    /// Containers with this label are executors too.
+    pub selector: Option<Selector>,
+    /// The domain it is linked to.
+    pub resource_domain_id: Option<String>,
+    /// The worktree key it is linked with.
+    pub worktree_key: Option<String>,
+    /// Its live executors.
+    pub executors: Vec<Executor>,
+    /// Named containers that are not executors, with why (empty from a daemon that does not
+    /// say).
+    #[serde(default)]
+    pub not_attached: Vec<NotAttached>,
+}
+
+/// A container a workspace names that is not attached.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotAttached {
+    /// The name or id as the workspace gives it.
+    pub container: String,
+    /// Why it is not an executor, and what it must carry to be one.
+    pub reason: String,
+}
+
+/// `GET /v1/whoami`: who the service key is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Whoami {
+    /// The key's public id.
+    pub key_id: String,
+    /// The label a container must carry to be one of workspace `ID`'s executors.
+    pub consent_label_template: String,
+}
+
+/// A label selector.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Selector {
+    /// `key=value`.
+    pub label: String,
+}
+
+/// A live executor of a workspace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    tag = "kind",
+    rename_all = "lowercase",
+    rename_all_fields = "camelCase"
+)]
+pub enum Executor {
+    /// A container.
+    Container {
+        /// Its engine id.
+        id: String,
+        /// Its name.
+        name: String,
+        /// Whether it runs.
+        running: bool,
+    },
+    /// A lease.
+    Lease {
+        /// `lse:<uuid>`.
+        lease_id: String,
+        /// When it expires unless renewed.
+        expires_at: String,
+    },
+    /// A kind this client does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+/// `PUT /v1/workspaces/{id}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkspaceRequest {
+    /// Executor containers, by name or id (at most 64).
+    pub containers: Vec<String>,
+    /// Containers carrying this label are executors too.
+    pub selector: Option<Selector>,
+}
+
+/// A lease for a host tool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lease {
+    /// `lse:<uuid>`.
+    pub lease_id: String,
+    /// When it expires unless renewed.
+    pub expires_at: String,
+}
+
+/// `PUT .../workspace-links/{workspaceId}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Link {
+    /// The workspace.
+    pub workspace_id: String,
+    /// The worktree key it is linked with.
+    pub worktree_key: String,
+    /// Running containers this call attached, plus live leases.
+    pub attached_executors: i64,
+}
+
+/// `GET .../instances/{key}/wait`: the instance once it settled, or as it was at the timeout.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Waited {
+    /// The instance, as `GET` answers it.
+    pub instance: Instance,
+    /// How many times what it is asked to be has changed.
+    pub generation: i64,
+    /// The generation berth has acted on.
+    pub observed_generation: i64,
+    /// True when the wait ended at its timeout rather than on a wanted state.
+    pub timed_out: bool,
+}
+
+/// One event of `GET /v1/resource-domains/{id}/events`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DomainEvent {
+    /// An instance changed: its whole view, as `GET` answers it.
+    Instance {
+        /// The event id (`<daemon-run>-<sequence>`): pass the last one seen to resume.
+        id: String,
+        /// The instance.
+        instance: Box<Instance>,
+        /// How many times what it is asked to be has changed.
+        generation: i64,
+        /// The generation berth has acted on.
+        observed_generation: i64,
+    },
+    /// The daemon could not resume from the id sent: every instance follows as an `Instance`
+    /// event; forget what was known before.
+    Resync {
+        /// The event id.
+        id: String,
+    },
+}
+
+impl DomainEvent {
+    /// The event's id.
+    pub fn id(&self) -> &str {
+        match self {
+            Self::Instance { id, .. } | Self::Resync { id } => id,
+        }
+    }
+}
+
+/// The data of an `instance` event.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct InstanceEventData {
+    pub instance: Instance,
+    pub generation: i64,
+    pub observed_generation: i64,
+}
