@@ -14,6 +14,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use serde_json::{Value, json};
 
 /// The service key the test daemons accept first.
@@ -560,7 +561,8 @@ impl Client {
         serde_json::to_value(self.get_instance(domain, key)).expect("an instance as JSON")
     }
 
-    /// Polls an instance until `done(instance)` or `timeout`, and returns it.
+    /// Waits until `done(instance)` or `timeout`, and returns the instance: told of each change
+    /// by the domain's event stream, never asking on a timer.
     pub fn wait_for(
         &self,
         domain: &str,
@@ -569,17 +571,37 @@ impl Client {
         what: &str,
         done: impl Fn(&Value) -> bool,
     ) -> Value {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let instance = self.instance(domain, key);
-            if done(&instance) {
-                return instance;
+        let deadline = tokio::time::Instant::now() + timeout;
+        block_on(async {
+            // Subscribed before the first read: no change falls between them.
+            let mut events = Box::pin(self.api.events(domain, None));
+            loop {
+                let instance = self
+                    .api
+                    .instance(domain, key)
+                    .await
+                    .unwrap_or_else(|e| panic!("get of {key}: {e}"));
+                let instance = serde_json::to_value(instance).expect("an instance as JSON");
+                if done(&instance) {
+                    return instance;
+                }
+                loop {
+                    match tokio::time::timeout_at(deadline, events.next()).await {
+                        Err(_) => {
+                            panic!("{key} did not become {what} within {timeout:?}: {instance}")
+                        }
+                        Ok(Some(Ok(berth_client::DomainEvent::Instance { instance, .. })))
+                            if instance.key != key => {}
+                        Ok(Some(Ok(_))) => break,
+                        Ok(Some(Err(e))) => panic!("the event stream failed: {e}"),
+                        Ok(None) => {
+                            events = Box::pin(self.api.events(domain, None));
+                            break;
+                        }
+                    }
+                }
             }
-            if Instant::now() > deadline {
-                panic!("{key} did not become {what} within {timeout:?}: {instance}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        })
     }
 
     /// Waits through the client's one wait (the wait route, or polling on a daemon without

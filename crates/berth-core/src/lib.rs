@@ -24,6 +24,7 @@ pub mod service;
 pub mod spec;
 pub mod store;
 pub mod time;
+pub mod watch;
 pub mod workspaces;
 
 pub use error::Error;

@@ -210,6 +210,10 @@ pub struct Instance {
     pub volumes: Vec<InstanceVolume>,
     /// Restarts since it last ran steadily, for the back-off.
     pub restart_count: u32,
+    /// Bumped by every accepted change of what is desired (spec, desired, stop reason).
+    pub generation: i64,
+    /// The generation the last finished reconcile acted on.
+    pub observed_generation: i64,
 }
 
 /// An instance on the wire (`resourceInstanceSchema`).

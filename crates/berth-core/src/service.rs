@@ -2,6 +2,7 @@
 //! desired state in one transaction (or refuses and writes nothing), and wakes the reconciler.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -20,6 +21,7 @@ use crate::spec::Spec;
 use crate::spec::decode_spec;
 use crate::store::{Store, StoreError, Tx};
 use crate::time::Timestamp;
+use crate::watch::{InstanceChange, MAX_WAIT, Resume, Subscription, Watch, settled};
 
 /// Why an instance is asked to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -600,6 +602,58 @@ impl Berth {
     }
 }
 
+impl Berth {
+    /// Subscribes to a domain's changes for a client that last saw `last_event_id` (none: a
+    /// new client), with the snapshot it starts from when it cannot resume: every instance of
+    /// the domain, archived ones included.
+    pub fn subscribe(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        last_event_id: Option<&str>,
+    ) -> Result<(Subscription, Vec<InstanceChange>), Error> {
+        self.domain(owner, domain_id)?;
+        let (feed, resume, at) = self.store.watch().subscribe(domain_id, last_event_id);
+        // Read after subscribing: a change in between is in both, never in neither.
+        let snapshot = match resume {
+            Resume::Missed(_) => Vec::new(),
+            Resume::Resync => {
+                let mut all = self.store.instances(domain_id, false);
+                all.extend(self.store.instances(domain_id, true));
+                all.sort_by(|a, b| a.key.cmp(&b.key));
+                all.iter().map(InstanceChange::of).collect()
+            }
+        };
+        Ok((Subscription { feed, resume, at }, snapshot))
+    }
+
+    /// Waits until the instance is settled in one of `kinds` (see [`crate::watch::settled`])
+    /// or `timeout` passes; answers its view then, and whether the time ran out.
+    pub async fn wait_for(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+        kinds: &[String],
+        timeout: Duration,
+    ) -> Result<(InstanceChange, bool), Error> {
+        let deadline = tokio::time::Instant::now() + timeout.min(MAX_WAIT);
+        let (mut feed, _, _) = self.store.watch().subscribe(domain_id, None);
+        loop {
+            let change = InstanceChange::of(&self.instance(owner, domain_id, key)?);
+            if settled(&change, kinds) {
+                return Ok((change, false));
+            }
+            let id = change.instance.resource_instance_id.clone();
+            if !Watch::next_change(&mut feed, &id, deadline).await {
+                let change = InstanceChange::of(&self.instance(owner, domain_id, key)?);
+                let done = settled(&change, kinds);
+                return Ok((change, !done));
+            }
+        }
+    }
+}
+
 fn owned(domain: Option<Domain>, owner: &str, id: &DomainId) -> Result<Domain, Error> {
     match domain {
         None => Err(Error::DomainNotFound(id.to_string())),
@@ -669,6 +723,8 @@ fn apply_up(
                 last_reached_at: None,
                 volumes: Vec::new(),
                 restart_count: 0,
+                generation: 1,
+                observed_generation: 0,
             };
             instance.volumes = plan_volumes(prefix, &instance, &[]);
             tx.insert_instance(&instance)?;

@@ -22,6 +22,7 @@ use crate::model::{
 };
 use crate::spec::Spec;
 use crate::time::Timestamp;
+use crate::watch::{InstanceChange, Watch};
 
 /// A store failure: the database could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -172,6 +173,11 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE leases_v5 RENAME TO leases;
     CREATE INDEX workspaces_by_domain ON workspaces(domain_id, worktree_key);
     CREATE INDEX leases_by_workspace ON leases(owner, workspace_id, expires_at);",
+    // 6: generations: what is desired is numbered, and so is what the reconciler last acted on.
+    // An existing instance starts at generation 1, observed if it was ever observed running.
+    "ALTER TABLE instances ADD COLUMN generation INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE instances ADD COLUMN observed_generation INTEGER NOT NULL DEFAULT 0;
+    UPDATE instances SET observed_generation = 1 WHERE state NOT LIKE '%not-started%';",
 ];
 
 /// Runs `PRAGMA quick_check` (every page and index, without comparing index contents to their
@@ -258,6 +264,8 @@ struct Touched {
 pub struct Store {
     jobs: Jobs,
     view: Arc<RwLock<View>>,
+    /// Where each commit's instance changes are published.
+    watch: Arc<Watch>,
     /// `None` for a store in memory: its reads run where its writes do, on the only copy.
     readers: Option<Arc<Readers>>,
 }
@@ -358,10 +366,12 @@ impl Store {
             tx.commit()?;
         }
         let view = Arc::new(RwLock::new(load_view(&conn)?));
+        let watch = Arc::new(Watch::new());
         if path.is_none() {
             return Ok(Self {
                 jobs: Jobs::Inline(Mutex::new(conn)),
                 view,
+                watch,
                 readers: None,
             });
         }
@@ -379,6 +389,7 @@ impl Store {
         Ok(Self {
             jobs: Jobs::Writer(jobs),
             view,
+            watch,
             readers: path.map(|path| {
                 Arc::new(Readers {
                     path,
@@ -418,7 +429,7 @@ impl Store {
         T: Send + 'static,
         E: From<StoreError> + Send + 'static,
     {
-        let view = self.view.clone();
+        let (view, watch) = (self.view.clone(), self.watch.clone());
         self.submit(move |conn| {
             let tx = conn
                 .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
@@ -427,7 +438,7 @@ impl Store {
             let out = f(&typed)?;
             let touched = typed.touched.take();
             tx.commit().map_err(StoreError::from)?;
-            refresh(conn, &view, touched);
+            refresh(conn, &view, &watch, touched);
             Ok(out)
         })
         .await
@@ -455,6 +466,11 @@ impl Store {
         })
         .await
         .map_err(|_| StoreError::Closed)?
+    }
+
+    /// Where instance changes are published as they commit.
+    pub fn watch(&self) -> &Arc<Watch> {
+        &self.watch
     }
 
     fn view(&self) -> std::sync::RwLockReadGuard<'_, View> {
@@ -628,9 +644,10 @@ fn load_view(conn: &Connection) -> Result<View, StoreError> {
     Ok(view)
 }
 
-/// Reads the rows a committed transaction touched into the view. A row that cannot be read
-/// back is logged and left as it was: the next write of it tries again.
-fn refresh(conn: &Connection, view: &RwLock<View>, touched: Touched) {
+/// Reads the rows a committed transaction touched into the view, and publishes every instance
+/// whose view changed (apart from `observedAt`). A row that cannot be read back is logged and
+/// left as it was: the next write of it tries again.
+fn refresh(conn: &Connection, view: &RwLock<View>, watch: &Watch, touched: Touched) {
     if touched.domains.is_empty() && touched.instances.is_empty() {
         return;
     }
@@ -657,6 +674,14 @@ fn refresh(conn: &Connection, view: &RwLock<View>, touched: Touched) {
             .insert(domain.resource_domain_id.clone(), domain);
     }
     for instance in instances {
+        let changed = view.instances.get(&instance.id).is_none_or(|old| {
+            let mut old = old.clone();
+            old.observed_at = instance.observed_at;
+            old != instance
+        });
+        if changed {
+            watch.publish(&instance.domain_id, InstanceChange::of(&instance));
+        }
         view.put_instance(instance);
     }
 }
@@ -676,6 +701,9 @@ pub struct Observation {
     pub volumes: Vec<InstanceVolume>,
     /// Restarts since it last ran steadily.
     pub restart_count: u32,
+    /// The generation of what was desired when the reconcile read the instance: the one this
+    /// observation acted on.
+    pub generation: i64,
 }
 
 impl Observation {
@@ -688,6 +716,7 @@ impl Observation {
             started_at: instance.started_at,
             volumes: instance.volumes.clone(),
             restart_count: instance.restart_count,
+            generation: instance.generation,
         }
     }
 }
@@ -771,7 +800,8 @@ impl<'a> Tx<'a> {
         let volumes = to_json(&StoredVolumes::from(&obs.volumes[..]))?;
         self.conn.execute(
             "UPDATE instances SET state = ?2, observed_at = ?3, started_at = ?4, volumes = ?5,
-                restart_count = ?6 WHERE id = ?1",
+                restart_count = ?6, observed_generation = max(observed_generation, ?7)
+             WHERE id = ?1",
             params![
                 obs.id.as_str(),
                 to_json(&obs.state)?,
@@ -779,6 +809,7 @@ impl<'a> Tx<'a> {
                 obs.started_at.map(Timestamp::millis),
                 volumes,
                 obs.restart_count,
+                obs.generation,
             ],
         )?;
         self.touch_instance(&obs.id);
@@ -787,7 +818,8 @@ impl<'a> Tx<'a> {
 }
 
 const INSTANCE_COLUMNS: &str = "id, domain_id, key, spec, spec_digest, desired, stop_reason, state,
-    observed_at, started_at, last_reached_at, volumes, restart_count";
+    observed_at, started_at, last_reached_at, volumes, restart_count, generation,
+    observed_generation";
 
 fn domain_from_row(row: &Row<'_>) -> rusqlite::Result<Domain> {
     let id: String = row.get(0)?;
@@ -835,6 +867,8 @@ fn instance_from_row(row: &Row<'_>) -> rusqlite::Result<Instance> {
             })
             .collect(),
         restart_count: row.get(12)?,
+        generation: row.get(13)?,
+        observed_generation: row.get(14)?,
     })
 }
 
@@ -958,7 +992,8 @@ impl Tx<'_> {
     /// Writes an instance desired `archived` (no stop reason) and ends its current release.
     pub fn archive_desired(&self, id: &InstanceId, at: Timestamp) -> Result<(), StoreError> {
         self.conn.execute(
-            "UPDATE instances SET desired = 'archived', stop_reason = NULL WHERE id = ?1",
+            "UPDATE instances SET desired = 'archived', stop_reason = NULL,
+                generation = generation + 1 WHERE id = ?1",
             params![id.as_str()],
         )?;
         self.touch_instance(id);
@@ -991,8 +1026,9 @@ impl Tx<'_> {
         self.conn.execute(
             "INSERT INTO instances (id, domain_id, key, alias, worktree_key, spec, spec_digest,
                 desired, stop_reason, state, observed_at, started_at, last_reached_at, volumes,
-                restart_count, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                restart_count, created_at, generation, observed_generation)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
+                ?18)",
             params![
                 i.id.as_str(),
                 i.domain_id.as_str(),
@@ -1010,6 +1046,8 @@ impl Tx<'_> {
                 volumes,
                 i.restart_count,
                 Timestamp::now().millis(),
+                i.generation,
+                i.observed_generation,
             ],
         )?;
         self.touch_instance(&i.id);
@@ -1022,7 +1060,8 @@ impl Tx<'_> {
         let volumes = to_json(&StoredVolumes::from(&i.volumes[..]))?;
         self.conn.execute(
             "UPDATE instances SET alias = ?2, worktree_key = ?3, spec = ?4, spec_digest = ?5,
-                desired = ?6, stop_reason = ?7, state = ?8, volumes = ?9 WHERE id = ?1",
+                desired = ?6, stop_reason = ?7, state = ?8, volumes = ?9,
+                generation = generation + 1 WHERE id = ?1",
             params![
                 i.id.as_str(),
                 i.spec.alias,

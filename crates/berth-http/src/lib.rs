@@ -83,6 +83,7 @@ pub fn router(
     let (v1, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(routes::domains::router())
         .merge(routes::instances::router())
+        .merge(routes::events::router())
         .merge(routes::exec::router())
         .merge(routes::workspaces::router())
         .routes(utoipa_axum::routes!(openapi_json))

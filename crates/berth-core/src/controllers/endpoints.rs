@@ -28,6 +28,7 @@ use crate::ids::InstanceId;
 use crate::model::{Desired, Instance, InstanceState, StopReason};
 use crate::names;
 use crate::store::StoreError;
+use crate::watch::Watch;
 
 /// The host address every endpoint listens on.
 pub const ENDPOINT_HOST: Ipv4Addr = Ipv4Addr::LOCALHOST;
@@ -40,8 +41,6 @@ const CONNECT_RETRY: Duration = Duration::from_millis(50);
 const COPY_BUFFER: usize = 64 * 1024;
 /// One connection attempt; the kernel's own SYN retries are slower than this.
 const CONNECT_ATTEMPT: Duration = Duration::from_secs(2);
-/// How often a held connection looks at its waking instance.
-const WAKE_POLL: Duration = Duration::from_millis(20);
 /// The first wait before binding a taken endpoint port again; it doubles up to `REBIND_MAX`.
 const REBIND_FIRST: Duration = Duration::from_millis(100);
 /// The longest wait between attempts to bind a taken endpoint port.
@@ -317,6 +316,9 @@ impl EndpointController {
         let deadline =
             tokio::time::Instant::now() + self.ctx.config.ready_timeout + Duration::from_secs(30);
         let mut woke = false;
+        // Told of every change of the instance, rather than asking the store on a timer.
+        let domain = self.ctx.store.instance_by_id(id)?.domain_id;
+        let (mut feed, _, _) = self.ctx.store.watch().subscribe(&domain, None);
         loop {
             let instance = self.ctx.store.instance_by_id(id)?;
             match (&instance.desired, &instance.state) {
@@ -340,11 +342,10 @@ impl EndpointController {
                 }
                 _ => {}
             }
-            if tokio::time::Instant::now() > deadline {
+            if !Watch::next_change(&mut feed, id, deadline).await {
                 tracing::warn!(instance = %id, "a connection waited too long for the instance to be ready");
                 return None;
             }
-            tokio::time::sleep(WAKE_POLL).await;
         }
     }
 

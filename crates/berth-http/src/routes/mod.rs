@@ -1,6 +1,7 @@
 //! The route table: one module per resource.
 
 pub mod domains;
+pub mod events;
 pub mod exec;
 pub mod instances;
 pub mod workspaces;

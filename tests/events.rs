@@ -1,0 +1,303 @@
+//! The domain event stream and the wait route, end to end against a real daemon and engine:
+//! events in order, resuming with `Last-Event-ID`, `resync` after a restart and for a reader
+//! that stalls, and a wait that answers the change the stream reports.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::pin::Pin;
+use std::time::Duration;
+
+use berth_client::{DomainEvent, Instance, InstanceState};
+use futures_util::{Stream, StreamExt};
+use serde_json::json;
+use support::{Daemon, block_on, busybox_image, spec};
+
+type Events = Pin<Box<dyn Stream<Item = Result<DomainEvent, berth_client::ClientError>> + Send>>;
+
+/// The next event, or a panic naming what was awaited after `within`.
+async fn next(events: &mut Events, what: &str, within: Duration) -> DomainEvent {
+    tokio::time::timeout(within, events.next())
+        .await
+        .unwrap_or_else(|_| panic!("no event within {within:?} while waiting for {what}"))
+        .unwrap_or_else(|| panic!("the stream ended while waiting for {what}"))
+        .unwrap_or_else(|e| panic!("the stream failed while waiting for {what}: {e}"))
+}
+
+/// Reads instance events of `key` until one whose state kind is `kind`; returns its id and
+/// every state kind seen on the way.
+async fn until_kind(
+    events: &mut Events,
+    key: &str,
+    kind: &str,
+    within: Duration,
+) -> (String, Instance, Vec<String>) {
+    let mut seen = Vec::new();
+    loop {
+        if let DomainEvent::Instance { id, instance, .. } =
+            next(events, &format!("{key} {kind}"), within).await
+            && instance.key == key
+        {
+            let k = instance.state.kind().to_owned();
+            if seen.last() != Some(&k) {
+                seen.push(k.clone());
+            }
+            if k == kind {
+                return (id, *instance, seen);
+            }
+        }
+    }
+}
+
+fn seq(id: &str) -> u64 {
+    id.rsplit_once('-')
+        .and_then(|(_, n)| n.parse().ok())
+        .unwrap_or_else(|| panic!("an event id <run>-<sequence>, not {id:?}"))
+}
+
+const WITHIN: Duration = Duration::from_secs(60);
+
+#[test]
+fn events_arrive_in_order_for_up_stop_wake_and_archive() {
+    let daemon = Daemon::start();
+    let client = daemon.client();
+    let api = client.api().clone();
+    let domain = client.create_domain("events");
+    block_on(async {
+        let mut events: Events = Box::pin(api.events(&domain, None));
+        let s = spec(&busybox_image(), "web");
+        api.up(&domain, "web", &s, berth_client::Cause::Person)
+            .await
+            .unwrap();
+        let (up_id, _, seen) = until_kind(&mut events, "web", "running", WITHIN).await;
+        assert_eq!(
+            seen.first().map(String::as_str),
+            Some("not-started"),
+            "{seen:?}"
+        );
+        assert!(seen.contains(&"starting".to_owned()), "{seen:?}");
+
+        api.stop(&domain, "web", "ada").await.unwrap();
+        let (stop_id, stopped, _) = until_kind(&mut events, "web", "stopped", WITHIN).await;
+        assert!(seq(&stop_id) > seq(&up_id));
+        assert!(matches!(stopped.state, InstanceState::Stopped { .. }));
+
+        api.up(&domain, "web", &s, berth_client::Cause::Person)
+            .await
+            .unwrap();
+        let (wake_id, _, seen) = until_kind(&mut events, "web", "running", WITHIN).await;
+        assert!(seq(&wake_id) > seq(&stop_id));
+        assert!(seen.contains(&"starting".to_owned()), "{seen:?}");
+
+        api.archive(&domain, "web").await.unwrap();
+        let (archive_id, archived, _) = until_kind(&mut events, "web", "archived", WITHIN).await;
+        assert!(seq(&archive_id) > seq(&wake_id));
+        assert_eq!(archived.desired, berth_client::Desired::Archived);
+    });
+}
+
+#[test]
+fn a_change_of_observed_at_alone_sends_no_event_and_a_new_client_gets_every_instance_first() {
+    let daemon = Daemon::start();
+    let client = daemon.client();
+    let api = client.api().clone();
+    let domain = client.create_domain("events");
+    client.up_ok(&domain, "web", &spec(&busybox_image(), "web"), "person");
+    client.wait_state(&domain, "web", "running", WITHIN);
+    block_on(async {
+        let mut events: Events = Box::pin(api.events(&domain, None));
+        let DomainEvent::Instance { instance, .. } =
+            next(&mut events, "the snapshot", WITHIN).await
+        else {
+            panic!("a new client is sent every instance first")
+        };
+        assert_eq!(instance.key, "web");
+        // The daemon's resync looks at every instance and writes observedAt; nothing else
+        // changes, so nothing more may come. Waiting for what must not come is bounded.
+        let more = tokio::time::timeout(Duration::from_secs(3), events.next()).await;
+        assert!(more.is_err(), "an event with nothing changed: {more:?}");
+    });
+}
+
+#[test]
+fn a_dropped_connection_resumes_with_its_last_event_id_without_loss() {
+    let daemon = Daemon::start();
+    let client = daemon.client();
+    let api = client.api().clone();
+    let domain = client.create_domain("events");
+    block_on(async {
+        let mut events: Events = Box::pin(api.events(&domain, None));
+        api.up(
+            &domain,
+            "web",
+            &spec(&busybox_image(), "web"),
+            berth_client::Cause::Person,
+        )
+        .await
+        .unwrap();
+        let (last, _, _) = until_kind(&mut events, "web", "running", WITHIN).await;
+        drop(events);
+
+        // While nobody listens: a stop.
+        api.stop(&domain, "web", "ada").await.unwrap();
+        let stopped = api
+            .wait(&domain, "web", &["stopped"], WITHIN)
+            .await
+            .unwrap();
+        assert!(!stopped.timed_out);
+
+        let mut events: Events = Box::pin(api.events(&domain, Some(&last)));
+        let first = next(&mut events, "the missed changes", WITHIN).await;
+        let DomainEvent::Instance { id, instance, .. } = first else {
+            panic!("a resumable id is resumed, not resynced: {first:?}")
+        };
+        assert!(seq(&id) > seq(&last));
+        assert_eq!(
+            instance.desired,
+            berth_client::Desired::Stopped,
+            "the first missed change is the stop"
+        );
+        let (_, stopped, _) = if instance.state.kind() == "stopped" {
+            (id, *instance, vec![])
+        } else {
+            until_kind(&mut events, "web", "stopped", WITHIN).await
+        };
+        assert!(matches!(stopped.state, InstanceState::Stopped { .. }));
+    });
+}
+
+#[test]
+fn a_restarted_daemon_answers_an_old_id_with_resync_then_every_instance() {
+    let mut daemon = Daemon::start();
+    let client = daemon.client();
+    let domain = client.create_domain("events");
+    client.up_ok(&domain, "web", &spec(&busybox_image(), "web"), "person");
+    let last = block_on(async {
+        let mut events: Events = Box::pin(client.api().events(&domain, None));
+        until_kind(&mut events, "web", "running", WITHIN).await.0
+    });
+    daemon.restart();
+    let client = daemon.client();
+    block_on(async {
+        let mut events: Events = Box::pin(client.api().events(&domain, Some(&last)));
+        let first = next(&mut events, "resync", WITHIN).await;
+        assert!(
+            matches!(first, DomainEvent::Resync { .. }),
+            "an id of another run cannot be resumed: {first:?}"
+        );
+        let DomainEvent::Instance { instance, .. } =
+            next(&mut events, "the snapshot", WITHIN).await
+        else {
+            panic!("every instance follows a resync")
+        };
+        assert_eq!(instance.key, "web");
+    });
+}
+
+#[test]
+fn a_reader_that_stalls_is_resynced_and_slows_nobody() {
+    let daemon = Daemon::start();
+    let client = daemon.client();
+    let api = client.api().clone();
+    let domain = client.create_domain("events");
+    let s = spec(&busybox_image(), "web");
+    client.up_ok(&domain, "web", &s, "person");
+    client.wait_state(&domain, "web", "running", WITHIN);
+
+    // A reader that asks for the stream and then reads nothing, with a small receive buffer so
+    // the daemon's send buffer fills soon.
+    let address: std::net::SocketAddr = daemon.address().parse().unwrap();
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    socket.connect(&address.into()).unwrap();
+    let mut stalled: TcpStream = socket.into();
+    write!(
+        stalled,
+        "GET /v1/resource-domains/{domain}/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+         Authorization: Bearer {}\r\n\r\n",
+        support::KEY
+    )
+    .unwrap();
+
+    // Many changes that never reach the container: each is an event or two, far more than the
+    // stalled reader's buffers (the kernel's and the HTTP layer's hold megabytes) and its place
+    // in the live feed hold.
+    std::thread::scope(|scope| {
+        for t in 0..4 {
+            let (client, domain, mut s) = (daemon.client(), domain.clone(), s.clone());
+            scope.spawn(move || {
+                for n in 0..2000 {
+                    s["idleStopAfterSeconds"] = json!(100 + t * 10_000 + n);
+                    client.up_ok(&domain, "web", &s, "person");
+                }
+            });
+        }
+    });
+    // Another client is not slowed by the stalled one: an up and its wait complete.
+    client.up_ok(&domain, "db", &spec(&busybox_image(), "db"), "person");
+    let waited = block_on(api.wait(&domain, "db", &["running", "failed"], WITHIN)).unwrap();
+    assert!(!waited.timed_out);
+    assert_eq!(waited.instance.state.kind(), "running");
+
+    // The stalled reader reads now: somewhere past what fit in the buffers, it was resynced.
+    stalled
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut text = Vec::new();
+    let mut chunk = [0u8; 65536];
+    while !String::from_utf8_lossy(&text).contains("event: resync") {
+        let n = stalled
+            .read(&mut chunk)
+            .expect("the stalled reader is resynced or dropped, never left hanging");
+        if n == 0 {
+            // Dropped: also allowed, and nothing was slowed.
+            return;
+        }
+        text.extend_from_slice(&chunk[..n]);
+    }
+}
+
+#[test]
+fn wait_answers_the_change_the_stream_reports_and_times_out_when_nothing_happens() {
+    let daemon = Daemon::start();
+    let client = daemon.client();
+    let api = client.api().clone();
+    let domain = client.create_domain("events");
+    block_on(async {
+        let mut events: Events = Box::pin(api.events(&domain, None));
+        api.up(
+            &domain,
+            "web",
+            &spec(&busybox_image(), "web"),
+            berth_client::Cause::Person,
+        )
+        .await
+        .unwrap();
+        let waited = api
+            .wait(&domain, "web", &["running", "failed"], WITHIN)
+            .await
+            .unwrap();
+        assert!(!waited.timed_out);
+        assert_eq!(waited.observed_generation, waited.generation);
+        let (_, streamed, _) = until_kind(&mut events, "web", "running", WITHIN).await;
+        assert_eq!(waited.instance.state, streamed.state, "the same change");
+
+        let nothing = api
+            .wait(&domain, "web", &["stopped"], Duration::from_millis(1500))
+            .await
+            .unwrap();
+        assert!(nothing.timed_out);
+        assert_eq!(nothing.instance.state.kind(), "running");
+    });
+    // Bad values are refused by name.
+    let bad = client.get(&format!(
+        "/v1/resource-domains/{domain}/instances/web/wait?for=sleeping&timeoutMs=999999"
+    ));
+    let body = bad.expect_error(400, "RequestRefusedError");
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("query.for") && message.contains("query.timeoutMs"),
+        "{message}"
+    );
+}
