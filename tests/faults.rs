@@ -901,3 +901,157 @@ fn while_the_engine_is_unreachable_requests_answer_from_the_store_and_berth_conv
     api.wait_state(&domain, "during", "running", Duration::from_secs(90));
     assert_eq!(api.instance(&domain, "before")["state"]["kind"], "running");
 }
+
+/// The engine's container events for one daemon's prefix, read as they happen from the moment
+/// the watch is made (`--since` that moment, so none is missed while the subscription starts).
+struct EngineEvents {
+    child: std::process::Child,
+    seen: std::sync::Arc<(std::sync::Mutex<Vec<String>>, std::sync::Condvar)>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl EngineEvents {
+    fn watch(prefix: &str) -> EngineEvents {
+        let since = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("a clock after 1970");
+        let mut child = Command::new("docker")
+            .args([
+                "events",
+                "--since",
+                &format!("{}.{:09}", since.as_secs(), since.subsec_nanos()),
+                "--filter",
+                "type=container",
+                "--filter",
+                &format!("label=berth.prefix={prefix}"),
+                "--format",
+                "{{.Action}}",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("docker events");
+        let stdout = child.stdout.take().expect("its output");
+        let seen =
+            std::sync::Arc::new((std::sync::Mutex::new(Vec::new()), std::sync::Condvar::new()));
+        let reader = {
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                use std::io::BufRead;
+                for line in std::io::BufReader::new(stdout)
+                    .lines()
+                    .map_while(Result::ok)
+                {
+                    let (events, arrived) = &*seen;
+                    events.lock().unwrap().push(line.trim().to_owned());
+                    arrived.notify_all();
+                }
+            })
+        };
+        EngineEvents {
+            child,
+            seen,
+            reader: Some(reader),
+        }
+    }
+
+    /// Every event so far, in order (`create`, `start`, `die`, `destroy`, ...).
+    fn all(&self) -> Vec<String> {
+        self.seen.0.lock().unwrap().clone()
+    }
+
+    /// How many events so far are one of `actions`.
+    fn count(&self, actions: &[&str]) -> usize {
+        self.all()
+            .iter()
+            .filter(|a| actions.contains(&a.as_str()))
+            .count()
+    }
+
+    /// Waits up to `bound` for any event after the first `after`; returns the new ones.
+    fn wait_past(&self, after: usize, bound: Duration) -> Vec<String> {
+        let (events, arrived) = &*self.seen;
+        let guard = events.lock().unwrap();
+        let (guard, _) = arrived
+            .wait_timeout_while(guard, bound, |e| e.len() <= after)
+            .unwrap();
+        guard[after.min(guard.len())..].to_vec()
+    }
+}
+
+impl Drop for EngineEvents {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+    }
+}
+
+/// What the engine tries for a spec it cannot run: every action that marks an attempt to make or
+/// start its container.
+const ATTEMPTS: &[&str] = &["create", "start", "die", "destroy"];
+
+/// Ups `mount_path` as the spec's volume on busybox, which the engine can never run, and checks
+/// that the instance ends `failed` with the engine's reason, after a bounded number of tries and
+/// none after, and that an up with a good spec then runs it.
+fn a_spec_the_engine_refuses_fails_after_bounded_tries(mount_path: &str, reason: &str) {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("refused");
+    let events = EngineEvents::watch(&daemon.prefix);
+    let mut bad = spec(&busybox_image(), "web");
+    bad["volumes"] = json!([{"name": "data", "mountPath": mount_path}]);
+    let up = api.up(&domain, "web", &bad, "use");
+    assert_eq!(up.status, 200, "the decoder takes the spec: {}", up.body);
+
+    let failed = api.wait_state(&domain, "web", "failed", READY);
+    let message = failed["state"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(reason),
+        "the message carries the engine's reason ({reason}): {message}"
+    );
+    // Failed stays failed: no try comes after it.
+    let before = events.all();
+    let late = events.wait_past(before.len(), Duration::from_secs(5));
+    assert!(
+        late.iter().all(|a| !ATTEMPTS.contains(&a.as_str())),
+        "the engine was asked again after the instance failed: {late:?} (before: {before:?})"
+    );
+    assert_eq!(api.instance(&domain, "web")["state"]["kind"], "failed");
+    let all = events.all();
+    eprintln!("refused spec: engine events {all:?}");
+    for action in ATTEMPTS {
+        let n = events.count(&[action]);
+        assert!(n <= 6, "{n} {action} events for one refused spec: {all:?}");
+    }
+
+    // Asked again with a spec the engine can run, it runs.
+    api.up(&domain, "web", &spec(&busybox_image(), "web"), "person")
+        .expect(200);
+    let running = api.wait_state(&domain, "web", "running", READY);
+    let name = containers_labelled(&id_of(&running)).remove(0);
+    let mounts = docker_inspect("container", &name).expect("its container")["Mounts"].clone();
+    assert!(
+        mounts
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["Destination"] == "/srv/data"),
+        "{mounts}"
+    );
+}
+
+#[test]
+fn a_volume_mounted_over_a_file_of_the_image_fails_the_instance_and_is_not_retried() {
+    a_spec_the_engine_refuses_fails_after_bounded_tries("/bin/busybox", "not directory");
+}
+
+#[test]
+fn a_mount_path_longer_than_the_kernel_takes_fails_the_instance_and_is_not_retried() {
+    // The decoder bounds each segment's characters, not the path's length: 5,000 characters
+    // are taken, and the engine refuses them.
+    let path = format!("/{}", "a".repeat(4_999));
+    assert_eq!(path.len(), 5_000);
+    a_spec_the_engine_refuses_fails_after_bounded_tries(&path, "too long");
+}
