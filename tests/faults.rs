@@ -1055,3 +1055,80 @@ fn a_mount_path_longer_than_the_kernel_takes_fails_the_instance_and_is_not_retri
     assert_eq!(path.len(), 5_000);
     a_spec_the_engine_refuses_fails_after_bounded_tries(&path, "too long");
 }
+
+#[test]
+fn a_domain_archive_cut_short_by_a_crash_is_finished_at_the_next_start() {
+    let mut daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("half-archived");
+    let keys = ["a", "b", "c"];
+    for key in keys {
+        api.up(&domain, key, &spec(&busybox_image(), key), "use")
+            .expect(200);
+    }
+    let mut ids = Vec::new();
+    for key in keys {
+        let running = api.wait_state(&domain, key, "running", READY);
+        assert_eq!(containers_labelled(&id_of(&running)).len(), 1);
+        ids.push(id_of(&running));
+    }
+    let volumes = volumes_named(&daemon.prefix);
+    assert_eq!(volumes.len(), keys.len(), "{volumes:?}");
+
+    // What a kill -9 in the middle of a domain archive left before the archive was one
+    // transaction: the domain archived, its instances still desired running, their containers
+    // up. The daemon is stopped (its containers keep running) and its store written so.
+    daemon.stop();
+    {
+        let db = rusqlite::Connection::open(daemon.data_dir.join("berth.db")).expect("the store");
+        let changed = db
+            .execute(
+                "UPDATE domains SET state = 'archived' WHERE id = ?1",
+                [&domain],
+            )
+            .expect("the domain written archived");
+        assert_eq!(changed, 1);
+        let running: i64 = db
+            .query_row(
+                "SELECT count(*) FROM instances WHERE domain_id = ?1 AND desired = 'running'",
+                [&domain],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(running, 3, "the instances are still desired running");
+    }
+    for id in &ids {
+        assert_eq!(
+            containers_labelled(id).len(),
+            1,
+            "{id} still has its container"
+        );
+    }
+
+    daemon.start_again();
+    let api = daemon.client();
+    assert_eq!(
+        api.get(&format!("/v1/resource-domains/{domain}"))
+            .expect(200)["state"],
+        "archived"
+    );
+    for key in keys {
+        api.wait_for(&domain, key, READY, "archived with no container", |i| {
+            i["desired"] == "archived"
+                && i["state"]["kind"] == "archived"
+                && containers_labelled(&id_of(i)).is_empty()
+        });
+    }
+    let live = api
+        .get(&format!("/v1/resource-domains/{domain}/instances"))
+        .expect(200);
+    assert_eq!(live["items"], json!([]), "no live instance is left");
+    assert!(support::containers_named(&format!("{}-", daemon.prefix)).is_empty());
+    let kept = volumes_named(&daemon.prefix);
+    assert_eq!(kept, volumes, "every volume is kept");
+    // And the domain's network goes, as in an archive that ran whole.
+    let network = names::domain_network(&daemon.prefix, &DomainId::parse(&domain).unwrap());
+    support::wait_until(READY, "the archived domain's network going", || {
+        docker_inspect("network", &network).is_none()
+    });
+}
