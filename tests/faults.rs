@@ -1005,7 +1005,30 @@ fn a_spec_the_engine_refuses_fails_after_bounded_tries(mount_path: &str, reason:
     let up = api.up(&domain, "web", &bad, "use");
     assert_eq!(up.status, 200, "the decoder takes the spec: {}", up.body);
 
-    let failed = api.wait_state(&domain, "web", "failed", READY);
+    // Bounded all along: a refusal's own engine event never brings the next try early.
+    let bounded = |events: &EngineEvents| {
+        for action in ATTEMPTS {
+            let n = events.count(&[action]);
+            assert!(
+                n <= 6,
+                "{n} {action} events for one refused spec: {:?}",
+                events.all()
+            );
+        }
+    };
+    let deadline = Instant::now() + READY;
+    let failed = loop {
+        bounded(&events);
+        let instance = api.instance(&domain, "web");
+        if instance["state"]["kind"] == "failed" {
+            break instance;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not failed within {READY:?}: {instance}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
     let message = failed["state"]["message"].as_str().unwrap_or_default();
     assert!(
         message.contains(reason),
@@ -1019,12 +1042,8 @@ fn a_spec_the_engine_refuses_fails_after_bounded_tries(mount_path: &str, reason:
         "the engine was asked again after the instance failed: {late:?} (before: {before:?})"
     );
     assert_eq!(api.instance(&domain, "web")["state"]["kind"], "failed");
-    let all = events.all();
-    eprintln!("refused spec: engine events {all:?}");
-    for action in ATTEMPTS {
-        let n = events.count(&[action]);
-        assert!(n <= 6, "{n} {action} events for one refused spec: {all:?}");
-    }
+    eprintln!("refused spec: engine events {:?}", events.all());
+    bounded(&events);
 
     // Asked again with a spec the engine can run, it runs.
     api.up(&domain, "web", &spec(&busybox_image(), "web"), "person")
