@@ -501,8 +501,8 @@ impl InstanceController {
         if failures >= START_ATTEMPTS {
             self.forget_start(&instance.id);
             let message = format!(
-                "the engine could not start the container {failures} times: {e}; change the \
-                 spec (a mount path that is a file in the image, for one) and up again"
+                "the engine refused to create or start the container {failures} times: {e}; \
+                 change the spec (a mount path that is a file in the image, for one) and up again"
             );
             self.fail(instance, message).await?;
             return Ok(Next::Done);
