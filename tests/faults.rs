@@ -901,3 +901,277 @@ fn while_the_engine_is_unreachable_requests_answer_from_the_store_and_berth_conv
     api.wait_state(&domain, "during", "running", Duration::from_secs(90));
     assert_eq!(api.instance(&domain, "before")["state"]["kind"], "running");
 }
+
+/// The engine's container events for one daemon's prefix, read as they happen from the moment
+/// the watch is made (`--since` that moment, so none is missed while the subscription starts).
+struct EngineEvents {
+    child: std::process::Child,
+    seen: std::sync::Arc<(std::sync::Mutex<Vec<String>>, std::sync::Condvar)>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl EngineEvents {
+    fn watch(prefix: &str) -> EngineEvents {
+        let since = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("a clock after 1970");
+        let mut child = Command::new("docker")
+            .args([
+                "events",
+                "--since",
+                &format!("{}.{:09}", since.as_secs(), since.subsec_nanos()),
+                "--filter",
+                "type=container",
+                "--filter",
+                &format!("label=berth.prefix={prefix}"),
+                "--format",
+                "{{.Action}}",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("docker events");
+        let stdout = child.stdout.take().expect("its output");
+        let seen =
+            std::sync::Arc::new((std::sync::Mutex::new(Vec::new()), std::sync::Condvar::new()));
+        let reader = {
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                use std::io::BufRead;
+                for line in std::io::BufReader::new(stdout)
+                    .lines()
+                    .map_while(Result::ok)
+                {
+                    let (events, arrived) = &*seen;
+                    events.lock().unwrap().push(line.trim().to_owned());
+                    arrived.notify_all();
+                }
+            })
+        };
+        EngineEvents {
+            child,
+            seen,
+            reader: Some(reader),
+        }
+    }
+
+    /// Every event so far, in order (`create`, `start`, `die`, `destroy`, ...).
+    fn all(&self) -> Vec<String> {
+        self.seen.0.lock().unwrap().clone()
+    }
+
+    /// How many events so far are one of `actions`.
+    fn count(&self, actions: &[&str]) -> usize {
+        self.all()
+            .iter()
+            .filter(|a| actions.contains(&a.as_str()))
+            .count()
+    }
+
+    /// Waits up to `bound` for any event after the first `after`; returns the new ones.
+    fn wait_past(&self, after: usize, bound: Duration) -> Vec<String> {
+        let (events, arrived) = &*self.seen;
+        let guard = events.lock().unwrap();
+        let (guard, _) = arrived
+            .wait_timeout_while(guard, bound, |e| e.len() <= after)
+            .unwrap();
+        guard[after.min(guard.len())..].to_vec()
+    }
+}
+
+impl Drop for EngineEvents {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+    }
+}
+
+/// What the engine tries for a spec it cannot run: every action that marks an attempt to make or
+/// start its container.
+const ATTEMPTS: &[&str] = &["create", "start", "die", "destroy"];
+
+/// Ups `mount_path` as the spec's volume on busybox, which the engine can never run, and checks
+/// that the instance ends `failed` with the engine's reason, after a bounded number of tries and
+/// none after, and that an up with a good spec then runs it.
+fn a_spec_the_engine_refuses_fails_after_bounded_tries(mount_path: &str, reason: &str) {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("refused");
+    let events = EngineEvents::watch(&daemon.prefix);
+    let mut bad = spec(&busybox_image(), "web");
+    bad["volumes"] = json!([{"name": "data", "mountPath": mount_path}]);
+    let up = api.up(&domain, "web", &bad, "use");
+    assert_eq!(up.status, 200, "the decoder takes the spec: {}", up.body);
+
+    // Bounded all along: a refusal's own engine event never brings the next try early.
+    let bounded = |events: &EngineEvents| {
+        for action in ATTEMPTS {
+            let n = events.count(&[action]);
+            assert!(
+                n <= 6,
+                "{n} {action} events for one refused spec: {:?}",
+                events.all()
+            );
+        }
+    };
+    let deadline = Instant::now() + READY;
+    let failed = loop {
+        bounded(&events);
+        let instance = api.instance(&domain, "web");
+        if instance["state"]["kind"] == "failed" {
+            break instance;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not failed within {READY:?}: {instance}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let message = failed["state"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(reason),
+        "the message carries the engine's reason ({reason}): {message}"
+    );
+    // Failed stays failed: no try comes after it.
+    let before = events.all();
+    let late = events.wait_past(before.len(), Duration::from_secs(5));
+    assert!(
+        late.iter().all(|a| !ATTEMPTS.contains(&a.as_str())),
+        "the engine was asked again after the instance failed: {late:?} (before: {before:?})"
+    );
+    assert_eq!(api.instance(&domain, "web")["state"]["kind"], "failed");
+    eprintln!("refused spec: engine events {:?}", events.all());
+    bounded(&events);
+
+    // Asked again with a spec the engine can run, it runs.
+    api.up(&domain, "web", &spec(&busybox_image(), "web"), "person")
+        .expect(200);
+    let running = api.wait_state(&domain, "web", "running", READY);
+    let name = containers_labelled(&id_of(&running)).remove(0);
+    let mounts = docker_inspect("container", &name).expect("its container")["Mounts"].clone();
+    assert!(
+        mounts
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["Destination"] == "/srv/data"),
+        "{mounts}"
+    );
+}
+
+#[test]
+fn a_volume_mounted_over_a_file_of_the_image_fails_the_instance_and_is_not_retried() {
+    a_spec_the_engine_refuses_fails_after_bounded_tries("/bin/busybox", "not directory");
+}
+
+#[test]
+fn a_mount_path_longer_than_the_kernel_takes_fails_the_instance_and_is_not_retried() {
+    // The decoder bounds each segment's characters, not the path's length: 5,000 characters
+    // are taken, and the engine refuses them.
+    let path = format!("/{}", "a".repeat(4_999));
+    assert_eq!(path.len(), 5_000);
+    a_spec_the_engine_refuses_fails_after_bounded_tries(&path, "too long");
+}
+
+/// A daemon with a domain of three running instances is stopped, its store written to the shape
+/// a kill -9 in the middle of that domain's archive leaves (with the instances written archived
+/// or not), and started again: the archive is finished.
+fn a_domain_archive_cut_short_is_finished(instances_written: bool) {
+    let mut daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("half-archived");
+    let keys = ["a", "b", "c"];
+    for key in keys {
+        api.up(&domain, key, &spec(&busybox_image(), key), "use")
+            .expect(200);
+    }
+    let mut ids = Vec::new();
+    for key in keys {
+        let running = api.wait_state(&domain, key, "running", READY);
+        assert_eq!(containers_labelled(&id_of(&running)).len(), 1);
+        ids.push(id_of(&running));
+    }
+    let volumes = volumes_named(&daemon.prefix);
+    assert_eq!(volumes.len(), keys.len(), "{volumes:?}");
+
+    // The daemon is stopped (its containers keep running) and its store written as the kill
+    // left it: the domain archived, its containers up.
+    daemon.stop();
+    {
+        let db = rusqlite::Connection::open(daemon.data_dir.join("berth.db")).expect("the store");
+        let changed = db
+            .execute(
+                "UPDATE domains SET state = 'archived' WHERE id = ?1",
+                [&domain],
+            )
+            .expect("the domain written archived");
+        assert_eq!(changed, 1);
+        if instances_written {
+            db.execute(
+                "UPDATE instances SET desired = 'archived' WHERE domain_id = ?1",
+                [&domain],
+            )
+            .expect("the instances written archived");
+        }
+        let running: i64 = db
+            .query_row(
+                "SELECT count(*) FROM instances WHERE domain_id = ?1 AND desired = 'running'",
+                [&domain],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(running, if instances_written { 0 } else { 3 });
+    }
+    for id in &ids {
+        assert_eq!(
+            containers_labelled(id).len(),
+            1,
+            "{id} still has its container"
+        );
+    }
+
+    daemon.start_again();
+    let api = daemon.client();
+    assert_eq!(
+        api.get(&format!("/v1/resource-domains/{domain}"))
+            .expect(200)["state"],
+        "archived"
+    );
+    for key in keys {
+        api.wait_for(&domain, key, READY, "archived with no container", |i| {
+            i["desired"] == "archived"
+                && i["state"]["kind"] == "archived"
+                && containers_labelled(&id_of(i)).is_empty()
+        });
+    }
+    let live = api
+        .get(&format!("/v1/resource-domains/{domain}/instances"))
+        .expect(200);
+    assert_eq!(live["items"], json!([]), "no live instance is left");
+    assert!(support::containers_named(&format!("{}-", daemon.prefix)).is_empty());
+    let kept = volumes_named(&daemon.prefix);
+    assert_eq!(kept, volumes, "every volume is kept");
+    if !instances_written {
+        // The resync that finishes the archive releases the domain as the archive would have:
+        // its network goes.
+        let network = names::domain_network(&daemon.prefix, &DomainId::parse(&domain).unwrap());
+        support::wait_until(READY, "the archived domain's network going", || {
+            docker_inspect("network", &network).is_none()
+        });
+    }
+}
+
+/// Before a domain archive was one transaction, a kill -9 between writing the domain archived
+/// and archiving its instances one by one left them desired running with containers up.
+#[test]
+fn a_domain_archive_cut_short_by_a_crash_is_finished_at_the_next_start() {
+    a_domain_archive_cut_short_is_finished(false);
+}
+
+/// A kill -9 after the archive's transaction, before the containers were removed.
+#[test]
+fn a_domain_archive_cut_short_after_its_transaction_is_finished_at_the_next_start() {
+    a_domain_archive_cut_short_is_finished(true);
+}

@@ -562,3 +562,112 @@ fn logs_answer_the_last_lines_and_follow_what_comes_next() {
     ))
     .expect_error(404, "ResourceInstanceNotFoundError");
 }
+
+#[test]
+fn a_changed_spec_is_starting_until_a_container_of_it_is_ready() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let mut s = spec(&busybox_image(), "web");
+    api.up(&domain, "web", &s, "use").expect(200);
+    let running = api.wait_state(&domain, "web", "running", READY);
+    let old_id = docker(&["inspect", "--format", "{{.Id}}", &container_of(&running)]);
+
+    s["env"]["GREETING"] = json!("changed");
+    let changed = api.up(&domain, "web", &s, "use").expect(200);
+    assert_ne!(changed["specDigest"], running["specDigest"]);
+    assert_eq!(
+        changed["state"]["kind"], "starting",
+        "the old container still serves: the new spec is not running yet: {changed}"
+    );
+    // Whenever berth says running for the new spec, the container is the new spec's.
+    let deadline = Instant::now() + READY;
+    let mut seen = Vec::new();
+    let running = loop {
+        let i = api.instance(&domain, "web");
+        let kind = i["state"]["kind"].as_str().unwrap_or_default().to_owned();
+        if seen.last() != Some(&kind) {
+            seen.push(kind.clone());
+        }
+        if kind == "running" {
+            break i;
+        }
+        assert!(
+            ["starting", "not-started"].contains(&kind.as_str()),
+            "{seen:?}: {i}"
+        );
+        assert!(Instant::now() < deadline, "never running again: {seen:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(running["specDigest"], changed["specDigest"]);
+    let name = container_of(&running);
+    let container = docker_inspect("container", &name).expect("its container");
+    assert_ne!(
+        container["Id"],
+        old_id.as_str(),
+        "the container was replaced"
+    );
+    assert_eq!(container["State"]["Running"], true);
+    assert_eq!(
+        container["Config"]["Labels"]["berth.spec-digest"],
+        changed["specDigest"]
+    );
+    let env = container["Config"]["Env"].to_string();
+    assert!(env.contains("GREETING=changed"), "{env}");
+}
+
+/// Ups `change(spec)` on a running instance and checks that berth took the new spec (its
+/// evidence is for it, verified) on the very container that ran before, never restarted.
+fn a_change_that_never_reaches_the_container_keeps_it(change: impl Fn(&mut Value)) {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let mut s = spec(&busybox_image(), "web");
+    api.up(&domain, "web", &s, "use").expect(200);
+    let running = api.wait_state(&domain, "web", "running", READY);
+    let before = docker_inspect("container", &container_of(&running)).expect("its container");
+
+    change(&mut s);
+    let changed = api.up(&domain, "web", &s, "use").expect(200);
+    assert_ne!(changed["specDigest"], running["specDigest"]);
+    assert_eq!(changed["state"]["kind"], "running", "{changed}");
+    // berth has reconciled the change once the evidence it keeps is for the new spec.
+    let image = format!("/v1/resource-domains/{domain}/instances/web/image");
+    let deadline = Instant::now() + READY;
+    let evidence = loop {
+        let e = api.get(&image).expect(200);
+        if e["specDigest"] == changed["specDigest"] && e["verificationStatus"] == "verified" {
+            break e;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no evidence for the new spec: {e}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let now = api.instance(&domain, "web");
+    assert_eq!(now["specDigest"], changed["specDigest"]);
+    assert_eq!(now["state"]["kind"], "running", "{now}");
+    assert_eq!(evidence["containerId"], before["Id"], "{evidence}");
+    let after = docker_inspect("container", &container_of(&now)).expect("its container");
+    assert_eq!(after["Id"], before["Id"], "the container was kept");
+    assert_eq!(
+        after["State"]["StartedAt"], before["State"]["StartedAt"],
+        "the container was not restarted"
+    );
+    assert_eq!(after["State"]["Running"], true);
+}
+
+#[test]
+fn a_changed_idle_time_keeps_the_running_container() {
+    a_change_that_never_reaches_the_container_keeps_it(|s| {
+        s["idleStopAfterSeconds"] = json!(7200);
+    });
+}
+
+#[test]
+fn a_changed_ready_check_keeps_the_running_container() {
+    a_change_that_never_reaches_the_container_keeps_it(|s| {
+        s["ready"] = json!({"kind": "exec", "argv": ["sh", "-c", "true"], "user": "app"});
+    });
+}

@@ -75,3 +75,58 @@ fn sigterm_ends_open_execs_and_followed_logs_and_the_next_start_adopts_the_insta
         .expect(200);
     assert_eq!(result["stdout"], "adopted\n");
 }
+
+#[test]
+fn sigterm_while_five_ups_are_reconciled_exits_in_time_and_the_next_start_runs_them_all() {
+    let mut daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("stop-many");
+    let keys: Vec<String> = (0..5).map(|i| format!("k{i}")).collect();
+    // Five ups at once; SIGTERM as soon as the last is answered, while they are reconciled.
+    let answers: Vec<serde_json::Value> = std::thread::scope(|scope| {
+        let ups: Vec<_> = keys
+            .iter()
+            .map(|key| {
+                let (api, domain) = (&api, &domain);
+                scope.spawn(move || {
+                    api.up(domain, key, &spec(&busybox_image(), key), "use")
+                        .expect(200)
+                })
+            })
+            .collect();
+        ups.into_iter().map(|u| u.join().unwrap()).collect()
+    });
+    let (status, took) = daemon.terminate(STOP_TIMEOUT + Duration::from_secs(10));
+    for answer in &answers {
+        assert_eq!(answer["desired"], "running", "{answer}");
+        assert_ne!(answer["state"]["kind"], "running", "{answer}");
+    }
+    let status = status.unwrap_or_else(|| {
+        panic!(
+            "berth still ran {took:?} after SIGTERM; log: {}",
+            daemon.log_text()
+        )
+    });
+    assert!(status.success(), "berth exited with {status}");
+    let bound = STOP_TIMEOUT + Duration::from_secs(5);
+    assert!(
+        took < bound,
+        "berth took {took:?} to stop, past --stop-timeout + 5 s"
+    );
+
+    daemon.start_again();
+    let api = daemon.client();
+    for key in &keys {
+        let running = api.wait_state(&domain, key, "running", READY);
+        let id = running["resourceInstanceId"].as_str().unwrap();
+        assert_eq!(
+            support::containers_labelled(id).len(),
+            1,
+            "{key} has one container"
+        );
+    }
+    assert_eq!(
+        support::containers_named(&format!("{}-", daemon.prefix)).len(),
+        keys.len()
+    );
+}

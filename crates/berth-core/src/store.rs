@@ -971,22 +971,30 @@ impl Tx<'_> {
 
     /// Archives every instance of an archived domain that is not archived yet: a domain archive
     /// that a crash cut short is finished here (its containers go on their next reconcile).
-    /// Returns how many it archived.
-    pub fn finish_domain_archives(&self) -> Result<usize, StoreError> {
-        let ids: Vec<InstanceId> = {
+    /// Returns the domains it finished.
+    pub fn finish_domain_archives(&self) -> Result<Vec<DomainId>, StoreError> {
+        let rows: Vec<(InstanceId, DomainId)> = {
             let mut stmt = self.conn.prepare_cached(
-                "SELECT i.id FROM instances i JOIN domains d ON d.id = i.domain_id
+                "SELECT i.id, i.domain_id FROM instances i JOIN domains d ON d.id = i.domain_id
                  WHERE d.state = 'archived' AND i.desired != 'archived'",
             )?;
-            let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
-            rows.filter_map(|r| r.ok().and_then(|id| InstanceId::parse(&id)))
-                .collect()
+            let rows =
+                stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+            rows.filter_map(|r| {
+                r.ok()
+                    .and_then(|(i, d)| Some((InstanceId::parse(&i)?, DomainId::parse(&d)?)))
+            })
+            .collect()
         };
         let now = Timestamp::now();
-        for id in &ids {
-            self.archive_desired(id, now)?;
+        let mut domains = Vec::new();
+        for (id, domain) in rows {
+            self.archive_desired(&id, now)?;
+            if !domains.contains(&domain) {
+                domains.push(domain);
+            }
         }
-        Ok(ids.len())
+        Ok(domains)
     }
 
     /// Writes an instance desired `archived` (no stop reason) and ends its current release.

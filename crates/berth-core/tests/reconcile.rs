@@ -34,6 +34,8 @@ struct World {
     panics: u32,
     /// Every start fails, as the engine does for a mount path that is a file in the image.
     start_error: Option<String>,
+    /// Every create fails, as an engine that checks mounts at create (Docker 20.10) does.
+    create_error: Option<String>,
     /// Inspects under way now, and the most seen at once.
     inspecting: u32,
     most_inspecting: u32,
@@ -163,6 +165,9 @@ impl Runtime for Fake {
             return Err(RuntimeError::Conflict(plan.name.clone()));
         }
         w.calls.push(format!("create {}", plan.name));
+        if let Some(e) = &w.create_error {
+            return Err(RuntimeError::Engine(e.clone()));
+        }
         let networks = BTreeMap::from([(plan.network.clone(), plan.aliases.clone())]);
         w.containers.insert(
             plan.name.clone(),
@@ -911,6 +916,40 @@ async fn a_thousand_enqueues_of_one_instance_never_reconcile_it_twice_at_once() 
         tokio::task::yield_now().await;
     }
     assert_eq!(s.fake.world().most_inspecting, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_container_the_engine_will_not_create_ends_failed_with_its_reason_after_a_few_tries() {
+    let s = setup().await;
+    s.reconciler.start();
+    s.fake.world().create_error = Some("source /bin/busybox is not directory".to_owned());
+    s.berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
+        .await
+        .unwrap();
+    let failed = until_state(&s, |st| matches!(st, InstanceState::Failed { .. })).await;
+    let InstanceState::Failed { message, .. } = failed else {
+        unreachable!()
+    };
+    assert!(message.contains("is not directory"), "{message}");
+    let creates = || {
+        s.fake
+            .world()
+            .calls
+            .iter()
+            .filter(|c| c.starts_with("create "))
+            .count()
+    };
+    assert_eq!(creates(), 5, "tried a bounded number of times");
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(creates(), 5, "failed stays failed");
+    s.fake.world().create_error = None;
+    s.fake.world().ready = true;
+    s.berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
+        .await
+        .unwrap();
+    until_state(&s, |st| matches!(st, InstanceState::Running { .. })).await;
 }
 
 #[tokio::test(start_paused = true)]

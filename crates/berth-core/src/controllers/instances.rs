@@ -42,7 +42,7 @@ const PROBE_INTERVAL_MIN: Duration = Duration::from_millis(25);
 const OUTPUT_PROBE_GAP: Duration = Duration::from_millis(25);
 /// How long such a connect may take.
 const OUTPUT_PROBE_TIMEOUT: Duration = Duration::from_millis(250);
-/// A container that is created but cannot start is tried this many times (with the queue's
+/// A container the engine refuses to create or start is tried this many times (with the queue's
 /// back-off between) before the instance is `failed` with the engine's reason.
 const START_ATTEMPTS: u32 = 5;
 
@@ -54,7 +54,7 @@ struct StartState {
     probe_interval: Duration,
     /// A task follows the container's output while the instance starts.
     watching_output: bool,
-    /// Consecutive starts the engine refused.
+    /// Consecutive creates or starts the engine refused.
     start_failures: u32,
 }
 
@@ -333,6 +333,9 @@ impl InstanceController {
                     Ok(_) => {}
                     // Made by a reconcile that crashed before it could record it: look again.
                     Err(RuntimeError::Conflict(_)) => return Ok(Next::After(Duration::ZERO)),
+                    // Some engines check the mounts when they create the container (a mount
+                    // path that is a file in the image): a refusal like a start's.
+                    Err(e @ RuntimeError::Engine(_)) => return self.refused(instance, e).await,
                     Err(e) => return Err(e.into()),
                 }
                 match runtime.inspect_container(&plan.name).await? {
@@ -392,21 +395,7 @@ impl InstanceController {
                     // says anything about this spec.
                     return Err(e.into());
                 }
-                let failures = self.with_start(&instance.id, |s| {
-                    s.start_failures += 1;
-                    s.start_failures
-                });
-                if failures >= START_ATTEMPTS {
-                    self.forget_start(&instance.id);
-                    let message = format!(
-                        "the engine could not start the container {} times: {e}; change the \
-                         spec (a mount path that is a file in the image, for one) and up again",
-                        failures
-                    );
-                    self.fail(instance, message).await?;
-                    return Ok(Next::Done);
-                }
-                return Err(e.into());
+                return self.refused(instance, e).await;
             }
             // Prove what runs before saying it starts: fail closed on anything unverified.
             let evidence = self
@@ -499,6 +488,26 @@ impl InstanceController {
                 Ok(Next::After(Duration::ZERO))
             }
         }
+    }
+
+    /// The engine refused to create or start the instance's container: retried with the
+    /// queue's back-off, and after [`START_ATTEMPTS`] refusals in a row the instance is `failed`
+    /// with the engine's reason.
+    async fn refused(&self, instance: &Instance, e: RuntimeError) -> Result<Next, ReconcileError> {
+        let failures = self.with_start(&instance.id, |s| {
+            s.start_failures += 1;
+            s.start_failures
+        });
+        if failures >= START_ATTEMPTS {
+            self.forget_start(&instance.id);
+            let message = format!(
+                "the engine refused to create or start the container {failures} times: {e}; \
+                 change the spec (a mount path that is a file in the image, for one) and up again"
+            );
+            self.fail(instance, message).await?;
+            return Ok(Next::Done);
+        }
+        Err(e.into())
     }
 
     /// While an instance with a tcp ready check starts, follows its container's output and,

@@ -241,13 +241,29 @@ impl Reconciler {
         }
     }
 
-    /// Finishes interrupted domain archives, enqueues every live instance, attaches linked
-    /// workspaces again, and enqueues containers of this berth whose instance is unknown or
-    /// archived (their reconcile removes them, never a volume).
+    /// Finishes interrupted domain archives (their containers, networks and workspace links go
+    /// as in an archive), enqueues every live instance, attaches linked workspaces again, and
+    /// enqueues containers of this berth whose instance is unknown or archived (their reconcile
+    /// removes them, never a volume).
     pub async fn resync(&self) {
         let ctx = &self.inner.ctx;
-        if let Err(e) = ctx.store.write(|tx| tx.finish_domain_archives()).await {
-            tracing::error!(error = %e, "resync could not finish interrupted domain archives");
+        let finished = match ctx.store.write(|tx| tx.finish_domain_archives()).await {
+            Ok(domains) => domains,
+            Err(e) => {
+                tracing::error!(error = %e, "resync could not finish interrupted domain archives");
+                Vec::new()
+            }
+        };
+        // As a domain archive ends: its containers go, then its networks and workspace links.
+        for domain in &finished {
+            tracing::info!(domain = %domain, "finishing an interrupted domain archive");
+            for instance in ctx.store.instances(domain, true) {
+                if let Err(e) = self.teardown(&instance.id).await {
+                    tracing::warn!(instance = %instance.id, error = %e,
+                        "could not remove the container of an archived instance yet");
+                }
+            }
+            self.release_domain(domain).await;
         }
         let ids = ctx.store.live_instance_ids();
         for id in &ids {
