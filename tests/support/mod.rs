@@ -562,7 +562,8 @@ impl Client {
     }
 
     /// Waits until `done(instance)` or `timeout`, and returns the instance: told of each change
-    /// by the domain's event stream, never asking on a timer.
+    /// by the domain's event stream, never asking on a timer. `done` runs outside any async
+    /// context, so it may make blocking requests of its own.
     pub fn wait_for(
         &self,
         domain: &str,
@@ -572,36 +573,33 @@ impl Client {
         done: impl Fn(&Value) -> bool,
     ) -> Value {
         let deadline = tokio::time::Instant::now() + timeout;
-        block_on(async {
-            // Subscribed before the first read: no change falls between them.
-            let mut events = Box::pin(self.api.events(domain, None));
-            loop {
-                let instance = self
-                    .api
-                    .instance(domain, key)
-                    .await
-                    .unwrap_or_else(|e| panic!("get of {key}: {e}"));
-                let instance = serde_json::to_value(instance).expect("an instance as JSON");
-                if done(&instance) {
-                    return instance;
-                }
+        // A new subscription starts with every instance, so the first look after subscribing
+        // comes after it: no change falls between them.
+        let mut events = Box::pin(self.api.events(domain, None));
+        loop {
+            let instance = self.instance(domain, key);
+            if done(&instance) {
+                return instance;
+            }
+            let woke = block_on(async {
                 loop {
                     match tokio::time::timeout_at(deadline, events.next()).await {
-                        Err(_) => {
-                            panic!("{key} did not become {what} within {timeout:?}: {instance}")
-                        }
+                        Err(_) => return None,
                         Ok(Some(Ok(berth_client::DomainEvent::Instance { instance, .. })))
                             if instance.key != key => {}
-                        Ok(Some(Ok(_))) => break,
+                        Ok(Some(Ok(_))) => return Some(true),
                         Ok(Some(Err(e))) => panic!("the event stream failed: {e}"),
-                        Ok(None) => {
-                            events = Box::pin(self.api.events(domain, None));
-                            break;
-                        }
+                        // The daemon ended the stream: subscribe again.
+                        Ok(None) => return Some(false),
                     }
                 }
+            });
+            match woke {
+                None => panic!("{key} did not become {what} within {timeout:?}: {instance}"),
+                Some(true) => {}
+                Some(false) => events = Box::pin(self.api.events(domain, None)),
             }
-        })
+        }
     }
 
     /// Waits through the client's one wait (the wait route, or polling on a daemon without

@@ -407,8 +407,9 @@ pub fn backoff(base: Duration, max: Duration, attempts: u32) -> Duration {
     base.saturating_mul(factor).min(max)
 }
 
-/// Runs a long-lived task and starts it again if it ever panics or ends before `shutdown`,
-/// logging each time; a task that keeps failing is restarted at most once a second.
+/// Runs a task and starts it again if it panics before `shutdown`, logging each time; a task
+/// that keeps panicking is restarted at most once a second. A task that returns is done (one
+/// that must run for ever loops itself).
 pub fn supervise<F, Fut>(
     name: &'static str,
     shutdown: CancellationToken,
@@ -430,11 +431,10 @@ where
                 ended = task => ended,
             };
             match ended {
-                Ok(()) => tracing::error!(task = name, "a background task ended; restarting it"),
                 Err(e) if e.is_panic() => {
                     tracing::error!(task = name, "a background task panicked; restarting it");
                 }
-                Err(_) => return,
+                Ok(()) | Err(_) => return,
             }
             tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -611,6 +611,23 @@ mod tests {
         assert_eq!(most.load(Ordering::SeqCst), 3);
         until(|| queue.tracked_keys() == 0).await;
         stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_supervised_task_is_restarted_after_a_panic_and_not_after_it_returns() {
+        let starts = Arc::new(AtomicUsize::new(0));
+        let s = starts.clone();
+        let handle = supervise("test", CancellationToken::new(), move || {
+            let s = s.clone();
+            async move {
+                if s.fetch_add(1, Ordering::SeqCst) == 0 {
+                    panic!("injected");
+                }
+            }
+        });
+        handle.await.unwrap();
+        // Once after the panic, and not again after the second run returned.
+        assert_eq!(starts.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test(start_paused = true)]

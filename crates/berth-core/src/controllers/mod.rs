@@ -142,16 +142,22 @@ impl Reconciler {
         tasks.push(supervise("engine events", stop.clone(), move || {
             let weak = weak.clone();
             async move {
-                let Some(inner) = weak.upgrade() else { return };
-                let mut events = inner.ctx.runtime.watch(&inner.ctx.config.prefix);
-                drop(inner);
-                while let Some(event) = events.recv().await {
+                // The runtime's watch reconnects by itself; should it ever end, watch again.
+                loop {
                     let Some(inner) = weak.upgrade() else { return };
-                    Reconciler { inner }.on_event(event).await;
+                    let mut events = inner.ctx.runtime.watch(&inner.ctx.config.prefix);
+                    drop(inner);
+                    while let Some(event) = events.recv().await {
+                        let Some(inner) = weak.upgrade() else { return };
+                        Reconciler { inner }.on_event(event).await;
+                    }
+                    tracing::warn!("the engine's event stream ended; watching again");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
                 }
             }
         }));
         let weak = Arc::downgrade(&self.inner);
+        // Once: a stored port another program holds is retried by its own task.
         tasks.push(supervise("host endpoints", stop.clone(), move || {
             let weak = weak.clone();
             async move {
