@@ -155,6 +155,31 @@ async fn raw_observe(docker: &Docker, prefix: &str) -> anyhow::Result<usize> {
     Ok(running)
 }
 
+/// Not a baseline: the baseline's list, then its inspects `width` at a time, as a queue of
+/// `width` workers that inspected and did nothing else would. Returns the running count.
+async fn observe_in_width(docker: &Docker, prefix: &str, width: usize) -> anyhow::Result<usize> {
+    let listed = docker_list(docker, prefix).await?;
+    let ids: Vec<String> = listed.iter().filter_map(|c| c.id.clone()).collect();
+    let mut inspects = futures_util::stream::iter(
+        ids.iter()
+            .map(|id| docker.inspect_container(id, None::<InspectContainerOptions>)),
+    )
+    .buffer_unordered(width);
+    let mut running = 0;
+    while let Some(inspected) = inspects.next().await {
+        let inspected = inspected.context("inspecting a container")?;
+        if inspected.state.and_then(|s| s.running) == Some(true) {
+            running += 1;
+        }
+    }
+    Ok(running)
+}
+
+/// berth's reconcile queue runs this many reconciles at once by default
+/// (`QueueConfig::workers`); the restart's notes time the baseline's inspects that many at a
+/// time.
+const QUEUE_WORKERS: usize = 4;
+
 /// One restart: what the new daemon took, in milliseconds from its spawn.
 struct Restart {
     /// To the last instance's `observedAt`.
@@ -307,6 +332,7 @@ async fn measure(
 
     let mut restarts_measured = Vec::with_capacity(restarts);
     let mut raw_observe_ms = Vec::with_capacity(restarts);
+    let mut narrow_ms = Vec::with_capacity(restarts);
     for i in 0..restarts {
         daemon.stop().await;
         let (next, restart) = restart_once(ctx, &engine, prefix, key, data, &domain).await?;
@@ -315,6 +341,13 @@ async fn measure(
         let start = Instant::now();
         let n = raw_observe(&ctx.docker, prefix).await?;
         raw_observe_ms.push(ms(start.elapsed()));
+        let start = Instant::now();
+        let in_width = observe_in_width(&ctx.docker, prefix, QUEUE_WORKERS).await?;
+        narrow_ms.push(ms(start.elapsed()));
+        if in_width != INSTANCES {
+            daemon.stop().await;
+            bail!("the narrow observer saw {in_width} running containers, not {INSTANCES}");
+        }
         if n != INSTANCES {
             daemon.stop().await;
             bail!("the baseline saw {n} running containers, not {INSTANCES}");
@@ -380,7 +413,9 @@ async fn measure(
              took {} ms from first to last, {} ms an instance on the queue's workers together; \
              a client polling the list every {} ms saw every instance observed after {} ms. \
              The baseline lists the 200 containers and inspects all of them at once, right \
-             after each restart, on the same engine. {}",
+             after each restart, on the same engine; the same list with the inspects \
+             {QUEUE_WORKERS} at a time (the width of berth's reconcile queue), timed after it, \
+             took {} ms (median). {}",
             number(median(&listening)),
             number(median(&first)),
             number(median(&observed)),
@@ -388,6 +423,7 @@ async fn measure(
             number((median(&observed) - median(&first)) / INSTANCES as f64),
             OBSERVE_POLL.as_millis(),
             number(median(&seen)),
+            number(median(&narrow_ms)),
             requests,
         ),
     ];
