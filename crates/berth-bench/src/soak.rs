@@ -99,10 +99,12 @@ impl Kind {
         }
     }
 
-    /// Whether the operation's answer waits on the engine: an exec does; `up`, stop, reads,
-    /// workspaces and leases answer once the store has them (the reconcile comes after).
+    /// Whether the operation's answer waits on the engine. An exec does; so does registering a
+    /// linked workspace and linking it (berth makes sure of the view's network and looks for
+    /// the workspace's executors before it answers). `up`, stop, reads and leases answer once
+    /// the store has them (the reconcile comes after).
     fn waits_on_engine(self) -> bool {
-        matches!(self, Kind::Exec | Kind::RawExec)
+        matches!(self, Kind::Exec | Kind::RawExec | Kind::Workspace)
     }
 }
 
@@ -170,12 +172,9 @@ async fn operation(
             .await?;
         }
         Kind::Lease => {
+            // The client's workspace was registered before the soak (and the workspace kind
+            // registers it again): a lease is the lease request alone.
             let ws = format!("soak-ws-{client}");
-            api.put(
-                &format!("/v1/workspaces/{ws}"),
-                &json!({"containers": [], "selector": null}),
-            )
-            .await?;
             api.post(
                 &format!("/v1/workspaces/{ws}/leases"),
                 json!({"ttlSeconds": 30}).to_string().into_bytes(),
@@ -196,9 +195,16 @@ async fn operation(
     Ok(Outcome::Done)
 }
 
-/// One operation's record: its kind, its latency in milliseconds, and whether it found its
-/// instance not running.
-type Sample = (Kind, f64, bool);
+/// How an operation's record ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Done,
+    NotRunning,
+    Failed,
+}
+
+/// One operation's record: its kind, its latency in milliseconds, and how it ended.
+type Sample = (Kind, f64, Ended);
 
 struct Measured {
     ops: u64,
@@ -230,6 +236,13 @@ async fn measure(
             &format!("soak{i}"),
             Duration::from_millis(20),
             Duration::from_secs(120),
+        )
+        .await?;
+    }
+    for client in 0..CLIENTS {
+        api.put(
+            &format!("/v1/workspaces/soak-ws-{client}"),
+            &json!({"containers": [], "selector": null}),
         )
         .await?;
     }
@@ -269,8 +282,12 @@ async fn measure(
                 let outcome =
                     operation(&api, &docker, &containers, &domain, &image, roll, client).await;
                 let elapsed = t.elapsed().as_secs_f64() * 1000.0;
-                let not_running = matches!(outcome, Ok(Outcome::NotRunning));
-                mine.push((Kind::of(roll), elapsed, not_running));
+                let ended = match &outcome {
+                    Ok(Outcome::Done) => Ended::Done,
+                    Ok(Outcome::NotRunning) => Ended::NotRunning,
+                    Err(_) => Ended::Failed,
+                };
+                mine.push((Kind::of(roll), elapsed, ended));
                 ops.fetch_add(1, Ordering::Relaxed);
                 if let Err(e) = outcome {
                     errors.fetch_add(1, Ordering::Relaxed);
@@ -344,11 +361,22 @@ pub async fn run(ctx: &Ctx, duration: Duration) -> anyhow::Result<Figure> {
     let of_kind = |kind: Kind| -> Vec<f64> {
         m.samples
             .iter()
-            .filter(|s| s.0 == kind && !s.2)
+            .filter(|s| s.0 == kind && s.2 != Ended::NotRunning)
             .map(|s| s.1)
             .collect()
     };
-    let not_running = |kind: Kind| m.samples.iter().filter(|s| s.0 == kind && s.2).count();
+    let count = |kind: Kind, ended: Ended| {
+        m.samples
+            .iter()
+            .filter(|s| s.0 == kind && s.2 == ended)
+            .count()
+    };
+    let failed_by_kind = Kind::ALL
+        .iter()
+        .filter(|&&kind| count(kind, Ended::Failed) > 0)
+        .map(|&kind| format!("{} {}", kind.name(), count(kind, Ended::Failed)))
+        .collect::<Vec<_>>()
+        .join(", ");
     let p99_of = |values: &[f64]| Stat {
         n: values.len(),
         value: quantile(values, 0.99),
@@ -428,7 +456,8 @@ pub async fn run(ctx: &Ctx, duration: Duration) -> anyhow::Result<Figure> {
              value; its p90 column is the p90). The mix: 40 % GET instance, 15 % list, 15 % up \
              of the same spec, 10 % exec `true` through berth, 5 % the same exec through the \
              engine's API (bollard, in the same container: the raw-exec kind), 5 % workspace \
-             register and link, 5 % lease, 5 % a person's stop and start.",
+             register and link, 5 % a lease on the client's workspace (registered before the \
+             soak), 5 % a person's stop and start.",
             number(m.seconds),
             m.ops,
             number(m.ops as f64 / m.seconds),
@@ -437,14 +466,14 @@ pub async fn run(ctx: &Ctx, duration: Duration) -> anyhow::Result<Figure> {
         ),
         format!(
             "By kind, p50 / p99 / slowest: {by_kind}. A row per kind gives its p99 (and p90): \
-             the kinds that answer without waiting on the engine (everything but the two execs) \
-             against a budget of {} ms, berth's exec against the raw exec's p99 (at most {}x). \
+             the kinds that answer without waiting on the engine (get, list, up, lease, \
+             stop_start) against a budget of {} ms, berth's exec against the raw exec's p99 (at most {}x). \
              Execs that found their instance stopped by a stop of the mix are left out of their \
              kind (berth {}, raw {}); they count in the first row.",
             number(KIND_P99_BUDGET_MS),
             number(EXEC_P99_TARGET),
-            not_running(Kind::Exec),
-            not_running(Kind::RawExec),
+            count(Kind::Exec, Ended::NotRunning),
+            count(Kind::RawExec, Ended::NotRunning),
         ),
         format!(
             "Resident memory (VmRSS): {} MB after setup, {} MB at the end, {} MB at most; the \
@@ -456,7 +485,11 @@ pub async fn run(ctx: &Ctx, duration: Duration) -> anyhow::Result<Figure> {
         ),
         match &m.first_error {
             None => "Errors: none.".to_owned(),
-            Some(first) => format!("Errors: {} (the first: {first}).", m.errors),
+            Some(first) => format!(
+                "Errors: {} ({failed_by_kind}; the first: {first}). A failed operation's \
+                 latency counts in its kind.",
+                m.errors
+            ),
         },
     ];
     Ok(Figure { rows, notes })
