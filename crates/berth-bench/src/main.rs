@@ -31,6 +31,7 @@ mod soak;
 mod stats;
 mod up;
 mod wake;
+mod wrk;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -243,10 +244,25 @@ async fn shutdown_signal() -> &'static str {
 /// Transfers of 1 GiB each way per side in the proxy figure.
 const PROXY_SAMPLES: usize = 3;
 
+/// A note on how busy the machine was around a figure (the 1-minute load average includes
+/// this run's own work: the daemon, Docker and the load this process makes).
+fn load_note(before: Option<(f64, f64, f64)>, after: Option<(f64, f64, f64)>) -> Option<String> {
+    let (before, after) = (before?, after?);
+    Some(format!(
+        "The machine's load average (1 minute) was {} when the figure started and {} when it \
+         ended, on {} CPUs; it counts this run's own work as well as everything else on the \
+         machine.",
+        report::number(before.0),
+        report::number(after.0),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    ))
+}
+
 async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result<Vec<Figure>> {
     let mut figures = Vec::new();
     for kind in kinds {
-        let figure = match kind {
+        let load_before = report::load_average();
+        let mut figure = match kind {
             FigureKind::Up => up::run(ctx, args.samples.map_or(20, |n| n as usize)).await,
             FigureKind::Exec => exec::run(ctx, args.samples.map_or(50, |n| n as usize)).await,
             FigureKind::Get => load::run(ctx, args.duration, args.concurrency as usize).await,
@@ -274,6 +290,9 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
             FigureKind::Many => many::run(ctx, args.samples.map_or(5, |n| n as usize)).await,
         }
         .with_context(|| format!("measuring {}", kind.key()))?;
+        if let Some(note) = load_note(load_before, report::load_average()) {
+            figure.notes.push(note);
+        }
         figures.push(figure);
     }
     Ok(figures)

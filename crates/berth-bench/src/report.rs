@@ -29,11 +29,13 @@ impl Stat {
     }
 }
 
-/// What a figure is hoped to be: its ratio to the baseline at most, or below, a bound.
+/// What a figure is hoped to be: its ratio to the baseline at most, or below, a bound; or, for a
+/// figure where more is better (a rate), at least a bound.
 #[derive(Debug, Clone, Copy)]
 pub enum Target {
     AtMost(f64),
     Below(f64),
+    AtLeast(f64),
 }
 
 impl Target {
@@ -41,12 +43,13 @@ impl Target {
         match self {
             Target::AtMost(bound) => ratio <= bound,
             Target::Below(bound) => ratio < bound,
+            Target::AtLeast(bound) => ratio >= bound,
         }
     }
 
     fn bound(self) -> f64 {
         match self {
-            Target::AtMost(b) | Target::Below(b) => b,
+            Target::AtMost(b) | Target::Below(b) | Target::AtLeast(b) => b,
         }
     }
 
@@ -54,6 +57,7 @@ impl Target {
         match self {
             Target::AtMost(b) => format!("≤ {b:.2}x"),
             Target::Below(b) => format!("< {b:.2}x"),
+            Target::AtLeast(b) => format!("≥ {b:.2}x"),
         }
     }
 }
@@ -98,6 +102,9 @@ impl Row {
         let ratio = self.ratio();
         if target.met(ratio) {
             format!("{}: met", target.describe())
+        } else if let Target::AtLeast(bound) = target {
+            let under = (1.0 - ratio / bound) * 100.0;
+            format!("{}: **missed** by {under:.0}%", target.describe())
         } else {
             let over = (ratio / target.bound() - 1.0) * 100.0;
             format!("{}: **missed** by {over:.0}%", target.describe())
@@ -182,6 +189,8 @@ pub struct Machine {
     pub kernel: String,
     pub docker: String,
     pub commit: String,
+    /// The load averages (1, 5 and 15 minutes) when the run started, if the kernel says.
+    pub load: Option<String>,
 }
 
 impl Machine {
@@ -224,15 +233,30 @@ impl Machine {
             kernel,
             docker,
             commit: commit(),
+            load: load_average().map(|(one, five, fifteen)| {
+                format!("{} {} {}", number(one), number(five), number(fifteen))
+            }),
         }
     }
 
     pub fn sentence(&self) -> String {
+        let load = match &self.load {
+            Some(load) => format!(", load average {load} at the start"),
+            None => String::new(),
+        };
         format!(
-            "{} CPUs ({}), {} memory, Linux {}, Docker {}",
+            "{} CPUs ({}), {} memory, Linux {}, Docker {}{load}",
             self.cpus, self.cpu_model, self.memory, self.kernel, self.docker
         )
     }
+}
+
+/// The machine's load averages over 1, 5 and 15 minutes (runnable and uninterruptible tasks,
+/// from `/proc/loadavg`): on a shared machine, how busy it was besides this run.
+pub fn load_average() -> Option<(f64, f64, f64)> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let mut fields = text.split_whitespace().map(|f| f.parse::<f64>().ok());
+    Some((fields.next()??, fields.next()??, fields.next()??))
 }
 
 /// The checked-out commit, and whether the tree has changes on top of it.
@@ -345,6 +369,14 @@ mod tests {
             "< 1.00x: **missed** by 0%"
         );
         assert_eq!(row(1.0, 1.0, None).verdict(), "none");
+        assert_eq!(
+            row(80.0, 100.0, Some(Target::AtLeast(0.7))).verdict(),
+            "≥ 0.70x: met"
+        );
+        assert_eq!(
+            row(35.0, 100.0, Some(Target::AtLeast(0.7))).verdict(),
+            "≥ 0.70x: **missed** by 50%"
+        );
     }
 
     #[test]

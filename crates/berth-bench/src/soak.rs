@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use berth_client::Cause;
+use bollard::Docker;
 use serde_json::json;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -29,6 +30,10 @@ const INSTANCES: usize = 4;
 /// How much the daemon may grow over the soak, in MB, and the p99 it should stay under, in ms.
 const RSS_GROWTH_BUDGET: f64 = 20.0;
 const P99_BUDGET_MS: f64 = 1000.0;
+/// The p99 each kind of operation that does not wait on the engine should stay within, in ms.
+const KIND_P99_BUDGET_MS: f64 = 100.0;
+/// berth's exec p99 against the raw exec's p99 in the same soak: at most this ratio.
+const EXEC_P99_TARGET: f64 = 2.0;
 
 /// A tiny deterministic generator, so a run's mix can be replayed.
 struct XorShift(u64);
@@ -42,36 +47,121 @@ impl XorShift {
     }
 }
 
-/// One operation of the mix, by its share: reads dominate, as an IDE plugin's polling would.
+/// The kinds of operation in the mix, each reported on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Get,
+    List,
+    Up,
+    Exec,
+    RawExec,
+    Workspace,
+    Lease,
+    StopStart,
+}
+
+impl Kind {
+    const ALL: [Kind; 8] = [
+        Kind::Get,
+        Kind::List,
+        Kind::Up,
+        Kind::Exec,
+        Kind::RawExec,
+        Kind::Workspace,
+        Kind::Lease,
+        Kind::StopStart,
+    ];
+
+    /// The kind a roll draws, by its share of the mix: reads dominate, as an IDE plugin's
+    /// polling would.
+    fn of(roll: u64) -> Kind {
+        match roll % 100 {
+            0..=39 => Kind::Get,
+            40..=54 => Kind::List,
+            55..=69 => Kind::Up,
+            70..=79 => Kind::Exec,
+            80..=84 => Kind::RawExec,
+            85..=89 => Kind::Workspace,
+            90..=94 => Kind::Lease,
+            _ => Kind::StopStart,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Get => "get",
+            Kind::List => "list",
+            Kind::Up => "up",
+            Kind::Exec => "exec",
+            Kind::RawExec => "raw_exec",
+            Kind::Workspace => "workspace_link",
+            Kind::Lease => "lease",
+            Kind::StopStart => "stop_start",
+        }
+    }
+
+    /// Whether the operation's answer waits on the engine. An exec does; so does registering a
+    /// linked workspace and linking it (berth makes sure of the view's network and looks for
+    /// the workspace's executors before it answers). `up`, stop, reads and leases answer once
+    /// the store has them (the reconcile comes after).
+    fn waits_on_engine(self) -> bool {
+        matches!(self, Kind::Exec | Kind::RawExec | Kind::Workspace)
+    }
+}
+
+/// How an operation ended.
+enum Outcome {
+    Done,
+    /// An exec found its instance stopped by a stop of the mix (berth's 409, or the engine's):
+    /// that is the mix, not a fault, and no exec ran.
+    NotRunning,
+}
+
+/// One operation of the mix.
 async fn operation(
     api: &Api,
+    docker: &Docker,
+    containers: &[String],
     domain: &str,
     image: &str,
     roll: u64,
     client: usize,
-) -> anyhow::Result<()> {
-    let key = format!("soak{}", roll % INSTANCES as u64);
-    match roll % 100 {
-        0..=44 => {
+) -> anyhow::Result<Outcome> {
+    let index = (roll % INSTANCES as u64) as usize;
+    let key = format!("soak{index}");
+    match Kind::of(roll) {
+        Kind::Get => {
             api.get(&instance_path(domain, &key, "")).await?;
         }
-        45..=59 => {
+        Kind::List => {
             api.get(&format!("/v1/resource-domains/{domain}/instances"))
                 .await?;
         }
-        60..=74 => {
+        Kind::Up => {
             api.up(domain, &key, &spec(image, &key)).await?;
         }
-        75..=84 => {
+        Kind::Exec => {
             let result = api.exec(domain, &key, &["true"]).await;
-            // An instance a stop of the mix just stopped answers 409: that is the mix, not a fault.
-            if let Err(e) = result
-                && !e.is("ResourceInstanceNotRunningError")
-            {
+            if let Err(e) = result {
+                // An instance a stop of the mix just stopped answers 409: that is the mix, not
+                // a fault.
+                if e.is("ResourceInstanceNotRunningError") {
+                    return Ok(Outcome::NotRunning);
+                }
                 return Err(anyhow::Error::from(e).context(format!("exec in {key}")));
             }
         }
-        85..=89 => {
+        Kind::RawExec => {
+            // The same exec through the engine's API, in the same container, as the exec
+            // figure's raw-bollard baseline runs it.
+            if let Err(e) = engine::raw_exec_true(docker, &containers[index]).await {
+                if format!("{e:#}").contains("is not running") {
+                    return Ok(Outcome::NotRunning);
+                }
+                return Err(e);
+            }
+        }
+        Kind::Workspace => {
             let ws = format!("soak-ws-{client}");
             api.put(
                 &format!("/v1/workspaces/{ws}"),
@@ -84,20 +174,17 @@ async fn operation(
             )
             .await?;
         }
-        90..=94 => {
+        Kind::Lease => {
+            // The client's workspace was registered before the soak (and the workspace kind
+            // registers it again): a lease is the lease request alone.
             let ws = format!("soak-ws-{client}");
-            api.put(
-                &format!("/v1/workspaces/{ws}"),
-                &json!({"containers": [], "selector": null}),
-            )
-            .await?;
             api.post(
                 &format!("/v1/workspaces/{ws}/leases"),
                 json!({"ttlSeconds": 30}).to_string().into_bytes(),
             )
             .await?;
         }
-        _ => {
+        Kind::StopStart => {
             // A person's stop and start of one instance.
             api.post(
                 &instance_path(domain, &key, "/stop"),
@@ -108,14 +195,26 @@ async fn operation(
                 .await?;
         }
     }
-    Ok(())
+    Ok(Outcome::Done)
 }
+
+/// How an operation's record ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Done,
+    NotRunning,
+    Failed,
+}
+
+/// One operation's record: its kind, its latency in milliseconds, and how it ended.
+type Sample = (Kind, f64, Ended);
 
 struct Measured {
     ops: u64,
     errors: u64,
     first_error: Option<String>,
     latencies_ms: Vec<f64>,
+    samples: Vec<Sample>,
     seconds: f64,
     rss_start: f64,
     rss_end: f64,
@@ -143,6 +242,19 @@ async fn measure(
         )
         .await?;
     }
+    for client in 0..CLIENTS {
+        api.put(
+            &format!("/v1/workspaces/soak-ws-{client}"),
+            &json!({"containers": [], "selector": null}),
+        )
+        .await?;
+    }
+    let mut containers = Vec::with_capacity(INSTANCES);
+    for i in 0..INSTANCES {
+        let prefix = format!("{}-soak", ctx.prefix);
+        containers.push(engine::berth_container(&ctx.docker, &prefix, &format!("soak{i}")).await?);
+    }
+    let containers = Arc::new(containers);
     let rss_start = rss_mb(pid)?;
     progress::line(&format!(
         "soak: {CLIENTS} clients for {}",
@@ -157,6 +269,7 @@ async fn measure(
     let mut clients = Vec::new();
     for client in 0..CLIENTS {
         let (api, domain, image) = (api.clone(), domain.clone(), ctx.image.clone());
+        let (docker, containers) = (ctx.docker.clone(), containers.clone());
         let (ops, errors, first_error, latencies) = (
             ops.clone(),
             errors.clone(),
@@ -169,8 +282,15 @@ async fn measure(
             while Instant::now() < deadline {
                 let roll = rng.next();
                 let t = Instant::now();
-                let outcome = operation(&api, &domain, &image, roll, client).await;
-                mine.push(t.elapsed().as_secs_f64() * 1000.0);
+                let outcome =
+                    operation(&api, &docker, &containers, &domain, &image, roll, client).await;
+                let elapsed = t.elapsed().as_secs_f64() * 1000.0;
+                let ended = match &outcome {
+                    Ok(Outcome::Done) => Ended::Done,
+                    Ok(Outcome::NotRunning) => Ended::NotRunning,
+                    Err(_) => Ended::Failed,
+                };
+                mine.push((Kind::of(roll), elapsed, ended));
                 ops.fetch_add(1, Ordering::Relaxed);
                 if let Err(e) = outcome {
                     errors.fetch_add(1, Ordering::Relaxed);
@@ -193,15 +313,17 @@ async fn measure(
     }
     let seconds = started.elapsed().as_secs_f64();
     let rss_end = rss_mb(pid)?;
-    let latencies_ms = Arc::try_unwrap(latencies)
+    let samples: Vec<Sample> = Arc::try_unwrap(latencies)
         .map(Mutex::into_inner)
         .unwrap_or_default();
+    let latencies_ms = samples.iter().map(|s| s.1).collect();
     let first_error = first_error.lock().await.clone();
     Ok(Measured {
         ops: ops.load(Ordering::Relaxed),
         errors: errors.load(Ordering::Relaxed),
         first_error,
         latencies_ms,
+        samples,
         seconds,
         rss_start,
         rss_end: rss_end.max(0.0),
@@ -239,43 +361,122 @@ pub async fn run(ctx: &Ctx, duration: Duration) -> anyhow::Result<Figure> {
     };
     let p50 = quantile(&m.latencies_ms, 0.5);
     let p99 = quantile(&m.latencies_ms, 0.99);
-    let rows = vec![
-        Row {
-            name: NAME_P99.to_owned(),
+    let of_kind = |kind: Kind| -> Vec<f64> {
+        m.samples
+            .iter()
+            .filter(|s| s.0 == kind && s.2 != Ended::NotRunning)
+            .map(|s| s.1)
+            .collect()
+    };
+    let count = |kind: Kind, ended: Ended| {
+        m.samples
+            .iter()
+            .filter(|s| s.0 == kind && s.2 == ended)
+            .count()
+    };
+    let failed_by_kind = Kind::ALL
+        .iter()
+        .filter(|&&kind| count(kind, Ended::Failed) > 0)
+        .map(|&kind| format!("{} {}", kind.name(), count(kind, Ended::Failed)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let p99_of = |values: &[f64]| Stat {
+        n: values.len(),
+        value: quantile(values, 0.99),
+        p90: Some(quantile(values, 0.9)),
+    };
+    let mut rows = vec![Row {
+        name: NAME_P99.to_owned(),
+        unit: "ms",
+        berth: Stat {
+            n: m.latencies_ms.len(),
+            value: p99,
+            p90: Some(quantile(&m.latencies_ms, 0.9)),
+        },
+        baseline: "budget",
+        base: budget(P99_BUDGET_MS),
+        target: Some(Target::Below(1.0)),
+    }];
+    let raw_exec = of_kind(Kind::RawExec);
+    for kind in Kind::ALL {
+        let values = of_kind(kind);
+        if values.is_empty() {
+            continue;
+        }
+        let (baseline, base, target) = match kind {
+            Kind::Exec => (
+                "raw-exec",
+                p99_of(&raw_exec),
+                Some(Target::AtMost(EXEC_P99_TARGET)),
+            ),
+            _ if kind.waits_on_engine() => ("budget", budget(KIND_P99_BUDGET_MS), None),
+            _ => (
+                "budget",
+                budget(KIND_P99_BUDGET_MS),
+                Some(Target::AtMost(1.0)),
+            ),
+        };
+        rows.push(Row {
+            name: format!("{NAME_P99}_{}", kind.name()),
             unit: "ms",
-            berth: Stat {
-                n: m.latencies_ms.len(),
-                value: p99,
-                p90: Some(quantile(&m.latencies_ms, 0.9)),
-            },
-            baseline: "budget",
-            base: budget(P99_BUDGET_MS),
-            target: Some(Target::Below(1.0)),
+            berth: p99_of(&values),
+            baseline,
+            base,
+            target,
+        });
+    }
+    rows.push(Row {
+        name: NAME_RSS.to_owned(),
+        unit: "MB",
+        berth: Stat {
+            n: 2,
+            value: (m.rss_end - m.rss_start).max(0.0),
+            p90: None,
         },
-        Row {
-            name: NAME_RSS.to_owned(),
-            unit: "MB",
-            berth: Stat {
-                n: 2,
-                value: (m.rss_end - m.rss_start).max(0.0),
-                p90: None,
-            },
-            baseline: "budget",
-            base: budget(RSS_GROWTH_BUDGET),
-            target: Some(Target::Below(1.0)),
-        },
-    ];
+        baseline: "budget",
+        base: budget(RSS_GROWTH_BUDGET),
+        target: Some(Target::Below(1.0)),
+    });
+    let by_kind = Kind::ALL
+        .iter()
+        .map(|&kind| {
+            let values = of_kind(kind);
+            format!(
+                "{} {} / {} / {} ms (n={})",
+                kind.name(),
+                number(quantile(&values, 0.5)),
+                number(quantile(&values, 0.99)),
+                number(values.iter().copied().fold(f64::NAN, f64::max)),
+                values.len()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
     let notes = vec![
         format!(
             "{CLIENTS} clients for {} s against {INSTANCES} running instances: {} operations, \
-             {} a second; latency p50 {} ms, p99 {} ms (the row's value; its p90 column is the \
-             p90). The mix: 45 % GET instance, 15 % list, 15 % up of the same spec, 10 % exec \
-             `true`, 5 % workspace register and link, 5 % lease, 5 % a person's stop and start.",
+             {} a second; latency over every operation p50 {} ms, p99 {} ms (the first row's \
+             value; its p90 column is the p90). The mix: 40 % GET instance, 15 % list, 15 % up \
+             of the same spec, 10 % exec `true` through berth, 5 % the same exec through the \
+             engine's API (bollard, in the same container: the raw-exec kind), 5 % workspace \
+             register and link, 5 % a lease on the client's workspace (registered before the \
+             soak), 5 % a person's stop and start.",
             number(m.seconds),
             m.ops,
             number(m.ops as f64 / m.seconds),
             number(p50),
             number(p99),
+        ),
+        format!(
+            "By kind, p50 / p99 / slowest: {by_kind}. A row per kind gives its p99 (and p90): \
+             the kinds that answer without waiting on the engine (get, list, up, lease, \
+             stop_start) against a budget of {} ms, berth's exec against the raw exec's p99 (at most {}x). \
+             Execs that found their instance stopped by a stop of the mix are left out of their \
+             kind (berth {}, raw {}); they count in the first row.",
+            number(KIND_P99_BUDGET_MS),
+            number(EXEC_P99_TARGET),
+            count(Kind::Exec, Ended::NotRunning),
+            count(Kind::RawExec, Ended::NotRunning),
         ),
         format!(
             "Resident memory (VmRSS): {} MB after setup, {} MB at the end, {} MB at most; the \
@@ -287,7 +488,11 @@ pub async fn run(ctx: &Ctx, duration: Duration) -> anyhow::Result<Figure> {
         ),
         match &m.first_error {
             None => "Errors: none.".to_owned(),
-            Some(first) => format!("Errors: {} (the first: {first}).", m.errors),
+            Some(first) => format!(
+                "Errors: {} ({failed_by_kind}; the first: {first}). A failed operation's \
+                 latency counts in its kind.",
+                m.errors
+            ),
         },
     ];
     Ok(Figure { rows, notes })
@@ -303,11 +508,16 @@ mod tests {
         let mut b = XorShift(7);
         let rolls: Vec<u64> = (0..1000).map(|_| a.next()).collect();
         assert_eq!(rolls, (0..1000).map(|_| b.next()).collect::<Vec<_>>());
-        for band in [0..45, 45..60, 60..75, 75..85, 85..90, 90..95, 95..100] {
+        for kind in Kind::ALL {
             assert!(
-                rolls.iter().any(|r| band.contains(&(r % 100))),
-                "{band:?} never drawn"
+                rolls.iter().any(|&r| Kind::of(r) == kind),
+                "{kind:?} never drawn"
             );
         }
+        let shares: Vec<usize> = Kind::ALL
+            .iter()
+            .map(|&kind| (0..100).filter(|&r| Kind::of(r) == kind).count())
+            .collect();
+        assert_eq!(shares, [40, 15, 15, 10, 5, 5, 5, 5]);
     }
 }
