@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use berth_core::Berth;
 use berth_core::controllers::{ReconcileConfig, Reconciler};
+use berth_core::queue::QueueConfig;
 use berth_core::store::{Store, StoreError};
 use berth_docker::{DockerConfig, DockerRuntime};
 use berth_http::{AllowedHosts, ServiceKeys};
@@ -67,6 +68,11 @@ pub struct ServeArgs {
     /// within this plus 5 s.
     #[arg(long, env = "BERTH_STOP_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     stop_timeout: Duration,
+
+    /// How many instances are reconciled at once. Each mostly waits on the engine, so a few
+    /// per core keep it busy without queueing behind each other.
+    #[arg(long, env = "BERTH_WORKERS", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
+    workers: u16,
 
     /// How long an image pull may take.
     #[arg(long, env = "BERTH_PULL_TIMEOUT", default_value = "10m", value_parser = humantime::parse_duration)]
@@ -147,6 +153,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                     prefix: args.prefix.clone(),
                     ready_timeout: args.ready_timeout,
                     stop_timeout: args.stop_timeout,
+                    queue: QueueConfig {
+                        workers: usize::from(args.workers),
+                        ..QueueConfig::default()
+                    },
                     ..ReconcileConfig::default()
                 },
             );

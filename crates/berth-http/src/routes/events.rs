@@ -34,16 +34,20 @@ pub(crate) fn router() -> OpenApiRouter<App> {
         .routes(routes!(wait_instance))
 }
 
-/// The data of an `instance` event, and the answer of a wait (without `timedOut`).
+/// One Server-Sent Event of the domain stream, as a client parses it: `data` is the JSON text
+/// `{"instance", "generation", "observedGeneration"}` for an `instance` event (the wait
+/// route's answer without `timedOut`), `{}` for a `resync`.
 #[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct InstanceEventData {
-    /// Exactly the view `GET .../instances/{key}` answers.
-    pub instance: InstanceView,
-    /// Bumped by every accepted change of what is desired.
-    pub generation: i64,
-    /// The generation the last finished reconcile acted on.
-    pub observed_generation: i64,
+pub struct DomainStreamEvent {
+    /// `instance` or `resync`.
+    #[schema(pattern = "^(instance|resync)$")]
+    pub event: String,
+    /// `<run>-<sequence>`: send it back as `Last-Event-ID` to resume after it.
+    #[schema(pattern = "^[0-9a-f]+-[0-9]+$")]
+    pub id: String,
+    /// The event's JSON text.
+    #[schema(content_media_type = "application/json")]
+    pub data: String,
 }
 
 /// A domain's instances as they change. Each change of an instance is one event `instance`
@@ -55,7 +59,7 @@ pub struct InstanceEventData {
 /// stream open.
 #[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}/events", tag = "resource-instances",
     params(DomainPath, ("Last-Event-ID" = Option<String>, Header, description = "The id of the last event seen, to resume after it")),
-    responses((status = 200, description = "Server-Sent Events", content_type = "text/event-stream", body = InstanceEventData),
+    responses((status = 200, description = "Server-Sent Events", content_type = "text/event-stream", body = DomainStreamEvent),
         (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 async fn domain_events(
     State(app): State<App>,
