@@ -452,7 +452,11 @@ impl Tx<'_> {
         let Some(rollout) = self.current_rollout(id)? else {
             return Ok(());
         };
-        if rollout.status != RolloutStatus::Verifying {
+        // A failed instance fails a rollout still waiting for its verdict too (a container
+        // the engine refused to create or start).
+        let waiting = rollout.status == RolloutStatus::Verifying
+            || (failed && rollout.status == RolloutStatus::Pending);
+        if !waiting {
             return Ok(());
         }
         let now = Timestamp::now().millis();
