@@ -103,10 +103,43 @@ pub enum Error {
         /// The key.
         key: String,
     },
+    /// A rollback named a rollout generation that is not the instance's newest.
+    #[error(
+        "the resource instance {key} has another rollout generation than the \
+         expectedRolloutGeneration sent (currentRolloutGeneration): read its rollouts again and \
+         decide whether to roll back"
+    )]
+    RolloutConflict {
+        /// The key.
+        key: String,
+        /// The instance's newest rollout generation (0: none yet).
+        current: i64,
+    },
+    /// A rollback named an image release that never ran verified.
+    #[error(
+        "releaseId must name an image release of {key} that ran verified (has acceptedAt); \
+         this one never did"
+    )]
+    RollbackTargetNotAccepted {
+        /// The key.
+        key: String,
+    },
+    /// No image release of the instance has this id.
+    #[error("releaseId must name one of the image releases of {key}; none has this id")]
+    ImageReleaseNotFound {
+        /// The key.
+        key: String,
+    },
+    /// No rollout of the instance has this id.
+    #[error("rolloutId must name one of the rollouts of {key}; none has this id")]
+    RolloutNotFound {
+        /// The key.
+        key: String,
+    },
     /// An idempotency key reused for a different rollback.
     #[error(
-        "this idempotency key was used for a rollback of {key} with another expectedSpecDigest; \
-         use a new key for a new rollback"
+        "this idempotency key was used for a rollback of {key} with another expectedSpecDigest, \
+         expectedRolloutGeneration or releaseId; use a new key for a new rollback"
     )]
     IdempotencyKeyReused {
         /// The key.

@@ -35,8 +35,10 @@ pub enum VerificationStatus {
 pub enum MismatchReason {
     /// The spec's image is not a canonical `name@sha256:<64 hex>` reference.
     RequestedDigestMalformed,
-    /// The image could not be pulled by its digest (unreachable registry, no such manifest,
-    /// content that fails the registry's or the engine's checks).
+    /// The registry has no manifest for the pinned digest.
+    RequestedDigestMissing,
+    /// The image could not be pulled by its digest (unreachable registry, content that fails
+    /// the registry's or the engine's checks).
     PullFailed,
     /// After the pull, the engine's image records no digest for the repository.
     PulledDigestMissing,
@@ -51,6 +53,12 @@ pub enum MismatchReason {
     /// The container's image does not carry the pinned repo digest, is not the image that does,
     /// or the container was created from another reference.
     ContainerRepodigestMismatch,
+    /// A rollout's container failed after it was verified (it never became ready, or exited).
+    ReplicaFailed,
+    /// A rollout was superseded by a newer one before it succeeded: any report on it is stale.
+    StaleRolloutReport,
+    /// A rollback named an image release that never ran verified.
+    RollbackTargetNotAccepted,
 }
 
 impl MismatchReason {
@@ -58,6 +66,7 @@ impl MismatchReason {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::RequestedDigestMalformed => "requested-digest-malformed",
+            Self::RequestedDigestMissing => "requested-digest-missing",
             Self::PullFailed => "pull-failed",
             Self::PulledDigestMissing => "pulled-digest-missing",
             Self::PulledDigestMismatch => "pulled-digest-mismatch",
@@ -65,6 +74,9 @@ impl MismatchReason {
             Self::ContainerImageIdMissing => "container-image-id-missing",
             Self::ContainerRepodigestMissing => "container-repodigest-missing",
             Self::ContainerRepodigestMismatch => "container-repodigest-mismatch",
+            Self::ReplicaFailed => "replica-failed",
+            Self::StaleRolloutReport => "stale-rollout-report",
+            Self::RollbackTargetNotAccepted => "rollback-target-not-accepted",
         }
     }
 
@@ -78,11 +90,11 @@ impl MismatchReason {
         }
     }
 
-    /// The reason for an image that could not be made ready. A registry without the manifest is
-    /// a pull that failed; the message says which.
+    /// The reason for an image that could not be made ready.
     pub fn of_image_failure(failure: ImageFailure) -> Self {
         match failure {
-            ImageFailure::PullFailed | ImageFailure::RequestedDigestMissing => Self::PullFailed,
+            ImageFailure::PullFailed => Self::PullFailed,
+            ImageFailure::RequestedDigestMissing => Self::RequestedDigestMissing,
             ImageFailure::PulledDigestMissing => Self::PulledDigestMissing,
             ImageFailure::PulledDigestMismatch => Self::PulledDigestMismatch,
         }
@@ -416,7 +428,10 @@ mod tests {
             "no such manifest",
             Timestamp::from_millis(1),
         );
-        assert_eq!(failed.mismatch_reason, Some(MismatchReason::PullFailed));
+        assert_eq!(
+            failed.mismatch_reason,
+            Some(MismatchReason::RequestedDigestMissing)
+        );
         assert_eq!(failed.verification_status, VerificationStatus::Missing);
         assert!(!failed.is_verified());
         let forged = ImageEvidence {

@@ -19,6 +19,7 @@ pub mod image;
 pub mod model;
 pub mod names;
 pub mod queue;
+pub mod rollouts;
 pub mod runtime;
 pub mod service;
 pub mod spec;

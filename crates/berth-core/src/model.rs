@@ -365,6 +365,12 @@ pub struct RollbackView {
     pub from_spec_digest: String,
     /// The previous release's spec it is now asked to run.
     pub to_spec_digest: String,
+    /// The rollout the rollback made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_id: Option<String>,
+    /// Its generation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_generation: Option<i64>,
 }
 
 /// A volume kept when its instance was archived (`resourceInstanceArchivedVolumeSchema`).

@@ -283,6 +283,17 @@ pub trait Runtime: Send + Sync + 'static {
     /// `None` when the engine holds no image with that id. Never pulls.
     async fn image_facts_by_id(&self, image_id: &str) -> Result<Option<ImageFacts>, RuntimeError>;
 
+    /// The media type of the registry's root manifest for the pinned reference (an index or a
+    /// single manifest), as the engine's distribution inspect reports it; `None` when the
+    /// runtime cannot ask.
+    async fn manifest_media_type(
+        &self,
+        image: &PinnedImage,
+    ) -> Result<Option<String>, RuntimeError> {
+        let _ = image;
+        Ok(None)
+    }
+
     /// Creates the network if it is missing. An existing one without `labels` is `Foreign`.
     async fn ensure_network(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError>;
 

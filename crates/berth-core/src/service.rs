@@ -16,12 +16,51 @@ use crate::model::{
     ReleaseEnd, ReleaseView, RollbackView, StopReason,
 };
 use crate::names;
+use crate::rollouts::{
+    ImageReleaseView, Rollout, RolloutMode, RolloutView, RuntimeEvidence, Site, release_id,
+};
 use crate::runtime::{ExecRequest, ExecStdin, RuntimeError};
 use crate::spec::Spec;
 use crate::spec::decode_spec;
 use crate::store::{Store, StoreError, Tx};
 use crate::time::Timestamp;
 use crate::watch::{InstanceChange, MAX_WAIT, Resume, Subscription, Watch, settled};
+
+/// What a rollback is checked against and rolls back to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RollbackAsk {
+    /// The spec the instance must be asked to run now; rolls back to the previous release.
+    Spec {
+        /// `sha256:<hex>`.
+        expected_spec_digest: String,
+    },
+    /// The instance's newest rollout generation; rolls back to `release_id`, or without one to
+    /// the newest other image that ran verified.
+    Generation {
+        /// The generation the caller read.
+        expected: i64,
+        /// An image release of the instance (`irl:...`).
+        release_id: Option<String>,
+    },
+}
+
+impl RollbackAsk {
+    /// What an idempotency key is kept with, to tell a replay from a different request.
+    fn record(&self) -> String {
+        match self {
+            Self::Spec {
+                expected_spec_digest,
+            } => expected_spec_digest.clone(),
+            Self::Generation {
+                expected,
+                release_id,
+            } => format!(
+                "generation:{expected}:{}",
+                release_id.as_deref().unwrap_or_default()
+            ),
+        }
+    }
+}
 
 /// Why an instance is asked to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,16 +77,19 @@ pub struct Berth {
     store: Arc<Store>,
     reconciler: Option<Reconciler>,
     runtime_name: String,
+    site: Site,
 }
 
 impl Berth {
     /// berth over `store`, running instances through `reconciler`; without one, every route that
     /// needs a runtime answers `ResourceRuntimeUnsupportedError` naming `runtime_name`.
     pub fn new(store: Arc<Store>, reconciler: Option<Reconciler>, runtime_name: &str) -> Self {
+        let site = Site::new(store.reporter().clone());
         Self {
             store,
             reconciler,
             runtime_name: runtime_name.to_owned(),
+            site,
         }
     }
 
@@ -163,6 +205,10 @@ impl Berth {
                     &spec_digest,
                     cause,
                     &prefix,
+                    match cause {
+                        UpCause::Person => RolloutMode::Promotion,
+                        UpCause::Use => RolloutMode::Automatic,
+                    },
                 )
             })
             .await?;
@@ -396,24 +442,28 @@ impl Berth {
         Ok(releases.iter().map(Release::view).collect())
     }
 
-    /// Rolls an instance back to its previous release: an `up` of that release's stored spec,
-    /// by a person, keeping every volume. `expected_spec_digest` must be the spec it is asked to
-    /// run now; an `idempotency_key` seen before answers what it answered then.
+    /// Rolls an instance back: an `up` of a release's stored spec, by a person, keeping every
+    /// volume, written with its rollout (mode `rollback`). `ask` says what the caller read (the
+    /// spec digest, or the rollout generation) and which release to go to; an
+    /// `idempotency_key` seen before answers what it answered then.
     pub async fn rollback(
         &self,
         owner: &str,
         domain_id: &DomainId,
         key: &str,
         idempotency_key: &str,
-        expected_spec_digest: &str,
+        ask: RollbackAsk,
     ) -> Result<RollbackView, Error> {
         self.domain(owner, domain_id)?;
         let reconciler = self.require_runtime()?;
         let prefix = self.prefix().to_owned();
         let corrupt = |e: serde_json::Error| Error::from(StoreError::Corrupt(e.to_string()));
-        let (owner, domain_id, key) = (owner.to_owned(), domain_id.clone(), key.to_owned());
-        let (idempotency_key, expected_spec_digest) =
-            (idempotency_key.to_owned(), expected_spec_digest.to_owned());
+        let (owner, domain_id, key, idempotency_key) = (
+            owner.to_owned(),
+            domain_id.clone(),
+            key.to_owned(),
+            idempotency_key.to_owned(),
+        );
         let written_key = key.clone();
         let (view, enqueue) = self
             .store
@@ -425,8 +475,9 @@ impl Berth {
                             domain: domain_id.to_string(),
                             key: key.to_owned(),
                         })?;
+                let record = ask.record();
                 if let Some((expected, result)) = tx.rollback(&instance.id, &idempotency_key)? {
-                    if expected != expected_spec_digest {
+                    if expected != record {
                         return Err(Error::IdempotencyKeyReused {
                             key: key.to_owned(),
                         });
@@ -437,19 +488,78 @@ impl Berth {
                 if instance.desired == Desired::Archived {
                     return Err(Error::InstanceArchived(key.to_owned()));
                 }
-                if instance.spec_digest != expected_spec_digest {
-                    return Err(Error::ReleaseConflict {
-                        key: key.to_owned(),
-                        current: instance.spec_digest.clone(),
-                    });
-                }
-                let previous = tx
-                    .releases(&instance.id)?
-                    .into_iter()
-                    .find(|r| r.spec_digest != instance.spec_digest)
-                    .ok_or_else(|| Error::NoPreviousRelease {
-                        key: key.to_owned(),
-                    })?;
+                let releases = tx.releases(&instance.id)?;
+                let previous = match &ask {
+                    RollbackAsk::Spec {
+                        expected_spec_digest,
+                    } => {
+                        if &instance.spec_digest != expected_spec_digest {
+                            return Err(Error::ReleaseConflict {
+                                key: key.to_owned(),
+                                current: instance.spec_digest.clone(),
+                            });
+                        }
+                        releases
+                            .into_iter()
+                            .find(|r| r.spec_digest != instance.spec_digest)
+                            .ok_or_else(|| Error::NoPreviousRelease {
+                                key: key.to_owned(),
+                            })?
+                    }
+                    RollbackAsk::Generation {
+                        expected,
+                        release_id: wanted,
+                    } => {
+                        let current = tx
+                            .current_rollout(&instance.id)?
+                            .map_or(0, |r| r.generation);
+                        if current != *expected {
+                            return Err(Error::RolloutConflict {
+                                key: key.to_owned(),
+                                current,
+                            });
+                        }
+                        let release_of = |r: &Release| {
+                            crate::image::PinnedImage::parse(&r.image)
+                                .ok()
+                                .map(|image| release_id(&instance.id, &image))
+                        };
+                        let target = match wanted {
+                            Some(wanted) => {
+                                let release =
+                                    tx.image_release(&instance.id, wanted)?.ok_or_else(|| {
+                                        Error::ImageReleaseNotFound {
+                                            key: key.to_owned(),
+                                        }
+                                    })?;
+                                if release.accepted_at.is_none() {
+                                    return Err(Error::RollbackTargetNotAccepted {
+                                        key: key.to_owned(),
+                                    });
+                                }
+                                release.id
+                            }
+                            None => {
+                                let now_id = release_id(&instance.id, &instance.spec.image);
+                                releases
+                                    .iter()
+                                    .filter_map(release_of)
+                                    .find(|id| *id != now_id)
+                                    .ok_or_else(|| Error::NoPreviousRelease {
+                                        key: key.to_owned(),
+                                    })?
+                            }
+                        };
+                        releases
+                            .into_iter()
+                            .find(|r| release_of(r).as_deref() == Some(target.as_str()))
+                            .ok_or_else(|| {
+                                Error::Internal(format!(
+                                    "an accepted image release of {key} has no stored spec"
+                                ))
+                            })?
+                    }
+                };
                 let stored: Value = serde_json::from_str(&previous.spec_json).map_err(corrupt)?;
                 let spec = decode_spec(&stored).map_err(|_| {
                     Error::Internal(format!(
@@ -467,19 +577,18 @@ impl Berth {
                     &spec_digest,
                     UpCause::Person,
                     &prefix,
+                    RolloutMode::Rollback,
                 )?;
+                let rollout = tx.current_rollout(&updated.id)?;
                 let view = RollbackView {
                     instance: updated.view(),
                     from_spec_digest: instance.spec_digest.clone(),
                     to_spec_digest: spec_digest,
+                    rollout_id: rollout.as_ref().map(|r| r.id.clone()),
+                    rollout_generation: rollout.as_ref().map(|r| r.generation),
                 };
                 let result = serde_json::to_string(&view).map_err(corrupt)?;
-                tx.insert_rollback(
-                    &instance.id,
-                    &idempotency_key,
-                    &expected_spec_digest,
-                    &result,
-                )?;
+                tx.insert_rollback(&instance.id, &idempotency_key, &record, &result)?;
                 // Answer exactly what a replay of the key will answer.
                 let view: RollbackView = serde_json::from_str(&result).map_err(corrupt)?;
                 Ok((view, Some(updated.id)))
@@ -491,6 +600,106 @@ impl Berth {
             reconciler.enqueue_now(&id);
         }
         Ok(view)
+    }
+
+    /// An instance's rollouts, newest first, each with its plan and status.
+    pub async fn rollouts(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+    ) -> Result<Vec<RolloutView>, Error> {
+        let instance = self.instance(owner, domain_id, key)?;
+        let id = instance.id.clone();
+        let (rollouts, releases) = self
+            .store
+            .read(move |tx| Ok::<_, StoreError>((tx.rollouts(&id)?, tx.image_releases(&id)?)))
+            .await?;
+        Ok(rollouts
+            .iter()
+            .map(|r| {
+                let media = releases
+                    .iter()
+                    .find(|rel| rel.id == r.release_id)
+                    .and_then(|rel| rel.media_type.as_deref());
+                RolloutView {
+                    plan: r.plan(&self.site, media),
+                    status: r.status(&self.site),
+                }
+            })
+            .collect())
+    }
+
+    async fn rollout_of(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+        rollout_id: &str,
+    ) -> Result<(Rollout, Option<String>), Error> {
+        let instance = self.instance(owner, domain_id, key)?;
+        let (id, wanted) = (instance.id.clone(), rollout_id.to_owned());
+        let found = self
+            .store
+            .read(move |tx| {
+                let Some(rollout) = tx.rollouts(&id)?.into_iter().find(|r| r.id == wanted) else {
+                    return Ok::<_, StoreError>(None);
+                };
+                let media = tx
+                    .image_release(&id, &rollout.release_id)?
+                    .and_then(|r| r.media_type);
+                Ok(Some((rollout, media)))
+            })
+            .await?;
+        found.ok_or_else(|| Error::RolloutNotFound {
+            key: key.to_owned(),
+        })
+    }
+
+    /// One rollout of an instance: its plan and status.
+    pub async fn rollout(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+        rollout_id: &str,
+    ) -> Result<RolloutView, Error> {
+        let (rollout, media) = self.rollout_of(owner, domain_id, key, rollout_id).await?;
+        Ok(RolloutView {
+            plan: rollout.plan(&self.site, media.as_deref()),
+            status: rollout.status(&self.site),
+        })
+    }
+
+    /// The runtime evidence of one rollout.
+    pub async fn rollout_evidence(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+        rollout_id: &str,
+    ) -> Result<RuntimeEvidence, Error> {
+        let (rollout, _) = self.rollout_of(owner, domain_id, key, rollout_id).await?;
+        Ok(rollout.runtime_evidence())
+    }
+
+    /// The image releases berth observed for an instance, most recently observed first.
+    pub async fn image_releases(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+    ) -> Result<Vec<ImageReleaseView>, Error> {
+        let instance = self.instance(owner, domain_id, key)?;
+        let id = instance.id.clone();
+        let (releases, rollouts) = self
+            .store
+            .read(move |tx| Ok::<_, StoreError>((tx.image_releases(&id)?, tx.rollouts(&id)?)))
+            .await?;
+        Ok(releases
+            .iter()
+            .map(|r| r.view(&instance.id, &rollouts))
+            .collect())
     }
 
     /// An instance's host endpoints: a loopback port per service port, stable for its life.
@@ -674,6 +883,7 @@ fn apply_up(
     spec_digest: &str,
     cause: UpCause,
     prefix: &str,
+    mode: RolloutMode,
 ) -> Result<Instance, Error> {
     let domain = owned(tx.domain(domain_id)?, owner, domain_id)?;
     if domain.state == DomainState::Archived {
@@ -707,6 +917,7 @@ fn apply_up(
             },
         });
     }
+    let before = existing.clone();
     let instance = match existing {
         None => {
             let mut instance = Instance {
@@ -780,5 +991,6 @@ fn apply_up(
             instance
         }
     };
+    tx.record_rollout(before.as_ref(), &instance, mode)?;
     Ok(instance)
 }

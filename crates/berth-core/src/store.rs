@@ -178,6 +178,48 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE instances ADD COLUMN generation INTEGER NOT NULL DEFAULT 1;
     ALTER TABLE instances ADD COLUMN observed_generation INTEGER NOT NULL DEFAULT 0;
     UPDATE instances SET observed_generation = 1 WHERE state NOT LIKE '%not-started%';",
+    // 7: image rollouts (one per change of an instance's image, numbered per instance), the
+    // image releases berth observed, and this daemon's stable reporter identity.
+    "CREATE TABLE rollouts (
+        id TEXT PRIMARY KEY,
+        instance_id TEXT NOT NULL REFERENCES instances(id),
+        generation INTEGER NOT NULL,
+        mode TEXT NOT NULL,
+        rollback_of TEXT,
+        release_id TEXT NOT NULL,
+        image TEXT NOT NULL,
+        spec_digest TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        mismatch_reason TEXT,
+        observed INTEGER NOT NULL DEFAULT 0,
+        healthy INTEGER NOT NULL DEFAULT 0,
+        verified INTEGER NOT NULL DEFAULT 0,
+        failed INTEGER NOT NULL DEFAULT 0,
+        reporter_session TEXT,
+        report_sequence INTEGER NOT NULL DEFAULT 0,
+        reported_at INTEGER,
+        evidence TEXT,
+        updated_at INTEGER NOT NULL,
+        UNIQUE (instance_id, generation)
+    );
+    CREATE TABLE image_releases (
+        instance_id TEXT NOT NULL REFERENCES instances(id),
+        id TEXT NOT NULL,
+        registry_host TEXT NOT NULL,
+        repository TEXT NOT NULL,
+        root_digest TEXT NOT NULL,
+        media_type TEXT,
+        tags TEXT NOT NULL,
+        first_observed_at INTEGER NOT NULL,
+        last_observed_at INTEGER NOT NULL,
+        observation_count INTEGER NOT NULL,
+        accepted_at INTEGER,
+        PRIMARY KEY (instance_id, id)
+    );
+    CREATE TABLE reporter (
+        id TEXT PRIMARY KEY
+    );",
 ];
 
 /// Runs `PRAGMA quick_check` (every page and index, without comparing index contents to their
@@ -268,6 +310,18 @@ pub struct Store {
     watch: Arc<Watch>,
     /// `None` for a store in memory: its reads run where its writes do, on the only copy.
     readers: Option<Arc<Readers>>,
+    /// Who reports rollouts from this store's daemon: a stable id, and a session id new with
+    /// every open.
+    reporter: Reporter,
+}
+
+/// The one reporter of a berth daemon: it observes every rollout of its instances.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reporter {
+    /// Stable for the store's life: written once, at its first open.
+    pub id: String,
+    /// New with every open of the store, that is with every start of the daemon.
+    pub session_id: String,
 }
 
 /// Where writes run.
@@ -367,12 +421,28 @@ impl Store {
         }
         let view = Arc::new(RwLock::new(load_view(&conn)?));
         let watch = Arc::new(Watch::new());
+        let reporter_id: Option<String> = conn
+            .query_row("SELECT id FROM reporter LIMIT 1", [], |r| r.get(0))
+            .optional()?;
+        let reporter_id = match reporter_id {
+            Some(id) => id,
+            None => {
+                let id = format!("brp:{}", uuid::Uuid::new_v4().hyphenated());
+                conn.execute("INSERT INTO reporter (id) VALUES (?1)", [&id])?;
+                id
+            }
+        };
+        let reporter = Reporter {
+            id: reporter_id,
+            session_id: format!("brs:{}", uuid::Uuid::new_v4().hyphenated()),
+        };
         if path.is_none() {
             return Ok(Self {
                 jobs: Jobs::Inline(Mutex::new(conn)),
                 view,
                 watch,
                 readers: None,
+                reporter,
             });
         }
         let (jobs, mut rx) = tokio::sync::mpsc::channel::<Job>(WRITE_QUEUE);
@@ -396,6 +466,8 @@ impl Store {
                     idle: Mutex::new(Vec::new()),
                 })
             }),
+
+            reporter,
         })
     }
 
@@ -466,6 +538,11 @@ impl Store {
         })
         .await
         .map_err(|_| StoreError::Closed)?
+    }
+
+    /// The daemon's rollout reporter: its stable id and this start's session id.
+    pub fn reporter(&self) -> &Reporter {
+        &self.reporter
     }
 
     /// Where instance changes are published as they commit.
@@ -564,7 +641,12 @@ impl Store {
     /// Records what the reconciler observed, leaving every desired field as it is.
     pub async fn record_observation(&self, obs: &Observation) -> Result<(), StoreError> {
         let obs = obs.clone();
-        self.write(move |tx| tx.record_observation(&obs)).await
+        let reporter = self.reporter.clone();
+        self.write(move |tx| {
+            tx.record_observation(&obs)?;
+            tx.report_state(&obs.id, &obs.state, &reporter)
+        })
+        .await
     }
 
     /// Records the image evidence the reconciler gathered for an instance, replacing the last.
@@ -573,16 +655,29 @@ impl Store {
         id: &InstanceId,
         evidence: &ImageEvidence,
     ) -> Result<(), StoreError> {
-        let (id, evidence) = (id.clone(), to_json(evidence)?);
+        let (id, text, evidence) = (id.clone(), to_json(evidence)?, evidence.clone());
+        let reporter = self.reporter.clone();
         self.write(move |tx| {
             tx.conn.execute(
                 "INSERT INTO image_evidence (instance_id, evidence) VALUES (?1, ?2)
                  ON CONFLICT(instance_id) DO UPDATE SET evidence = ?2",
-                params![id.as_str(), evidence],
+                params![id.as_str(), text],
             )?;
-            Ok(())
+            tx.report_evidence(&id, &evidence, &reporter)
         })
         .await
+    }
+
+    /// Records that berth observed the instance's image in its registry, with the root
+    /// descriptor's media type when the engine could read it.
+    pub async fn observe_release(
+        &self,
+        instance: &Instance,
+        media_type: Option<String>,
+    ) -> Result<(), StoreError> {
+        let instance = instance.clone();
+        self.write(move |tx| tx.observe_release(&instance, media_type.as_deref(), Timestamp::now()))
+            .await
     }
 
     /// Records that berth started (or adopted) a verified container of the instance's current
@@ -595,6 +690,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         let instance = instance.clone();
         self.write(move |tx| {
+            tx.accept_release(&instance, at)?;
             let id = instance.id.as_str();
             let newest = tx.releases(&instance.id)?.into_iter().next();
             if let Some(current) = &newest
@@ -760,7 +856,7 @@ fn from_json<T: serde::de::DeserializeOwned>(text: &str) -> rusqlite::Result<T> 
 
 /// Typed queries inside a transaction (or a read).
 pub struct Tx<'a> {
-    conn: &'a Connection,
+    pub(crate) conn: &'a Connection,
     touched: RefCell<Touched>,
 }
 

@@ -710,7 +710,7 @@ async fn a_rollback_runs_the_previous_release_and_is_idempotent() {
     let id = first.resource_instance_id.clone();
     let err = s
         .berth
-        .rollback("owner", &s.domain, "db", "k0", &first.spec_digest)
+        .rollback("owner", &s.domain, "db", "k0", spec_ask(&first.spec_digest))
         .await
         .unwrap_err();
     assert!(
@@ -735,7 +735,7 @@ async fn a_rollback_runs_the_previous_release_and_is_idempotent() {
 
     match s
         .berth
-        .rollback("owner", &s.domain, "db", "k1", &first.spec_digest)
+        .rollback("owner", &s.domain, "db", "k1", spec_ask(&first.spec_digest))
         .await
         .unwrap_err()
     {
@@ -746,7 +746,13 @@ async fn a_rollback_runs_the_previous_release_and_is_idempotent() {
     }
     let rolled = s
         .berth
-        .rollback("owner", &s.domain, "db", "k1", &second.spec_digest)
+        .rollback(
+            "owner",
+            &s.domain,
+            "db",
+            "k1",
+            spec_ask(&second.spec_digest),
+        )
         .await
         .unwrap();
     assert_eq!(rolled.from_spec_digest, second.spec_digest);
@@ -754,13 +760,19 @@ async fn a_rollback_runs_the_previous_release_and_is_idempotent() {
     assert_eq!(rolled.instance.spec_digest, first.spec_digest);
     let again = s
         .berth
-        .rollback("owner", &s.domain, "db", "k1", &second.spec_digest)
+        .rollback(
+            "owner",
+            &s.domain,
+            "db",
+            "k1",
+            spec_ask(&second.spec_digest),
+        )
         .await
         .unwrap();
     assert_eq!(again, rolled, "a replayed key answers the same result");
     let reused = s
         .berth
-        .rollback("owner", &s.domain, "db", "k1", &first.spec_digest)
+        .rollback("owner", &s.domain, "db", "k1", spec_ask(&first.spec_digest))
         .await
         .unwrap_err();
     assert!(
@@ -1087,4 +1099,10 @@ async fn a_change_that_never_reaches_the_container_keeps_it() {
             .iter()
             .any(|c| c.starts_with("remove "))
     );
+}
+
+fn spec_ask(digest: &str) -> berth_core::service::RollbackAsk {
+    berth_core::service::RollbackAsk::Spec {
+        expected_spec_digest: digest.to_owned(),
+    }
 }

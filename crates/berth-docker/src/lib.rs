@@ -199,6 +199,17 @@ impl Runtime for DockerRuntime {
         images::facts_by_id(&self.docker, image_id).await
     }
 
+    async fn manifest_media_type(
+        &self,
+        image: &PinnedImage,
+    ) -> Result<Option<String>, RuntimeError> {
+        let reference = images::untagged_reference(image);
+        match self.docker.inspect_registry_image(&reference, None).await {
+            Ok(found) => Ok(found.descriptor.media_type),
+            Err(e) => Err(error::map(e, "the registry's manifest")),
+        }
+    }
+
     async fn ensure_network(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError> {
         // Docker 20.10 checks for a duplicate name and creates the network in two steps, so
         // concurrent creates of one name make several networks: berth makes them one at a time.

@@ -32,6 +32,15 @@ pub struct ErrorBody {
     /// `ResourceInstanceReleaseConflictError`: the spec digest the instance is asked to run now.
     #[serde(rename = "currentSpecDigest", skip_serializing_if = "Option::is_none")]
     pub current_spec_digest: Option<String>,
+    /// `ResourceInstanceRolloutConflictError`: the instance's newest rollout generation.
+    #[serde(
+        rename = "currentRolloutGeneration",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub current_rollout_generation: Option<i64>,
+    /// `ResourceInstanceRollbackTargetNotAcceptedError`: `rollback-target-not-accepted`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<&'static str>,
 }
 
 /// An error answered by a route.
@@ -70,6 +79,8 @@ impl ApiError {
             runtime: None,
             resource_domain_id: None,
             current_spec_digest: None,
+            current_rollout_generation: None,
+            reason: None,
         };
         let e = match self {
             ApiError::Unauthorized => {
@@ -185,6 +196,28 @@ impl ApiError {
                     current_spec_digest: Some(current),
                     ..body("ResourceInstanceReleaseConflictError", message)
                 },
+            ),
+            Error::RolloutConflict { current, .. } => (
+                StatusCode::CONFLICT,
+                ErrorBody {
+                    current_rollout_generation: Some(current),
+                    ..body("ResourceInstanceRolloutConflictError", message)
+                },
+            ),
+            Error::RollbackTargetNotAccepted { .. } => (
+                StatusCode::CONFLICT,
+                ErrorBody {
+                    reason: Some("rollback-target-not-accepted"),
+                    ..body("ResourceInstanceRollbackTargetNotAcceptedError", message)
+                },
+            ),
+            Error::ImageReleaseNotFound { .. } => (
+                StatusCode::NOT_FOUND,
+                body("ResourceInstanceImageReleaseNotFoundError", message),
+            ),
+            Error::RolloutNotFound { .. } => (
+                StatusCode::NOT_FOUND,
+                body("ResourceInstanceRolloutNotFoundError", message),
             ),
             Error::NoPreviousRelease { .. } => (
                 StatusCode::CONFLICT,

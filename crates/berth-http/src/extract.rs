@@ -136,6 +136,51 @@ impl InstancePath {
     }
 }
 
+/// `/v1/resource-domains/{resourceDomainId}/instances/{key}/rollouts/{rolloutId}`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutPath {
+    /// `rdm:<uuid>`.
+    #[param(pattern = r"^rdm:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
+    pub resource_domain_id: String,
+    /// The instance key.
+    #[param(pattern = r"^[a-z0-9][a-z0-9._@-]{0,127}$")]
+    pub key: String,
+    /// `rol:<uuid>`.
+    #[param(pattern = r"^rol:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
+    pub rollout_id: String,
+}
+
+impl RolloutPath {
+    /// The domain id, key and rollout id, or a refusal naming every bad place.
+    pub fn parts(&self) -> Result<(DomainId, &str, &str), ApiError> {
+        let instance = InstancePath {
+            resource_domain_id: self.resource_domain_id.clone(),
+            key: self.key.clone(),
+        };
+        let rollout_ok = self.rollout_id.strip_prefix("rol:").is_some_and(|rest| {
+            rest.len() == 36
+                && rest.char_indices().all(|(i, c)| {
+                    if [8, 13, 18, 23].contains(&i) {
+                        c == '-'
+                    } else {
+                        matches!(c, '0'..='9' | 'a'..='f')
+                    }
+                })
+        });
+        match instance.parts() {
+            Ok((domain, _)) if rollout_ok => {
+                Ok((domain, self.key.as_str(), self.rollout_id.as_str()))
+            }
+            Ok(_) => Err(ApiError::refused(
+                "path.rolloutId must be a rollout id (rol:<uuid>)",
+            )),
+            Err(e) => Err(e),
+        }
+    }
+}
+
 fn domain_id(text: &str) -> Result<DomainId, ApiError> {
     DomainId::parse(text)
         .ok_or_else(|| ApiError::refused(format!("path.resourceDomainId {}", DomainId::EXPECTED)))

@@ -305,6 +305,8 @@ mod tests {
 
     #[test]
     fn each_request_type_is_decoded_as_the_document_describes_it() {
+        use crate::extract::Decode;
+        use berth_core::decode::Problems;
         use routes::domains::CreateDomainRequest;
         use routes::instances::{RollbackRequest, StopRequest, UpRequest};
         schema_and_decoder_agree::<CreateDomainRequest>(
@@ -312,9 +314,55 @@ mod tests {
             serde_json::json!({"name": "shop"}),
         );
         schema_and_decoder_agree::<StopRequest>("StopRequest", serde_json::json!({"by": "ada"}));
-        schema_and_decoder_agree::<RollbackRequest>(
-            "RollbackRequest",
-            serde_json::json!({"idempotencyKey": "k1", "expectedSpecDigest": format!("sha256:{}", "0".repeat(64))}),
+        // A rollback names what it expects in one of two ways, so not every field is required.
+        let decode = |v: serde_json::Value| {
+            let mut p = Problems::default();
+            let out = RollbackRequest::decode(&v, &mut p);
+            p.finish(out).map_err(|p| p.joined())
+        };
+        let properties = document()["components"]["schemas"]["RollbackRequest"]["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>();
+        assert_eq!(
+            properties,
+            [
+                "expectedRolloutGeneration",
+                "expectedSpecDigest",
+                "idempotencyKey",
+                "releaseId"
+            ]
+        );
+        let digest = format!("sha256:{}", "0".repeat(64));
+        assert!(
+            decode(serde_json::json!({"idempotencyKey": "k1", "expectedSpecDigest": digest}))
+                .is_ok()
+        );
+        assert!(decode(serde_json::json!({"idempotencyKey": "k1", "expectedRolloutGeneration": 2, "releaseId": format!("irl:{}", "a".repeat(32))})).is_ok());
+        let neither = decode(serde_json::json!({"idempotencyKey": "k1"})).unwrap_err();
+        assert!(
+            neither.contains("body.expectedSpecDigest is missing"),
+            "{neither}"
+        );
+        let both = decode(serde_json::json!({"idempotencyKey": "k1", "expectedSpecDigest": digest, "expectedRolloutGeneration": 1})).unwrap_err();
+        assert!(
+            both.contains("body.expectedRolloutGeneration must not be sent"),
+            "{both}"
+        );
+        let bad = decode(serde_json::json!({"idempotencyKey": "k1", "expectedRolloutGeneration": 1, "releaseId": "secret-value"})).unwrap_err();
+        assert!(
+            bad.contains("body.releaseId must be") && !bad.contains("secret-value"),
+            "{bad}"
+        );
+        let unknown = decode(
+            serde_json::json!({"idempotencyKey": "k1", "expectedRolloutGeneration": 1, "other": 1}),
+        )
+        .unwrap_err();
+        assert!(
+            unknown.contains("body.other is not an allowed key"),
+            "{unknown}"
         );
         let doc = document();
         let example = doc["components"]["schemas"]["UpRequest"]["example"].clone();

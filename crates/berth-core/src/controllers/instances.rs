@@ -329,6 +329,8 @@ impl InstanceController {
                     .remove(&network)
                     .unwrap_or_default();
                 let plan = self.plan_container(instance, &obs.volumes, &network, aliases, labels);
+                // The engine has just verified the image by its digest: an observation of it.
+                self.observe_release(instance).await?;
                 match runtime.create_container(&plan).await {
                     Ok(_) => {}
                     // Made by a reconcile that crashed before it could record it: look again.
@@ -622,6 +624,37 @@ impl InstanceController {
             message,
         };
         self.ctx.store.record_observation(&obs).await
+    }
+
+    /// Records that the instance's image was found in its registry (the engine just made it
+    /// ready by its digest), asking the registry for the root descriptor's media type the
+    /// first time.
+    async fn observe_release(&self, instance: &Instance) -> Result<(), ReconcileError> {
+        let (id, release) = (
+            instance.id.clone(),
+            crate::rollouts::release_id(&instance.id, &instance.spec.image),
+        );
+        let known = self
+            .ctx
+            .store
+            .read(move |tx| tx.image_release(&id, &release))
+            .await?
+            .and_then(|r| r.media_type);
+        let media_type = match known {
+            Some(_) => None,
+            None => self
+                .ctx
+                .runtime
+                .manifest_media_type(&instance.spec.image)
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::debug!(instance = %instance.id, error = %e,
+                        "the registry's media type for the image could not be read");
+                    None
+                }),
+        };
+        self.ctx.store.observe_release(instance, media_type).await?;
+        Ok(())
     }
 
     /// Reads the evidence of what the instance's container runs, records it, and returns it.

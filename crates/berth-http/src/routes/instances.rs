@@ -17,9 +17,12 @@ use crate::App;
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{
-    Body, Decode, DomainPath, FromQuery, InstancePath, NoBody, Params, QueryParams, query_bool,
+    Body, Decode, DomainPath, FromQuery, InstancePath, NoBody, Params, QueryParams, RolloutPath,
+    query_bool,
 };
 use berth_core::decode::Problems;
+use berth_core::rollouts::{ImageReleaseView, RolloutView, RuntimeEvidence};
+use berth_core::service::RollbackAsk;
 use utoipa::IntoParams;
 
 /// `POST .../instances/{key}/up`.
@@ -158,6 +161,10 @@ pub(crate) fn router() -> OpenApiRouter<App> {
         .routes(routes!(instance_image))
         .routes(routes!(instance_releases))
         .routes(routes!(rollback_instance))
+        .routes(routes!(instance_rollouts))
+        .routes(routes!(instance_rollout))
+        .routes(routes!(instance_rollout_evidence))
+        .routes(routes!(instance_image_releases))
         .routes(routes!(instance_logs))
 }
 
@@ -190,9 +197,11 @@ async fn instance_logs(
         .map_err(|e| ApiError::Core(berth_core::Error::Internal(e.to_string())))
 }
 
-/// `POST .../instances/{key}/rollback`.
+/// `POST .../instances/{key}/rollback`: either `expectedSpecDigest` (to the previous release),
+/// or `expectedRolloutGeneration` with an optional `releaseId`.
 #[derive(Debug, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(example = json!({"idempotencyKey": "k1", "expectedRolloutGeneration": 2}))]
 pub struct RollbackRequest {
     /// 1 to 128 characters, no control character: the same key answers the same result.
     #[schema(
@@ -202,8 +211,17 @@ pub struct RollbackRequest {
     )]
     pub idempotency_key: String,
     /// The `specDigest` the instance is asked to run now; a stale one is refused with 409.
-    #[schema(value_type = String, pattern = "^sha256:[0-9a-f]{64}$")]
-    pub expected_spec_digest: Digest,
+    /// Exactly one of this and `expectedRolloutGeneration`.
+    #[schema(value_type = Option<String>, pattern = "^sha256:[0-9a-f]{64}$")]
+    pub expected_spec_digest: Option<Digest>,
+    /// The instance's newest `rolloutGeneration` (0 before its first rollout); a stale one is
+    /// refused with 409 `ResourceInstanceRolloutConflictError`.
+    #[schema(minimum = 0)]
+    pub expected_rollout_generation: Option<i64>,
+    /// With `expectedRolloutGeneration` only: the image release (`irl:...`) to roll back to,
+    /// which must have run verified. Without it: the newest other image that ran verified.
+    #[schema(pattern = "^irl:[0-9a-f]{32}$")]
+    pub release_id: Option<String>,
 }
 
 impl Decode for RollbackRequest {
@@ -212,8 +230,10 @@ impl Decode for RollbackRequest {
         let idempotency_key = fields
             .required(p, "idempotencyKey")
             .and_then(|v| p.name(v, "body.idempotencyKey", 1, 128));
-        let expected = fields
-            .required(p, "expectedSpecDigest")
+        let spec_field = fields.optional("expectedSpecDigest");
+        let generation_field = fields.optional("expectedRolloutGeneration");
+        let release_field = fields.optional("releaseId");
+        let expected = spec_field
             .and_then(|v| p.string(v, "body.expectedSpecDigest"))
             .and_then(|s| {
                 let digest = Digest::parse(s);
@@ -225,12 +245,145 @@ impl Decode for RollbackRequest {
                 }
                 digest
             });
+        let generation = generation_field
+            .and_then(|v| p.integer(v, "body.expectedRolloutGeneration", 0, i64::MAX >> 11));
+        let release_id = release_field
+            .and_then(|v| p.string(v, "body.releaseId"))
+            .and_then(|s| {
+                let ok = s.strip_prefix("irl:").is_some_and(|h| {
+                    h.len() == 32 && h.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f'))
+                });
+                if !ok {
+                    p.push(
+                        "body.releaseId",
+                        "must be an image release id (irl:<32 hex>)",
+                    );
+                }
+                ok.then(|| s.to_owned())
+            });
+        match (spec_field.is_some(), generation_field.is_some()) {
+            (true, true) => p.push(
+                "body.expectedRolloutGeneration",
+                "must not be sent with body.expectedSpecDigest",
+            ),
+            (false, false) => p.push(
+                "body.expectedSpecDigest",
+                "is missing (or send body.expectedRolloutGeneration)",
+            ),
+            _ => {}
+        }
+        if spec_field.is_some() && release_field.is_some() {
+            p.push(
+                "body.releaseId",
+                "may only be sent with body.expectedRolloutGeneration",
+            );
+        }
         fields.finish(p);
         Some(RollbackRequest {
             idempotency_key: idempotency_key?,
-            expected_spec_digest: expected?,
+            expected_spec_digest: expected,
+            expected_rollout_generation: generation,
+            release_id,
         })
     }
+}
+
+impl RollbackRequest {
+    fn ask(self) -> RollbackAsk {
+        match (self.expected_spec_digest, self.expected_rollout_generation) {
+            (Some(digest), _) => RollbackAsk::Spec {
+                expected_spec_digest: digest.as_str().to_owned(),
+            },
+            (None, generation) => RollbackAsk::Generation {
+                expected: generation.unwrap_or_default(),
+                release_id: self.release_id,
+            },
+        }
+    }
+}
+
+/// An instance's rollouts.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RolloutList {
+    /// Every change of its image, newest first.
+    pub items: Vec<RolloutView>,
+}
+
+/// An instance's image releases.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ImageReleaseList {
+    /// Every image berth observed for it, most recently observed first.
+    pub items: Vec<ImageReleaseView>,
+}
+
+/// Every rollout of an instance (every change of its image), newest first, each with its plan
+/// and status. See docs/images.md.
+#[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/rollouts", tag = "resource-instances",
+    params(InstancePath),
+    responses((status = 200, body = RolloutList), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 500, body = ErrorBody)))]
+async fn instance_rollouts(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<InstancePath>,
+) -> Result<Json<RolloutList>, ApiError> {
+    let (domain, key) = path.parts()?;
+    Ok(Json(RolloutList {
+        items: app.berth.rollouts(&caller.owner, &domain, key).await?,
+    }))
+}
+
+/// One rollout: `{"plan", "status"}`.
+#[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/rollouts/{rolloutId}", tag = "resource-instances",
+    params(RolloutPath),
+    responses((status = 200, body = RolloutView), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 500, body = ErrorBody)))]
+async fn instance_rollout(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<RolloutPath>,
+) -> Result<Json<RolloutView>, ApiError> {
+    let (domain, key, rollout) = path.parts()?;
+    Ok(Json(
+        app.berth
+            .rollout(&caller.owner, &domain, key, rollout)
+            .await?,
+    ))
+}
+
+/// A rollout's runtime image evidence: `pending` before berth reported on it, then what the
+/// container inspect proved.
+#[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/rollouts/{rolloutId}/evidence", tag = "resource-instances",
+    params(RolloutPath),
+    responses((status = 200, body = RuntimeEvidence), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 500, body = ErrorBody)))]
+async fn instance_rollout_evidence(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<RolloutPath>,
+) -> Result<Json<RuntimeEvidence>, ApiError> {
+    let (domain, key, rollout) = path.parts()?;
+    Ok(Json(
+        app.berth
+            .rollout_evidence(&caller.owner, &domain, key, rollout)
+            .await?,
+    ))
+}
+
+/// The image releases berth observed for an instance: one per pinned image, with the tags seen,
+/// when, how often, and when it first ran verified.
+#[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/image-releases", tag = "resource-instances",
+    params(InstancePath),
+    responses((status = 200, body = ImageReleaseList), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 500, body = ErrorBody)))]
+async fn instance_image_releases(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<InstancePath>,
+) -> Result<Json<ImageReleaseList>, ApiError> {
+    let (domain, key) = path.parts()?;
+    Ok(Json(ImageReleaseList {
+        items: app
+            .berth
+            .image_releases(&caller.owner, &domain, key)
+            .await?,
+    }))
 }
 
 /// An instance's release history.
@@ -283,21 +436,13 @@ async fn rollback_instance(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
     Params(path): Params<InstancePath>,
-    Body(RollbackRequest {
-        idempotency_key,
-        expected_spec_digest,
-    }): Body<RollbackRequest>,
+    Body(request): Body<RollbackRequest>,
 ) -> Result<Json<RollbackView>, ApiError> {
     let (domain, key) = path.parts()?;
+    let idempotency_key = request.idempotency_key.clone();
     Ok(Json(
         app.berth
-            .rollback(
-                &caller.owner,
-                &domain,
-                key,
-                &idempotency_key,
-                expected_spec_digest.as_str(),
-            )
+            .rollback(&caller.owner, &domain, key, &idempotency_key, request.ask())
             .await?,
     ))
 }

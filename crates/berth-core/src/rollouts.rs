@@ -1,0 +1,1028 @@
+//! Image rollouts: every change of an instance's image (its first `up`, an upgrade, a rollback)
+//! is a rollout, numbered per instance from 1. A request writes the rollout (its plan) in the
+//! same transaction as the change; the reconciler records what it observes of it (its status
+//! and its runtime evidence). See `docs/images.md` for the mapping onto one engine and the
+//! status transitions.
+
+use rusqlite::{OptionalExtension, Row, params};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+use utoipa::ToSchema;
+
+use crate::evidence::{ImageEvidence, MismatchReason, VerificationStatus};
+use crate::ids::InstanceId;
+use crate::image::PinnedImage;
+use crate::model::{Instance, InstanceState};
+use crate::store::{Reporter, StoreError, Tx};
+use crate::time::Timestamp;
+
+/// What berth answers for a manifest media type it could not read from the registry.
+pub const UNKNOWN_MEDIA_TYPE_FALLBACK: &str = "application/vnd.oci.image.manifest.v1+json";
+
+/// The media types a registry root descriptor may have.
+pub const MEDIA_TYPES: [&str; 4] = [
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+];
+
+/// Why a rollout was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum RolloutMode {
+    /// A person's change (an `up` with cause `person`).
+    Promotion,
+    /// An `up` with cause `use` (a launch or a wake).
+    Automatic,
+    /// A rollback.
+    Rollback,
+}
+
+impl RolloutMode {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Promotion => "promotion",
+            Self::Automatic => "automatic",
+            Self::Rollback => "rollback",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        match text {
+            "promotion" => Some(Self::Promotion),
+            "automatic" => Some(Self::Automatic),
+            "rollback" => Some(Self::Rollback),
+            _ => None,
+        }
+    }
+}
+
+/// Where a rollout stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum RolloutStatus {
+    /// Written by the request; nothing observed of it yet.
+    Pending,
+    /// Not reported by berth: its reporter goes from `pending` to a verdict in one step.
+    Deploying,
+    /// The container runs the verified image, and is not ready yet.
+    Verifying,
+    /// A promotion or automatic rollout whose container is verified and ready.
+    Succeeded,
+    /// The image could not be run, or a newer rollout superseded this one before it succeeded.
+    Failed,
+    /// The container runs something other than the pinned image.
+    Mismatched,
+    /// Not reported by berth (see `verifying`).
+    RollingBack,
+    /// A rollback whose container is verified and ready.
+    RolledBack,
+}
+
+impl RolloutStatus {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Deploying => "deploying",
+            Self::Verifying => "verifying",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Mismatched => "mismatched",
+            Self::RollingBack => "rolling-back",
+            Self::RolledBack => "rolled-back",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        [
+            Self::Pending,
+            Self::Deploying,
+            Self::Verifying,
+            Self::Succeeded,
+            Self::Failed,
+            Self::Mismatched,
+            Self::RollingBack,
+            Self::RolledBack,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
+    }
+
+    /// `succeeded` and `rolled-back` never change again.
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::Succeeded | Self::RolledBack)
+    }
+}
+
+/// A rollout as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rollout {
+    /// `rol:<uuid>`.
+    pub id: String,
+    /// The instance it changes.
+    pub instance_id: InstanceId,
+    /// Its number among the instance's rollouts, from 1, never reused.
+    pub generation: i64,
+    /// Why it was made.
+    pub mode: RolloutMode,
+    /// The rollout a rollback replaces.
+    pub rollback_of: Option<String>,
+    /// The image release it deploys.
+    pub release_id: String,
+    /// The pinned reference, as the spec writes it.
+    pub image: String,
+    /// The spec that asked for it.
+    pub spec_digest: String,
+    /// When the request wrote it.
+    pub created_at: Timestamp,
+    /// Where it stands.
+    pub status: RolloutStatus,
+    /// Why it is not (yet) succeeded, when a reason is known.
+    pub mismatch_reason: Option<MismatchReason>,
+    /// Containers observed for it (0 or 1).
+    pub observed: i64,
+    /// Containers observed ready (0 or 1).
+    pub healthy: i64,
+    /// Containers whose image evidence is verified (0 or 1).
+    pub verified: i64,
+    /// Containers that failed (0 or 1).
+    pub failed: i64,
+    /// The reporter session of the last report; none before the first.
+    pub reporter_session: Option<String>,
+    /// How many reports were recorded.
+    pub report_sequence: i64,
+    /// When the last report was recorded.
+    pub reported_at: Option<Timestamp>,
+    /// The image evidence of the last report.
+    pub evidence: Option<ImageEvidence>,
+    /// When it last changed.
+    pub updated_at: Timestamp,
+}
+
+const ROLLOUT_COLUMNS: &str = "id, instance_id, generation, mode, rollback_of, release_id, image,
+    spec_digest, created_at, status, mismatch_reason, observed, healthy, verified, failed,
+    reporter_session, report_sequence, reported_at, evidence, updated_at";
+
+fn corrupt(what: &str) -> rusqlite::Error {
+    rusqlite::Error::InvalidColumnType(0, what.to_owned(), rusqlite::types::Type::Text)
+}
+
+fn rollout_from_row(row: &Row<'_>) -> rusqlite::Result<Rollout> {
+    let mode: String = row.get(3)?;
+    let status: String = row.get(9)?;
+    let reason: Option<String> = row.get(10)?;
+    let evidence: Option<String> = row.get(18)?;
+    Ok(Rollout {
+        id: row.get(0)?,
+        instance_id: InstanceId::parse(&row.get::<_, String>(1)?)
+            .ok_or_else(|| corrupt("instance_id"))?,
+        generation: row.get(2)?,
+        mode: RolloutMode::parse(&mode).ok_or_else(|| corrupt("mode"))?,
+        rollback_of: row.get(4)?,
+        release_id: row.get(5)?,
+        image: row.get(6)?,
+        spec_digest: row.get(7)?,
+        created_at: Timestamp::from_millis(row.get(8)?),
+        status: RolloutStatus::parse(&status).ok_or_else(|| corrupt("status"))?,
+        mismatch_reason: reason
+            .map(|r| {
+                serde_json::from_value(serde_json::Value::String(r))
+                    .map_err(|_| corrupt("mismatch_reason"))
+            })
+            .transpose()?,
+        observed: row.get(11)?,
+        healthy: row.get(12)?,
+        verified: row.get(13)?,
+        failed: row.get(14)?,
+        reporter_session: row.get(15)?,
+        report_sequence: row.get(16)?,
+        reported_at: row.get::<_, Option<i64>>(17)?.map(Timestamp::from_millis),
+        evidence: evidence
+            .map(|e| serde_json::from_str(&e).map_err(|_| corrupt("evidence")))
+            .transpose()?,
+        updated_at: Timestamp::from_millis(row.get(19)?),
+    })
+}
+
+/// The registry host the contract names for a reference: Docker Hub when it names none.
+pub fn registry_host(image: &PinnedImage) -> String {
+    image.registry().unwrap_or("docker.io").to_owned()
+}
+
+/// The repository path inside the registry, as the registry names it.
+pub fn registry_repository(image: &PinnedImage) -> String {
+    match image.registry() {
+        None if !image.repository().contains('/') => format!("library/{}", image.repository()),
+        _ => image.repository().to_owned(),
+    }
+}
+
+/// `registryHost/repository@digest`.
+pub fn digest_pinned_reference(image: &PinnedImage) -> String {
+    format!(
+        "{}/{}@{}",
+        registry_host(image),
+        registry_repository(image),
+        image.digest()
+    )
+}
+
+/// The image release id of a pinned image for an instance: stable, derived from both.
+pub fn release_id(instance: &InstanceId, image: &PinnedImage) -> String {
+    let mut hash = Sha256::new();
+    hash.update(instance.as_str().as_bytes());
+    hash.update(b"\n");
+    hash.update(digest_pinned_reference(image).as_bytes());
+    format!("irl:{}", &hex::encode(hash.finalize())[..32])
+}
+
+/// An image release as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImageRelease {
+    /// `irl:<32 hex>`.
+    pub id: String,
+    /// The registry host.
+    pub registry_host: String,
+    /// The repository.
+    pub repository: String,
+    /// The digest of the registry's root descriptor.
+    pub root_digest: String,
+    /// The root descriptor's media type, when the registry was asked.
+    pub media_type: Option<String>,
+    /// The tags the release was seen under, in the order first seen.
+    pub tags: Vec<String>,
+    /// When berth first observed it.
+    pub first_observed_at: Timestamp,
+    /// When berth last observed it.
+    pub last_observed_at: Timestamp,
+    /// How often berth observed it.
+    pub observation_count: i64,
+    /// When a container of it first ran verified.
+    pub accepted_at: Option<Timestamp>,
+}
+
+fn release_from_row(row: &Row<'_>) -> rusqlite::Result<ImageRelease> {
+    let tags: String = row.get(5)?;
+    Ok(ImageRelease {
+        id: row.get(0)?,
+        registry_host: row.get(1)?,
+        repository: row.get(2)?,
+        root_digest: row.get(3)?,
+        media_type: row.get(4)?,
+        tags: serde_json::from_str(&tags).map_err(|_| corrupt("tags"))?,
+        first_observed_at: Timestamp::from_millis(row.get(6)?),
+        last_observed_at: Timestamp::from_millis(row.get(7)?),
+        observation_count: row.get(8)?,
+        accepted_at: row.get::<_, Option<i64>>(9)?.map(Timestamp::from_millis),
+    })
+}
+
+const RELEASE_COLUMNS: &str = "id, registry_host, repository, root_digest, media_type, tags,
+    first_observed_at, last_observed_at, observation_count, accepted_at";
+
+fn same_image(a: &str, b: &str) -> bool {
+    match (PinnedImage::parse(a), PinnedImage::parse(b)) {
+        (Ok(a), Ok(b)) => a.repo_digest() == b.repo_digest(),
+        _ => a == b,
+    }
+}
+
+impl Tx<'_> {
+    /// An instance's rollouts, newest first.
+    pub fn rollouts(&self, id: &InstanceId) -> Result<Vec<Rollout>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {ROLLOUT_COLUMNS} FROM rollouts WHERE instance_id = ?1 ORDER BY generation DESC"
+        ))?;
+        let rows = stmt.query_map([id.as_str()], rollout_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// An instance's newest rollout.
+    pub fn current_rollout(&self, id: &InstanceId) -> Result<Option<Rollout>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {ROLLOUT_COLUMNS} FROM rollouts WHERE instance_id = ?1
+             ORDER BY generation DESC LIMIT 1"
+        ))?;
+        Ok(stmt.query_row([id.as_str()], rollout_from_row).optional()?)
+    }
+
+    /// Writes a rollout of `after`'s image when it differs from `before`'s (always for a
+    /// rollback); the rollout it supersedes, unless final, ends `failed`
+    /// (`stale-rollout-report`).
+    pub fn record_rollout(
+        &self,
+        before: Option<&Instance>,
+        after: &Instance,
+        mode: RolloutMode,
+    ) -> Result<Option<Rollout>, StoreError> {
+        let current = self.current_rollout(&after.id)?;
+        let changed = match (before, &current) {
+            (None, _) | (_, None) => true,
+            (Some(b), Some(_)) => !same_image(b.spec.image.as_str(), after.spec.image.as_str()),
+        };
+        if !changed && mode != RolloutMode::Rollback {
+            return Ok(None);
+        }
+        let now = Timestamp::now();
+        if let Some(current) = &current
+            && !current.status.is_final()
+            && !matches!(
+                current.status,
+                RolloutStatus::Failed | RolloutStatus::Mismatched
+            )
+        {
+            self.conn.execute(
+                "UPDATE rollouts SET status = 'failed', mismatch_reason = 'stale-rollout-report',
+                    updated_at = ?2 WHERE id = ?1",
+                params![current.id, now.millis()],
+            )?;
+        }
+        let rollout = Rollout {
+            id: format!("rol:{}", uuid::Uuid::new_v4().hyphenated()),
+            instance_id: after.id.clone(),
+            generation: current.as_ref().map_or(1, |c| c.generation + 1),
+            mode,
+            rollback_of: (mode == RolloutMode::Rollback)
+                .then(|| current.as_ref().map(|c| c.id.clone()))
+                .flatten(),
+            release_id: release_id(&after.id, &after.spec.image),
+            image: after.spec.image.as_str().to_owned(),
+            spec_digest: after.spec_digest.clone(),
+            created_at: now,
+            status: RolloutStatus::Pending,
+            mismatch_reason: None,
+            observed: 0,
+            healthy: 0,
+            verified: 0,
+            failed: 0,
+            reporter_session: None,
+            report_sequence: 0,
+            reported_at: None,
+            evidence: None,
+            updated_at: now,
+        };
+        self.conn.execute(
+            "INSERT INTO rollouts (id, instance_id, generation, mode, rollback_of, release_id,
+                image, spec_digest, created_at, status, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'pending', ?9)",
+            params![
+                rollout.id,
+                rollout.instance_id.as_str(),
+                rollout.generation,
+                rollout.mode.as_str(),
+                rollout.rollback_of,
+                rollout.release_id,
+                rollout.image,
+                rollout.spec_digest,
+                now.millis(),
+            ],
+        )?;
+        Ok(Some(rollout))
+    }
+
+    /// Records image evidence as the reporter's report on the instance's current rollout, when
+    /// the evidence is about that rollout's image and the rollout is not final.
+    pub fn report_evidence(
+        &self,
+        id: &InstanceId,
+        evidence: &ImageEvidence,
+        reporter: &Reporter,
+    ) -> Result<(), StoreError> {
+        let Some(rollout) = self.current_rollout(id)? else {
+            return Ok(());
+        };
+        if rollout.status.is_final() || !same_image(&rollout.image, &evidence.pinned_reference) {
+            return Ok(());
+        }
+        let (status, reason, observed, verified, failed) = match evidence.verification_status {
+            VerificationStatus::Pending => return Ok(()),
+            VerificationStatus::Verified => (RolloutStatus::Verifying, None, 1, 1, 0),
+            VerificationStatus::Missing => (
+                RolloutStatus::Failed,
+                evidence.mismatch_reason,
+                i64::from(evidence.container_id.is_some()),
+                0,
+                1,
+            ),
+            VerificationStatus::Mismatched => (
+                RolloutStatus::Mismatched,
+                evidence.mismatch_reason,
+                i64::from(evidence.container_id.is_some()),
+                0,
+                1,
+            ),
+        };
+        let now = Timestamp::now();
+        self.conn.execute(
+            "UPDATE rollouts SET status = ?2, mismatch_reason = ?3, observed = ?4, healthy = 0,
+                verified = ?5, failed = ?6, reporter_session = ?7,
+                report_sequence = report_sequence + 1, reported_at = ?8, evidence = ?9,
+                updated_at = ?8
+             WHERE id = ?1",
+            params![
+                rollout.id,
+                status.as_str(),
+                reason.map(MismatchReason::as_str),
+                observed,
+                verified,
+                failed,
+                reporter.session_id,
+                now.millis(),
+                serde_json::to_string(evidence).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Records an instance state the reconciler observed as a report on its current rollout:
+    /// a `verifying` rollout whose container is ready succeeds (a rollback is `rolled-back`);
+    /// one whose container failed is `failed` (`replica-failed`).
+    pub fn report_state(
+        &self,
+        id: &InstanceId,
+        state: &InstanceState,
+        reporter: &Reporter,
+    ) -> Result<(), StoreError> {
+        let running = matches!(state, InstanceState::Running { .. });
+        let failed = matches!(state, InstanceState::Failed { .. });
+        if !running && !failed {
+            return Ok(());
+        }
+        let Some(rollout) = self.current_rollout(id)? else {
+            return Ok(());
+        };
+        // A failed instance fails a rollout still waiting for its verdict too (a container
+        // the engine refused to create or start).
+        let waiting = rollout.status == RolloutStatus::Verifying
+            || (failed && rollout.status == RolloutStatus::Pending);
+        if !waiting {
+            return Ok(());
+        }
+        let now = Timestamp::now().millis();
+        let sql = "UPDATE rollouts SET status = ?2, mismatch_reason = ?3, healthy = ?4,
+                failed = ?5, reporter_session = ?6, report_sequence = report_sequence + 1,
+                reported_at = ?7, updated_at = ?7
+             WHERE id = ?1";
+        if running {
+            let status = if rollout.mode == RolloutMode::Rollback {
+                RolloutStatus::RolledBack
+            } else {
+                RolloutStatus::Succeeded
+            };
+            self.conn.execute(
+                sql,
+                params![
+                    rollout.id,
+                    status.as_str(),
+                    None::<String>,
+                    1,
+                    0,
+                    reporter.session_id,
+                    now
+                ],
+            )?;
+        } else {
+            self.conn.execute(
+                sql,
+                params![
+                    rollout.id,
+                    RolloutStatus::Failed.as_str(),
+                    "replica-failed",
+                    0,
+                    1,
+                    reporter.session_id,
+                    now
+                ],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Records that berth observed the instance's image in the registry (through the engine):
+    /// the release is written, or its tags, last observation and count move.
+    pub fn observe_release(
+        &self,
+        instance: &Instance,
+        media_type: Option<&str>,
+        at: Timestamp,
+    ) -> Result<(), StoreError> {
+        let image = &instance.spec.image;
+        let id = release_id(&instance.id, image);
+        let existing = self.image_release(&instance.id, &id)?;
+        let media_type = media_type.filter(|m| MEDIA_TYPES.contains(m));
+        match existing {
+            None => {
+                let tags: Vec<&str> = image.tag().into_iter().collect();
+                self.conn.execute(
+                    "INSERT INTO image_releases (instance_id, id, registry_host, repository,
+                        root_digest, media_type, tags, first_observed_at, last_observed_at,
+                        observation_count)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, 1)",
+                    params![
+                        instance.id.as_str(),
+                        id,
+                        registry_host(image),
+                        registry_repository(image),
+                        image.digest().as_str(),
+                        media_type,
+                        serde_json::to_string(&tags)
+                            .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                        at.millis(),
+                    ],
+                )?;
+            }
+            Some(mut release) => {
+                if let Some(tag) = image.tag()
+                    && !release.tags.iter().any(|t| t == tag)
+                {
+                    release.tags.push(tag.to_owned());
+                }
+                self.conn.execute(
+                    "UPDATE image_releases SET tags = ?3, media_type = coalesce(?4, media_type),
+                        last_observed_at = max(last_observed_at, ?5),
+                        observation_count = observation_count + 1
+                     WHERE instance_id = ?1 AND id = ?2",
+                    params![
+                        instance.id.as_str(),
+                        id,
+                        serde_json::to_string(&release.tags)
+                            .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                        media_type,
+                        at.millis(),
+                    ],
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks the instance's image release accepted: a container of it ran verified. Observes
+    /// it first when berth never did (a container adopted after a restart).
+    pub fn accept_release(&self, instance: &Instance, at: Timestamp) -> Result<(), StoreError> {
+        let id = release_id(&instance.id, &instance.spec.image);
+        if self.image_release(&instance.id, &id)?.is_none() {
+            self.observe_release(instance, None, at)?;
+        }
+        self.conn.execute(
+            "UPDATE image_releases SET accepted_at = ?3
+             WHERE instance_id = ?1 AND id = ?2 AND accepted_at IS NULL",
+            params![instance.id.as_str(), id, at.millis()],
+        )?;
+        Ok(())
+    }
+
+    /// One image release of an instance.
+    pub fn image_release(
+        &self,
+        instance: &InstanceId,
+        id: &str,
+    ) -> Result<Option<ImageRelease>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {RELEASE_COLUMNS} FROM image_releases WHERE instance_id = ?1 AND id = ?2"
+        ))?;
+        Ok(stmt
+            .query_row(params![instance.as_str(), id], release_from_row)
+            .optional()?)
+    }
+
+    /// An instance's image releases, most recently observed first.
+    pub fn image_releases(&self, instance: &InstanceId) -> Result<Vec<ImageRelease>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {RELEASE_COLUMNS} FROM image_releases WHERE instance_id = ?1
+             ORDER BY last_observed_at DESC, first_observed_at DESC, id"
+        ))?;
+        let rows = stmt.query_map([instance.as_str()], release_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+// ---- the wire ----
+
+/// Where a rollout is to run: on one engine, this daemon's one node, one container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetScope {
+    /// This daemon's cluster id (its reporter id).
+    pub target_cluster_ids: Vec<String>,
+    /// This host's name.
+    pub target_node_names: Vec<String>,
+    /// 1.
+    pub replicas_per_node: i64,
+    /// 1.
+    pub required_replica_count: i64,
+}
+
+/// A rollout's immutable desired state (`IImmutableImageDeploymentPlan`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImagePlan {
+    /// Always `immutable-digest`.
+    pub policy: String,
+    /// The rollout's id.
+    pub rollout_id: String,
+    /// Its number among the instance's rollouts, from 1.
+    pub rollout_generation: i64,
+    /// The image release it deploys.
+    pub release_id: String,
+    /// The registry host.
+    pub registry_host: String,
+    /// The repository inside it.
+    pub repository: String,
+    /// The pinned digest.
+    pub requested_digest: String,
+    /// `registryHost/repository@requestedDigest`.
+    pub digest_pinned_image_reference: String,
+    /// The root descriptor's media type (see docs/images.md).
+    pub manifest_media_type: String,
+    /// When the request wrote it, in milliseconds since the epoch.
+    pub created_at: i64,
+    /// `promotion`, `automatic` or `rollback`.
+    pub mode: RolloutMode,
+    /// The rollout a rollback replaces; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollback_of_rollout_id: Option<String>,
+    /// Where it runs.
+    pub target_scope: TargetScope,
+}
+
+/// One reporter's latest report on a rollout (`IImageRolloutReporterStatus`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReporterStatus {
+    /// The daemon's stable reporter id.
+    pub reporter_id: String,
+    /// The daemon start that reported.
+    pub reporter_session_id: String,
+    /// The daemon's cluster id.
+    pub cluster_id: String,
+    /// This host's name.
+    pub reporter_node_names: Vec<String>,
+    /// The rollout.
+    pub rollout_id: String,
+    /// Its generation.
+    pub rollout_generation: i64,
+    /// How many reports were recorded for it.
+    pub report_sequence: i64,
+    /// When the last one was.
+    pub reported_at: i64,
+    /// 1.
+    pub required_replica_count: i64,
+    /// Containers observed.
+    pub observed_replica_count: i64,
+    /// Containers ready.
+    pub healthy_replica_count: i64,
+    /// Containers verified.
+    pub verified_replica_count: i64,
+    /// Containers failed.
+    pub failed_replica_count: i64,
+    /// Why it is not succeeded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mismatch_reason: Option<MismatchReason>,
+}
+
+/// A rollout's aggregate status (`IImageRolloutStatus`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStatusView {
+    /// The rollout.
+    pub rollout_id: String,
+    /// Its generation.
+    pub rollout_generation: i64,
+    /// The digest it pins.
+    pub expected_digest: String,
+    /// Where it stands.
+    pub status: RolloutStatus,
+    /// 1.
+    pub required_replica_count: i64,
+    /// Containers observed.
+    pub observed_replica_count: i64,
+    /// Containers ready.
+    pub healthy_replica_count: i64,
+    /// Containers verified.
+    pub verified_replica_count: i64,
+    /// Containers failed.
+    pub failed_replica_count: i64,
+    /// Why it is not succeeded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mismatch_reason: Option<MismatchReason>,
+    /// When it last changed.
+    pub updated_at: i64,
+    /// The daemon's latest report, once there is one.
+    pub reporters: Vec<ReporterStatus>,
+}
+
+/// `GET .../rollouts/{rolloutId}`: the plan and where it stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct RolloutView {
+    /// The rollout's desired state.
+    pub plan: ImagePlan,
+    /// Its status.
+    pub status: RolloutStatusView,
+}
+
+/// A rollout's runtime evidence (`IRuntimeImageEvidence`): which fields are present depends on
+/// `verificationStatus` (see docs/images.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeEvidence {
+    /// `pending`, `verified`, `missing` or `mismatched`.
+    pub verification_status: VerificationStatus,
+    /// The rollout.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout_id: Option<String>,
+    /// Its generation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout_generation: Option<i64>,
+    /// The digest the rollout pins.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected_digest: Option<String>,
+    /// The instance's image reference, as its spec writes it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_image_reference: Option<String>,
+    /// The reference the container was created from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_image_reference: Option<String>,
+    /// The digest that reference pins.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_reported_digest: Option<String>,
+    /// The image id the container runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_image_id: Option<String>,
+    /// The container's configured image reference.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_config_image_reference: Option<String>,
+    /// The digest the running image's repo digest for the repository names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolved_digest: Option<String>,
+    /// Not reported by berth (see docs/images.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub platform_manifest_digest: Option<String>,
+    /// The running image's `RepoDigests`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repo_digests: Option<Vec<String>>,
+    /// `local-container-inspect` once berth inspected the container.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence_source: Option<String>,
+    /// Why it is not verified; only for `missing` and `mismatched`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mismatch_reason: Option<MismatchReason>,
+    /// When it was gathered (for `pending`: when the rollout last changed).
+    pub observed_at: i64,
+}
+
+/// The contract's name for an image release (`IImageRelease`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ImageReleaseView {
+    /// `irl:<32 hex>`, stable for the instance and image.
+    pub id: String,
+    /// Its data.
+    pub data: ImageReleaseData,
+}
+
+/// An image release's data.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageReleaseData {
+    /// The instance (`rin:<uuid>`).
+    pub service_id: String,
+    /// `registryHost/repository`.
+    pub image_id: String,
+    /// The registry host.
+    pub registry_host: String,
+    /// The repository.
+    pub repository: String,
+    /// The registry's root descriptor digest: the pinned digest.
+    pub registry_root_digest: String,
+    /// `registryHost/repository@registryRootDigest`.
+    pub digest_pinned_image_reference: String,
+    /// The root descriptor's media type.
+    pub manifest_media_type: String,
+    /// The tags the spec wrote beside the digest.
+    pub observed_tags: Vec<String>,
+    /// When berth first observed it.
+    pub first_observed_at: i64,
+    /// When it last did.
+    pub last_observed_at: i64,
+    /// How many times.
+    pub observation_count: i64,
+    /// When a container of it first ran verified; absent until then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accepted_at: Option<i64>,
+    /// When the newest rollout to it was written; absent if none was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_promoted_at: Option<i64>,
+    /// How many rollouts deployed it; absent if none did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub promotion_count: Option<i64>,
+}
+
+/// What berth's answers about rollouts need to know of the daemon.
+#[derive(Debug, Clone)]
+pub struct Site {
+    /// The reporter.
+    pub reporter: Reporter,
+    /// This host's name.
+    pub node_name: String,
+}
+
+impl Site {
+    /// The site of this daemon.
+    pub fn new(reporter: Reporter) -> Self {
+        Self {
+            reporter,
+            node_name: node_name(),
+        }
+    }
+
+    fn scope(&self) -> TargetScope {
+        TargetScope {
+            target_cluster_ids: vec![self.reporter.id.clone()],
+            target_node_names: vec![self.node_name.clone()],
+            replicas_per_node: 1,
+            required_replica_count: 1,
+        }
+    }
+}
+
+/// This host's name, as the kernel has it.
+pub fn node_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+impl Rollout {
+    /// Its plan; `media_type` is its release's, when known.
+    pub fn plan(&self, site: &Site, media_type: Option<&str>) -> ImagePlan {
+        let image = PinnedImage::parse(&self.image).ok();
+        ImagePlan {
+            policy: "immutable-digest".to_owned(),
+            rollout_id: self.id.clone(),
+            rollout_generation: self.generation,
+            release_id: self.release_id.clone(),
+            registry_host: image.as_ref().map(registry_host).unwrap_or_default(),
+            repository: image.as_ref().map(registry_repository).unwrap_or_default(),
+            requested_digest: image
+                .as_ref()
+                .map(|i| i.digest().to_string())
+                .unwrap_or_default(),
+            digest_pinned_image_reference: image
+                .as_ref()
+                .map(digest_pinned_reference)
+                .unwrap_or_default(),
+            manifest_media_type: media_type.unwrap_or(UNKNOWN_MEDIA_TYPE_FALLBACK).to_owned(),
+            created_at: self.created_at.millis(),
+            mode: self.mode,
+            rollback_of_rollout_id: self.rollback_of.clone(),
+            target_scope: site.scope(),
+        }
+    }
+
+    fn expected_digest(&self) -> String {
+        PinnedImage::parse(&self.image)
+            .map(|i| i.digest().to_string())
+            .unwrap_or_default()
+    }
+
+    /// Its status: the aggregate, and the daemon's one report once there is one.
+    pub fn status(&self, site: &Site) -> RolloutStatusView {
+        let reporters = match (&self.reporter_session, self.reported_at) {
+            (Some(session), Some(at)) => vec![ReporterStatus {
+                reporter_id: site.reporter.id.clone(),
+                reporter_session_id: session.clone(),
+                cluster_id: site.reporter.id.clone(),
+                reporter_node_names: vec![site.node_name.clone()],
+                rollout_id: self.id.clone(),
+                rollout_generation: self.generation,
+                report_sequence: self.report_sequence,
+                reported_at: at.millis(),
+                required_replica_count: 1,
+                observed_replica_count: self.observed,
+                healthy_replica_count: self.healthy,
+                verified_replica_count: self.verified,
+                failed_replica_count: self.failed,
+                mismatch_reason: self.reported_reason(),
+            }],
+            _ => Vec::new(),
+        };
+        RolloutStatusView {
+            rollout_id: self.id.clone(),
+            rollout_generation: self.generation,
+            expected_digest: self.expected_digest(),
+            status: self.status,
+            required_replica_count: 1,
+            observed_replica_count: self.observed,
+            healthy_replica_count: self.healthy,
+            verified_replica_count: self.verified,
+            failed_replica_count: self.failed,
+            mismatch_reason: self.mismatch_reason,
+            updated_at: self.updated_at.millis(),
+            reporters,
+        }
+    }
+
+    /// The reason the reporter gave; a superseded rollout's `stale-rollout-report` is the
+    /// aggregate's, not the reporter's.
+    fn reported_reason(&self) -> Option<MismatchReason> {
+        self.evidence
+            .as_ref()
+            .and_then(|e| e.mismatch_reason)
+            .or(match self.mismatch_reason {
+                Some(MismatchReason::StaleRolloutReport) => None,
+                other => other,
+            })
+    }
+
+    /// The runtime evidence of its last report, or `pending` before the first.
+    pub fn runtime_evidence(&self) -> RuntimeEvidence {
+        let base = RuntimeEvidence {
+            verification_status: VerificationStatus::Pending,
+            rollout_id: Some(self.id.clone()),
+            rollout_generation: Some(self.generation),
+            expected_digest: Some(self.expected_digest()).filter(|d| !d.is_empty()),
+            service_image_reference: Some(self.image.clone()),
+            task_image_reference: None,
+            task_reported_digest: None,
+            container_image_id: None,
+            container_config_image_reference: None,
+            resolved_digest: None,
+            platform_manifest_digest: None,
+            repo_digests: None,
+            evidence_source: None,
+            mismatch_reason: None,
+            observed_at: self.updated_at.millis(),
+        };
+        let Some(e) = &self.evidence else {
+            return base;
+        };
+        let configured = e.container_configured_image.clone();
+        let task_digest = configured
+            .as_deref()
+            .and_then(|c| c.rsplit_once('@'))
+            .and_then(|(_, d)| crate::image::Digest::normalize(d))
+            .map(|d| d.to_string());
+        let resolved = e.expected_repo_digest.as_ref().and_then(|expected| {
+            let (name, _) = expected.rsplit_once('@')?;
+            e.image_repo_digests
+                .iter()
+                .filter_map(|r| r.rsplit_once('@'))
+                .find(|(n, _)| *n == name)
+                .map(|(_, d)| d.to_owned())
+        });
+        let inspected = e.container_id.is_some();
+        let verified = e.is_verified();
+        RuntimeEvidence {
+            verification_status: e.verification_status,
+            task_image_reference: configured.clone(),
+            task_reported_digest: task_digest,
+            container_image_id: e.container_image_id.clone(),
+            container_config_image_reference: configured,
+            resolved_digest: resolved,
+            repo_digests: (inspected || !e.image_repo_digests.is_empty())
+                .then(|| e.image_repo_digests.clone()),
+            evidence_source: inspected.then(|| "local-container-inspect".to_owned()),
+            mismatch_reason: if verified { None } else { e.mismatch_reason },
+            observed_at: e.observed_at.unwrap_or(self.updated_at).millis(),
+            ..base
+        }
+    }
+}
+
+impl ImageRelease {
+    /// Its wire form; `rollouts` are the instance's, to count its promotions.
+    pub fn view(&self, instance: &InstanceId, rollouts: &[Rollout]) -> ImageReleaseView {
+        let to_it: Vec<&Rollout> = rollouts
+            .iter()
+            .filter(|r| r.release_id == self.id)
+            .collect();
+        ImageReleaseView {
+            id: self.id.clone(),
+            data: ImageReleaseData {
+                service_id: instance.to_string(),
+                image_id: format!("{}/{}", self.registry_host, self.repository),
+                registry_host: self.registry_host.clone(),
+                repository: self.repository.clone(),
+                registry_root_digest: self.root_digest.clone(),
+                digest_pinned_image_reference: format!(
+                    "{}/{}@{}",
+                    self.registry_host, self.repository, self.root_digest
+                ),
+                manifest_media_type: self
+                    .media_type
+                    .clone()
+                    .unwrap_or_else(|| UNKNOWN_MEDIA_TYPE_FALLBACK.to_owned()),
+                observed_tags: self.tags.clone(),
+                first_observed_at: self.first_observed_at.millis(),
+                last_observed_at: self.last_observed_at.millis(),
+                observation_count: self.observation_count,
+                accepted_at: self.accepted_at.map(Timestamp::millis),
+                last_promoted_at: to_it.iter().map(|r| r.created_at.millis()).max(),
+                promotion_count: (!to_it.is_empty()).then_some(to_it.len() as i64),
+            },
+        }
+    }
+}
