@@ -31,6 +31,7 @@ mod soak;
 mod stats;
 mod up;
 mod wake;
+mod watch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -53,7 +54,7 @@ use crate::report::{Figure, Machine};
 #[command(name = "berth-bench", version)]
 struct Args {
     /// Samples per figure [default: 20 for up, 50 for exec, 10 for wake and postgres, 5
-    /// restarts for many].
+    /// restarts for many, 20 rounds for watch].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     samples: Option<u32>,
 
@@ -130,6 +131,9 @@ enum FigureKind {
     /// 200 instances: list latency, and a restarted daemon observing every one.
     #[value(alias = "instances_200")]
     Many,
+    /// How soon the event stream and a waiting `berth up` hear of a start and of `running`.
+    #[value(alias = "engine_start_to_sse_starting")]
+    Watch,
 }
 
 impl FigureKind {
@@ -145,6 +149,7 @@ impl FigureKind {
             FigureKind::Soak => "soak",
             FigureKind::Postgres => "postgres",
             FigureKind::Many => "many",
+            FigureKind::Watch => "watch",
         }
     }
 }
@@ -272,6 +277,7 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
                 postgres::run(ctx, image, args.samples.map_or(10, |n| n as usize)).await
             }
             FigureKind::Many => many::run(ctx, args.samples.map_or(5, |n| n as usize)).await,
+            FigureKind::Watch => watch::run(ctx, args.samples.map_or(20, |n| n as usize)).await,
         }
         .with_context(|| format!("measuring {}", kind.key()))?;
         figures.push(figure);
@@ -290,6 +296,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         FigureKind::Idle,
         FigureKind::Postgres,
         FigureKind::Many,
+        FigureKind::Watch,
         FigureKind::Soak,
     ]
     .into_iter()
