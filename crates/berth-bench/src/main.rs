@@ -31,6 +31,7 @@ mod soak;
 mod stats;
 mod up;
 mod wake;
+mod watch;
 mod wrk;
 
 use std::path::PathBuf;
@@ -54,7 +55,7 @@ use crate::report::{Figure, Machine};
 #[command(name = "berth-bench", version)]
 struct Args {
     /// Samples per figure [default: 20 for up, 50 for exec, 10 for wake and postgres, 5
-    /// restarts for many].
+    /// restarts for many, 20 rounds for watch].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     samples: Option<u32>,
 
@@ -131,6 +132,9 @@ enum FigureKind {
     /// 200 instances: list latency, and a restarted daemon observing every one.
     #[value(alias = "instances_200")]
     Many,
+    /// How soon the event stream and a waiting `berth up` hear of a start and of `running`.
+    #[value(alias = "engine_start_to_sse_starting")]
+    Watch,
 }
 
 impl FigureKind {
@@ -146,6 +150,7 @@ impl FigureKind {
             FigureKind::Soak => "soak",
             FigureKind::Postgres => "postgres",
             FigureKind::Many => "many",
+            FigureKind::Watch => "watch",
         }
     }
 }
@@ -288,6 +293,7 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
                 postgres::run(ctx, image, args.samples.map_or(10, |n| n as usize)).await
             }
             FigureKind::Many => many::run(ctx, args.samples.map_or(5, |n| n as usize)).await,
+            FigureKind::Watch => watch::run(ctx, args.samples.map_or(20, |n| n as usize)).await,
         }
         .with_context(|| format!("measuring {}", kind.key()))?;
         if let Some(note) = load_note(load_before, report::load_average()) {
@@ -309,6 +315,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         FigureKind::Idle,
         FigureKind::Postgres,
         FigureKind::Many,
+        FigureKind::Watch,
         FigureKind::Soak,
     ]
     .into_iter()
