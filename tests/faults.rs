@@ -769,6 +769,7 @@ fn volumes_made_just_before_a_crash_are_still_listed_after_an_archive() {
             .client()
             .up(&domain, &key, &spec(&volume_image(), &key), "use")
             .expect(200);
+        // Fault timing, not a wait for berth: the kill lands at a random point of the up.
         std::thread::sleep(Duration::from_millis(5 + rng.below(150)));
         daemon.kill9();
         daemon.start_again();
