@@ -725,18 +725,16 @@ fn on_a_terminal_up_shows_progress_and_ends_in_the_table() {
         "40",
         &format!("sh '{}'", script.display()),
     ]);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let screen = loop {
-        let screen = tmux.run(&["capture-pane", "-p", "-t", "up"]);
-        if screen.contains("exit=") {
-            break screen;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "berth up did not finish on the terminal:\n{screen}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    // What the terminal shows has no event: the pane is looked at until the command ends.
+    let mut screen = String::new();
+    support::wait_until(
+        Duration::from_secs(120),
+        "berth up finishing on the terminal",
+        || {
+            screen = tmux.run(&["capture-pane", "-p", "-t", "up"]);
+            screen.contains("exit=")
+        },
+    );
     assert!(screen.contains("exit=0"), "{screen}");
     let lines: Vec<&str> = screen
         .lines()
@@ -833,21 +831,18 @@ fn logs_print_an_instances_output_and_link_lets_a_container_resolve_it() {
         linked.stdout.contains("1 executor(s) attached"),
         "{linked:?}"
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let out = Command::new("docker")
-            .args(["exec", &shell, "nslookup", "-type=a", "db"])
-            .output()
-            .unwrap();
-        if out.status.success() && String::from_utf8_lossy(&out.stdout).contains("Address: ") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "db did not resolve from the linked container"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    // The engine's DNS, which berth has no event for.
+    support::wait_until(
+        Duration::from_secs(30),
+        "db resolving from the linked container",
+        || {
+            let out = Command::new("docker")
+                .args(["exec", &shell, "nslookup", "-type=a", "db"])
+                .output()
+                .unwrap();
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("Address: ")
+        },
+    );
     let refused = berth(&daemon, &repo.main, &["link"]);
     assert_eq!(refused.code, 1, "{refused:?}");
 }

@@ -77,7 +77,8 @@ fn a_hundred_concurrent_ups_of_one_key_make_one_instance_and_one_container() {
             .into_iter()
             .all(|a| a.expect(200)["resourceInstanceId"] == running["resourceInstanceId"])
     );
-    std::thread::sleep(Duration::from_millis(500));
+    // Asserted once berth has acted on the latest of those requests.
+    api.settled(&domain, "web", &["running"], READY);
     assert_eq!(containers_of(&running).len(), 1);
     assert_eq!(
         support::containers_named(&daemon.prefix).len(),

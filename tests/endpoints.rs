@@ -164,8 +164,9 @@ fn a_person_stopped_instance_closes_connections_promptly_and_stays_stopped() {
         "closed promptly, after {:?}",
         started.elapsed()
     );
-    std::thread::sleep(Duration::from_millis(500));
-    let i = api.instance(&domain, "web");
+    // The endpoint closing the connection is berth's answer to it; once berth has acted on
+    // the latest request, the instance is still stopped by the person.
+    let i = api.settled(&domain, "web", &["stopped"], READY);
     assert_eq!(i["desired"], "stopped");
     assert_eq!(i["stopReason"], json!({"kind": "person", "by": "Ada"}));
 }
@@ -186,13 +187,23 @@ fn an_open_connection_keeps_the_instance_from_idle_stop_until_it_closes() {
     let port = host_port(&api, &domain, "echo", 7000);
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut watch = api.watch(&domain);
     for i in 0..6 {
         let line = format!("ping {i}\n");
         s.write_all(line.as_bytes()).unwrap();
         let mut back = vec![0u8; line.len()];
         s.read_exact(&mut back).unwrap();
         assert_eq!(back, line.as_bytes());
-        std::thread::sleep(Duration::from_secs(1));
+        // A negative check, bounded on purpose: for three times its idle time, no event may
+        // show the instance stopping while the connection is open. There is no event for
+        // "not stopped"; the window is the point of the test.
+        watch.never(
+            Duration::from_secs(1),
+            "an instance with an open connection stopped",
+            |i| {
+                i["key"] == "echo" && (i["desired"] != "running" || i["state"]["kind"] != "running")
+            },
+        );
     }
     assert_eq!(
         api.instance(&domain, "echo")["state"]["kind"],

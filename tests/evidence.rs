@@ -201,8 +201,7 @@ fn a_container_swapped_behind_berths_back_is_mismatched_and_never_running() {
         impostor["State"]["Running"], false,
         "berth stops a container it cannot verify"
     );
-    std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(api.instance(&domain, "web")["state"]["kind"], "failed");
+    api.settled(&domain, "web", &["failed"], READY);
 }
 
 #[test]

@@ -92,6 +92,7 @@ fn a_hundred_mebibytes_of_stdin_stream_through_with_bounded_memory() {
                 {
                     peak.fetch_max(kib, Ordering::SeqCst);
                 }
+                // The sampling period of the memory probe, not a wait for berth.
                 std::thread::sleep(Duration::from_millis(20));
             }
         })
@@ -208,7 +209,11 @@ fn neither_argv_nor_stdin_reaches_the_log_at_trace_level() {
         b"stdin-secret-91c2",
     )
     .expect_error(400, "RequestRefusedError");
-    std::thread::sleep(Duration::from_millis(200));
+    // The log has caught up with both requests once it holds the refusal's answer (the only
+    // 400 of this daemon).
+    support::wait_until(Duration::from_secs(10), "the refusal in the log", || {
+        daemon.log_text().contains("status=400")
+    });
     let log = daemon.log_text();
     assert!(
         log.contains("TRACE") || log.contains("DEBUG"),

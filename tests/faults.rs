@@ -169,6 +169,7 @@ fn pick(rng: &mut Rng, keys: usize) -> Op {
 /// Sends `SIGKILL` to `pid` after `after`, from another thread.
 fn kill_later(pid: u32, after: Duration) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
+        // Fault timing, not a wait for berth: the kill lands at a random point of a request.
         std::thread::sleep(after);
         let _ = Command::new("kill")
             .args(["-KILL", &pid.to_string()])
@@ -347,6 +348,8 @@ fn a_daemon_killed_at_random_points_of_a_hundred_operations_converges_and_loses_
             (Err(()), _) => {}
         }
         let kill_after = !kill_during && rng.chance(8);
+        // Fault timing, not a wait for berth: a random pause before the next step or the kill,
+        // so kills land at every point of berth's work (the seed replays them).
         if kill_after {
             std::thread::sleep(Duration::from_millis(rng.below(400)));
         } else if !kill_during {
@@ -539,10 +542,17 @@ fn an_instance_that_crashes_at_once_backs_off_and_does_not_load_the_machine() {
     let mut s = spec(&busybox_image(), "crash");
     s["command"] = json!(["sh", "-c", "exit 1"]);
     // The engine's start events for this daemon's containers, read as they happen (the engine
-    // replays only its last few hundred events, which a busy machine overruns in seconds).
+    // replays only its last few hundred events, which a busy machine overruns in seconds), from
+    // the moment the watch is made (`--since` that moment: none is missed while the
+    // subscription starts).
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("a clock after 1970");
     let mut events = Command::new("docker")
         .args([
             "events",
+            "--since",
+            &format!("{}.{:09}", since.as_secs(), since.subsec_nanos()),
             "--filter",
             &format!("label=berth.prefix={}", daemon.prefix),
             "--filter",
@@ -570,18 +580,17 @@ fn an_instance_that_crashes_at_once_backs_off_and_does_not_load_the_machine() {
         })
     };
     let starts = || seen.lock().unwrap().clone();
-    // Give the subscription a moment to be in place before anything starts.
-    std::thread::sleep(Duration::from_millis(300));
     let instance = api.up(&domain, "crash", &s, "use").expect(200);
 
     // The window opens at the first start, whatever the pull and a busy machine took before it.
-    let deadline = Instant::now() + READY;
-    while starts().is_empty() {
-        assert!(Instant::now() < deadline, "the container never started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    support::wait_until(READY, "the container's first start", || {
+        !starts().is_empty()
+    });
     let cpu_before = cpu_ticks(daemon.pid());
     let window = Duration::from_secs(8);
+    // Not a wait for berth: the fixed span the daemon's CPU and the engine's starts are
+    // measured over. That berth restarts the container at all is checked on the engine's
+    // events below.
     std::thread::sleep(window + Duration::from_millis(500));
     let cpu_used = cpu_ticks(daemon.pid()) - cpu_before;
     let first = starts()[0];
@@ -590,10 +599,9 @@ fn an_instance_that_crashes_at_once_backs_off_and_does_not_load_the_machine() {
         .filter(|t| **t - first <= window.as_nanos())
         .count();
     // On a busy engine the restarts can come later, but they come.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while starts().len() < 3 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    support::wait_until(Duration::from_secs(30), "three starts", || {
+        starts().len() >= 3
+    });
     let _ = events.kill();
     let _ = events.wait();
     reader.join().expect("the event reader");
@@ -680,11 +688,11 @@ fn an_instance_network_removed_behind_berths_back_is_made_again() {
     docker(&["network", "disconnect", "--force", &network, &container]);
     docker(&["network", "rm", &network]);
     api.up(&domain, "web", &s, "use").expect(200);
-    let deadline = Instant::now() + READY;
-    while !(docker_inspect("network", &network).is_some() && attached(&container)) {
-        assert!(Instant::now() < deadline, "the network was not made again");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    // The instance stays running throughout, so berth has no change to report: this is the
+    // engine's state.
+    support::wait_until(READY, "the network made again", || {
+        docker_inspect("network", &network).is_some() && attached(&container)
+    });
 
     // Removed while the container is stopped (as `docker network prune` does): the container
     // still names the old network and cannot start on its own, so berth makes it again.
@@ -738,10 +746,10 @@ fn a_volume_made_by_hand_under_berths_name_fails_the_instance_and_is_never_adopt
         "the message names the volume: {message}"
     );
     assert!(containers_labelled(&id_of(&instance)).is_empty());
-    // Asked again, it fails again, and the volume keeps its owner.
+    // Asked again, it fails again, and the volume keeps its owner. The up asks for a new try
+    // (a new generation), so the wait route answers only once berth has made it.
     api.up(&domain, "web", &s, "person").expect(200);
-    std::thread::sleep(Duration::from_secs(1));
-    api.wait_state(&domain, "web", "failed", READY);
+    api.settled(&domain, "web", &["failed"], READY);
     let v = docker_inspect("volume", &volume).expect("the volume is still there");
     assert_eq!(v["Labels"]["berth.instance"], stranger);
     assert!(containers_labelled(&id_of(&instance)).is_empty());
@@ -761,6 +769,7 @@ fn volumes_made_just_before_a_crash_are_still_listed_after_an_archive() {
             .client()
             .up(&domain, &key, &spec(&volume_image(), &key), "use")
             .expect(200);
+        // Fault timing, not a wait for berth: the kill lands at a random point of the up.
         std::thread::sleep(Duration::from_millis(5 + rng.below(150)));
         daemon.kill9();
         daemon.start_again();
@@ -893,7 +902,14 @@ fn while_the_engine_is_unreachable_requests_answer_from_the_store_and_berth_conv
         .up(&domain, "during", &spec(&busybox_image(), "during"), "use")
         .expect(200);
     assert_eq!(during["desired"], "running");
-    std::thread::sleep(Duration::from_secs(3));
+    // berth has tried the new instance once its reconcile has failed for want of the engine.
+    let id = id_of(&during);
+    support::wait_until(READY, "a reconcile of the new instance failing", || {
+        daemon
+            .log_text()
+            .lines()
+            .any(|l| l.contains("reconcile failed") && l.contains(&id))
+    });
     assert_ne!(api.instance(&domain, "during")["state"]["kind"], "running");
 
     // Back: the reconciler reconnects with back-off and converges.
@@ -1016,19 +1032,11 @@ fn a_spec_the_engine_refuses_fails_after_bounded_tries(mount_path: &str, reason:
             );
         }
     };
-    let deadline = Instant::now() + READY;
-    let failed = loop {
+    // Checked at every change berth reports until the instance fails.
+    let failed = api.wait_for(&domain, "web", READY, "failed", |instance| {
         bounded(&events);
-        let instance = api.instance(&domain, "web");
-        if instance["state"]["kind"] == "failed" {
-            break instance;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not failed within {READY:?}: {instance}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+        instance["state"]["kind"] == "failed"
+    });
     let message = failed["state"]["message"].as_str().unwrap_or_default();
     assert!(
         message.contains(reason),

@@ -689,6 +689,8 @@ fn a_client_that_sends_its_headers_too_slowly_is_disconnected() {
         .map(|_| TcpStream::connect(address).expect("a connection"))
         .collect();
     let started = Instant::now();
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let dribbled = sent.clone();
     let dribbler = std::thread::spawn(move || {
         let mut stream = TcpStream::connect(address).expect("a connection");
         stream
@@ -702,6 +704,7 @@ fn a_client_that_sends_its_headers_too_slowly_is_disconnected() {
             if stream.write_all(&[byte]).is_err() {
                 break;
             }
+            dribbled.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let mut buf = [0u8; 256];
             match stream.read(&mut buf) {
                 Ok(0) => break,
@@ -717,8 +720,10 @@ fn a_client_that_sends_its_headers_too_slowly_is_disconnected() {
         }
         started.elapsed()
     });
-    // Meanwhile, others are served.
-    std::thread::sleep(Duration::from_secs(2));
+    // Meanwhile, others are served: once the slow client is a few bytes (seconds) in.
+    support::wait_until(Duration::from_secs(10), "the slow client dribbling", || {
+        sent.load(std::sync::atomic::Ordering::SeqCst) >= 3
+    });
     let api = daemon.client();
     api.get("/v1/resource-domains").expect(200);
     let dropped_after = dribbler.join().expect("the slow client");

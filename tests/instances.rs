@@ -274,8 +274,8 @@ fn a_person_stop_survives_a_use_up_and_yields_to_a_person_up() {
     let after_use = api.up(&domain, "web", &s, "use").expect(200);
     assert_eq!(after_use["desired"], "stopped");
     assert_eq!(after_use["state"]["kind"], "stopped");
-    std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(api.instance(&domain, "web")["state"]["kind"], "stopped");
+    // Once berth has acted on that up, the instance is still stopped.
+    api.settled(&domain, "web", &["stopped"], READY);
 
     let after_person = api.up(&domain, "web", &s, "person").expect(200);
     assert_eq!(after_person["desired"], "running");
@@ -323,6 +323,7 @@ fn a_daemon_killed_in_the_middle_of_an_up_or_a_stop_converges_after_restart() {
     let domain = api.create_domain("shop");
     let s = spec(&volume_image(), "web");
     let up = api.up(&domain, "web", &s, "use").expect(200);
+    // Fault timing, not a wait for berth: the kill lands while the up is being carried out.
     std::thread::sleep(Duration::from_millis(150));
     daemon.kill9();
     daemon.start_again();
@@ -337,6 +338,7 @@ fn a_daemon_killed_in_the_middle_of_an_up_or_a_stop_converges_after_restart() {
         json!({"by": "Ada"}),
     )
     .expect(200);
+    // Fault timing, not a wait for berth: the kill lands while the stop is being carried out.
     std::thread::sleep(Duration::from_millis(50));
     daemon.kill9();
     daemon.start_again();
@@ -580,25 +582,39 @@ fn a_changed_spec_is_starting_until_a_container_of_it_is_ready() {
         changed["state"]["kind"], "starting",
         "the old container still serves: the new spec is not running yet: {changed}"
     );
-    // Whenever berth says running for the new spec, the container is the new spec's.
-    let deadline = Instant::now() + READY;
+    // Whenever berth says running for the new spec, the container is the new spec's. Every
+    // change berth reports comes on the domain's event stream (the first event is the instance
+    // as it is now), so no state between the up and running goes unseen.
     let mut seen = Vec::new();
-    let running = loop {
-        let i = api.instance(&domain, "web");
-        let kind = i["state"]["kind"].as_str().unwrap_or_default().to_owned();
-        if seen.last() != Some(&kind) {
-            seen.push(kind.clone());
+    let running = support::block_on(async {
+        use futures_util::StreamExt;
+        let mut events = std::pin::pin!(api.api().events(&domain, None));
+        loop {
+            let event = tokio::time::timeout(READY, events.next())
+                .await
+                .unwrap_or_else(|_| panic!("never running again: {seen:?}"))
+                .expect("the event stream runs")
+                .expect("an event");
+            let berth_client::DomainEvent::Instance { instance, .. } = event else {
+                continue;
+            };
+            if instance.key != "web" {
+                continue;
+            }
+            let i = serde_json::to_value(&instance).unwrap();
+            let kind = i["state"]["kind"].as_str().unwrap_or_default().to_owned();
+            if seen.last() != Some(&kind) {
+                seen.push(kind.clone());
+            }
+            if kind == "running" {
+                break i;
+            }
+            assert!(
+                ["starting", "not-started"].contains(&kind.as_str()),
+                "{seen:?}: {i}"
+            );
         }
-        if kind == "running" {
-            break i;
-        }
-        assert!(
-            ["starting", "not-started"].contains(&kind.as_str()),
-            "{seen:?}: {i}"
-        );
-        assert!(Instant::now() < deadline, "never running again: {seen:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    });
     assert_eq!(running["specDigest"], changed["specDigest"]);
     let name = container_of(&running);
     let container = docker_inspect("container", &name).expect("its container");
@@ -631,20 +647,16 @@ fn a_change_that_never_reaches_the_container_keeps_it(change: impl Fn(&mut Value
     let changed = api.up(&domain, "web", &s, "use").expect(200);
     assert_ne!(changed["specDigest"], running["specDigest"]);
     assert_eq!(changed["state"]["kind"], "running", "{changed}");
-    // berth has reconciled the change once the evidence it keeps is for the new spec.
+    // The wait route answers once berth has acted on the up; the evidence it keeps is then for
+    // the new spec.
+    api.settled(&domain, "web", &["running"], READY);
     let image = format!("/v1/resource-domains/{domain}/instances/web/image");
-    let deadline = Instant::now() + READY;
-    let evidence = loop {
-        let e = api.get(&image).expect(200);
-        if e["specDigest"] == changed["specDigest"] && e["verificationStatus"] == "verified" {
-            break e;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no evidence for the new spec: {e}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let mut evidence = Value::Null;
+    support::wait_until(READY, "evidence for the new spec", || {
+        evidence = api.get(&image).expect(200);
+        evidence["specDigest"] == changed["specDigest"]
+            && evidence["verificationStatus"] == "verified"
+    });
     let now = api.instance(&domain, "web");
     assert_eq!(now["specDigest"], changed["specDigest"]);
     assert_eq!(now["state"]["kind"], "running", "{now}");

@@ -145,6 +145,8 @@ fn psql_over_tcp(container: &str, host: &str, query: &str) -> (bool, String) {
     )
 }
 
+/// Retries `f` until it holds or `timeout` passes: for what psql and the engine say, which berth
+/// has no event for.
 fn eventually(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<(), String>) {
     let deadline = Instant::now() + timeout;
     loop {
@@ -556,31 +558,33 @@ fn postgres_is_starting_through_initdb_and_running_once_it_accepts_tcp() {
     spec["env"]["POSTGRES_DB"] = json!("shop");
     api.up(&domain, "db", &spec, "use").expect(200);
 
-    let deadline = Instant::now() + READY;
-    let mut seen_initializing = false;
-    let running = loop {
-        assert!(Instant::now() < deadline, "db never ran");
+    // initdb writes to the container's log, which berth has no event for: looked at until it
+    // is under way (or its temporary server, on the Unix socket only, runs), and berth must
+    // say starting all the while.
+    support::wait_until(READY, "initdb under way while db is starting", || {
         let instance = api.instance(&domain, "db");
         match instance["state"]["kind"].as_str().unwrap() {
-            "running" => break instance,
-            "starting" | "not-started" => {}
-            other => panic!("unexpected state {other}: {instance}"),
+            "starting" => {}
+            "not-started" => return false,
+            other => panic!("unexpected state {other} before initdb was seen: {instance}"),
         }
-        if instance["state"]["kind"] == "starting"
-            && !seen_initializing
-            && let Some(container) = support::containers_named(&daemon.prefix).first()
-        {
-            let logs = container_logs(container);
-            // initdb is under way, or its temporary server (Unix socket only) runs.
-            seen_initializing = logs.contains("The files belonging to this database system")
-                && !logs.contains("PostgreSQL init process complete");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert!(
-        seen_initializing,
-        "the instance was starting while initdb ran: {running}"
-    );
+        support::containers_named(&daemon.prefix)
+            .first()
+            .is_some_and(|container| {
+                let logs = container_logs(container);
+                logs.contains("The files belonging to this database system")
+                    && !logs.contains("PostgreSQL init process complete")
+            })
+    });
+    // Then running, and nothing else on the way, as berth reports each change.
+    api.wait_for(&domain, "db", READY, "running", |instance| {
+        let kind = instance["state"]["kind"].as_str().unwrap();
+        assert!(
+            ["starting", "running"].contains(&kind),
+            "unexpected state {kind}: {instance}"
+        );
+        kind == "running"
+    });
     let container = berth_container_id(&daemon);
     let logs = container_logs(&container);
     let init_done = logs

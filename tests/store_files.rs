@@ -50,6 +50,7 @@ fn address_of(child: &mut Child) -> String {
 
 /// Waits (bounded) for a daemon that must refuse to start, and returns what it said.
 fn refused_start(mut child: Child) -> Output {
+    // The process's exit, which has no event of berth's to wait on: looked at until it comes.
     let deadline = Instant::now() + Duration::from_secs(20);
     while child.try_wait().expect("a child").is_none() {
         if Instant::now() > deadline {

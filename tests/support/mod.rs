@@ -192,6 +192,7 @@ impl Daemon {
                 .arg("-TERM")
                 .arg(child.id().to_string())
                 .status();
+            // The process's exit: std has no bounded wait for a child, so it is looked at.
             let deadline = Instant::now() + Duration::from_secs(10);
             while Instant::now() < deadline {
                 if child.try_wait().ok().flatten().is_some() {
@@ -213,6 +214,7 @@ impl Daemon {
             .arg("-TERM")
             .arg(child.id().to_string())
             .status();
+        // The process's exit: std has no bounded wait for a child, so it is looked at.
         while started.elapsed() < bound {
             if let Some(status) = child.try_wait().ok().flatten() {
                 return (Some(status), started.elapsed());
@@ -602,6 +604,34 @@ impl Client {
         }
     }
 
+    /// Asks the wait route once until the instance's state kind is one of `kinds` and berth has
+    /// acted on the latest request made of it (`observedGeneration == generation`); panics at
+    /// `timeout` (at most 300 s). What a test asserts after this is what berth settled on, not
+    /// what it had not got to yet.
+    pub fn settled(&self, domain: &str, key: &str, kinds: &[&str], timeout: Duration) -> Value {
+        let waited = block_on(self.api.wait(domain, key, kinds, timeout))
+            .unwrap_or_else(|e| panic!("waiting for {key} to settle as {kinds:?}: {e}"));
+        assert!(
+            !waited.timed_out,
+            "{key} did not settle as {kinds:?} within {timeout:?} (generation {}, observed {}): {:?}",
+            waited.generation, waited.observed_generation, waited.instance
+        );
+        assert_eq!(
+            waited.observed_generation, waited.generation,
+            "the wait route answered before berth acted on the latest request: {:?}",
+            waited.instance
+        );
+        serde_json::to_value(waited.instance).expect("an instance as JSON")
+    }
+
+    /// Subscribes to the domain's event stream, for [`Watch::never`]: a bounded check that
+    /// something does *not* happen.
+    pub fn watch(&self, domain: &str) -> Watch {
+        Watch {
+            events: Box::pin(self.api.events(domain, None)),
+        }
+    }
+
     /// Waits through the client's one wait (the wait route, or polling on a daemon without
     /// it) until the instance's state kind is `kind`; panics at `timeout`.
     pub fn wait_state(&self, domain: &str, key: &str, kind: &str, timeout: Duration) -> Value {
@@ -631,7 +661,44 @@ impl Client {
     }
 }
 
-/// Polls `done` until it holds or `timeout` passes; panics naming `what` then.
+/// A subscription to a domain's event stream, opened by [`Client::watch`].
+pub struct Watch {
+    events: std::pin::Pin<
+        Box<
+            dyn futures_util::Stream<
+                    Item = Result<berth_client::DomainEvent, berth_client::ClientError>,
+                > + Send,
+        >,
+    >,
+}
+
+impl Watch {
+    /// The one bounded negative check: reads the domain's events for `within` (the first ones
+    /// are every instance as it is now) and panics if any instance event shows `bad` (the
+    /// instance as JSON). There is no positive signal for "this did not happen", so the check
+    /// lasts a fixed time; a test uses it only for what must *not* happen, and says so.
+    pub fn never(&mut self, within: Duration, what: &str, bad: impl Fn(&Value) -> bool) {
+        let deadline = tokio::time::Instant::now() + within;
+        block_on(async {
+            loop {
+                match tokio::time::timeout_at(deadline, self.events.next()).await {
+                    Err(_) => return,
+                    Ok(Some(Ok(berth_client::DomainEvent::Instance { instance, .. }))) => {
+                        let instance = serde_json::to_value(instance).expect("an instance");
+                        assert!(!bad(&instance), "{what}: {instance}");
+                    }
+                    Ok(Some(Ok(berth_client::DomainEvent::Resync { .. }))) => {}
+                    Ok(Some(Err(e))) => panic!("the event stream failed: {e}"),
+                    Ok(None) => panic!("the event stream ended while checking that {what}"),
+                }
+            }
+        })
+    }
+}
+
+/// Polls `done` until it holds or `timeout` passes; panics naming `what` then. For conditions
+/// berth has no event for (the engine's state, a log line, a process): what berth does is
+/// waited on with [`Client::wait_for`], [`Client::wait_state`] or [`Client::settled`].
 pub fn wait_until(timeout: Duration, what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !done() {
