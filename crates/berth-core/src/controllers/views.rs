@@ -135,11 +135,8 @@ impl ViewController {
         }
         let candidates = self.executor_candidates(workspace).await;
         // Workspaces that share this view may hold a container this one names in vain.
-        let linked = domain.clone();
         let sharing: Vec<Workspace> = self
-            .ctx
-            .store
-            .read(move |tx| tx.linked_workspaces(&linked))
+            .linked_workspaces(domain)
             .await
             .unwrap_or_default()
             .into_iter()
@@ -210,18 +207,10 @@ impl ViewController {
     pub async fn release_domain(&self, domain: &crate::ids::DomainId) {
         let prefix = self.ctx.config.prefix.clone();
         let instances = self.ctx.store.instances(domain, true);
-        let linked = domain.clone();
-        let workspaces = match self
-            .ctx
-            .store
-            .read(move |tx| tx.linked_workspaces(&linked))
-            .await
-        {
-            Ok(found) => found,
-            Err(e) => {
-                tracing::error!(error = %e, "could not read the archived domain");
-                return;
-            }
+        let Ok(workspaces) = self.linked_workspaces(domain).await.inspect_err(|e| {
+            tracing::error!(error = %e, "could not read the archived domain");
+        }) else {
+            return;
         };
         let mut networks: std::collections::BTreeSet<String> = instances
             .iter()
@@ -259,18 +248,10 @@ impl ViewController {
     pub async fn prune_view(&self, domain: &crate::ids::DomainId, key: &str) {
         let prefix = self.ctx.config.prefix.clone();
         let instances = self.ctx.store.instances(domain, false);
-        let linked = domain.clone();
-        let workspaces = match self
-            .ctx
-            .store
-            .read(move |tx| tx.linked_workspaces(&linked))
-            .await
-        {
-            Ok(found) => found,
-            Err(e) => {
-                tracing::error!(error = %e, "could not read the domain's views");
-                return;
-            }
+        let Ok(workspaces) = self.linked_workspaces(domain).await.inspect_err(|e| {
+            tracing::error!(error = %e, "could not read the domain's views");
+        }) else {
+            return;
         };
         let in_use = instances
             .iter()
@@ -394,12 +375,7 @@ impl ViewController {
             )]));
         }
         let instances = self.ctx.store.instances(domain, false);
-        let linked = domain.clone();
-        let workspaces = self
-            .ctx
-            .store
-            .read(move |tx| tx.linked_workspaces(&linked))
-            .await?;
+        let workspaces = self.linked_workspaces(domain).await?;
         let mut keys: BTreeSet<String> = instances
             .iter()
             .filter_map(|i| i.spec.worktree_key.clone())
@@ -474,6 +450,15 @@ impl ViewController {
             self.ctx.runtime.disconnect_network(&view, &c.id).await?;
         }
         Ok(())
+    }
+
+    /// The workspaces linked to a domain, from the store.
+    async fn linked_workspaces(&self, domain: &DomainId) -> Result<Vec<Workspace>, StoreError> {
+        let domain = domain.clone();
+        self.ctx
+            .store
+            .read(move |tx| tx.linked_workspaces(&domain))
+            .await
     }
 
     fn executors(&self) -> std::sync::MutexGuard<'_, HashMap<String, ExecutorEntry>> {
