@@ -1106,3 +1106,36 @@ fn spec_ask(digest: &str) -> berth_core::service::RollbackAsk {
         expected_spec_digest: digest.to_owned(),
     }
 }
+
+#[tokio::test]
+async fn a_resync_observes_every_instance_running_as_planned_from_one_list() {
+    let s = setup().await;
+    s.fake.world().ready = true;
+    let view = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
+        .await
+        .unwrap();
+    converge(&s, &view.resource_instance_id).await;
+    let before = s.berth.get("owner", &s.domain, "db").unwrap();
+    assert!(matches!(before.state, InstanceState::Running { .. }));
+    // Times are whole milliseconds: let the clock move past this one (nothing here waits on
+    // berth, which is driven by hand).
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    s.reconciler.resync().await;
+    let after = s.berth.get("owner", &s.domain, "db").unwrap();
+    assert!(after.observed_at > before.observed_at, "observed again");
+    assert_eq!(after.state, before.state, "and nothing else written");
+
+    // A container that does not carry the plan the instance would get now is not observed so.
+    let mut changed = spec();
+    changed["env"] = json!({"A": "1"});
+    s.berth
+        .up("owner", &s.domain, "db", &changed, UpCause::Person)
+        .await
+        .unwrap();
+    let pending = s.berth.get("owner", &s.domain, "db").unwrap();
+    s.reconciler.resync().await;
+    let again = s.berth.get("owner", &s.domain, "db").unwrap();
+    assert_eq!(again.observed_at, pending.observed_at);
+}

@@ -112,6 +112,65 @@ impl InstanceController {
         self.starts().len()
     }
 
+    /// Records, in one transaction, that every instance already running as planned was seen so
+    /// in `listed` (one list of the engine's containers, as at start): its running container
+    /// carries the plan it would be given now, and nothing asked of it is pending. Full
+    /// reconciles follow through the queue; this lets `observedAt` say at once, for all of them,
+    /// that this daemon has looked.
+    pub(crate) async fn observe_listed(&self, listed: &[ContainerFacts]) {
+        let now = Timestamp::now();
+        let by_name: HashMap<&str, &ContainerFacts> =
+            listed.iter().map(|c| (c.name.as_str(), c)).collect();
+        let seen: Vec<(InstanceId, i64)> = self
+            .ctx
+            .store
+            .running_instances()
+            .into_iter()
+            .filter(|i| {
+                matches!(i.state, InstanceState::Running { .. })
+                    && i.observed_generation == i.generation
+            })
+            .filter(|i| {
+                by_name
+                    .get(self.container_name(i).as_str())
+                    .is_some_and(|c| c.running && self.same_plan(c, i, &i.volumes))
+            })
+            .map(|i| (i.id, i.generation))
+            .collect();
+        if seen.is_empty() {
+            return;
+        }
+        let count = seen.len();
+        let written = self
+            .ctx
+            .store
+            .write(move |tx| {
+                for (id, generation) in &seen {
+                    // Read again inside the write: a reconcile that recorded something else
+                    // meanwhile is not written over.
+                    let Some(current) = tx.instance_by_id(id)? else {
+                        continue;
+                    };
+                    if matches!(current.state, InstanceState::Running { .. })
+                        && current.generation == *generation
+                    {
+                        let mut obs = Observation::of(&current);
+                        obs.observed_at = now;
+                        tx.record_observation(&obs)?;
+                    }
+                }
+                Ok::<_, StoreError>(())
+            })
+            .await;
+        match written {
+            Ok(()) => tracing::debug!(
+                instances = count,
+                "observed running instances from one list"
+            ),
+            Err(e) => tracing::warn!(error = %e, "could not record the listed instances"),
+        }
+    }
+
     /// Runs `f` holding the lock of `id`, then lets the lock's entry go if nobody else waits.
     async fn with_lock<T>(&self, id: &InstanceId, f: impl AsyncFnOnce() -> T) -> T {
         let lock = {

@@ -272,26 +272,33 @@ impl Reconciler {
             self.release_domain(domain).await;
         }
         let ids = ctx.store.live_instance_ids();
+        // One list first: every instance running as planned is observed at once, and the
+        // containers of instances berth no longer runs are found.
+        let listed = match ctx.runtime.list_containers(&ctx.config.prefix).await {
+            Ok(containers) => Some(containers),
+            Err(e) => {
+                tracing::warn!(error = %e, "resync could not list containers");
+                None
+            }
+        };
+        if let Some(containers) = &listed {
+            self.inner.instances.observe_listed(containers).await;
+        }
         for id in &ids {
             self.enqueue(id);
         }
-        self.inner.views.reattach_workspaces().await;
-        match ctx.runtime.list_containers(&ctx.config.prefix).await {
-            Ok(containers) => {
-                for c in containers {
-                    let id = c
-                        .labels
-                        .get(LABEL_INSTANCE)
-                        .and_then(|s| InstanceId::parse(s));
-                    if let Some(id) = id
-                        && !ids.contains(&id)
-                    {
-                        self.enqueue(&id);
-                    }
-                }
+        for c in listed.iter().flatten() {
+            let id = c
+                .labels
+                .get(LABEL_INSTANCE)
+                .and_then(|s| InstanceId::parse(s));
+            if let Some(id) = id
+                && !ids.contains(&id)
+            {
+                self.enqueue(&id);
             }
-            Err(e) => tracing::warn!(error = %e, "resync could not list containers"),
         }
+        self.inner.views.reattach_workspaces().await;
     }
 
     /// Asks for `id` to be reconciled soon (after its back-off, if it is backing off). Never
