@@ -45,6 +45,8 @@ const OUTPUT_PROBE_TIMEOUT: Duration = Duration::from_millis(250);
 /// A container the engine refuses to create or start is tried this many times (with the queue's
 /// back-off between) before the instance is `failed` with the engine's reason.
 const START_ATTEMPTS: u32 = 5;
+/// A converged instance observed this recently (by the resync's list) is not written again.
+const FRESH_OBSERVATION: Duration = Duration::from_secs(5);
 
 /// What the instance controller keeps of one instance between reconciles while it starts. It is
 /// dropped once the instance runs, stops, fails or goes.
@@ -301,7 +303,13 @@ impl InstanceController {
                 return Ok(next);
             }
             self.views.ensure_attachments(instance, c).await?;
-            self.ctx.store.record_observation(&obs).await?;
+            // An instance the resync's list just saw running as planned, with nothing asked of
+            // it since, already says when berth last looked: no write for it.
+            let fresh = instance.observed_generation == instance.generation
+                && now.since(instance.observed_at) < FRESH_OBSERVATION;
+            if !fresh {
+                self.ctx.store.record_observation(&obs).await?;
+            }
             return Ok(Next::Done);
         }
 
