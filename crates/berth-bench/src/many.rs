@@ -178,7 +178,7 @@ async fn observe_in_width(docker: &Docker, prefix: &str, width: usize) -> anyhow
 /// berth's reconcile queue runs this many reconciles at once by default
 /// (`QueueConfig::workers`); the restart's notes time the baseline's inspects that many at a
 /// time.
-const QUEUE_WORKERS: usize = 4;
+const QUEUE_WORKERS: usize = 8;
 
 /// One restart: what the new daemon took, in milliseconds from its spawn.
 struct Restart {
