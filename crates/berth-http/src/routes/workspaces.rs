@@ -15,7 +15,9 @@ use utoipa_axum::routes;
 use crate::App;
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{JsonBody, NoBody, Params};
+use crate::extract::{Body, Decode, NoBody, Params};
+use berth_core::decode::Problems;
+use std::time::Duration;
 
 /// `/v1/workspaces/{workspaceId}`.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -84,10 +86,43 @@ pub struct LinkPath {
 #[derive(Debug, ToSchema)]
 pub struct WorkspaceRequest {
     /// Container names or ids that are executors (at most 64).
-    pub containers: Vec<String>,
-    /// Containers carrying this label are executors too; null for none.
-    #[schema(value_type = Option<Object>)]
-    pub selector: Option<serde_json::Value>,
+    #[schema(max_items = 64, inline = false)]
+    pub containers: Vec<ContainerRef>,
+    /// Containers carrying this label are executors too; null for none (the key is required).
+    #[schema(required = true)]
+    pub selector: Option<SelectorRequest>,
+}
+
+/// A container's name or id.
+#[derive(Debug, ToSchema)]
+#[schema(value_type = String, pattern = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")]
+pub struct ContainerRef(pub String);
+
+/// A label selector.
+#[derive(Debug, ToSchema)]
+pub struct SelectorRequest {
+    /// `key=value`.
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}=[^\\u0000-\\u001F\\u007F]{0,256}$")]
+    pub label: String,
+}
+
+impl Decode for WorkspaceRequest {
+    fn decode(v: &serde_json::Value, p: &mut Problems) -> Option<Self> {
+        let request = decode_workspace(v, p)?;
+        Some(WorkspaceRequest {
+            containers: request.containers.into_iter().map(ContainerRef).collect(),
+            selector: request.selector.map(|label| SelectorRequest { label }),
+        })
+    }
+}
+
+impl From<WorkspaceRequest> for berth_core::workspaces::WorkspaceRequest {
+    fn from(request: WorkspaceRequest) -> Self {
+        Self {
+            containers: request.containers.into_iter().map(|c| c.0).collect(),
+            selector: request.selector.map(|s| s.label),
+        }
+    }
 }
 
 /// `POST /v1/workspaces/{workspaceId}/leases`.
@@ -95,7 +130,16 @@ pub struct WorkspaceRequest {
 #[schema(rename_all = "camelCase")]
 pub struct LeaseRequest {
     /// 1 to 86400.
-    pub ttl_seconds: i64,
+    #[schema(value_type = i64, minimum = 1, maximum = 86400)]
+    pub ttl_seconds: Duration,
+}
+
+impl Decode for LeaseRequest {
+    fn decode(v: &serde_json::Value, p: &mut Problems) -> Option<Self> {
+        Some(LeaseRequest {
+            ttl_seconds: decode_lease(v, p)?,
+        })
+    }
 }
 
 /// `PUT .../workspace-links/{workspaceId}`.
@@ -103,7 +147,16 @@ pub struct LeaseRequest {
 #[schema(rename_all = "camelCase")]
 pub struct LinkRequest {
     /// The worktree key the workspace is linked with.
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")]
     pub worktree_key: String,
+}
+
+impl Decode for LinkRequest {
+    fn decode(v: &serde_json::Value, p: &mut Problems) -> Option<Self> {
+        Some(LinkRequest {
+            worktree_key: decode_link(v, p)?,
+        })
+    }
 }
 
 /// A list of workspaces.
@@ -159,12 +212,13 @@ async fn put_workspace(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
     Params(path): Params<WorkspacePath>,
-    body: JsonBody,
+    Body(request): Body<WorkspaceRequest>,
 ) -> Result<Json<WorkspaceView>, ApiError> {
     let id = path.id()?;
-    let request = body.decode(decode_workspace)?;
     Ok(Json(
-        app.berth.put_workspace(&caller.owner, id, request).await?,
+        app.berth
+            .put_workspace(&caller.owner, id, request.into())
+            .await?,
     ))
 }
 
@@ -213,11 +267,14 @@ async fn create_lease(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
     Params(path): Params<WorkspacePath>,
-    body: JsonBody,
+    Body(LeaseRequest { ttl_seconds }): Body<LeaseRequest>,
 ) -> Result<Json<LeaseView>, ApiError> {
     let id = path.id()?;
-    let ttl = body.decode(decode_lease)?;
-    Ok(Json(app.berth.create_lease(&caller.owner, id, ttl).await?))
+    Ok(Json(
+        app.berth
+            .create_lease(&caller.owner, id, ttl_seconds)
+            .await?,
+    ))
 }
 
 /// Renews a lease by its TTL, from now.
@@ -266,7 +323,7 @@ async fn link_workspace(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
     Params(path): Params<LinkPath>,
-    body: JsonBody,
+    Body(LinkRequest { worktree_key: key }): Body<LinkRequest>,
 ) -> Result<Json<LinkView>, ApiError> {
     let domain = crate::extract::DomainPath {
         resource_domain_id: path.resource_domain_id.clone(),
@@ -276,7 +333,6 @@ async fn link_workspace(
         workspace_id: path.workspace_id.clone(),
     };
     let workspace = workspace.id()?;
-    let key = body.decode(decode_link)?;
     Ok(Json(
         app.berth
             .link(&caller.owner, &domain, workspace, key)
