@@ -1050,7 +1050,6 @@ fn a_spec_the_engine_refuses_fails_after_bounded_tries(mount_path: &str, reason:
         "the engine was asked again after the instance failed: {late:?} (before: {before:?})"
     );
     assert_eq!(api.instance(&domain, "web")["state"]["kind"], "failed");
-    eprintln!("refused spec: engine events {:?}", events.all());
     bounded(&events);
 
     // Asked again with a spec the engine can run, it runs.
