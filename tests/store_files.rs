@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 use support::{Client, Daemon, KEY};
@@ -49,17 +49,9 @@ fn address_of(child: &mut Child) -> String {
 }
 
 /// Waits (bounded) for a daemon that must refuse to start, and returns what it said.
-fn refused_start(mut child: Child) -> Output {
-    // The process's exit, which has no event of berth's to wait on: looked at until it comes.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while child.try_wait().expect("a child").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the daemon did not exit");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().expect("its output");
+fn refused_start(child: Child) -> Output {
+    let (out, by_itself) = support::wait_exit(child, Duration::from_secs(20));
+    assert!(by_itself, "the daemon did not exit");
     assert!(!out.status.success(), "the daemon must exit non-zero");
     assert!(
         out.stdout.is_empty(),

@@ -187,44 +187,27 @@ impl Daemon {
 
     /// Stops the daemon gracefully (SIGTERM) and waits for it.
     pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
+        if let Some(child) = self.child.take() {
             let _ = Command::new("kill")
                 .arg("-TERM")
                 .arg(child.id().to_string())
                 .status();
-            // The process's exit: std has no bounded wait for a child, so it is looked at.
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if child.try_wait().ok().flatten().is_some() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+            wait_exit(child, Duration::from_secs(10));
         }
     }
 
     /// Sends SIGTERM and waits for the daemon to exit, for at most `bound`. Returns its exit
     /// status (`None` if it still ran at `bound`, when it is killed) and how long it took.
     pub fn terminate(&mut self, bound: Duration) -> (Option<std::process::ExitStatus>, Duration) {
-        let mut child = self.child.take().expect("the daemon runs");
+        let child = self.child.take().expect("the daemon runs");
         let started = Instant::now();
         let _ = Command::new("kill")
             .arg("-TERM")
             .arg(child.id().to_string())
             .status();
-        // The process's exit: std has no bounded wait for a child, so it is looked at.
-        while started.elapsed() < bound {
-            if let Some(status) = child.try_wait().ok().flatten() {
-                return (Some(status), started.elapsed());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let (output, by_itself) = wait_exit(child, bound);
         let took = started.elapsed();
-        let _ = child.kill();
-        let _ = child.wait();
-        (None, took)
+        (by_itself.then_some(output.status), took)
     }
 
     /// `host:port` the daemon listens on.
@@ -694,6 +677,28 @@ impl Watch {
             }
         })
     }
+}
+
+/// Waits for `child` to exit, for at most `bound`, and kills it then: a thread blocks in its wait
+/// (std has no bounded wait for a child), so nothing polls. Returns its output (of the pipes not
+/// taken) and whether it exited by itself.
+pub fn wait_exit(child: Child, bound: Duration) -> (std::process::Output, bool) {
+    let pid = child.id();
+    let (exited, exit) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = exited.send(child.wait_with_output());
+    });
+    let (output, by_itself) = match exit.recv_timeout(bound) {
+        Ok(output) => (output, true),
+        Err(_) => {
+            let _ = Command::new("kill")
+                .arg("-KILL")
+                .arg(pid.to_string())
+                .status();
+            (exit.recv().expect("the waiting thread answers"), false)
+        }
+    };
+    (output.expect("the child's exit"), by_itself)
 }
 
 /// Polls `done` until it holds or `timeout` passes; panics naming `what` then. For conditions

@@ -1557,6 +1557,65 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_change_is_published_and_one_of_observed_at_alone_is_not() {
+        let store = Store::in_memory().unwrap();
+        let d = domain("a");
+        let domain_id = d.resource_domain_id.clone();
+        store.write(move |tx| tx.insert_domain(&d)).await.unwrap();
+        let spec: Spec = serde_json::from_value(serde_json::json!({
+            "alias": "db", "worktreeKey": null,
+            "image": format!("r/x@sha256:{}", "a".repeat(64)),
+            "command": null, "env": {}, "volumes": [],
+            "limits": {"cpuMillicores": 100, "memoryBytes": 67108864},
+            "ready": {"kind": "tcp", "port": 80}, "idleStopAfterSeconds": 60
+        }))
+        .unwrap();
+        let instance = Instance {
+            id: InstanceId::new(),
+            domain_id: domain_id.clone(),
+            key: "db".into(),
+            spec_digest: spec.digest().to_string(),
+            spec,
+            desired: Desired::Running,
+            stop_reason: None,
+            state: InstanceState::NotStarted,
+            observed_at: Timestamp::from_millis(1),
+            started_at: None,
+            last_reached_at: None,
+            volumes: vec![],
+            restart_count: 0,
+            generation: 1,
+            observed_generation: 1,
+        };
+        let stored = instance.clone();
+        store
+            .write(move |tx| tx.insert_instance(&stored))
+            .await
+            .unwrap();
+        let (mut feed, _, _) = store.watch().subscribe(&domain_id, None);
+
+        let mut obs = Observation::of(&instance);
+        obs.observed_at = Timestamp::from_millis(2);
+        let only_time = obs.clone();
+        store
+            .write(move |tx| tx.record_observation(&only_time))
+            .await
+            .unwrap();
+        assert!(feed.try_recv().is_err(), "observedAt alone is no change");
+
+        obs.state = InstanceState::Starting {
+            since: Timestamp::from_millis(3),
+        };
+        store
+            .write(move |tx| tx.record_observation(&obs))
+            .await
+            .unwrap();
+        let event = feed.try_recv().expect("a change of state is published");
+        assert_eq!(event.change.instance.state.kind(), "starting");
+        assert_eq!(event.change.observed_generation, 1);
+    }
+
+    #[tokio::test]
     async fn a_write_that_panics_leaves_the_store_working() {
         let store = Store::in_memory().unwrap();
         let result: Result<(), StoreError> = store

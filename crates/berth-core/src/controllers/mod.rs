@@ -183,7 +183,9 @@ impl Reconciler {
                     Some(inner) => inner.ctx.config.resync_every,
                     None => return,
                 };
-                let mut tick = tokio::time::interval(every);
+                // The engine's event stream opens with a resync of its own: the first periodic
+                // one comes a period later, not at start as well.
+                let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     tick.tick().await;
