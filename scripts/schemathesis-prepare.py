@@ -90,6 +90,12 @@ for path, item in doc["paths"].items():
                 # follow=true streams until the container stops, which a request with a
                 # timeout cannot wait for: the run asks for what is there now.
                 param["schema"] = {"type": "boolean", "enum": [False]}
+            elif name == "timeoutMs" and path.endswith("/wait"):
+                # A wait for a state that does not come lasts its whole timeout (up to five
+                # minutes): the run keeps each one short. Without timeoutMs the daemon's default
+                # (30 s) applies, which the run's request timeout leaves room for.
+                param["schema"] = {"type": "integer", "minimum": 0, "maximum": 1000}
+                param["example"] = 200
         content = op.get("requestBody", {}).get("content", {})
         if path.endswith("/exec"):
             for media in content.values():
