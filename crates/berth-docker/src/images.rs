@@ -119,7 +119,9 @@ fn classify(
         return RuntimeError::Image {
             failure: ImageFailure::RegistryDigestInconsistent,
             message: format!(
-                "the registry answered {} with a manifest that does not hash to that digest, so                  the engine refused it: the registry does not serve what the digest names; check                  the registry",
+                "the registry answered {} with a manifest that does not hash to that digest, so \
+                 the engine refused it: the registry does not serve what the digest names; check \
+                 the registry",
                 untagged_reference(image)
             ),
         };

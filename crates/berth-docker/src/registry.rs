@@ -317,7 +317,9 @@ impl Reader<'_> {
             return Err(RuntimeError::Image {
                 failure: ImageFailure::RegistryDigestInconsistent,
                 message: format!(
-                    "the registry answered {}@{digest} with a manifest whose digest is {actual}:                      it does not serve what the digest names; check the registry",
+                    "the registry answered {}@{digest} with a manifest that does not hash to that \
+                     digest (its bytes hash to {actual}): it does not serve what the digest \
+                     names; check the registry",
                     self.repository
                 ),
             });
