@@ -712,6 +712,19 @@ fn a_to_b_to_a_rolls_out_numbered_and_rolls_back_only_to_what_ran_verified() {
         third["plan"]["rolloutId"]
     );
     api.wait_state(&domain, "web", "running", READY);
+    assert_eq!(fourth["plan"]["requestedDigest"], digest_of(&a));
+
+    // A runs again: its digest repeats, its generation does not. A caller whose view is from
+    // when A first ran is refused, and nothing is written.
+    let err = rollback(
+        &api,
+        &domain,
+        "web",
+        json!({"idempotencyKey": "saw-a-first", "expectedRolloutGeneration": 1}),
+    )
+    .expect_error(409, "ResourceInstanceRolloutConflictError");
+    assert_eq!(err["currentRolloutGeneration"], 4);
+    assert_eq!(rollouts(&api, &domain, "web").len(), 4);
 
     // Without a release: the previous image that ran verified, B.
     let prev = rollback(
@@ -806,6 +819,8 @@ fn a_rollout_is_deploying_while_pulled_verifying_until_ready_and_a_rollback_is_r
     let api = daemon.client();
     let domain = api.create_domain("progress");
     let proxy = RegistryProxy::start(&daemon.prefix);
+    // With the fixture held under its own name too, removing the proxy's name only untags.
+    docker(&["pull", "-q", &busybox_image()]);
     let a = proxy.image(&busybox_image());
     let b = volume_image();
 
@@ -955,33 +970,57 @@ fn a_crash_loop_is_replica_unhealthy_until_an_up_fixes_it() {
     assert_eq!(rollouts(&api, &domain, "web").len(), 1);
 }
 
-/// A copy of the busybox fixture with a file of its own, pushed to the fixture registry under
-/// a repository of this test's own: an image (and manifest) the engine never held.
-fn unique_image(daemon: &Daemon, name: &str) -> (String, LocalImage) {
+/// A manifest the engine never held: the busybox fixture's manifest written out again with
+/// other whitespace (the same image, so another digest), put into the fixture registry under a
+/// repository of this test's own, its blobs mounted from the fixture's repository. Nothing is
+/// built or pulled, and the fixture's own repository is not touched.
+fn unique_manifest(daemon: &Daemon, name: &str) -> String {
     let registry = support::fixture("BERTH_TEST_REGISTRY");
     let base = busybox_image();
-    docker(&["pull", "-q", &base]);
-    let context = tempfile::tempdir().unwrap();
-    std::fs::write(
-        context.path().join("unique"),
-        format!("{}\n", daemon.prefix),
-    )
-    .unwrap();
-    std::fs::write(
-        context.path().join("Dockerfile"),
-        format!("FROM {base}\nCOPY unique /unique\n"),
-    )
-    .unwrap();
-    let tag = format!(
-        "{registry}/berth-rollouts/{}-{name}:1",
-        daemon.prefix.to_lowercase()
+    let (from, digest) = base
+        .strip_prefix(&format!("{registry}/"))
+        .and_then(|rest| rest.rsplit_once('@'))
+        .expect("a fixture image");
+    let http = reqwest::blocking::Client::new();
+    let media = "application/vnd.docker.distribution.manifest.v2+json";
+    let manifest: Value = http
+        .get(format!("http://{registry}/v2/{from}/manifests/{digest}"))
+        .header("Accept", media)
+        .send()
+        .and_then(|r| r.error_for_status())
+        .and_then(|r| r.json())
+        .expect("the fixture's manifest");
+    let media = manifest["mediaType"].as_str().unwrap_or(media).to_owned();
+    let repository = format!("berth-rollouts/{}-{name}", daemon.prefix.to_lowercase());
+    let blobs = std::iter::once(&manifest["config"])
+        .chain(manifest["layers"].as_array().unwrap())
+        .map(|d| d["digest"].as_str().unwrap().to_owned());
+    for blob in blobs {
+        let mounted = http
+            .post(format!(
+                "http://{registry}/v2/{repository}/blobs/uploads/?mount={blob}&from={from}"
+            ))
+            .send()
+            .expect("the registry answers");
+        assert_eq!(mounted.status().as_u16(), 201, "mounting {blob}");
+    }
+    let bytes = format!(
+        "{}{}",
+        serde_json::to_string_pretty(&manifest).unwrap(),
+        " ".repeat(1 + daemon.prefix.len())
     );
-    docker(&["build", "-q", "-t", &tag, context.path().to_str().unwrap()]);
-    docker(&["push", "-q", &tag]);
-    let repo_digest = docker(&["inspect", "--format", "{{index .RepoDigests 0}}", &tag]);
-    // Only the registry holds it now.
-    docker(&["rmi", &tag]);
-    (repo_digest.clone(), LocalImage(repo_digest))
+    let put = http
+        .put(format!("http://{registry}/v2/{repository}/manifests/1"))
+        .header("Content-Type", media)
+        .body(bytes)
+        .send()
+        .expect("the registry answers");
+    assert_eq!(put.status().as_u16(), 201, "putting the manifest");
+    let digest = put.headers()["Docker-Content-Digest"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    format!("{registry}/{repository}@{digest}")
 }
 
 /// Checks that the instance failed and its rollout is `mismatched` with
@@ -1024,7 +1063,7 @@ fn a_manifest_that_does_not_hash_to_its_digest_is_refused_by_the_engine_as_regis
     let daemon = Daemon::start();
     let api = daemon.client();
     let domain = api.create_domain("lying");
-    let (fresh, _local) = unique_image(&daemon, "lying");
+    let fresh = unique_manifest(&daemon, "lying");
     let proxy = RegistryProxy::start(&daemon.prefix);
     proxy.tamper(digest_of(&fresh));
     let image = proxy.image(&fresh);
@@ -1073,6 +1112,8 @@ fn an_index_pin_reports_the_platform_manifest_the_engine_ran() {
         daemon.prefix.to_lowercase()
     );
     let (busybox, echo) = (busybox_image(), echo_image());
+    // With the fixture held under its own name too, removing the index's name only untags.
+    docker(&["pull", "-q", &busybox]);
     docker(&["manifest", "create", "--insecure", &list, &busybox, &echo]);
     let arch = if docker(&["version", "--format", "{{.Server.Arch}}"]) == "arm64" {
         "amd64"
