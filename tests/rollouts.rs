@@ -563,13 +563,17 @@ fn image_releases(api: &Client, domain: &str, key: &str) -> Vec<Value> {
     items
 }
 
+/// A rollout's evidence, checked against the contract's union.
 fn rollout_evidence(api: &Client, domain: &str, key: &str, id: &Value) -> Value {
-    api.get(&format!(
-        "{}/rollouts/{}/evidence",
-        instance_path(domain, key),
-        id.as_str().unwrap()
-    ))
-    .expect(200)
+    let evidence = api
+        .get(&format!(
+            "{}/rollouts/{}/evidence",
+            instance_path(domain, key),
+            id.as_str().unwrap()
+        ))
+        .expect(200);
+    let _: Evidence = contract(&evidence);
+    evidence
 }
 
 fn release_of(releases: &[Value], image: &str) -> String {

@@ -77,21 +77,21 @@ impl Registries {
         }
     }
 
-    async fn engine(&self, docker: &Docker) -> &EngineView {
+    /// The engine's view, asked once it answers both questions (an engine that did not
+    /// answer is asked again next time).
+    async fn engine(&self, docker: &Docker) -> Option<&EngineView> {
         self.engine
-            .get_or_init(|| async {
+            .get_or_try_init(|| async {
+                let version = docker.version().await.map_err(|_| ())?;
+                let info = docker.info().await.map_err(|_| ())?;
                 let mut view = EngineView::default();
-                if let Ok(version) = docker.version().await
-                    && let (Some(os), Some(arch)) = (version.os, version.arch)
-                {
+                if let (Some(os), Some(arch)) = (version.os, version.arch) {
                     view.platform = Some(Platform {
                         os,
                         architecture: arch,
                     });
                 }
-                if let Ok(info) = docker.info().await
-                    && let Some(config) = info.registry_config
-                {
+                if let Some(config) = info.registry_config {
                     for (name, index) in config.index_configs.unwrap_or_default() {
                         view.secure.insert(name, index.secure.unwrap_or(true));
                     }
@@ -102,9 +102,10 @@ impl Registries {
                         .filter_map(|c| parse_cidr(c))
                         .collect();
                 }
-                view
+                Ok::<_, ()>(view)
             })
             .await
+            .ok()
     }
 
     /// What the registry holds under the pinned digest; `Ok(None)` when it cannot be read.
@@ -116,7 +117,9 @@ impl Registries {
         let Some(http) = &self.http else {
             return Ok(None);
         };
-        let engine = self.engine(docker).await;
+        let Some(engine) = self.engine(docker).await else {
+            return Ok(None);
+        };
         let host = image.registry().unwrap_or("docker.io");
         let repository = berth_core::rollouts::registry_repository(image);
         let base = match host {
