@@ -883,3 +883,84 @@ fn who_stopped_an_instance_is_shown_with_its_control_characters_escaped() {
     let items = berth(&daemon, dir, &["ps", "--json"]).ok().json();
     assert_eq!(items[0]["state"]["reason"]["by"], by);
 }
+
+#[test]
+fn rollouts_releases_and_rollback_to_a_named_release() {
+    let daemon = Daemon::start();
+    let (a, b) = (busybox_image(), support::volume_image());
+    let toml = |image: &str| {
+        format!(
+            "[instances.web]\nimage = \"{image}\"\nready = {{ tcp = 8080 }}\nmemory = \"32MiB\"\n"
+        )
+    };
+    let repo = repo(&toml(&a));
+    berth(&daemon, &repo.main, &["up"]).ok();
+    std::fs::write(repo.main.join("berth.toml"), toml(&b)).unwrap();
+    berth(&daemon, &repo.main, &["up"]).ok();
+
+    let rollouts = berth(&daemon, &repo.main, &["rollouts", "web", "--json"])
+        .ok()
+        .json();
+    let generations: Vec<i64> = rollouts
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["plan"]["rolloutGeneration"].as_i64().unwrap())
+        .collect();
+    assert_eq!(generations, [2, 1], "{rollouts:#}");
+    assert_eq!(rollouts[0]["status"]["status"], "succeeded");
+    let releases = berth(&daemon, &repo.main, &["releases", "web", "--json"])
+        .ok()
+        .json();
+    let of_a = releases
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["data"]["registryRootDigest"] == a.rsplit_once('@').unwrap().1)
+        .unwrap_or_else(|| panic!("no release of A: {releases:#}"));
+    assert!(of_a["data"]["acceptedAt"].is_i64(), "{of_a:#}");
+    let release = of_a["id"].as_str().unwrap();
+    let table = berth(&daemon, &repo.main, &["releases", "web"]).ok();
+    assert!(table.stdout.starts_with("RELEASE"), "{table:?}");
+    assert!(table.stdout.contains(release), "{table:?}");
+
+    // Back to A by its release id: the command waits until it runs again.
+    let run = berth(
+        &daemon,
+        &repo.main,
+        &["rollback", "web", "--release", release],
+    )
+    .ok();
+    assert!(run.stdout.contains("rolled back to"), "{run:?}");
+    assert!(run.stdout.contains("(rollout 3: rolled-back)"), "{run:?}");
+    let table = berth(&daemon, &repo.main, &["rollouts", "web"]).ok();
+    let lines: Vec<&str> = table.stdout.lines().collect();
+    assert!(lines[0].starts_with("GEN"), "{table:?}");
+    let newest: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(newest[..3], ["3", "rollback", "rolled-back"], "{table:?}");
+    assert!(lines[1].contains(release), "{table:?}");
+
+    // Without --release: the previous image that ran verified, B.
+    let run = berth(&daemon, &repo.main, &["rollback", "web", "--json"]).ok();
+    let answer = run.json();
+    assert_eq!(
+        answer["rollout"]["plan"]["requestedDigest"],
+        b.rsplit_once('@').unwrap().1
+    );
+    assert_eq!(answer["rollout"]["status"]["status"], "rolled-back");
+    assert_eq!(answer["instance"]["state"]["kind"], "running");
+
+    // An unknown release is refused by the daemon, and nothing is rolled back.
+    let unknown = format!("irl:{}", "0".repeat(32));
+    let run = berth(
+        &daemon,
+        &repo.main,
+        &["rollback", "web", "--release", &unknown],
+    );
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.starts_with("berth: "), "{run:?}");
+    let after = berth(&daemon, &repo.main, &["rollouts", "web", "--json"])
+        .ok()
+        .json();
+    assert_eq!(after.as_array().unwrap().len(), 4, "{after:#}");
+}

@@ -13,7 +13,10 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use support::{Client, Daemon, busybox_image, echo_image, spec, volume_image};
+use support::registry::RegistryProxy;
+use support::{
+    Client, Daemon, busybox_image, container_of, docker, echo_image, spec, volume_image,
+};
 
 const READY: Duration = Duration::from_secs(60);
 
@@ -560,13 +563,17 @@ fn image_releases(api: &Client, domain: &str, key: &str) -> Vec<Value> {
     items
 }
 
+/// A rollout's evidence, checked against the contract's union.
 fn rollout_evidence(api: &Client, domain: &str, key: &str, id: &Value) -> Value {
-    api.get(&format!(
-        "{}/rollouts/{}/evidence",
-        instance_path(domain, key),
-        id.as_str().unwrap()
-    ))
-    .expect(200)
+    let evidence = api
+        .get(&format!(
+            "{}/rollouts/{}/evidence",
+            instance_path(domain, key),
+            id.as_str().unwrap()
+        ))
+        .expect(200);
+    let _: Evidence = contract(&evidence);
+    evidence
 }
 
 fn release_of(releases: &[Value], image: &str) -> String {
@@ -709,6 +716,19 @@ fn a_to_b_to_a_rolls_out_numbered_and_rolls_back_only_to_what_ran_verified() {
         third["plan"]["rolloutId"]
     );
     api.wait_state(&domain, "web", "running", READY);
+    assert_eq!(fourth["plan"]["requestedDigest"], digest_of(&a));
+
+    // A runs again: its digest repeats, its generation does not. A caller whose view is from
+    // when A first ran is refused, and nothing is written.
+    let err = rollback(
+        &api,
+        &domain,
+        "web",
+        json!({"idempotencyKey": "saw-a-first", "expectedRolloutGeneration": 1}),
+    )
+    .expect_error(409, "ResourceInstanceRolloutConflictError");
+    assert_eq!(err["currentRolloutGeneration"], 4);
+    assert_eq!(rollouts(&api, &domain, "web").len(), 4);
 
     // Without a release: the previous image that ran verified, B.
     let prev = rollback(
@@ -773,4 +793,379 @@ fn a_digest_the_registry_lacks_is_requested_digest_missing() {
     assert_eq!(evidence["mismatchReason"], "requested-digest-missing");
     let _: Evidence = contract(&evidence);
     assert!(image_releases(&api, &domain, "web").is_empty());
+}
+
+fn digest_of(image: &str) -> &str {
+    image.rsplit_once('@').unwrap().1
+}
+
+/// The newest rollout, read after `instance` settled as `kind`: its status must be `status`.
+fn newest_after(api: &Client, domain: &str, key: &str, status: &str) -> Value {
+    let newest = rollouts(api, domain, key).remove(0);
+    assert_eq!(newest["status"]["status"], status, "{newest}");
+    newest
+}
+
+/// A spec whose server listens only once the test creates /tmp/go in its container.
+fn gated_spec(image: &str) -> Value {
+    let mut s = spec(image, "web");
+    s["command"] = json!([
+        "sh",
+        "-c",
+        "until [ -e /tmp/go ]; do sleep 0.05; done; exec httpd -f -p 8080 -h /www"
+    ]);
+    s
+}
+
+#[test]
+fn a_rollout_is_deploying_while_pulled_verifying_until_ready_and_a_rollback_is_rolling_back() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("progress");
+    let proxy = RegistryProxy::start(&daemon.prefix);
+    // With the fixture held under its own name too, removing the proxy's name only untags.
+    docker(&["pull", "-q", &busybox_image()]);
+    let a = proxy.image(&busybox_image());
+    let b = volume_image();
+
+    // The pull waits on the registry: the rollout is deploying, with one report and nothing
+    // observed yet.
+    proxy.hold();
+    api.up(&domain, "web", &gated_spec(&a), "person")
+        .expect(200);
+    proxy.wait_held(READY);
+    let deploying = newest_after(&api, &domain, "web", "deploying");
+    assert_eq!(deploying["plan"]["mode"], "promotion");
+    let reporter = &deploying["status"]["reporters"][0];
+    assert_eq!(reporter["reportSequence"], 1, "{deploying}");
+    assert_eq!(reporter["observedReplicaCount"], 0);
+    let e = rollout_evidence(&api, &domain, "web", &deploying["plan"]["rolloutId"]);
+    assert_eq!(e["verificationStatus"], "pending", "{e}");
+    proxy.release();
+
+    // The container runs the verified image, and its server does not listen yet: verifying.
+    let starting = api.settled(&domain, "web", &["starting"], READY);
+    let verifying = newest_after(&api, &domain, "web", "verifying");
+    assert_eq!(verifying["status"]["verifiedReplicaCount"], 1);
+    assert_eq!(verifying["status"]["healthyReplicaCount"], 0);
+    docker(&["exec", &container_of(&starting), "touch", "/tmp/go"]);
+    let first = wait_rollout(&api, &domain, "web", "succeeded");
+    assert_eq!(first["plan"]["rolloutId"], deploying["plan"]["rolloutId"]);
+
+    let up_b = api
+        .up(&domain, "web", &spec(&b, "web"), "person")
+        .expect(200);
+    wait_rollout_of(
+        &api,
+        &domain,
+        "web",
+        "succeeded",
+        up_b["specDigest"].as_str(),
+    );
+
+    // Back to A, whose image the engine no longer holds: the rollback pulls it again, and is
+    // rolling-back while it waits on the registry.
+    docker(&["rmi", &a]);
+    let ra = release_of(&image_releases(&api, &domain, "web"), &a);
+    proxy.hold();
+    let back = rollback(
+        &api,
+        &domain,
+        "web",
+        json!({"idempotencyKey": "back", "expectedRolloutGeneration": 2, "releaseId": ra}),
+    )
+    .expect(200);
+    proxy.wait_held(READY);
+    let rolling = newest_after(&api, &domain, "web", "rolling-back");
+    assert_eq!(rolling["plan"]["mode"], "rollback");
+    assert_eq!(rolling["plan"]["rolloutGeneration"], 3);
+    assert_eq!(rolling["plan"]["rolloutId"], back["rolloutId"]);
+    // Nothing of the superseded rollout changed: it had succeeded.
+    let all = rollouts(&api, &domain, "web");
+    assert_eq!(all[1]["status"]["status"], "succeeded");
+    proxy.release();
+    let to = back["toSpecDigest"].as_str().unwrap().to_owned();
+    // Starting, as berth observed it acting on the rollback (the old container served until
+    // then, and the instance said `starting` from the request on).
+    let starting = api.settled(&domain, "web", &["starting"], READY);
+    assert_eq!(starting["specDigest"], to.as_str());
+    newest_after(&api, &domain, "web", "verifying");
+    docker(&["exec", &container_of(&starting), "touch", "/tmp/go"]);
+    let rolled = wait_rollout_of(&api, &domain, "web", "rolled-back", Some(&to));
+    assert_eq!(rolled["status"]["healthyReplicaCount"], 1);
+}
+
+#[test]
+fn a_ready_check_that_never_answers_fails_the_rollout_with_replica_failed() {
+    let daemon = Daemon::start_with(&["--ready-timeout", "2s"]);
+    let api = daemon.client();
+    let domain = api.create_domain("unready");
+    let mut s = spec(&busybox_image(), "web");
+    s["ready"] = json!({"kind": "tcp", "port": 9});
+    api.up(&domain, "web", &s, "use").expect(200);
+    let failed = wait_rollout(&api, &domain, "web", "failed");
+    let status = &failed["status"];
+    assert_eq!(status["mismatchReason"], "replica-failed", "{failed}");
+    assert_eq!(status["reporters"][0]["mismatchReason"], "replica-failed");
+    // The image was verified; the replica never became healthy.
+    assert_eq!(status["observedReplicaCount"], 1);
+    assert_eq!(status["verifiedReplicaCount"], 1);
+    assert_eq!(status["healthyReplicaCount"], 0);
+    assert_eq!(status["failedReplicaCount"], 1);
+    let e = rollout_evidence(&api, &domain, "web", &failed["plan"]["rolloutId"]);
+    assert_eq!(e["verificationStatus"], "verified", "{e}");
+    let instance = api.instance(&domain, "web");
+    assert!(
+        instance["state"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("ready check"),
+        "{instance}"
+    );
+}
+
+#[test]
+fn a_crash_loop_is_replica_unhealthy_until_an_up_fixes_it() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("crash");
+    let image = busybox_image();
+    let mut crashing = spec(&image, "web");
+    crashing["command"] = json!(["sh", "-c", "exit 3"]);
+    api.up(&domain, "web", &crashing, "person").expect(200);
+    let exited = api.wait_for(&domain, "web", READY, "exited", |i| {
+        i["state"]["kind"] == "exited"
+    });
+    let unhealthy = newest_after(&api, &domain, "web", "failed");
+    let status = &unhealthy["status"];
+    assert_eq!(status["mismatchReason"], "replica-unhealthy", "{unhealthy}");
+    assert_eq!(
+        status["reporters"][0]["mismatchReason"],
+        "replica-unhealthy"
+    );
+    assert_eq!(status["verifiedReplicaCount"], 1);
+    assert_eq!(status["healthyReplicaCount"], 0);
+    assert_eq!(status["failedReplicaCount"], 1);
+
+    // berth restarts it with back-off, and it exits again: still replica-unhealthy.
+    api.wait_for(&domain, "web", READY, "exited again", |i| {
+        i["state"]["kind"] == "exited" && i["startedAt"] != exited["startedAt"]
+    });
+    let again = newest_after(&api, &domain, "web", "failed");
+    assert_eq!(again["status"]["mismatchReason"], "replica-unhealthy");
+    assert!(
+        again["status"]["reporters"][0]["reportSequence"].as_i64()
+            > status["reporters"][0]["reportSequence"].as_i64(),
+        "{again}"
+    );
+
+    // An up of the same image with a command that serves asks the same rollout again.
+    let fixed = api
+        .up(&domain, "web", &spec(&image, "web"), "person")
+        .expect(200);
+    let done = wait_rollout_of(
+        &api,
+        &domain,
+        "web",
+        "succeeded",
+        fixed["specDigest"].as_str(),
+    );
+    assert_eq!(done["plan"]["rolloutId"], unhealthy["plan"]["rolloutId"]);
+    assert_eq!(rollouts(&api, &domain, "web").len(), 1);
+}
+
+/// A manifest the engine never held: the busybox fixture's manifest written out again with
+/// other whitespace (the same image, so another digest), put into the fixture registry under a
+/// repository of this test's own, its blobs mounted from the fixture's repository. Nothing is
+/// built or pulled, and the fixture's own repository is not touched.
+fn unique_manifest(daemon: &Daemon, name: &str) -> String {
+    let registry = support::fixture("BERTH_TEST_REGISTRY");
+    let base = busybox_image();
+    let (from, digest) = base
+        .strip_prefix(&format!("{registry}/"))
+        .and_then(|rest| rest.rsplit_once('@'))
+        .expect("a fixture image");
+    let http = reqwest::blocking::Client::new();
+    let media = "application/vnd.docker.distribution.manifest.v2+json";
+    let manifest: Value = http
+        .get(format!("http://{registry}/v2/{from}/manifests/{digest}"))
+        .header("Accept", media)
+        .send()
+        .and_then(|r| r.error_for_status())
+        .and_then(|r| r.json())
+        .expect("the fixture's manifest");
+    let media = manifest["mediaType"].as_str().unwrap_or(media).to_owned();
+    let repository = format!("berth-rollouts/{}-{name}", daemon.prefix.to_lowercase());
+    let blobs = std::iter::once(&manifest["config"])
+        .chain(manifest["layers"].as_array().unwrap())
+        .map(|d| d["digest"].as_str().unwrap().to_owned());
+    for blob in blobs {
+        let mounted = http
+            .post(format!(
+                "http://{registry}/v2/{repository}/blobs/uploads/?mount={blob}&from={from}"
+            ))
+            .send()
+            .expect("the registry answers");
+        assert_eq!(mounted.status().as_u16(), 201, "mounting {blob}");
+    }
+    let bytes = format!(
+        "{}{}",
+        serde_json::to_string_pretty(&manifest).unwrap(),
+        " ".repeat(1 + daemon.prefix.len())
+    );
+    let put = http
+        .put(format!("http://{registry}/v2/{repository}/manifests/1"))
+        .header("Content-Type", media)
+        .body(bytes)
+        .send()
+        .expect("the registry answers");
+    assert_eq!(put.status().as_u16(), 201, "putting the manifest");
+    let digest = put.headers()["Docker-Content-Digest"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    format!("{registry}/{repository}@{digest}")
+}
+
+/// Checks that the instance failed and its rollout is `mismatched` with
+/// `registry-digest-inconsistent` everywhere berth reports it; answers the instance's message.
+fn assert_registry_inconsistent(api: &Client, domain: &str) -> String {
+    let rollout = wait_rollout(api, domain, "web", "mismatched");
+    assert_eq!(
+        rollout["status"]["mismatchReason"], "registry-digest-inconsistent",
+        "{rollout}"
+    );
+    assert_eq!(
+        rollout["status"]["reporters"][0]["mismatchReason"],
+        "registry-digest-inconsistent"
+    );
+    let e = rollout_evidence(api, domain, "web", &rollout["plan"]["rolloutId"]);
+    assert_eq!(e["verificationStatus"], "mismatched", "{e}");
+    assert_eq!(e["mismatchReason"], "registry-digest-inconsistent");
+    let image_evidence = api
+        .get(&format!("{}/image", instance_path(domain, "web")))
+        .expect(200);
+    assert_eq!(
+        image_evidence["mismatchReason"],
+        "registry-digest-inconsistent"
+    );
+    assert!(image_releases(api, domain, "web").is_empty());
+    let message = api.instance(domain, "web")["state"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains("does not hash to that digest"),
+        "{message}"
+    );
+    message
+}
+
+#[test]
+fn a_manifest_that_does_not_hash_to_its_digest_is_refused_by_the_engine_as_registry_digest_inconsistent()
+ {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("lying");
+    let fresh = unique_manifest(&daemon, "lying");
+    let proxy = RegistryProxy::start(&daemon.prefix);
+    proxy.tamper(digest_of(&fresh));
+    let image = proxy.image(&fresh);
+    api.up(&domain, "web", &spec(&image, "web"), "use")
+        .expect(200);
+    let message = assert_registry_inconsistent(&api, &domain);
+    assert!(message.contains("the engine refused it"), "{message}");
+    let got = format!(
+        "GET /v2/{}",
+        fresh.split_once('/').unwrap().1.replace('@', "/manifests/")
+    );
+    assert!(proxy.seen().contains(&got), "{:?}", proxy.seen());
+    assert!(support::containers_named(&daemon.prefix).is_empty());
+}
+
+#[test]
+fn a_manifest_that_does_not_hash_to_its_digest_is_caught_by_berths_own_read_when_the_engine_has_it()
+{
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("lying");
+    // The engine keeps every manifest it pulled, by digest: pulling the busybox fixture under
+    // its own name leaves its manifest there, so a pull under another name only asks the
+    // registry whether it has the digest, and never reads the changed bytes. berth reads them.
+    let base = busybox_image();
+    docker(&["pull", "-q", &base]);
+    let proxy = RegistryProxy::start(&daemon.prefix);
+    proxy.tamper(digest_of(&base));
+    let image = proxy.image(&base);
+    api.up(&domain, "web", &spec(&image, "web"), "use")
+        .expect(200);
+    let message = assert_registry_inconsistent(&api, &domain);
+    assert!(message.contains("its bytes hash to"), "{message}");
+    assert!(support::containers_named(&daemon.prefix).is_empty());
+}
+
+#[test]
+fn an_index_pin_reports_the_platform_manifest_the_engine_ran() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let registry = support::fixture("BERTH_TEST_REGISTRY");
+    // A two-platform list: the busybox fixture for this machine, and the echo fixture
+    // annotated as another architecture, pushed under a repository of this test's own.
+    let list = format!(
+        "{registry}/berth-rollouts/{}-index:multi",
+        daemon.prefix.to_lowercase()
+    );
+    let (busybox, echo) = (busybox_image(), echo_image());
+    // With the fixture held under its own name too, removing the index's name only untags.
+    docker(&["pull", "-q", &busybox]);
+    docker(&["manifest", "create", "--insecure", &list, &busybox, &echo]);
+    let arch = if docker(&["version", "--format", "{{.Server.Arch}}"]) == "arm64" {
+        "amd64"
+    } else {
+        "arm64"
+    };
+    docker(&["manifest", "annotate", "--arch", arch, &list, &echo]);
+    let pushed = docker(&["manifest", "push", "--insecure", "--purge", &list]);
+    let index_digest = pushed.lines().last().unwrap().trim().to_owned();
+    let pinned = format!("{}@{index_digest}", list.rsplit_once(':').unwrap().0);
+    let _local = LocalImage(pinned.clone());
+
+    let domain = api.create_domain("index");
+    api.up(&domain, "web", &spec(&pinned, "web"), "use")
+        .expect(200);
+    let rollout = wait_rollout(&api, &domain, "web", "succeeded");
+    let list_type = "application/vnd.docker.distribution.manifest.list.v2+json";
+    assert_eq!(rollout["plan"]["manifestMediaType"], list_type);
+    assert_eq!(rollout["plan"]["requestedDigest"], index_digest.as_str());
+    let e = rollout_evidence(&api, &domain, "web", &rollout["plan"]["rolloutId"]);
+    assert_eq!(e["verificationStatus"], "verified", "{e}");
+    assert_eq!(e["expectedDigest"], index_digest.as_str());
+    assert_eq!(e["resolvedDigest"], index_digest.as_str());
+    // The manifest the list names for this machine is the busybox fixture's, whose config is
+    // the image the container runs.
+    assert_eq!(e["platformManifestDigest"], digest_of(&busybox), "{e}");
+    let releases = image_releases(&api, &domain, "web");
+    assert_eq!(releases[0]["data"]["manifestMediaType"], list_type);
+    assert_eq!(
+        releases[0]["data"]["registryRootDigest"],
+        index_digest.as_str()
+    );
+
+    // A single-manifest pin has no platform manifest.
+    api.up(&domain, "one", &spec(&busybox, "one"), "use")
+        .expect(200);
+    let single = wait_rollout(&api, &domain, "one", "succeeded");
+    let e = rollout_evidence(&api, &domain, "one", &single["plan"]["rolloutId"]);
+    assert!(e.get("platformManifestDigest").is_none(), "{e}");
+}
+
+/// Removes a local image reference when dropped.
+struct LocalImage(String);
+
+impl Drop for LocalImage {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker")
+            .args(["rmi", "-f", &self.0])
+            .output();
+    }
 }

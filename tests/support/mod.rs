@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+pub mod registry;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;

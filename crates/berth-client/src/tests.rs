@@ -299,3 +299,58 @@ async fn an_instance_that_is_not_there_is_an_error_not_a_fallback() {
     assert!(err.is("ResourceInstanceNotFoundError"), "{err:?}");
     assert_eq!(err.status(), Some(404));
 }
+
+#[test]
+fn a_rollout_its_evidence_and_an_image_release_decode_and_encode_back() {
+    let digest = format!("sha256:{}", "a".repeat(64));
+    let rollout = json!({
+        "plan": {
+            "policy": "immutable-digest", "rolloutId": "rol:1", "rolloutGeneration": 3,
+            "releaseId": "irl:1", "registryHost": "docker.io", "repository": "library/postgres",
+            "requestedDigest": digest,
+            "digestPinnedImageReference": format!("docker.io/library/postgres@{digest}"),
+            "manifestMediaType": "application/vnd.oci.image.index.v1+json",
+            "createdAt": 1_700_000_000_000_i64, "mode": "rollback", "rollbackOfRolloutId": "rol:0",
+            "targetScope": {"targetClusterIds": ["brp:1"], "targetNodeNames": ["host"],
+                "replicasPerNode": 1, "requiredReplicaCount": 1}
+        },
+        "status": {
+            "rolloutId": "rol:1", "rolloutGeneration": 3, "expectedDigest": digest,
+            "status": "rolling-back", "requiredReplicaCount": 1, "observedReplicaCount": 0,
+            "healthyReplicaCount": 0, "verifiedReplicaCount": 0, "failedReplicaCount": 0,
+            "updatedAt": 1_700_000_000_001_i64,
+            "reporters": [{"reporterId": "brp:1", "reporterSessionId": "brs:1",
+                "clusterId": "brp:1", "reporterNodeNames": ["host"], "rolloutId": "rol:1",
+                "rolloutGeneration": 3, "reportSequence": 1, "reportedAt": 1_700_000_000_001_i64,
+                "requiredReplicaCount": 1, "observedReplicaCount": 0, "healthyReplicaCount": 0,
+                "verifiedReplicaCount": 0, "failedReplicaCount": 0}]
+        }
+    });
+    let typed: Rollout = serde_json::from_value(rollout.clone()).unwrap();
+    assert_eq!(typed.status.status, "rolling-back");
+    assert_eq!(typed.status.reporters[0].report_sequence, 1);
+    assert_eq!(serde_json::to_value(&typed).unwrap(), rollout);
+
+    let evidence = json!({
+        "verificationStatus": "mismatched", "mismatchReason": "registry-digest-inconsistent",
+        "rolloutId": "rol:1", "rolloutGeneration": 3, "expectedDigest": digest,
+        "serviceImageReference": format!("postgres@{digest}"), "observedAt": 1_700_000_000_002_i64
+    });
+    let typed: RuntimeEvidence = serde_json::from_value(evidence.clone()).unwrap();
+    assert_eq!(
+        typed.mismatch_reason.as_deref(),
+        Some("registry-digest-inconsistent")
+    );
+    assert_eq!(serde_json::to_value(&typed).unwrap(), evidence);
+
+    let release = json!({"id": "irl:1", "data": {
+        "serviceId": "rin:1", "imageId": "docker.io/library/postgres", "registryHost": "docker.io",
+        "repository": "library/postgres", "registryRootDigest": digest,
+        "digestPinnedImageReference": format!("docker.io/library/postgres@{digest}"),
+        "manifestMediaType": "application/vnd.oci.image.index.v1+json", "observedTags": ["16"],
+        "firstObservedAt": 1, "lastObservedAt": 2, "observationCount": 2, "acceptedAt": 2
+    }});
+    let typed: ImageRelease = serde_json::from_value(release.clone()).unwrap();
+    assert_eq!(typed.data.accepted_at, Some(2));
+    assert_eq!(serde_json::to_value(&typed).unwrap(), release);
+}

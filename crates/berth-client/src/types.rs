@@ -342,6 +342,232 @@ pub struct Rollback {
     pub from_spec_digest: String,
     /// The spec it is asked to run now.
     pub to_spec_digest: String,
+    /// The rollout the rollback wrote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_id: Option<String>,
+    /// Its generation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_generation: Option<i64>,
+}
+
+/// One pinned image berth observed for an instance (`GET .../image-releases`; the contract's
+/// `IImageRelease`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageRelease {
+    /// `irl:<32 hex>`: the same image of the same instance always has the same id.
+    pub id: String,
+    /// What berth knows of it.
+    pub data: ImageReleaseData,
+}
+
+/// An image release's data.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageReleaseData {
+    /// The instance (`rin:<uuid>`).
+    pub service_id: String,
+    /// `registryHost/repository`.
+    pub image_id: String,
+    /// The registry host (`docker.io` for Docker Hub).
+    pub registry_host: String,
+    /// The repository in the registry.
+    pub repository: String,
+    /// The pinned digest: the registry's root descriptor (an index stays an index).
+    pub registry_root_digest: String,
+    /// `registryHost/repository@registryRootDigest`.
+    pub digest_pinned_image_reference: String,
+    /// The root descriptor's media type.
+    pub manifest_media_type: String,
+    /// The tags the specs wrote beside the digest.
+    pub observed_tags: Vec<String>,
+    /// Milliseconds since the epoch.
+    pub first_observed_at: i64,
+    /// Milliseconds since the epoch.
+    pub last_observed_at: i64,
+    /// How often berth made a container of it.
+    pub observation_count: i64,
+    /// When a container of it first ran verified: only such a release is a rollback target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted_at: Option<i64>,
+    /// When the newest rollout to it was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_promoted_at: Option<i64>,
+    /// How many rollouts deployed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promotion_count: Option<i64>,
+}
+
+/// One rollout: its plan and where it stands (`GET .../rollouts/{rolloutId}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rollout {
+    /// The contract's `IImmutableImageDeploymentPlan`.
+    pub plan: RolloutPlan,
+    /// The contract's `IImageRolloutStatus`.
+    pub status: RolloutStatus,
+}
+
+/// A rollout's immutable desired state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutPlan {
+    /// `immutable-digest`.
+    pub policy: String,
+    /// `rol:<uuid>`.
+    pub rollout_id: String,
+    /// Per instance, from 1, never reused.
+    pub rollout_generation: i64,
+    /// The image release it deploys.
+    pub release_id: String,
+    /// The registry host.
+    pub registry_host: String,
+    /// The repository.
+    pub repository: String,
+    /// The pinned digest.
+    pub requested_digest: String,
+    /// `registryHost/repository@requestedDigest`.
+    pub digest_pinned_image_reference: String,
+    /// The root descriptor's media type.
+    pub manifest_media_type: String,
+    /// Milliseconds since the epoch.
+    pub created_at: i64,
+    /// `promotion`, `automatic` or `rollback`.
+    pub mode: String,
+    /// For a rollback: the rollout that was newest when it was asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback_of_rollout_id: Option<String>,
+    /// Where it runs: the one cluster, node and replica.
+    pub target_scope: TargetScope,
+}
+
+/// Where a rollout runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetScope {
+    /// The daemon's cluster id (its reporter id).
+    pub target_cluster_ids: Vec<String>,
+    /// This host's name.
+    pub target_node_names: Vec<String>,
+    /// 1.
+    pub replicas_per_node: i64,
+    /// 1.
+    pub required_replica_count: i64,
+}
+
+/// The daemon's latest report on a rollout.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReporterStatus {
+    /// The daemon's stable reporter id (`brp:<uuid>`).
+    pub reporter_id: String,
+    /// The daemon start that reported (`brs:<uuid>`).
+    pub reporter_session_id: String,
+    /// The daemon's cluster id.
+    pub cluster_id: String,
+    /// This host's name.
+    pub reporter_node_names: Vec<String>,
+    /// The rollout.
+    pub rollout_id: String,
+    /// Its generation.
+    pub rollout_generation: i64,
+    /// How many reports were recorded.
+    pub report_sequence: i64,
+    /// Milliseconds since the epoch.
+    pub reported_at: i64,
+    /// 1.
+    pub required_replica_count: i64,
+    /// Containers observed.
+    pub observed_replica_count: i64,
+    /// Containers ready.
+    pub healthy_replica_count: i64,
+    /// Containers verified.
+    pub verified_replica_count: i64,
+    /// Containers failed.
+    pub failed_replica_count: i64,
+    /// The reason of the last report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mismatch_reason: Option<String>,
+}
+
+/// A rollout's status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStatus {
+    /// The rollout.
+    pub rollout_id: String,
+    /// Its generation.
+    pub rollout_generation: i64,
+    /// The digest it pins.
+    pub expected_digest: String,
+    /// `pending`, `deploying`, `rolling-back`, `verifying`, `succeeded`, `rolled-back`,
+    /// `failed` or `mismatched`.
+    pub status: String,
+    /// 1.
+    pub required_replica_count: i64,
+    /// Containers observed.
+    pub observed_replica_count: i64,
+    /// Containers ready.
+    pub healthy_replica_count: i64,
+    /// Containers whose image is verified.
+    pub verified_replica_count: i64,
+    /// Containers failed.
+    pub failed_replica_count: i64,
+    /// Why it is not succeeding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mismatch_reason: Option<String>,
+    /// Milliseconds since the epoch.
+    pub updated_at: i64,
+    /// The daemon's last report (none before the first).
+    pub reporters: Vec<ReporterStatus>,
+}
+
+/// A rollout's runtime evidence (`GET .../rollouts/{rolloutId}/evidence`; the contract's
+/// `IRuntimeImageEvidence`): which fields are present depends on `verificationStatus`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeEvidence {
+    /// `pending`, `verified`, `missing` or `mismatched`.
+    pub verification_status: String,
+    /// The rollout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_id: Option<String>,
+    /// Its generation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_generation: Option<i64>,
+    /// The digest it pins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_digest: Option<String>,
+    /// The spec's image reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_image_reference: Option<String>,
+    /// The reference the container was created from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_image_reference: Option<String>,
+    /// The digest in that reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_reported_digest: Option<String>,
+    /// The image id the container runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_image_id: Option<String>,
+    /// The container's configured reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_config_image_reference: Option<String>,
+    /// The digest of the running image's repo digest for the pinned repository.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_digest: Option<String>,
+    /// For an index pin: the manifest of the engine's platform.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform_manifest_digest: Option<String>,
+    /// The running image's `RepoDigests`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo_digests: Option<Vec<String>>,
+    /// `local-container-inspect`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence_source: Option<String>,
+    /// Why it is not verified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mismatch_reason: Option<String>,
+    /// Milliseconds since the epoch.
+    pub observed_at: i64,
 }
 
 /// A workspace: a developer's environment, its executors and its link.

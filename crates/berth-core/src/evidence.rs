@@ -37,6 +37,8 @@ pub enum MismatchReason {
     RequestedDigestMalformed,
     /// The registry has no manifest for the pinned digest.
     RequestedDigestMissing,
+    /// The registry answered the pinned digest with a manifest that does not hash to it.
+    RegistryDigestInconsistent,
     /// The image could not be pulled by its digest (unreachable registry, content that fails
     /// the registry's or the engine's checks).
     PullFailed,
@@ -53,7 +55,11 @@ pub enum MismatchReason {
     /// The container's image does not carry the pinned repo digest, is not the image that does,
     /// or the container was created from another reference.
     ContainerRepodigestMismatch,
-    /// A rollout's container failed after it was verified (it never became ready, or exited).
+    /// A rollout's container exited before it was ready: berth restarts it with back-off (a
+    /// crash loop).
+    ReplicaUnhealthy,
+    /// A rollout's container could not be made to run: its ready check never answered within
+    /// the ready timeout, or the engine refused to create or start it.
     ReplicaFailed,
     /// A rollout was superseded by a newer one before it succeeded: any report on it is stale.
     StaleRolloutReport,
@@ -67,6 +73,7 @@ impl MismatchReason {
         match self {
             Self::RequestedDigestMalformed => "requested-digest-malformed",
             Self::RequestedDigestMissing => "requested-digest-missing",
+            Self::RegistryDigestInconsistent => "registry-digest-inconsistent",
             Self::PullFailed => "pull-failed",
             Self::PulledDigestMissing => "pulled-digest-missing",
             Self::PulledDigestMismatch => "pulled-digest-mismatch",
@@ -74,6 +81,7 @@ impl MismatchReason {
             Self::ContainerImageIdMissing => "container-image-id-missing",
             Self::ContainerRepodigestMissing => "container-repodigest-missing",
             Self::ContainerRepodigestMismatch => "container-repodigest-mismatch",
+            Self::ReplicaUnhealthy => "replica-unhealthy",
             Self::ReplicaFailed => "replica-failed",
             Self::StaleRolloutReport => "stale-rollout-report",
             Self::RollbackTargetNotAccepted => "rollback-target-not-accepted",
@@ -83,9 +91,9 @@ impl MismatchReason {
     /// `mismatched` when pieces disagree, `missing` when one is absent.
     pub fn status(self) -> VerificationStatus {
         match self {
-            Self::PulledDigestMismatch | Self::ContainerRepodigestMismatch => {
-                VerificationStatus::Mismatched
-            }
+            Self::PulledDigestMismatch
+            | Self::ContainerRepodigestMismatch
+            | Self::RegistryDigestInconsistent => VerificationStatus::Mismatched,
             _ => VerificationStatus::Missing,
         }
     }
@@ -95,6 +103,7 @@ impl MismatchReason {
         match failure {
             ImageFailure::PullFailed => Self::PullFailed,
             ImageFailure::RequestedDigestMissing => Self::RequestedDigestMissing,
+            ImageFailure::RegistryDigestInconsistent => Self::RegistryDigestInconsistent,
             ImageFailure::PulledDigestMissing => Self::PulledDigestMissing,
             ImageFailure::PulledDigestMismatch => Self::PulledDigestMismatch,
         }

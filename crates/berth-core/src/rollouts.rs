@@ -13,6 +13,7 @@ use crate::evidence::{ImageEvidence, MismatchReason, VerificationStatus};
 use crate::ids::InstanceId;
 use crate::image::PinnedImage;
 use crate::model::{Instance, InstanceState};
+use crate::runtime::RegistryManifest;
 use crate::store::{Reporter, StoreError, Tx};
 use crate::time::Timestamp;
 
@@ -62,19 +63,22 @@ impl RolloutMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum RolloutStatus {
-    /// Written by the request; nothing observed of it yet.
+    /// Written by the request; the reconciler has not acted on it yet.
     Pending,
-    /// Not reported by berth: its reporter goes from `pending` to a verdict in one step.
+    /// A promotion or automatic rollout the reconciler acts on: it makes the image ready
+    /// (pulls it by digest), creates and starts the container, until the evidence's verdict.
     Deploying,
     /// The container runs the verified image, and is not ready yet.
     Verifying,
     /// A promotion or automatic rollout whose container is verified and ready.
     Succeeded,
-    /// The image could not be run, or a newer rollout superseded this one before it succeeded.
+    /// The image could not be run, the container failed or exits before it is ready, or a
+    /// newer rollout superseded this one before it succeeded.
     Failed,
-    /// The container runs something other than the pinned image.
+    /// The container runs, or the registry or the engine holds, something other than the
+    /// pinned image.
     Mismatched,
-    /// Not reported by berth (see `verifying`).
+    /// `deploying`, for a rollback.
     RollingBack,
     /// A rollback whose container is verified and ready.
     RolledBack,
@@ -113,6 +117,68 @@ impl RolloutStatus {
     pub fn is_final(self) -> bool {
         matches!(self, Self::Succeeded | Self::RolledBack)
     }
+
+    /// Not yet at a verdict: `pending`, `deploying`, `rolling-back` or `verifying`.
+    pub fn in_progress(self) -> bool {
+        matches!(
+            self,
+            Self::Pending | Self::Deploying | Self::RollingBack | Self::Verifying
+        )
+    }
+
+    /// Its wire name.
+    pub fn name(self) -> &'static str {
+        self.as_str()
+    }
+}
+
+/// What the reconciler reports of an instance, to be recorded on its newest rollout
+/// ([`Tx::report`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Report<'a> {
+    /// It begins to act on the desired state it read: make the image ready, create and start
+    /// a container.
+    Acting,
+    /// The image evidence it gathered (or the image failure it met).
+    Evidence(&'a ImageEvidence),
+    /// The instance state it recorded.
+    State(&'a InstanceState),
+}
+
+impl Report<'_> {
+    /// Whether the report can change a rollout: a pending evidence, or a state other than
+    /// running, failed or exited, says nothing of one.
+    fn says_something(&self) -> bool {
+        match self {
+            Self::Acting => true,
+            Self::Evidence(e) => e.verification_status != VerificationStatus::Pending,
+            Self::State(state) => matches!(
+                state,
+                InstanceState::Running { .. }
+                    | InstanceState::Failed { .. }
+                    | InstanceState::Exited { .. }
+            ),
+        }
+    }
+}
+
+/// A rollout's status and counts after a report ([`Rollout::after`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reported<'a> {
+    /// Where it stands.
+    pub status: RolloutStatus,
+    /// Why, when it is not succeeding.
+    pub reason: Option<MismatchReason>,
+    /// Containers observed.
+    pub observed: i64,
+    /// Containers ready.
+    pub healthy: i64,
+    /// Containers verified.
+    pub verified: i64,
+    /// Containers failed.
+    pub failed: i64,
+    /// The evidence to keep with it, when the report brought one.
+    pub evidence: Option<&'a ImageEvidence>,
 }
 
 /// A rollout as stored.
@@ -154,24 +220,35 @@ pub struct Rollout {
     pub report_sequence: i64,
     /// When the last report was recorded.
     pub reported_at: Option<Timestamp>,
+    /// The reason the reporter gave in its last report (`stale-rollout-report` for a report
+    /// that came after a newer rollout).
+    pub reported_reason: Option<MismatchReason>,
     /// The image evidence of the last report.
     pub evidence: Option<ImageEvidence>,
     /// When it last changed.
     pub updated_at: Timestamp,
+    /// The generation of the instance's desired state that wrote it (or asked for it again):
+    /// a report from a reconcile that read an older one is stale.
+    pub instance_generation: i64,
 }
 
 const ROLLOUT_COLUMNS: &str = "id, instance_id, generation, mode, rollback_of, release_id, image,
     spec_digest, created_at, status, mismatch_reason, observed, healthy, verified, failed,
-    reporter_session, report_sequence, reported_at, evidence, updated_at";
+    reporter_session, report_sequence, reported_at, evidence, updated_at, instance_generation,
+    reported_reason";
 
 fn corrupt(what: &str) -> rusqlite::Error {
     rusqlite::Error::InvalidColumnType(0, what.to_owned(), rusqlite::types::Type::Text)
 }
 
+fn reason_of(text: Option<String>, column: &str) -> rusqlite::Result<Option<MismatchReason>> {
+    text.map(|r| serde_json::from_value(serde_json::Value::String(r)).map_err(|_| corrupt(column)))
+        .transpose()
+}
+
 fn rollout_from_row(row: &Row<'_>) -> rusqlite::Result<Rollout> {
     let mode: String = row.get(3)?;
     let status: String = row.get(9)?;
-    let reason: Option<String> = row.get(10)?;
     let evidence: Option<String> = row.get(18)?;
     Ok(Rollout {
         id: row.get(0)?,
@@ -185,12 +262,7 @@ fn rollout_from_row(row: &Row<'_>) -> rusqlite::Result<Rollout> {
         spec_digest: row.get(7)?,
         created_at: Timestamp::from_millis(row.get(8)?),
         status: RolloutStatus::parse(&status).ok_or_else(|| corrupt("status"))?,
-        mismatch_reason: reason
-            .map(|r| {
-                serde_json::from_value(serde_json::Value::String(r))
-                    .map_err(|_| corrupt("mismatch_reason"))
-            })
-            .transpose()?,
+        mismatch_reason: reason_of(row.get(10)?, "mismatch_reason")?,
         observed: row.get(11)?,
         healthy: row.get(12)?,
         verified: row.get(13)?,
@@ -202,6 +274,8 @@ fn rollout_from_row(row: &Row<'_>) -> rusqlite::Result<Rollout> {
             .map(|e| serde_json::from_str(&e).map_err(|_| corrupt("evidence")))
             .transpose()?,
         updated_at: Timestamp::from_millis(row.get(19)?),
+        instance_generation: row.get(20)?,
+        reported_reason: reason_of(row.get(21)?, "reported_reason")?,
     })
 }
 
@@ -260,6 +334,10 @@ pub struct ImageRelease {
     pub observation_count: i64,
     /// When a container of it first ran verified.
     pub accepted_at: Option<Timestamp>,
+    /// For an index: the manifest it lists for the engine's platform, as berth read it.
+    pub platform_manifest_digest: Option<String>,
+    /// That manifest's config digest (the image id of the platform's image).
+    pub platform_config_digest: Option<String>,
 }
 
 fn release_from_row(row: &Row<'_>) -> rusqlite::Result<ImageRelease> {
@@ -275,11 +353,14 @@ fn release_from_row(row: &Row<'_>) -> rusqlite::Result<ImageRelease> {
         last_observed_at: Timestamp::from_millis(row.get(7)?),
         observation_count: row.get(8)?,
         accepted_at: row.get::<_, Option<i64>>(9)?.map(Timestamp::from_millis),
+        platform_manifest_digest: row.get(10)?,
+        platform_config_digest: row.get(11)?,
     })
 }
 
 const RELEASE_COLUMNS: &str = "id, registry_host, repository, root_digest, media_type, tags,
-    first_observed_at, last_observed_at, observation_count, accepted_at";
+    first_observed_at, last_observed_at, observation_count, accepted_at,
+    platform_manifest_digest, platform_config_digest";
 
 fn same_image(a: &str, b: &str) -> bool {
     match (PinnedImage::parse(a), PinnedImage::parse(b)) {
@@ -307,9 +388,24 @@ impl Tx<'_> {
         Ok(stmt.query_row([id.as_str()], rollout_from_row).optional()?)
     }
 
+    /// The generation of what is desired of an instance, as this transaction has it.
+    fn desired_generation(&self, id: &InstanceId) -> Result<i64, StoreError> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT generation FROM instances WHERE id = ?1",
+                [id.as_str()],
+                |r| r.get(0),
+            )
+            .optional()?
+            .unwrap_or(0))
+    }
+
     /// Writes a rollout of `after`'s image when it differs from `before`'s (always for a
-    /// rollback); the rollout it supersedes, unless final, ends `failed`
-    /// (`stale-rollout-report`).
+    /// rollback); the rollout it supersedes, if still in progress, ends `failed`
+    /// (`stale-rollout-report`). An up of the same image that asks again (another spec, or a
+    /// failed instance retried) sets a `failed` or `mismatched` newest rollout back to
+    /// `pending`: its next report decides.
     pub fn record_rollout(
         &self,
         before: Option<&Instance>,
@@ -321,16 +417,33 @@ impl Tx<'_> {
             (None, _) | (_, None) => true,
             (Some(b), Some(_)) => !same_image(b.spec.image.as_str(), after.spec.image.as_str()),
         };
+        let generation = self.desired_generation(&after.id)?;
+        let now = Timestamp::now();
         if !changed && mode != RolloutMode::Rollback {
+            let asks_again = before.is_some_and(|b| {
+                b.spec_digest != after.spec_digest
+                    || (matches!(b.state, InstanceState::Failed { .. })
+                        && matches!(after.state, InstanceState::NotStarted))
+            });
+            if let Some(current) = current
+                && asks_again
+                && matches!(
+                    current.status,
+                    RolloutStatus::Failed | RolloutStatus::Mismatched
+                )
+            {
+                self.conn.execute(
+                    "UPDATE rollouts SET status = 'pending', mismatch_reason = NULL, observed = 0,
+                        healthy = 0, verified = 0, failed = 0, instance_generation = ?2,
+                        updated_at = ?3
+                     WHERE id = ?1",
+                    params![current.id, generation, now.millis()],
+                )?;
+            }
             return Ok(None);
         }
-        let now = Timestamp::now();
         if let Some(current) = &current
-            && !current.status.is_final()
-            && !matches!(
-                current.status,
-                RolloutStatus::Failed | RolloutStatus::Mismatched
-            )
+            && current.status.in_progress()
         {
             self.conn.execute(
                 "UPDATE rollouts SET status = 'failed', mismatch_reason = 'stale-rollout-report',
@@ -359,13 +472,15 @@ impl Tx<'_> {
             reporter_session: None,
             report_sequence: 0,
             reported_at: None,
+            reported_reason: None,
             evidence: None,
             updated_at: now,
+            instance_generation: generation,
         };
         self.conn.execute(
             "INSERT INTO rollouts (id, instance_id, generation, mode, rollback_of, release_id,
-                image, spec_digest, created_at, status, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'pending', ?9)",
+                image, spec_digest, created_at, status, updated_at, instance_generation)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'pending', ?9, ?10)",
             params![
                 rollout.id,
                 rollout.instance_id.as_str(),
@@ -376,149 +491,109 @@ impl Tx<'_> {
                 rollout.image,
                 rollout.spec_digest,
                 now.millis(),
+                generation,
             ],
         )?;
         Ok(Some(rollout))
     }
 
-    /// Records image evidence as the reporter's report on the instance's current rollout, when
-    /// the evidence is about that rollout's image and the rollout is not final.
-    pub fn report_evidence(
+    /// Records what the reconciler observed of an instance, having read the desired state of
+    /// `generation`, as the reporter's report on the instance's newest rollout (see
+    /// [`Rollout::after`] for what each report changes). A report from a reconcile that read a
+    /// desired state older than the newest rollout's is stale: it changes no rollout's verdict,
+    /// and is recorded on the rollout it was about, as `stale-rollout-report`, unless that one
+    /// has finished.
+    pub fn report(
         &self,
         id: &InstanceId,
-        evidence: &ImageEvidence,
+        generation: i64,
+        report: Report<'_>,
         reporter: &Reporter,
     ) -> Result<(), StoreError> {
-        let Some(rollout) = self.current_rollout(id)? else {
-            return Ok(());
-        };
-        if rollout.status.is_final() || !same_image(&rollout.image, &evidence.pinned_reference) {
+        if !report.says_something() {
             return Ok(());
         }
-        let (status, reason, observed, verified, failed) = match evidence.verification_status {
-            VerificationStatus::Pending => return Ok(()),
-            VerificationStatus::Verified => (RolloutStatus::Verifying, None, 1, 1, 0),
-            VerificationStatus::Missing => (
-                RolloutStatus::Failed,
-                evidence.mismatch_reason,
-                i64::from(evidence.container_id.is_some()),
-                0,
-                1,
-            ),
-            VerificationStatus::Mismatched => (
-                RolloutStatus::Mismatched,
-                evidence.mismatch_reason,
-                i64::from(evidence.container_id.is_some()),
-                0,
-                1,
-            ),
+        let Some(newest) = self.current_rollout(id)? else {
+            return Ok(());
         };
-        let now = Timestamp::now();
+        let now = Timestamp::now().millis();
+        if generation < newest.instance_generation {
+            let about = self
+                .rollouts(id)?
+                .into_iter()
+                .find(|r| r.instance_generation <= generation);
+            if let Some(about) = about
+                && !about.status.is_final()
+            {
+                tracing::debug!(instance = %id, rollout = %about.id, newest = %newest.id,
+                    "a stale report on a superseded rollout");
+                self.conn.execute(
+                    "UPDATE rollouts SET reported_reason = 'stale-rollout-report',
+                        reporter_session = ?2, report_sequence = report_sequence + 1,
+                        reported_at = ?3
+                     WHERE id = ?1",
+                    params![about.id, reporter.session_id, now],
+                )?;
+            }
+            return Ok(());
+        }
+        let stored = match report {
+            Report::State(InstanceState::Running { .. }) => self.evidence(id)?,
+            _ => None,
+        };
+        let Some(next) = newest.after(report, stored.as_ref()) else {
+            return Ok(());
+        };
         self.conn.execute(
-            "UPDATE rollouts SET status = ?2, mismatch_reason = ?3, observed = ?4, healthy = 0,
-                verified = ?5, failed = ?6, reporter_session = ?7,
-                report_sequence = report_sequence + 1, reported_at = ?8, evidence = ?9,
-                updated_at = ?8
+            "UPDATE rollouts SET status = ?2, mismatch_reason = ?3, observed = ?4, healthy = ?5,
+                verified = ?6, failed = ?7, reporter_session = ?8,
+                report_sequence = report_sequence + 1, reported_at = ?9, reported_reason = ?3,
+                evidence = coalesce(?10, evidence), updated_at = ?9
              WHERE id = ?1",
             params![
-                rollout.id,
-                status.as_str(),
-                reason.map(MismatchReason::as_str),
-                observed,
-                verified,
-                failed,
+                newest.id,
+                next.status.as_str(),
+                next.reason.map(MismatchReason::as_str),
+                next.observed,
+                next.healthy,
+                next.verified,
+                next.failed,
                 reporter.session_id,
-                now.millis(),
-                serde_json::to_string(evidence).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                now,
+                next.evidence
+                    .map(serde_json::to_string)
+                    .transpose()
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?,
             ],
         )?;
         Ok(())
     }
 
-    /// Records an instance state the reconciler observed as a report on its current rollout:
-    /// a `verifying` rollout whose container is ready succeeds (a rollback is `rolled-back`);
-    /// one whose container failed is `failed` (`replica-failed`).
-    pub fn report_state(
-        &self,
-        id: &InstanceId,
-        state: &InstanceState,
-        reporter: &Reporter,
-    ) -> Result<(), StoreError> {
-        let running = matches!(state, InstanceState::Running { .. });
-        let failed = matches!(state, InstanceState::Failed { .. });
-        if !running && !failed {
-            return Ok(());
-        }
-        let Some(rollout) = self.current_rollout(id)? else {
-            return Ok(());
-        };
-        // A failed instance fails a rollout still waiting for its verdict too (a container
-        // the engine refused to create or start).
-        let waiting = rollout.status == RolloutStatus::Verifying
-            || (failed && rollout.status == RolloutStatus::Pending);
-        if !waiting {
-            return Ok(());
-        }
-        let now = Timestamp::now().millis();
-        let sql = "UPDATE rollouts SET status = ?2, mismatch_reason = ?3, healthy = ?4,
-                failed = ?5, reporter_session = ?6, report_sequence = report_sequence + 1,
-                reported_at = ?7, updated_at = ?7
-             WHERE id = ?1";
-        if running {
-            let status = if rollout.mode == RolloutMode::Rollback {
-                RolloutStatus::RolledBack
-            } else {
-                RolloutStatus::Succeeded
-            };
-            self.conn.execute(
-                sql,
-                params![
-                    rollout.id,
-                    status.as_str(),
-                    None::<String>,
-                    1,
-                    0,
-                    reporter.session_id,
-                    now
-                ],
-            )?;
-        } else {
-            self.conn.execute(
-                sql,
-                params![
-                    rollout.id,
-                    RolloutStatus::Failed.as_str(),
-                    "replica-failed",
-                    0,
-                    1,
-                    reporter.session_id,
-                    now
-                ],
-            )?;
-        }
-        Ok(())
-    }
-
     /// Records that berth observed the instance's image in the registry (through the engine):
-    /// the release is written, or its tags, last observation and count move.
+    /// the release is written, or its tags, last observation and count move. `manifest` is what
+    /// the registry holds under the digest, when it was read this time.
     pub fn observe_release(
         &self,
         instance: &Instance,
-        media_type: Option<&str>,
+        manifest: Option<&RegistryManifest>,
         at: Timestamp,
     ) -> Result<(), StoreError> {
         let image = &instance.spec.image;
         let id = release_id(&instance.id, image);
         let existing = self.image_release(&instance.id, &id)?;
-        let media_type = media_type.filter(|m| MEDIA_TYPES.contains(m));
+        let media_type = manifest
+            .and_then(|m| m.media_type.as_deref())
+            .filter(|m| MEDIA_TYPES.contains(m));
+        let platform = manifest.and_then(|m| m.platform_manifest_digest.as_deref());
+        let config = manifest.and_then(|m| m.platform_config_digest.as_deref());
         match existing {
             None => {
                 let tags: Vec<&str> = image.tag().into_iter().collect();
                 self.conn.execute(
                     "INSERT INTO image_releases (instance_id, id, registry_host, repository,
                         root_digest, media_type, tags, first_observed_at, last_observed_at,
-                        observation_count)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, 1)",
+                        observation_count, platform_manifest_digest, platform_config_digest)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, 1, ?9, ?10)",
                     params![
                         instance.id.as_str(),
                         id,
@@ -529,6 +604,8 @@ impl Tx<'_> {
                         serde_json::to_string(&tags)
                             .map_err(|e| StoreError::Corrupt(e.to_string()))?,
                         at.millis(),
+                        platform,
+                        config,
                     ],
                 )?;
             }
@@ -541,7 +618,9 @@ impl Tx<'_> {
                 self.conn.execute(
                     "UPDATE image_releases SET tags = ?3, media_type = coalesce(?4, media_type),
                         last_observed_at = max(last_observed_at, ?5),
-                        observation_count = observation_count + 1
+                        observation_count = observation_count + 1,
+                        platform_manifest_digest = coalesce(?6, platform_manifest_digest),
+                        platform_config_digest = coalesce(?7, platform_config_digest)
                      WHERE instance_id = ?1 AND id = ?2",
                     params![
                         instance.id.as_str(),
@@ -550,6 +629,8 @@ impl Tx<'_> {
                             .map_err(|e| StoreError::Corrupt(e.to_string()))?,
                         media_type,
                         at.millis(),
+                        platform,
+                        config,
                     ],
                 )?;
             }
@@ -755,7 +836,8 @@ pub struct RuntimeEvidence {
     /// The digest the running image's repo digest for the repository names.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resolved_digest: Option<String>,
-    /// Not reported by berth (see docs/images.md).
+    /// For a pin of an index: the manifest it lists for the engine's platform, read from the
+    /// registry by digest, when its config is the image the container runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub platform_manifest_digest: Option<String>,
     /// The running image's `RepoDigests`.
@@ -925,20 +1007,146 @@ impl Rollout {
         }
     }
 
-    /// The reason the reporter gave; a superseded rollout's `stale-rollout-report` is the
-    /// aggregate's, not the reporter's.
+    /// The reason the reporter gave in its last report; a superseded rollout's
+    /// `stale-rollout-report` is the aggregate's, and the reporter's only when a report of it
+    /// came after the newer rollout.
     fn reported_reason(&self) -> Option<MismatchReason> {
-        self.evidence
-            .as_ref()
-            .and_then(|e| e.mismatch_reason)
-            .or(match self.mismatch_reason {
-                Some(MismatchReason::StaleRolloutReport) => None,
-                other => other,
-            })
+        self.reported_reason
     }
 
-    /// The runtime evidence of its last report, or `pending` before the first.
-    pub fn runtime_evidence(&self) -> RuntimeEvidence {
+    /// The in-progress status of its mode: `rolling-back` for a rollback, else `deploying`.
+    fn acting_status(&self) -> RolloutStatus {
+        if self.mode == RolloutMode::Rollback {
+            RolloutStatus::RollingBack
+        } else {
+            RolloutStatus::Deploying
+        }
+    }
+
+    /// Its status and counts after `report` of the newest rollout's own generation, or `None`
+    /// when the report changes nothing. `stored` is the instance's stored image evidence, for a
+    /// `running` report. The transitions are the table in docs/images.md:
+    ///
+    /// - acting: `pending` → `deploying` (`rolling-back` for a rollback);
+    /// - verified evidence of its image: an unfinished rollout → `verifying` (observed and
+    ///   verified 1), except that one `failed` with `replica-unhealthy` (a crash loop) stays so;
+    /// - missing or mismatched evidence of its image: an unfinished rollout → `failed` or
+    ///   `mismatched` with the evidence's reason;
+    /// - running, with stored evidence verified for its image: `pending`, `deploying`,
+    ///   `rolling-back`, `verifying`, or `failed` with `replica-unhealthy` → `succeeded`
+    ///   (`rolled-back` for a rollback), every count 1 and failed 0;
+    /// - failed: `pending`, `deploying`, `rolling-back` or `verifying` → `failed`
+    ///   (`replica-failed`);
+    /// - exited before ready: `pending`, `deploying`, `rolling-back` or `verifying` → `failed`
+    ///   (`replica-unhealthy`).
+    ///
+    /// `succeeded` and `rolled-back` never change.
+    pub fn after<'a>(
+        &self,
+        report: Report<'a>,
+        stored: Option<&'a ImageEvidence>,
+    ) -> Option<Reported<'a>> {
+        if self.status.is_final() {
+            return None;
+        }
+        let unhealthy = self.status == RolloutStatus::Failed
+            && self.mismatch_reason == Some(MismatchReason::ReplicaUnhealthy);
+        let keep = |status, reason| Reported {
+            status,
+            reason,
+            observed: self.observed,
+            healthy: self.healthy,
+            verified: self.verified,
+            failed: self.failed,
+            evidence: None,
+        };
+        match report {
+            Report::Acting => {
+                (self.status == RolloutStatus::Pending).then(|| keep(self.acting_status(), None))
+            }
+            Report::Evidence(e) => {
+                if !same_image(&self.image, &e.pinned_reference) {
+                    return None;
+                }
+                let inspected = i64::from(e.container_id.is_some());
+                let reported = match e.verification_status {
+                    VerificationStatus::Pending => return None,
+                    VerificationStatus::Verified if unhealthy => Reported {
+                        observed: 1,
+                        verified: 1,
+                        ..keep(self.status, self.mismatch_reason)
+                    },
+                    VerificationStatus::Verified => Reported {
+                        observed: 1,
+                        healthy: 0,
+                        verified: 1,
+                        failed: 0,
+                        ..keep(RolloutStatus::Verifying, None)
+                    },
+                    VerificationStatus::Missing => Reported {
+                        observed: inspected,
+                        healthy: 0,
+                        verified: 0,
+                        failed: 1,
+                        ..keep(RolloutStatus::Failed, e.mismatch_reason)
+                    },
+                    VerificationStatus::Mismatched => Reported {
+                        observed: inspected,
+                        healthy: 0,
+                        verified: 0,
+                        failed: 1,
+                        ..keep(RolloutStatus::Mismatched, e.mismatch_reason)
+                    },
+                };
+                Some(Reported {
+                    evidence: Some(e),
+                    ..reported
+                })
+            }
+            Report::State(InstanceState::Running { .. }) => {
+                let stored = stored
+                    .filter(|e| e.is_verified() && same_image(&self.image, &e.pinned_reference))?;
+                if !(self.status.in_progress() || unhealthy) {
+                    return None;
+                }
+                let status = if self.mode == RolloutMode::Rollback {
+                    RolloutStatus::RolledBack
+                } else {
+                    RolloutStatus::Succeeded
+                };
+                Some(Reported {
+                    observed: 1,
+                    healthy: 1,
+                    verified: 1,
+                    failed: 0,
+                    evidence: self.evidence.is_none().then_some(stored),
+                    ..keep(status, None)
+                })
+            }
+            Report::State(InstanceState::Failed { .. }) => {
+                self.status.in_progress().then(|| Reported {
+                    healthy: 0,
+                    failed: 1,
+                    ..keep(RolloutStatus::Failed, Some(MismatchReason::ReplicaFailed))
+                })
+            }
+            Report::State(InstanceState::Exited { .. }) => {
+                self.status.in_progress().then(|| Reported {
+                    healthy: 0,
+                    failed: 1,
+                    ..keep(
+                        RolloutStatus::Failed,
+                        Some(MismatchReason::ReplicaUnhealthy),
+                    )
+                })
+            }
+            Report::State(_) => None,
+        }
+    }
+
+    /// The runtime evidence of its last report, or `pending` before the first. `release` is
+    /// its image release, for the platform manifest of an index.
+    pub fn runtime_evidence(&self, release: Option<&ImageRelease>) -> RuntimeEvidence {
         let base = RuntimeEvidence {
             verification_status: VerificationStatus::Pending,
             rollout_id: Some(self.id.clone()),
@@ -975,7 +1183,16 @@ impl Rollout {
         });
         let inspected = e.container_id.is_some();
         let verified = e.is_verified();
+        // The platform manifest berth read from the index, when its config is the very image
+        // the container runs.
+        let platform = release.and_then(|r| {
+            let config = r.platform_config_digest.as_deref()?;
+            (e.container_image_id.as_deref() == Some(config))
+                .then(|| r.platform_manifest_digest.clone())
+                .flatten()
+        });
         RuntimeEvidence {
+            platform_manifest_digest: platform,
             verification_status: e.verification_status,
             task_image_reference: configured.clone(),
             task_reported_digest: task_digest,
@@ -1024,5 +1241,357 @@ impl ImageRelease {
                 promotion_count: (!to_it.is_empty()).then_some(to_it.len() as i64),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEX: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    fn image() -> String {
+        format!("127.0.0.1:5000/fixtures/busybox@sha256:{HEX}")
+    }
+
+    fn rollout(
+        status: RolloutStatus,
+        reason: Option<MismatchReason>,
+        mode: RolloutMode,
+    ) -> Rollout {
+        let at = Timestamp::from_millis(1_700_000_000_000);
+        Rollout {
+            id: "rol:1".into(),
+            instance_id: InstanceId::new(),
+            generation: 1,
+            mode,
+            rollback_of: (mode == RolloutMode::Rollback).then(|| "rol:0".into()),
+            release_id: "irl:1".into(),
+            image: image(),
+            spec_digest: "sha256:spec".into(),
+            created_at: at,
+            status,
+            mismatch_reason: reason,
+            observed: 0,
+            healthy: 0,
+            verified: 0,
+            failed: 0,
+            reporter_session: None,
+            report_sequence: 0,
+            reported_at: None,
+            reported_reason: None,
+            evidence: None,
+            updated_at: at,
+            instance_generation: 1,
+        }
+    }
+
+    fn evidence(status: VerificationStatus, reason: Option<MismatchReason>) -> ImageEvidence {
+        ImageEvidence {
+            container_id: Some("c1".into()),
+            container_image_id: Some(format!("sha256:{HEX}")),
+            image_repo_digests: vec![image()],
+            observed_at: Some(Timestamp::from_millis(1_700_000_000_001)),
+            verification_status: status,
+            mismatch_reason: reason,
+            ..ImageEvidence::pending("sha256:spec", &image())
+        }
+    }
+
+    /// The rollout as [`Tx::report`] leaves it after `report`.
+    fn apply(r: &Rollout, report: Report<'_>, stored: Option<&ImageEvidence>) -> Option<Rollout> {
+        let next = r.after(report, stored)?;
+        Some(Rollout {
+            status: next.status,
+            mismatch_reason: next.reason,
+            observed: next.observed,
+            healthy: next.healthy,
+            verified: next.verified,
+            failed: next.failed,
+            reporter_session: Some("brs:1".into()),
+            report_sequence: r.report_sequence + 1,
+            reported_at: Some(Timestamp::from_millis(1_700_000_000_002)),
+            reported_reason: next.reason,
+            evidence: next.evidence.cloned().or_else(|| r.evidence.clone()),
+            ..r.clone()
+        })
+    }
+
+    fn site() -> Site {
+        Site {
+            reporter: Reporter {
+                id: "brp:1".into(),
+                session_id: "brs:1".into(),
+            },
+            node_name: "node".into(),
+        }
+    }
+
+    /// The contract's `validateImageRolloutStatus`, over berth's own type.
+    fn validate(s: &RolloutStatusView) -> Vec<&'static str> {
+        let mut errors = Vec::new();
+        let safe = |n: i64| (0..=(1 << 53) - 1).contains(&n);
+        let counts = |r: [i64; 5]| r.iter().all(|c| safe(*c));
+        if !counts([
+            s.required_replica_count,
+            s.observed_replica_count,
+            s.healthy_replica_count,
+            s.verified_replica_count,
+            s.failed_replica_count,
+        ]) {
+            errors.push("rollout replica counts must be non-negative safe integers");
+        }
+        for r in &s.reporters {
+            if !counts([
+                r.required_replica_count,
+                r.observed_replica_count,
+                r.healthy_replica_count,
+                r.verified_replica_count,
+                r.failed_replica_count,
+            ]) {
+                errors.push("reporter replica counts must be non-negative safe integers");
+            }
+            if r.rollout_id != s.rollout_id || r.rollout_generation != s.rollout_generation {
+                errors.push("reporter rollout identity does not match aggregate rollout identity");
+            }
+            if r.observed_replica_count > r.required_replica_count
+                || r.healthy_replica_count > r.observed_replica_count
+                || r.verified_replica_count > r.observed_replica_count
+            {
+                errors.push("reporter replica counts are contradictory");
+            }
+        }
+        if matches!(
+            s.status,
+            RolloutStatus::Succeeded | RolloutStatus::RolledBack
+        ) {
+            let req = s.required_replica_count;
+            if req < 1
+                || s.observed_replica_count != req
+                || s.healthy_replica_count != req
+                || s.verified_replica_count != req
+                || s.failed_replica_count != 0
+            {
+                errors.push("successful rollout status requires every replica to be observed, healthy and verified");
+            }
+            if s.mismatch_reason.is_some() || s.reporters.is_empty() {
+                errors
+                    .push("successful rollout status requires reporters without mismatch reasons");
+            }
+            for r in &s.reporters {
+                if r.observed_replica_count != r.required_replica_count
+                    || r.healthy_replica_count != r.required_replica_count
+                    || r.verified_replica_count != r.required_replica_count
+                    || r.failed_replica_count != 0
+                    || r.mismatch_reason.is_some()
+                {
+                    errors.push("successful rollout requires every reporter replica to be healthy and verified");
+                }
+            }
+            let sum = |f: fn(&ReporterStatus) -> i64| s.reporters.iter().map(f).sum::<i64>();
+            if sum(|r| r.required_replica_count) != s.required_replica_count
+                || sum(|r| r.observed_replica_count) != s.observed_replica_count
+                || sum(|r| r.healthy_replica_count) != s.healthy_replica_count
+                || sum(|r| r.verified_replica_count) != s.verified_replica_count
+                || sum(|r| r.failed_replica_count) != s.failed_replica_count
+            {
+                errors.push(
+                    "successful rollout aggregate must exactly match successful reporter evidence",
+                );
+            }
+        }
+        errors
+    }
+
+    fn running() -> InstanceState {
+        InstanceState::Running {
+            since: Timestamp::from_millis(1),
+        }
+    }
+
+    fn failed() -> InstanceState {
+        InstanceState::Failed {
+            at: Timestamp::from_millis(1),
+            message: "no".into(),
+        }
+    }
+
+    fn exited() -> InstanceState {
+        InstanceState::Exited {
+            at: Timestamp::from_millis(1),
+            exit_code: Some(3),
+        }
+    }
+
+    #[test]
+    fn a_rollout_goes_through_the_documented_table() {
+        use MismatchReason::*;
+        use RolloutStatus::*;
+        let verified = evidence(VerificationStatus::Verified, None);
+        let missing = evidence(VerificationStatus::Missing, Some(PullFailed));
+        let mismatched = evidence(
+            VerificationStatus::Mismatched,
+            Some(RegistryDigestInconsistent),
+        );
+        let step = |r: &Rollout, report: Report<'_>| {
+            apply(r, report, Some(&verified)).map(|n| (n.status, n.mismatch_reason))
+        };
+        let promotion = |s, reason| rollout(s, reason, RolloutMode::Promotion);
+        let rollback = |s, reason| rollout(s, reason, RolloutMode::Rollback);
+
+        assert_eq!(
+            step(&promotion(Pending, None), Report::Acting),
+            Some((Deploying, None))
+        );
+        assert_eq!(
+            step(&rollback(Pending, None), Report::Acting),
+            Some((RollingBack, None))
+        );
+        assert_eq!(step(&promotion(Deploying, None), Report::Acting), None);
+        for from in [
+            Pending,
+            Deploying,
+            RollingBack,
+            Verifying,
+            Failed,
+            Mismatched,
+        ] {
+            let r = promotion(from, None);
+            assert_eq!(
+                step(&r, Report::Evidence(&verified)),
+                Some((Verifying, None))
+            );
+            assert_eq!(
+                step(&r, Report::Evidence(&missing)),
+                Some((Failed, Some(PullFailed)))
+            );
+            assert_eq!(
+                step(&r, Report::Evidence(&mismatched)),
+                Some((Mismatched, Some(RegistryDigestInconsistent)))
+            );
+        }
+        for from in [Pending, Deploying, Verifying] {
+            assert_eq!(
+                step(&promotion(from, None), Report::State(&running())),
+                Some((Succeeded, None))
+            );
+            assert_eq!(
+                step(&rollback(from, None), Report::State(&running())),
+                Some((RolledBack, None))
+            );
+            assert_eq!(
+                step(&promotion(from, None), Report::State(&failed())),
+                Some((Failed, Some(ReplicaFailed)))
+            );
+            assert_eq!(
+                step(&promotion(from, None), Report::State(&exited())),
+                Some((Failed, Some(ReplicaUnhealthy)))
+            );
+        }
+        // A crash loop stays unhealthy while its restarts verify, until it is ready.
+        let unhealthy = promotion(Failed, Some(ReplicaUnhealthy));
+        assert_eq!(
+            step(&unhealthy, Report::Evidence(&verified)),
+            Some((Failed, Some(ReplicaUnhealthy)))
+        );
+        assert_eq!(step(&unhealthy, Report::State(&exited())), None);
+        assert_eq!(
+            step(&unhealthy, Report::State(&running())),
+            Some((Succeeded, None))
+        );
+        // A verdict reached by evidence is not overwritten by the instance's failure it causes.
+        assert_eq!(
+            step(
+                &promotion(Failed, Some(PullFailed)),
+                Report::State(&failed())
+            ),
+            None
+        );
+        // Running without verified evidence of the rollout's image proves nothing.
+        assert_eq!(
+            apply(&promotion(Verifying, None), Report::State(&running()), None).map(|r| r.status),
+            None
+        );
+        // Evidence of another image is not about the rollout.
+        let mut other = evidence(VerificationStatus::Verified, None);
+        other.pinned_reference = format!("127.0.0.1:5000/fixtures/echo@sha256:{HEX}");
+        assert_eq!(
+            step(&promotion(Deploying, None), Report::Evidence(&other)),
+            None
+        );
+        // Finished rollouts never change.
+        for done in [promotion(Succeeded, None), rollback(RolledBack, None)] {
+            for report in [
+                Report::Acting,
+                Report::Evidence(&missing),
+                Report::State(&failed()),
+                Report::State(&exited()),
+            ] {
+                assert_eq!(step(&done, report), None);
+            }
+        }
+    }
+
+    #[test]
+    fn every_status_a_report_leads_to_holds_the_contracts_validation() {
+        use MismatchReason::*;
+        use RolloutStatus::*;
+        let verified = evidence(VerificationStatus::Verified, None);
+        let evidences = [
+            verified.clone(),
+            evidence(VerificationStatus::Missing, Some(PullFailed)),
+            evidence(VerificationStatus::Missing, Some(RequestedDigestMissing)),
+            evidence(
+                VerificationStatus::Mismatched,
+                Some(ContainerRepodigestMismatch),
+            ),
+            evidence(
+                VerificationStatus::Mismatched,
+                Some(RegistryDigestInconsistent),
+            ),
+        ];
+        let states = [running(), failed(), exited()];
+        let mut seen = std::collections::BTreeSet::new();
+        for mode in [
+            RolloutMode::Promotion,
+            RolloutMode::Automatic,
+            RolloutMode::Rollback,
+        ] {
+            let mut frontier = vec![rollout(Pending, None, mode)];
+            // Every sequence of up to four reports from `pending`.
+            for _ in 0..4 {
+                let mut next = Vec::new();
+                for r in &frontier {
+                    let mut reports = vec![Report::Acting];
+                    reports.extend(evidences.iter().map(Report::Evidence));
+                    reports.extend(states.iter().map(Report::State));
+                    for report in reports {
+                        if let Some(after) = apply(r, report, Some(&verified)) {
+                            let view = after.status(&site());
+                            assert_eq!(validate(&view), Vec::<&str>::new(), "{view:?}");
+                            seen.insert(after.status.as_str());
+                            next.push(after);
+                        }
+                    }
+                }
+                frontier = next;
+            }
+        }
+        let expected: std::collections::BTreeSet<&str> = [
+            "deploying",
+            "rolling-back",
+            "verifying",
+            "succeeded",
+            "rolled-back",
+            "failed",
+            "mismatched",
+        ]
+        .into();
+        assert_eq!(seen, expected);
+        // The pending status before any report, and a superseded one, hold it too.
+        let pending = rollout(Pending, None, RolloutMode::Promotion).status(&site());
+        assert!(validate(&pending).is_empty());
+        let superseded = rollout(Failed, Some(StaleRolloutReport), RolloutMode::Promotion);
+        assert!(validate(&superseded.status(&site())).is_empty());
     }
 }

@@ -44,6 +44,8 @@ pub enum ImageFailure {
     PullFailed,
     /// The registry has no manifest for the digest.
     RequestedDigestMissing,
+    /// The registry answered the digest with a manifest that does not hash to it.
+    RegistryDigestInconsistent,
     /// The image after the pull does not carry the requested repo digest.
     PulledDigestMissing,
     /// The image carries a different digest for the repository.
@@ -56,6 +58,7 @@ impl ImageFailure {
         match self {
             Self::PullFailed => "pull-failed",
             Self::RequestedDigestMissing => "requested-digest-missing",
+            Self::RegistryDigestInconsistent => "registry-digest-inconsistent",
             Self::PulledDigestMissing => "pulled-digest-missing",
             Self::PulledDigestMismatch => "pulled-digest-mismatch",
         }
@@ -105,6 +108,19 @@ pub struct ImageFacts {
     pub volumes: Vec<String>,
     /// The image's exposed TCP ports.
     pub exposed_tcp_ports: Vec<u16>,
+}
+
+/// What a registry holds under a pinned digest ([`Runtime::registry_manifest`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RegistryManifest {
+    /// The root manifest's media type, when the registry or the engine named one.
+    pub media_type: Option<String>,
+    /// When the root is an index: the digest of the manifest it lists for the engine's
+    /// platform, whose bytes hash to it.
+    pub platform_manifest_digest: Option<String>,
+    /// That platform manifest's config digest: the image id the engine gives the image it
+    /// pulls for the platform.
+    pub platform_config_digest: Option<String>,
 }
 
 /// One named volume mounted into a container.
@@ -283,13 +299,15 @@ pub trait Runtime: Send + Sync + 'static {
     /// `None` when the engine holds no image with that id. Never pulls.
     async fn image_facts_by_id(&self, image_id: &str) -> Result<Option<ImageFacts>, RuntimeError>;
 
-    /// The media type of the registry's root manifest for the pinned reference (an index or a
-    /// single manifest), as the engine's distribution inspect reports it; `None` when the
-    /// runtime cannot ask.
-    async fn manifest_media_type(
+    /// What the registry holds under the pinned digest: the root manifest's media type and,
+    /// when the root is an index, the manifest it lists for the engine's platform. Read from
+    /// the registry by digest, its bytes checked against the digest: content that does not hash
+    /// to it is `RuntimeError::Image` with [`ImageFailure::RegistryDigestInconsistent`]. `None`
+    /// when the runtime cannot ask (no registry access, or the registry refused).
+    async fn registry_manifest(
         &self,
         image: &PinnedImage,
-    ) -> Result<Option<String>, RuntimeError> {
+    ) -> Result<Option<RegistryManifest>, RuntimeError> {
         let _ = image;
         Ok(None)
     }

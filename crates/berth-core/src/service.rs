@@ -17,7 +17,8 @@ use crate::model::{
 };
 use crate::names;
 use crate::rollouts::{
-    ImageReleaseView, Rollout, RolloutMode, RolloutView, RuntimeEvidence, Site, release_id,
+    ImageRelease, ImageReleaseView, Rollout, RolloutMode, RolloutView, RuntimeEvidence, Site,
+    release_id,
 };
 use crate::runtime::{ExecRequest, ExecStdin, RuntimeError};
 use crate::spec::Spec;
@@ -636,7 +637,7 @@ impl Berth {
         domain_id: &DomainId,
         key: &str,
         rollout_id: &str,
-    ) -> Result<(Rollout, Option<String>), Error> {
+    ) -> Result<(Rollout, Option<ImageRelease>), Error> {
         let instance = self.instance(owner, domain_id, key)?;
         let (id, wanted) = (instance.id.clone(), rollout_id.to_owned());
         let found = self
@@ -645,10 +646,8 @@ impl Berth {
                 let Some(rollout) = tx.rollouts(&id)?.into_iter().find(|r| r.id == wanted) else {
                     return Ok::<_, StoreError>(None);
                 };
-                let media = tx
-                    .image_release(&id, &rollout.release_id)?
-                    .and_then(|r| r.media_type);
-                Ok(Some((rollout, media)))
+                let release = tx.image_release(&id, &rollout.release_id)?;
+                Ok(Some((rollout, release)))
             })
             .await?;
         found.ok_or_else(|| Error::RolloutNotFound {
@@ -664,9 +663,12 @@ impl Berth {
         key: &str,
         rollout_id: &str,
     ) -> Result<RolloutView, Error> {
-        let (rollout, media) = self.rollout_of(owner, domain_id, key, rollout_id).await?;
+        let (rollout, release) = self.rollout_of(owner, domain_id, key, rollout_id).await?;
         Ok(RolloutView {
-            plan: rollout.plan(&self.site, media.as_deref()),
+            plan: rollout.plan(
+                &self.site,
+                release.as_ref().and_then(|r| r.media_type.as_deref()),
+            ),
             status: rollout.status(&self.site),
         })
     }
@@ -679,8 +681,8 @@ impl Berth {
         key: &str,
         rollout_id: &str,
     ) -> Result<RuntimeEvidence, Error> {
-        let (rollout, _) = self.rollout_of(owner, domain_id, key, rollout_id).await?;
-        Ok(rollout.runtime_evidence())
+        let (rollout, release) = self.rollout_of(owner, domain_id, key, rollout_id).await?;
+        Ok(rollout.runtime_evidence(release.as_ref()))
     }
 
     /// The image releases berth observed for an instance, most recently observed first.

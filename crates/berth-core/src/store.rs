@@ -20,6 +20,8 @@ use crate::model::{
     Desired, Domain, DomainState, Instance, InstanceState, InstanceVolume, Lease, Release,
     ReleaseEnd, StopReason, Workspace,
 };
+use crate::rollouts::Report;
+use crate::runtime::RegistryManifest;
 use crate::spec::Spec;
 use crate::time::Timestamp;
 use crate::watch::{InstanceChange, Watch};
@@ -220,6 +222,13 @@ const MIGRATIONS: &[&str] = &[
     CREATE TABLE reporter (
         id TEXT PRIMARY KEY
     );",
+    // 8: a rollout remembers the generation of the desired state that wrote it (a report from
+    // a reconcile of an older one is stale) and the reason of the reporter's last report; an
+    // image release of an index, the manifest it lists for the engine's platform.
+    "ALTER TABLE rollouts ADD COLUMN instance_generation INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE rollouts ADD COLUMN reported_reason TEXT;
+    ALTER TABLE image_releases ADD COLUMN platform_manifest_digest TEXT;
+    ALTER TABLE image_releases ADD COLUMN platform_config_digest TEXT;",
 ];
 
 /// Runs `PRAGMA quick_check` (every page and index, without comparing index contents to their
@@ -644,15 +653,23 @@ impl Store {
         let reporter = self.reporter.clone();
         self.write(move |tx| {
             tx.record_observation(&obs)?;
-            tx.report_state(&obs.id, &obs.state, &reporter)
+            tx.report(
+                &obs.id,
+                obs.generation,
+                Report::State(&obs.state),
+                &reporter,
+            )
         })
         .await
     }
 
-    /// Records the image evidence the reconciler gathered for an instance, replacing the last.
+    /// Records the image evidence the reconciler gathered for an instance, replacing the last,
+    /// as a report on its newest rollout; `generation` is that of the desired state the
+    /// reconcile read.
     pub async fn record_evidence(
         &self,
         id: &InstanceId,
+        generation: i64,
         evidence: &ImageEvidence,
     ) -> Result<(), StoreError> {
         let (id, text, evidence) = (id.clone(), to_json(evidence)?, evidence.clone());
@@ -663,20 +680,28 @@ impl Store {
                  ON CONFLICT(instance_id) DO UPDATE SET evidence = ?2",
                 params![id.as_str(), text],
             )?;
-            tx.report_evidence(&id, &evidence, &reporter)
+            tx.report(&id, generation, Report::Evidence(&evidence), &reporter)
         })
         .await
     }
 
-    /// Records that berth observed the instance's image in its registry, with the root
-    /// descriptor's media type when the engine could read it.
+    /// Records that the reconciler begins to act on the desired state of `generation` (make
+    /// the image ready, create and start a container): a report on the newest rollout.
+    pub async fn report_acting(&self, id: &InstanceId, generation: i64) -> Result<(), StoreError> {
+        let (id, reporter) = (id.clone(), self.reporter.clone());
+        self.write(move |tx| tx.report(&id, generation, Report::Acting, &reporter))
+            .await
+    }
+
+    /// Records that berth observed the instance's image in its registry, with what the
+    /// registry holds under its digest when that was read.
     pub async fn observe_release(
         &self,
         instance: &Instance,
-        media_type: Option<String>,
+        manifest: Option<RegistryManifest>,
     ) -> Result<(), StoreError> {
         let instance = instance.clone();
-        self.write(move |tx| tx.observe_release(&instance, media_type.as_deref(), Timestamp::now()))
+        self.write(move |tx| tx.observe_release(&instance, manifest.as_ref(), Timestamp::now()))
             .await
     }
 

@@ -10,12 +10,13 @@ use berth_core::controllers::{Next, ReconcileConfig, Reconciler};
 use berth_core::evidence::{MismatchReason, VerificationStatus};
 use berth_core::image::PinnedImage;
 use berth_core::model::{InstanceState, ReleaseEnd};
+use berth_core::rollouts::{RolloutStatus, RolloutView};
 use berth_core::runtime::*;
 use berth_core::spec::Ready;
 use berth_core::store::Store;
 use berth_core::{Berth, InstanceId, UpCause};
 use serde_json::json;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 
 #[derive(Default)]
 struct World {
@@ -39,6 +40,9 @@ struct World {
     /// Inspects under way now, and the most seen at once.
     inspecting: u32,
     most_inspecting: u32,
+    /// The next image made ready waits here: `entered` is told, then it waits for `release`,
+    /// as a pull from a slow registry would.
+    pull_gate: Option<(Arc<Notify>, Arc<Notify>)>,
 }
 
 #[derive(Clone, Default)]
@@ -56,6 +60,11 @@ impl Runtime for Fake {
         "fake"
     }
     async fn ensure_image(&self, image: &PinnedImage) -> Result<ImageFacts, RuntimeError> {
+        let gate = self.world().pull_gate.take();
+        if let Some((entered, release)) = gate {
+            entered.notify_one();
+            release.notified().await;
+        }
         let w = self.world();
         if let Some(failure) = w.image_failure {
             return Err(RuntimeError::Image {
@@ -1138,4 +1147,101 @@ async fn a_resync_observes_every_instance_running_as_planned_from_one_list() {
     s.reconciler.resync().await;
     let again = s.berth.get("owner", &s.domain, "db").unwrap();
     assert_eq!(again.observed_at, pending.observed_at);
+}
+
+fn rollouts_of(s: &Setup) -> Vec<RolloutView> {
+    futures_util::FutureExt::now_or_never(s.berth.rollouts("owner", &s.domain, "db"))
+        .expect("a store in memory answers at once")
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_report_from_a_reconcile_of_a_superseded_rollout_is_a_stale_rollout_report() {
+    let s = setup().await;
+    s.fake.world().ready = true;
+    let (entered, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    s.fake.world().pull_gate = Some((entered.clone(), release.clone()));
+    let a = spec();
+    let id = s
+        .berth
+        .up("owner", &s.domain, "db", &a, UpCause::Person)
+        .await
+        .unwrap()
+        .resource_instance_id;
+
+    // A reconcile of the first rollout's desired state pulls (slowly) ...
+    let slow = {
+        let (reconciler, id) = (s.reconciler.clone(), id.clone());
+        tokio::spawn(async move { reconciler.reconcile(&id).await })
+    };
+    entered.notified().await;
+    let first = rollouts_of(&s).remove(0);
+    assert_eq!(first.status.status, RolloutStatus::Deploying);
+    assert!(first.status.reporters[0].mismatch_reason.is_none());
+
+    // ... while another image is asked for, and then the first image again.
+    let mut b = spec();
+    b["image"] = json!(format!(
+        "127.0.0.1:5000/fixtures/busybox@sha256:{}",
+        "ab".repeat(32)
+    ));
+    for next in [&b, &a] {
+        s.berth
+            .up("owner", &s.domain, "db", next, UpCause::Person)
+            .await
+            .unwrap();
+    }
+    let all = rollouts_of(&s);
+    let statuses: Vec<RolloutStatus> = all.iter().map(|r| r.status.status).collect();
+    assert_eq!(
+        statuses,
+        [
+            RolloutStatus::Pending,
+            RolloutStatus::Failed,
+            RolloutStatus::Failed
+        ],
+        "superseded before they finished"
+    );
+    for superseded in &all[1..] {
+        assert_eq!(
+            superseded.status.mismatch_reason,
+            Some(MismatchReason::StaleRolloutReport)
+        );
+    }
+
+    // The slow reconcile goes on: it makes a verified container of the first desired state,
+    // which runs the image the newest rollout pins too. Its reports are stale: they land on the
+    // first rollout, as stale-rollout-report, and never on the newest.
+    release.notify_one();
+    slow.await.unwrap().unwrap();
+    let all = rollouts_of(&s);
+    let (newest, first_again) = (&all[0], &all[2]);
+    assert_eq!(newest.status.status, RolloutStatus::Pending, "{newest:?}");
+    assert!(newest.status.reporters.is_empty(), "{newest:?}");
+    assert_eq!(first_again.status.status, RolloutStatus::Failed);
+    let reporter = &first_again.status.reporters[0];
+    assert_eq!(
+        reporter.mismatch_reason,
+        Some(MismatchReason::StaleRolloutReport),
+        "{first_again:?}"
+    );
+    assert!(reporter.report_sequence > first.status.reporters[0].report_sequence);
+    assert_eq!(
+        first_again.status.mismatch_reason,
+        Some(MismatchReason::StaleRolloutReport)
+    );
+
+    // A reconcile of the newest desired state reports on the newest rollout, which succeeds.
+    converge(&s, &id).await;
+    assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
+    let all = rollouts_of(&s);
+    assert_eq!(
+        all[0].status.status,
+        RolloutStatus::Succeeded,
+        "{:?}",
+        all[0]
+    );
+    assert_eq!(all[0].status.reporters[0].mismatch_reason, None);
+    assert_eq!(all[0].status.healthy_replica_count, 1);
+    assert_eq!(all[2].status.status, RolloutStatus::Failed);
 }

@@ -104,8 +104,10 @@ async fn pull(
     }
 }
 
-/// A failed pull: a registry without the manifest is `RequestedDigestMissing`, anything else
-/// `PullFailed`.
+/// A failed pull: a registry without the manifest is `RequestedDigestMissing`, one whose
+/// manifest does not hash to the digest (the engine checks every manifest it pulls by digest,
+/// and says `manifest verification failed for digest`) `RegistryDigestInconsistent`, anything
+/// else `PullFailed`.
 fn classify(
     image: &PinnedImage,
     reference: &str,
@@ -113,6 +115,17 @@ fn classify(
     message: &str,
 ) -> RuntimeError {
     let lower = message.to_ascii_lowercase();
+    if lower.contains("manifest verification failed") {
+        return RuntimeError::Image {
+            failure: ImageFailure::RegistryDigestInconsistent,
+            message: format!(
+                "the registry answered {} with a manifest that does not hash to that digest, so \
+                 the engine refused it: the registry does not serve what the digest names; check \
+                 the registry",
+                untagged_reference(image)
+            ),
+        };
+    }
     let missing = status == Some(404)
         || lower.contains("manifest unknown")
         || (lower.contains("manifest for") && lower.contains("not found"));
@@ -330,6 +343,19 @@ mod tests {
             missing,
             RuntimeError::Image { failure: ImageFailure::RequestedDigestMissing, ref message }
                 if message.contains("check the digest, or push the image")
+        ));
+        let lying = classify(
+            &image,
+            "r",
+            None,
+            &format!("manifest verification failed for digest sha256:{HEX}"),
+        );
+        assert!(matches!(
+            lying,
+            RuntimeError::Image {
+                failure: ImageFailure::RegistryDigestInconsistent,
+                ..
+            }
         ));
         let refused = classify(&image, "r", Some(500), "dial tcp: connection refused");
         assert!(matches!(

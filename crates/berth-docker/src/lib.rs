@@ -44,6 +44,7 @@ mod images;
 mod networks;
 mod probe;
 mod raw;
+mod registry;
 mod volumes;
 
 use std::collections::BTreeMap;
@@ -53,7 +54,7 @@ use async_trait::async_trait;
 use berth_core::image::PinnedImage;
 use berth_core::runtime::{
     ContainerFacts, ContainerPlan, ExecOutcome, ExecRequest, ExecStdin, ImageFacts, LABEL_PREFIX,
-    Labels, LogStream, Runtime, RuntimeError, RuntimeEvent,
+    Labels, LogStream, RegistryManifest, Runtime, RuntimeError, RuntimeEvent,
 };
 use berth_core::spec::Ready;
 use bollard::Docker;
@@ -100,6 +101,7 @@ pub struct DockerRuntime {
     raw: Option<RawClient>,
     disk_usage: Mutex<()>,
     network_create: Mutex<()>,
+    registries: registry::Registries,
 }
 
 impl std::fmt::Debug for DockerRuntime {
@@ -171,6 +173,7 @@ impl DockerRuntime {
             raw,
             disk_usage: Mutex::new(()),
             network_create: Mutex::new(()),
+            registries: registry::Registries::new(),
         })
     }
 
@@ -199,13 +202,22 @@ impl Runtime for DockerRuntime {
         images::facts_by_id(&self.docker, image_id).await
     }
 
-    async fn manifest_media_type(
+    /// berth's own read of the registry (see the `registry` module); when the registry cannot
+    /// be read that way (credentials, a TLS berth cannot check), the media type as the engine's
+    /// distribution inspect reports it.
+    async fn registry_manifest(
         &self,
         image: &PinnedImage,
-    ) -> Result<Option<String>, RuntimeError> {
+    ) -> Result<Option<RegistryManifest>, RuntimeError> {
+        if let Some(found) = self.registries.manifest(&self.docker, image).await? {
+            return Ok(Some(found));
+        }
         let reference = images::untagged_reference(image);
         match self.docker.inspect_registry_image(&reference, None).await {
-            Ok(found) => Ok(found.descriptor.media_type),
+            Ok(found) => Ok(Some(RegistryManifest {
+                media_type: found.descriptor.media_type,
+                ..RegistryManifest::default()
+            })),
             Err(e) => Err(error::map(e, "the registry's manifest")),
         }
     }

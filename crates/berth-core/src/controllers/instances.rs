@@ -23,9 +23,9 @@ use crate::model::{Desired, Instance, InstanceState, InstanceVolume, StopReason}
 use crate::names;
 use crate::queue::{Action, WorkQueue, backoff};
 use crate::runtime::{
-    ContainerFacts, ContainerPlan, ImageFacts, LABEL_DOMAIN, LABEL_INSTANCE, LABEL_KEY,
-    LABEL_MANAGED, LABEL_PLAN_DIGEST, LABEL_PREFIX, LABEL_SPEC_DIGEST, LABEL_VOLUME, Labels, Mount,
-    RuntimeError,
+    ContainerFacts, ContainerPlan, ImageFacts, ImageFailure, LABEL_DOMAIN, LABEL_INSTANCE,
+    LABEL_KEY, LABEL_MANAGED, LABEL_PLAN_DIGEST, LABEL_PREFIX, LABEL_SPEC_DIGEST, LABEL_VOLUME,
+    Labels, Mount, RuntimeError,
 };
 use crate::spec::Ready;
 use crate::store::{Observation, StoreError};
@@ -58,6 +58,8 @@ struct StartState {
     watching_output: bool,
     /// Consecutive creates or starts the engine refused.
     start_failures: u32,
+    /// The desired generation whose acting was reported to the instance's newest rollout.
+    acting_reported: Option<i64>,
 }
 
 pub(crate) struct InstanceController {
@@ -313,22 +315,23 @@ impl InstanceController {
             return Ok(Next::Done);
         }
 
+        // The rollout this desired state belongs to is acted on from here: reported once per
+        // generation while the instance starts.
+        let report = self.with_start(&instance.id, |s| {
+            s.acting_reported
+                .replace(instance.generation)
+                .is_none_or(|g| g != instance.generation)
+        });
+        if report {
+            self.ctx
+                .store
+                .report_acting(&instance.id, instance.generation)
+                .await?;
+        }
         let image = match runtime.ensure_image(&instance.spec.image).await {
             Ok(facts) => facts,
             Err(RuntimeError::Image { failure, message }) => {
-                let evidence = ImageEvidence::of_image_failure(
-                    &instance.spec_digest,
-                    instance.spec.image.as_str(),
-                    failure,
-                    &message,
-                    Timestamp::now(),
-                );
-                self.ctx
-                    .store
-                    .record_evidence(&instance.id, &evidence)
-                    .await?;
-                self.fail(instance, message).await?;
-                return Ok(Next::Done);
+                return self.image_failed(instance, failure, message).await;
             }
             Err(e @ RuntimeError::Foreign(_)) => {
                 self.fail(instance, e.to_string()).await?;
@@ -397,7 +400,11 @@ impl InstanceController {
                     .unwrap_or_default();
                 let plan = self.plan_container(instance, &obs.volumes, &network, aliases, labels);
                 // The engine has just verified the image by its digest: an observation of it.
-                self.observe_release(instance).await?;
+                if let Err(RuntimeError::Image { failure, message }) =
+                    self.observe_release(instance).await?
+                {
+                    return self.image_failed(instance, failure, message).await;
+                }
                 match runtime.create_container(&plan).await {
                     Ok(_) => {}
                     // Made by a reconcile that crashed before it could record it: look again.
@@ -693,10 +700,37 @@ impl InstanceController {
         self.ctx.store.record_observation(&obs).await
     }
 
+    /// The image could not be made ready, or its registry is inconsistent: the evidence says
+    /// why, and the instance fails.
+    async fn image_failed(
+        &self,
+        instance: &Instance,
+        failure: ImageFailure,
+        message: String,
+    ) -> Result<Next, ReconcileError> {
+        let evidence = ImageEvidence::of_image_failure(
+            &instance.spec_digest,
+            instance.spec.image.as_str(),
+            failure,
+            &message,
+            Timestamp::now(),
+        );
+        self.ctx
+            .store
+            .record_evidence(&instance.id, instance.generation, &evidence)
+            .await?;
+        self.fail(instance, message).await?;
+        Ok(Next::Done)
+    }
+
     /// Records that the instance's image was found in its registry (the engine just made it
-    /// ready by its digest), asking the registry for the root descriptor's media type the
-    /// first time.
-    async fn observe_release(&self, instance: &Instance) -> Result<(), ReconcileError> {
+    /// ready by its digest), reading what the registry holds under the digest the first time:
+    /// the root's media type and, for an index, the manifest of the engine's platform. A
+    /// registry whose content does not hash to the digest is answered as the `Err` inside.
+    async fn observe_release(
+        &self,
+        instance: &Instance,
+    ) -> Result<Result<(), RuntimeError>, ReconcileError> {
         let (id, release) = (
             instance.id.clone(),
             crate::rollouts::release_id(&instance.id, &instance.spec.image),
@@ -707,21 +741,30 @@ impl InstanceController {
             .read(move |tx| tx.image_release(&id, &release))
             .await?
             .and_then(|r| r.media_type);
-        let media_type = match known {
+        let manifest = match known {
             Some(_) => None,
-            None => self
+            None => match self
                 .ctx
                 .runtime
-                .manifest_media_type(&instance.spec.image)
+                .registry_manifest(&instance.spec.image)
                 .await
-                .unwrap_or_else(|e| {
+            {
+                Ok(found) => found,
+                Err(
+                    e @ RuntimeError::Image {
+                        failure: ImageFailure::RegistryDigestInconsistent,
+                        ..
+                    },
+                ) => return Ok(Err(e)),
+                Err(e) => {
                     tracing::debug!(instance = %instance.id, error = %e,
-                        "the registry's media type for the image could not be read");
+                        "what the registry holds for the image could not be read");
                     None
-                }),
+                }
+            },
         };
-        self.ctx.store.observe_release(instance, media_type).await?;
-        Ok(())
+        self.ctx.store.observe_release(instance, manifest).await?;
+        Ok(Ok(()))
     }
 
     /// Reads the evidence of what the instance's container runs, records it, and returns it.
@@ -750,7 +793,7 @@ impl InstanceController {
         );
         self.ctx
             .store
-            .record_evidence(&instance.id, &evidence)
+            .record_evidence(&instance.id, instance.generation, &evidence)
             .await?;
         Ok(evidence)
     }

@@ -1,5 +1,6 @@
 //! The commands people run, over the daemon's HTTP API: `up`, `ps`, `stop`, `start`,
-//! `archive`, `exec`, `logs`, `link`, `env`, `domains` and `doctor`.
+//! `archive`, `exec`, `logs`, `link`, `env`, `domains`, `rollouts`, `releases`, `rollback` and
+//! `doctor`.
 //!
 //! Each runs in a git worktree: the repository is the resource domain (created on first use),
 //! the worktree gives the worktree key, and `berth.toml` at the worktree's top level says what
@@ -9,6 +10,7 @@ mod doctor;
 mod exec;
 mod instances;
 mod logs;
+mod rollouts;
 mod up;
 
 use std::path::{Path, PathBuf};
@@ -68,6 +70,13 @@ pub enum Command {
     Link(logs::LinkArgs),
     /// List your resource domains (a repository is one).
     Domains(instances::DomainsArgs),
+    /// List an instance's image rollouts, newest first: generation, mode, status and why.
+    Rollouts(rollouts::RolloutsArgs),
+    /// List the image releases an instance ran (the ids `berth rollback --release` takes).
+    Releases(rollouts::ReleasesArgs),
+    /// Roll an instance back to an image release that ran verified (by default the previous
+    /// one), and wait until it runs.
+    Rollback(rollouts::RollbackArgs),
     /// Check Docker, the daemon, the service key, berth.toml and its images, and say what to fix.
     Doctor(doctor::DoctorArgs),
 }
@@ -83,6 +92,9 @@ pub async fn run(command: Command) -> ExitCode {
         Command::Exec(args) => exec::run(args).await,
         Command::Env(args) => instances::env(args).await,
         Command::Domains(args) => instances::domains(args).await,
+        Command::Rollouts(args) => rollouts::rollouts(args).await,
+        Command::Releases(args) => rollouts::releases(args).await,
+        Command::Rollback(args) => rollouts::rollback(args).await,
         Command::Logs(args) => logs::logs(args).await,
         Command::Link(args) => logs::link(args).await,
         Command::Doctor(args) => doctor::run(args).await,

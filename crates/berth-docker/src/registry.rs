@@ -1,0 +1,495 @@
+//! Reading a registry by digest: what berth checks itself of a pinned image's root manifest.
+//!
+//! The engine verifies what it pulls, but it does not say which manifest of an index it ran,
+//! nor hand out the bytes it read. So berth reads the root manifest from the registry by its
+//! digest, over the Registry HTTP API (`GET /v2/<repository>/manifests/<digest>`), checks that
+//! the bytes hash to the digest, and, when the root is an index (an OCI image index or a Docker
+//! manifest list), reads the manifest it lists for the engine's platform the same way, for its
+//! digest and its config digest.
+//!
+//! A registry is read over https, or over plain http when the engine itself treats it as
+//! insecure (it is in the engine's `insecure-registries`, or its address is in one of the
+//! engine's insecure ranges, 127.0.0.0/8 by default). Anonymous bearer tokens are fetched when a
+//! registry asks for one (Docker Hub does); berth holds no registry credentials, so a registry
+//! that needs them is not read, and what only it could say is left out.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use berth_core::image::{Digest, PinnedImage};
+use berth_core::runtime::{ImageFailure, RegistryManifest, RuntimeError};
+use bollard::Docker;
+use serde::Deserialize;
+use tokio::sync::OnceCell;
+
+/// The manifest media types berth asks for.
+const ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
+    application/vnd.docker.distribution.manifest.list.v2+json, \
+    application/vnd.oci.image.manifest.v1+json, \
+    application/vnd.docker.distribution.manifest.v2+json";
+/// The largest manifest berth reads (the distribution registry's own limit is 4 MiB).
+const MAX_MANIFEST: usize = 4 << 20;
+/// How long one registry request may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+const INDEX_TYPES: [&str; 2] = [
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+];
+
+/// The engine's platform: the one an index is resolved for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Platform {
+    pub(crate) os: String,
+    pub(crate) architecture: String,
+}
+
+/// What the engine says about registries: its platform and which registries it reads insecurely.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct EngineView {
+    platform: Option<Platform>,
+    /// Registry hosts the engine names, and whether it reads them over TLS.
+    secure: HashMap<String, bool>,
+    /// Address ranges the engine treats as insecure registries.
+    insecure_ranges: Vec<(IpAddr, u8)>,
+}
+
+/// Reads registries for a runtime; the engine's view is asked once.
+pub(crate) struct Registries {
+    http: Option<reqwest::Client>,
+    engine: OnceCell<EngineView>,
+}
+
+impl Registries {
+    pub(crate) fn new() -> Self {
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(REQUEST_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::limited(3))
+            .build()
+            .map_err(|e| tracing::warn!(error = %e, "no registry client: berth reads no registry"))
+            .ok();
+        Self {
+            http,
+            engine: OnceCell::new(),
+        }
+    }
+
+    /// The engine's view, asked once it answers both questions (an engine that did not
+    /// answer is asked again next time).
+    async fn engine(&self, docker: &Docker) -> Option<&EngineView> {
+        self.engine
+            .get_or_try_init(|| async {
+                let version = docker.version().await.map_err(|_| ())?;
+                let info = docker.info().await.map_err(|_| ())?;
+                let mut view = EngineView::default();
+                if let (Some(os), Some(arch)) = (version.os, version.arch) {
+                    view.platform = Some(Platform {
+                        os,
+                        architecture: arch,
+                    });
+                }
+                if let Some(config) = info.registry_config {
+                    for (name, index) in config.index_configs.unwrap_or_default() {
+                        view.secure.insert(name, index.secure.unwrap_or(true));
+                    }
+                    view.insecure_ranges = config
+                        .insecure_registry_cidrs
+                        .unwrap_or_default()
+                        .iter()
+                        .filter_map(|c| parse_cidr(c))
+                        .collect();
+                }
+                Ok::<_, ()>(view)
+            })
+            .await
+            .ok()
+    }
+
+    /// What the registry holds under the pinned digest; `Ok(None)` when it cannot be read.
+    pub(crate) async fn manifest(
+        &self,
+        docker: &Docker,
+        image: &PinnedImage,
+    ) -> Result<Option<RegistryManifest>, RuntimeError> {
+        let Some(http) = &self.http else {
+            return Ok(None);
+        };
+        let Some(engine) = self.engine(docker).await else {
+            return Ok(None);
+        };
+        let host = image.registry().unwrap_or("docker.io");
+        let repository = berth_core::rollouts::registry_repository(image);
+        let base = match host {
+            "docker.io" | "index.docker.io" => "https://registry-1.docker.io".to_owned(),
+            _ if engine.is_insecure(host).await => format!("http://{host}"),
+            _ => format!("https://{host}"),
+        };
+        let reader = Reader {
+            http,
+            base,
+            repository,
+            token: None,
+        };
+        reader.read(image.digest(), engine.platform.as_ref()).await
+    }
+}
+
+impl EngineView {
+    /// Whether the engine reads `host` (`name[:port]`) without TLS.
+    async fn is_insecure(&self, host: &str) -> bool {
+        if let Some(secure) = self.secure.get(host) {
+            return !secure;
+        }
+        let name = host_name(host);
+        let addresses: Vec<IpAddr> = match name.parse::<IpAddr>() {
+            Ok(ip) => vec![ip],
+            Err(_) => match tokio::net::lookup_host((name, 0)).await {
+                Ok(found) => found.map(|a| a.ip()).collect(),
+                Err(_) => Vec::new(),
+            },
+        };
+        addresses.iter().any(|ip| {
+            self.insecure_ranges
+                .iter()
+                .any(|(net, bits)| in_range(*ip, *net, *bits))
+        })
+    }
+}
+
+/// `host` without its port (`[::1]:5000` → `::1`).
+fn host_name(host: &str) -> &str {
+    if let Some(rest) = host.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    match host.rsplit_once(':') {
+        Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) => name,
+        _ => host,
+    }
+}
+
+fn parse_cidr(text: &str) -> Option<(IpAddr, u8)> {
+    let (address, bits) = text.split_once('/')?;
+    let address: IpAddr = address.parse().ok()?;
+    let bits: u8 = bits.parse().ok()?;
+    let max = if address.is_ipv4() { 32 } else { 128 };
+    (bits <= max).then_some((address, bits))
+}
+
+fn in_range(ip: IpAddr, net: IpAddr, bits: u8) -> bool {
+    match (ip, net) {
+        (IpAddr::V4(ip), IpAddr::V4(net)) => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(bits)).unwrap_or(0);
+            u32::from(ip) & mask == u32::from(net) & mask
+        }
+        (IpAddr::V6(ip), IpAddr::V6(net)) => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(bits)).unwrap_or(0);
+            u128::from(ip) & mask == u128::from(net) & mask
+        }
+        _ => false,
+    }
+}
+
+/// A manifest or an index, as far as berth reads it.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Manifest {
+    media_type: Option<String>,
+    #[serde(default)]
+    manifests: Vec<Descriptor>,
+    config: Option<Descriptor>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Descriptor {
+    digest: String,
+    platform: Option<DescriptorPlatform>,
+}
+
+#[derive(Debug, Deserialize)]
+struct DescriptorPlatform {
+    os: String,
+    architecture: String,
+    variant: Option<String>,
+}
+
+/// The manifest an index lists for `platform`: the first entry of its os and architecture,
+/// preferring one without a variant (or `v8` on arm64) as the engine does for those.
+fn pick<'a>(index: &'a Manifest, platform: &Platform) -> Option<&'a Descriptor> {
+    let matching = index.manifests.iter().filter(|d| {
+        d.platform
+            .as_ref()
+            .is_some_and(|p| p.os == platform.os && p.architecture == platform.architecture)
+    });
+    let mut first = None;
+    for d in matching {
+        let variant = d.platform.as_ref().and_then(|p| p.variant.as_deref());
+        if variant.is_none() || (platform.architecture == "arm64" && variant == Some("v8")) {
+            return Some(d);
+        }
+        first.get_or_insert(d);
+    }
+    first
+}
+
+struct Reader<'a> {
+    http: &'a reqwest::Client,
+    base: String,
+    repository: String,
+    token: Option<String>,
+}
+
+/// A manifest's bytes and the media type the registry gave them.
+struct Fetched {
+    bytes: Vec<u8>,
+    content_type: Option<String>,
+}
+
+impl Reader<'_> {
+    async fn read(
+        mut self,
+        digest: &Digest,
+        platform: Option<&Platform>,
+    ) -> Result<Option<RegistryManifest>, RuntimeError> {
+        let Some(root) = self.fetch(digest).await? else {
+            return Ok(None);
+        };
+        let parsed: Option<Manifest> = serde_json::from_slice(&root.bytes).ok();
+        let media_type = parsed
+            .as_ref()
+            .and_then(|m| m.media_type.clone())
+            .or(root.content_type);
+        let mut out = RegistryManifest {
+            media_type: media_type.clone(),
+            ..RegistryManifest::default()
+        };
+        let is_index = media_type
+            .as_deref()
+            .is_some_and(|m| INDEX_TYPES.contains(&m));
+        if let (true, Some(index), Some(platform)) = (is_index, &parsed, platform)
+            && let Some(entry) = pick(index, platform)
+            && let Some(entry_digest) = Digest::parse(&entry.digest)
+            && let Some(platform_manifest) = self.fetch(&entry_digest).await?
+        {
+            let config = serde_json::from_slice::<Manifest>(&platform_manifest.bytes)
+                .ok()
+                .and_then(|m| m.config)
+                .and_then(|c| Digest::parse(&c.digest));
+            if let Some(config) = config {
+                out.platform_manifest_digest = Some(entry_digest.to_string());
+                out.platform_config_digest = Some(config.to_string());
+            }
+        }
+        Ok(out.media_type.is_some().then_some(out))
+    }
+
+    /// The manifest with `digest`, its bytes checked against it: `Ok(None)` when the registry
+    /// could not be read (unreachable, refused, no such manifest, too large), and
+    /// [`ImageFailure::RegistryDigestInconsistent`] when what it answered does not hash to the
+    /// digest.
+    async fn fetch(&mut self, digest: &Digest) -> Result<Option<Fetched>, RuntimeError> {
+        let url = format!("{}/v2/{}/manifests/{digest}", self.base, self.repository);
+        let Some(response) = self.get(&url).await else {
+            return Ok(None);
+        };
+        if !response.status().is_success() {
+            tracing::debug!(url = %url, status = %response.status(),
+                "the registry did not answer the manifest");
+            return Ok(None);
+        }
+        if response
+            .content_length()
+            .is_some_and(|n| n > MAX_MANIFEST as u64)
+        {
+            return Ok(None);
+        }
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.split(';').next().unwrap_or(v).trim().to_owned())
+            .filter(|v| !v.is_empty());
+        let Some(bytes) = read_limited(response).await else {
+            return Ok(None);
+        };
+        let actual = Digest::of(&bytes);
+        if actual != *digest {
+            return Err(RuntimeError::Image {
+                failure: ImageFailure::RegistryDigestInconsistent,
+                message: format!(
+                    "the registry answered {}@{digest} with a manifest that does not hash to that \
+                     digest (its bytes hash to {actual}): it does not serve what the digest \
+                     names; check the registry",
+                    self.repository
+                ),
+            });
+        }
+        Ok(Some(Fetched {
+            bytes,
+            content_type,
+        }))
+    }
+
+    /// A GET with the manifest types accepted, answering one bearer challenge with an
+    /// anonymous token.
+    async fn get(&mut self, url: &str) -> Option<reqwest::Response> {
+        for attempt in 0..2 {
+            let mut request = self.http.get(url).header(reqwest::header::ACCEPT, ACCEPT);
+            if let Some(token) = &self.token {
+                request = request.bearer_auth(token);
+            }
+            let response = match request.send().await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::debug!(url = %url, error = %e, "the registry could not be read");
+                    return None;
+                }
+            };
+            if response.status() != reqwest::StatusCode::UNAUTHORIZED || attempt > 0 {
+                return Some(response);
+            }
+            let challenge = response
+                .headers()
+                .get(reqwest::header::WWW_AUTHENTICATE)
+                .and_then(|v| v.to_str().ok())
+                .and_then(bearer_challenge)?;
+            self.token = Some(self.anonymous_token(&challenge).await?);
+        }
+        None
+    }
+
+    async fn anonymous_token(&self, challenge: &HashMap<String, String>) -> Option<String> {
+        let realm = challenge.get("realm")?;
+        if !(realm.starts_with("https://") || realm.starts_with("http://")) {
+            return None;
+        }
+        let mut query: Vec<(&str, String)> = Vec::new();
+        if let Some(service) = challenge.get("service") {
+            query.push(("service", service.clone()));
+        }
+        query.push((
+            "scope",
+            challenge
+                .get("scope")
+                .cloned()
+                .unwrap_or_else(|| format!("repository:{}:pull", self.repository)),
+        ));
+        #[derive(Deserialize)]
+        struct Token {
+            token: Option<String>,
+            access_token: Option<String>,
+        }
+        let answer = self
+            .http
+            .get(realm)
+            .query(&query)
+            .send()
+            .await
+            .ok()?
+            .error_for_status()
+            .ok()?
+            .json::<Token>()
+            .await
+            .ok()?;
+        answer.token.or(answer.access_token)
+    }
+}
+
+/// Reads a body of at most [`MAX_MANIFEST`] bytes.
+async fn read_limited(mut response: reqwest::Response) -> Option<Vec<u8>> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response.chunk().await.ok()? {
+        if bytes.len() + chunk.len() > MAX_MANIFEST {
+            return None;
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Some(bytes)
+}
+
+/// The parameters of a `Bearer` challenge (`Bearer realm="...",service="...",scope="..."`).
+fn bearer_challenge(header: &str) -> Option<HashMap<String, String>> {
+    let rest = header.trim();
+    let (scheme, params) = rest.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let mut out = HashMap::new();
+    let mut rest = params.trim();
+    while !rest.is_empty() {
+        let (key, after) = rest.split_once('=')?;
+        let key = key
+            .trim()
+            .trim_start_matches(',')
+            .trim()
+            .to_ascii_lowercase();
+        let after = after.trim_start();
+        let (value, next) = if let Some(quoted) = after.strip_prefix('"') {
+            let end = quoted.find('"')?;
+            (&quoted[..end], &quoted[end + 1..])
+        } else {
+            match after.find(',') {
+                Some(end) => (&after[..end], &after[end..]),
+                None => (after, ""),
+            }
+        };
+        out.insert(key, value.to_owned());
+        rest = next.trim_start().trim_start_matches(',').trim_start();
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bearer_challenge_is_read() {
+        let c = bearer_challenge(
+            r#"Bearer realm="https://auth.docker.io/token",service="registry.docker.io",scope="repository:library/postgres:pull""#,
+        )
+        .unwrap();
+        assert_eq!(c["realm"], "https://auth.docker.io/token");
+        assert_eq!(c["service"], "registry.docker.io");
+        assert_eq!(c["scope"], "repository:library/postgres:pull");
+        assert!(bearer_challenge(r#"Basic realm="x""#).is_none());
+    }
+
+    #[test]
+    fn insecure_ranges_hold_their_addresses() {
+        let (net, bits) = parse_cidr("127.0.0.0/8").unwrap();
+        assert!(in_range("127.0.0.1".parse().unwrap(), net, bits));
+        assert!(!in_range("10.0.0.1".parse().unwrap(), net, bits));
+        let (net, bits) = parse_cidr("::1/128").unwrap();
+        assert!(in_range("::1".parse().unwrap(), net, bits));
+        assert!(parse_cidr("10.0.0.0/33").is_none());
+        assert_eq!(host_name("127.0.0.1:5000"), "127.0.0.1");
+        assert_eq!(host_name("[::1]:5000"), "::1");
+        assert_eq!(host_name("registry.example"), "registry.example");
+    }
+
+    #[test]
+    fn an_index_resolves_to_the_engines_platform() {
+        let index: Manifest = serde_json::from_value(serde_json::json!({
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": [
+                {"digest": "sha256:a", "platform": {"os": "linux", "architecture": "arm", "variant": "v7"}},
+                {"digest": "sha256:b", "platform": {"os": "linux", "architecture": "arm64", "variant": "v8"}},
+                {"digest": "sha256:c", "platform": {"os": "linux", "architecture": "amd64"}},
+                {"digest": "sha256:d", "platform": {"os": "unknown", "architecture": "unknown"}}
+            ]
+        }))
+        .unwrap();
+        let on = |architecture: &str| Platform {
+            os: "linux".into(),
+            architecture: architecture.into(),
+        };
+        assert_eq!(pick(&index, &on("amd64")).unwrap().digest, "sha256:c");
+        assert_eq!(pick(&index, &on("arm64")).unwrap().digest, "sha256:b");
+        assert_eq!(pick(&index, &on("arm")).unwrap().digest, "sha256:a");
+        assert!(pick(&index, &on("s390x")).is_none());
+    }
+}
