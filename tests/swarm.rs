@@ -380,6 +380,53 @@ fn no_instance_port_answers_anywhere_but_loopback() {
     }
 }
 
+#[test]
+fn doctor_checks_the_swarm_and_says_what_a_service_cannot_enforce() {
+    let prefix = support::run_prefix();
+    let before = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["doctor", "--runtime", "swarm", "--json"])
+        .env("BERTH_URL", "http://127.0.0.1:9")
+        .output()
+        .expect("berth doctor runs");
+    let checks: Value = serde_json::from_slice(&before.stdout).expect("doctor --json answers JSON");
+    let swarm = |checks: &Value| {
+        checks
+            .as_array()
+            .expect("a list of checks")
+            .iter()
+            .find(|c| c["check"] == "swarm")
+            .cloned()
+            .expect("a swarm check")
+    };
+    assert_eq!(swarm(&checks)["ok"], false, "no swarm yet: {checks}");
+    assert!(
+        swarm(&checks)["fix"]
+            .as_str()
+            .is_some_and(|f| f.contains("docker swarm init")),
+        "{checks}"
+    );
+
+    let _swarm = Swarm::init(&prefix);
+    let after = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["doctor", "--runtime", "swarm", "--json"])
+        .env("BERTH_URL", "http://127.0.0.1:9")
+        .output()
+        .expect("berth doctor runs");
+    let checks: Value = serde_json::from_slice(&after.stdout).expect("doctor --json answers JSON");
+    assert_eq!(swarm(&checks)["ok"], true, "{checks}");
+    let limits: Vec<&str> = checks
+        .as_array()
+        .expect("a list of checks")
+        .iter()
+        .filter(|c| c["check"] == "swarm limit")
+        .filter_map(|c| c["detail"].as_str())
+        .collect();
+    assert!(
+        limits.iter().any(|l| l.contains("no-new-privileges")),
+        "doctor says the swarm runtime cannot set no-new-privileges: {limits:?}"
+    );
+}
+
 /// This machine's IPv4 addresses other than loopback.
 fn other_addresses() -> Vec<std::net::IpAddr> {
     let out = std::process::Command::new("ip")
