@@ -380,6 +380,79 @@ fn no_instance_port_answers_anywhere_but_loopback() {
     }
 }
 
+/// The newest rollout of an instance, once the instance runs the spec with `spec_digest`.
+fn newest_rollout(api: &support::Client, domain: &str, key: &str, spec_digest: &Value) -> Value {
+    api.wait_for(domain, key, READY, "running the new spec", |i| {
+        i["state"]["kind"] == "running" && &i["specDigest"] == spec_digest
+    });
+    api.get(&format!(
+        "/v1/resource-domains/{domain}/instances/{key}/rollouts"
+    ))
+    .expect(200)["items"][0]
+        .clone()
+}
+
+#[test]
+fn rollouts_are_verified_from_the_tasks_container_and_roll_back_by_generation() {
+    let prefix = support::run_prefix();
+    let _swarm = Swarm::init(&prefix);
+    let daemon = Daemon::start_with(&["--runtime", "swarm"]);
+    let api = daemon.client();
+    let domain = api.create_domain("swarm-rollouts");
+    let (a, b) = (busybox_image(), support::volume_image());
+
+    let up = api.up(&domain, "web", &spec(&a, "web"), "use").expect(200);
+    let first = newest_rollout(&api, &domain, "web", &up["specDigest"]);
+    assert_eq!(first["status"]["status"], "succeeded", "{first}");
+    assert_eq!(first["plan"]["rolloutGeneration"], 1);
+    let id = first["plan"]["rolloutId"].as_str().expect("a rollout id");
+    let evidence = api
+        .get(&format!(
+            "/v1/resource-domains/{domain}/instances/web/rollouts/{id}/evidence"
+        ))
+        .expect(200);
+    assert_eq!(evidence["verificationStatus"], "verified", "{evidence}");
+    assert_eq!(evidence["evidenceSource"], "local-container-inspect");
+    assert_eq!(
+        evidence["resolvedDigest"],
+        a.rsplit_once('@').expect("a pin").1
+    );
+
+    let up_b = api
+        .up(&domain, "web", &spec(&b, "web"), "person")
+        .expect(200);
+    let second = newest_rollout(&api, &domain, "web", &up_b["specDigest"]);
+    assert_eq!(second["status"]["status"], "succeeded", "{second}");
+    assert_eq!(second["plan"]["rolloutGeneration"], 2);
+    let name = service_of(&daemon.prefix, "web");
+    assert_eq!(
+        service(&name)["Spec"]["TaskTemplate"]["ContainerSpec"]["Image"],
+        b.as_str(),
+        "the upgrade replaced the service with B's pin"
+    );
+
+    // A stale generation is refused; the current one rolls back to A.
+    api.post(
+        &format!("/v1/resource-domains/{domain}/instances/web/rollback"),
+        json!({"idempotencyKey": "stale", "expectedRolloutGeneration": 1}),
+    )
+    .expect_error(409, "ResourceInstanceRolloutConflictError");
+    let back = api
+        .post(
+            &format!("/v1/resource-domains/{domain}/instances/web/rollback"),
+            json!({"idempotencyKey": "back", "expectedRolloutGeneration": 2}),
+        )
+        .expect(200);
+    assert_eq!(back["rolloutGeneration"], 3);
+    let third = newest_rollout(&api, &domain, "web", &back["toSpecDigest"]);
+    assert_eq!(third["plan"]["mode"], "rollback", "{third}");
+    assert_eq!(third["status"]["status"], "rolled-back", "{third}");
+    assert_eq!(
+        service(&service_of(&daemon.prefix, "web"))["Spec"]["TaskTemplate"]["ContainerSpec"]["Image"],
+        a.as_str()
+    );
+}
+
 #[test]
 fn doctor_checks_the_swarm_and_says_what_a_service_cannot_enforce() {
     let prefix = support::run_prefix();
