@@ -157,7 +157,7 @@ fn who_from(container: &str, host: &str) -> Option<String> {
 fn an_instance_runs_as_a_pinned_one_task_service_keeps_its_volume_and_answers_exec() {
     let prefix = support::run_prefix();
     let _swarm = Swarm::init(&prefix);
-    let daemon = Daemon::start_with(&["--runtime", "swarm"]);
+    let mut daemon = Daemon::start_with(&["--runtime", "swarm"]);
     let api = daemon.client();
     let domain = api.create_domain("swarm");
 
@@ -236,6 +236,17 @@ fn an_instance_runs_as_a_pinned_one_task_service_keeps_its_volume_and_answers_ex
     assert_ne!(new_task, old_task, "a new task's container runs");
     let out = exec(&api, &domain, "web", &["cat", "/data/mark"]);
     assert_eq!(out["stdout"], "kept\n");
+
+    // A berth killed and started again adopts the running service: the same task runs on.
+    daemon.kill9();
+    daemon.start_again();
+    let api = daemon.client();
+    api.settled(&domain, "web", &["running"], READY);
+    assert_eq!(
+        running_tasks(&name),
+        new_task,
+        "the task was adopted, not replaced"
+    );
 
     // Archive removes the service, never the volume.
     api.post_empty(&format!(

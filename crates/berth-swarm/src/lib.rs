@@ -278,8 +278,11 @@ impl SwarmRuntime {
             Some(id) => self.node.inspect_container(id).await?,
             None => None,
         };
-        facts.running =
-            state == Some(TaskState::RUNNING) && local.as_ref().is_some_and(|c| c.running);
+        // Running as soon as its container runs on this engine, which is before the node's
+        // agent has told the manager so.
+        facts.running = task.desired_state == Some(TaskState::RUNNING)
+            && !is_final(state)
+            && local.as_ref().is_some_and(|c| c.running);
         if let Some(local) = local {
             facts.started_at = local.started_at;
             facts.finished_at = local.finished_at;
@@ -311,7 +314,7 @@ impl SwarmRuntime {
         self.facts(service, &tasks, &gateways).await
     }
 
-    /// The container of the service's running task on this node.
+    /// The container of the service's wanted task on this node.
     async fn running_container(&self, service: &str) -> Result<Option<String>, RuntimeError> {
         let Some(found) = self.service(service).await? else {
             return Ok(None);
@@ -319,8 +322,10 @@ impl SwarmRuntime {
         let id = found.id.clone().unwrap_or_default();
         let tasks = self.tasks(&[&id]).await?;
         let tasks: Vec<&Task> = tasks.iter().collect();
+        // The wanted task's container, once it has one: it may run before the manager has
+        // heard so (see `facts`); the engine refuses an exec in one that does not run.
         Ok(current_task(&tasks)
-            .filter(|t| task_state(t) == Some(TaskState::RUNNING))
+            .filter(|t| t.desired_state == Some(TaskState::RUNNING) && !is_final(task_state(t)))
             .and_then(task_container))
     }
 
@@ -441,6 +446,18 @@ impl SwarmRuntime {
             if let Some(task) = wanted {
                 let state = task_state(task);
                 if state == Some(TaskState::RUNNING) {
+                    return Ok(());
+                }
+                // The node's agent tells the manager a task runs some time after its container
+                // has started: the container itself, on this engine, says it first.
+                if !is_final(state)
+                    && let Some(container) = task_container(task)
+                    && self
+                        .node
+                        .inspect_container(&container)
+                        .await?
+                        .is_some_and(|c| c.running)
+                {
                     return Ok(());
                 }
                 if is_final(state) {
