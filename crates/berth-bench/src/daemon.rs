@@ -47,6 +47,27 @@ impl Daemon {
         docker_host: Option<&str>,
         data_dir: Option<&Path>,
     ) -> anyhow::Result<Daemon> {
+        Self::launch(bin, prefix, key, docker_host, data_dir, &[]).await
+    }
+
+    /// [`Daemon::start`] with extra environment variables (`BERTH_RUNTIME=swarm`, say).
+    pub async fn start_with_env(
+        bin: &Path,
+        prefix: &str,
+        key: &str,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Daemon> {
+        Self::launch(bin, prefix, key, None, None, env).await
+    }
+
+    async fn launch(
+        bin: &Path,
+        prefix: &str,
+        key: &str,
+        docker_host: Option<&str>,
+        data_dir: Option<&Path>,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Daemon> {
         let dir = tempfile::Builder::new()
             .prefix("berth-bench-")
             .tempdir()
@@ -58,6 +79,7 @@ impl Daemon {
         if let Some(host) = docker_host {
             command.env("DOCKER_HOST", host);
         }
+        command.envs(env.iter().copied());
         let mut child = command
             .arg("serve")
             .args(["--listen", "127.0.0.1:0"])

@@ -29,6 +29,7 @@ mod proxy;
 mod report;
 mod soak;
 mod stats;
+mod swarm;
 mod up;
 mod wake;
 mod watch;
@@ -135,6 +136,10 @@ enum FigureKind {
     /// How soon the event stream and a waiting `berth up` hear of a start and of `running`.
     #[value(alias = "engine_start_to_sse_starting")]
     Watch,
+    /// up → running on the swarm runtime against a raw service create (makes a swarm and
+    /// leaves it).
+    #[value(alias = "up_to_running_swarm_busybox_tcp")]
+    Swarm,
 }
 
 impl FigureKind {
@@ -151,6 +156,7 @@ impl FigureKind {
             FigureKind::Postgres => "postgres",
             FigureKind::Many => "many",
             FigureKind::Watch => "watch",
+            FigureKind::Swarm => "swarm",
         }
     }
 }
@@ -294,6 +300,7 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
             }
             FigureKind::Many => many::run(ctx, args.samples.map_or(5, |n| n as usize)).await,
             FigureKind::Watch => watch::run(ctx, args.samples.map_or(20, |n| n as usize)).await,
+            FigureKind::Swarm => swarm::run(ctx, args.samples.map_or(10, |n| n as usize)).await,
         }
         .with_context(|| format!("measuring {}", kind.key()))?;
         if let Some(note) = load_note(load_before, report::load_average()) {
@@ -316,6 +323,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         FigureKind::Postgres,
         FigureKind::Many,
         FigureKind::Watch,
+        FigureKind::Swarm,
         FigureKind::Soak,
     ]
     .into_iter()

@@ -186,6 +186,18 @@ impl DockerRuntime {
     pub fn config(&self) -> &DockerConfig {
         &self.config
     }
+
+    /// The engine client itself, for a runtime built over this one (the swarm runtime asks
+    /// the same engine for services and tasks).
+    pub fn engine(&self) -> &Docker {
+        &self.docker
+    }
+}
+
+/// Maps an engine error about `what` (a phrase such as `service berth-x`) as this crate does:
+/// 404 is `NotFound`, 409 `Conflict`, a connection failure `Unavailable`, anything else `Engine`.
+pub fn engine_error(err: bollard::errors::Error, what: &str) -> RuntimeError {
+    error::map(err, what)
 }
 
 #[async_trait]

@@ -13,9 +13,11 @@ use anyhow::{Context, bail};
 use berth_core::Berth;
 use berth_core::controllers::{ReconcileConfig, Reconciler};
 use berth_core::queue::QueueConfig;
+use berth_core::runtime::Runtime;
 use berth_core::store::{Store, StoreError};
 use berth_docker::{DockerConfig, DockerRuntime};
 use berth_http::{AllowedHosts, ServiceKeys};
+use berth_swarm::SwarmRuntime;
 use clap::{Args, ValueEnum};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -37,6 +39,9 @@ const FILE_MODE: u32 = 0o600;
 pub enum RuntimeKind {
     /// Run instances on the Docker engine (DOCKER_HOST or the default socket).
     Docker,
+    /// Run instances as services on a Docker Swarm: the engine DOCKER_HOST names must be a
+    /// swarm manager (docs/swarm.md).
+    Swarm,
     /// Run no instances: the API answers, and instance routes say no runtime is configured.
     None,
 }
@@ -136,37 +141,53 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // SQLite made its -wal and -shm files with the database's mode; make sure of it.
     tighten_files(&data_dir)?;
 
-    let reconciler = match args.runtime {
+    let docker_config = DockerConfig {
+        pull_timeout: args.pull_timeout,
+        ..DockerConfig::default()
+    };
+    let runtime: Option<Arc<dyn Runtime>> = match args.runtime {
         RuntimeKind::None => None,
-        RuntimeKind::Docker => {
-            let config = DockerConfig {
-                pull_timeout: args.pull_timeout,
-                ..DockerConfig::default()
-            };
-            let docker = DockerRuntime::connect(config).await.context(
+        RuntimeKind::Docker => Some(Arc::new(
+            DockerRuntime::connect(docker_config).await.context(
                 "berth runs instances on Docker (pass --runtime none to serve without it)",
-            )?;
-            let reconciler = Reconciler::new(
-                store.clone(),
-                Arc::new(docker),
-                ReconcileConfig {
-                    prefix: args.prefix.clone(),
-                    ready_timeout: args.ready_timeout,
-                    stop_timeout: args.stop_timeout,
-                    queue: QueueConfig {
-                        workers: usize::from(args.workers),
-                        ..QueueConfig::default()
-                    },
-                    ..ReconcileConfig::default()
-                },
-            );
-            reconciler.start();
-            Some(reconciler)
+            )?,
+        )),
+        RuntimeKind::Swarm => {
+            let swarm = SwarmRuntime::connect(docker_config)
+                .await
+                .context("berth runs instances as swarm services (--runtime swarm)")?;
+            for limit in SwarmRuntime::limitations() {
+                tracing::warn!("on the swarm runtime, {limit}");
+            }
+            Some(Arc::new(swarm))
         }
     };
+    let runtime_name = runtime.as_ref().map(|r| r.kind());
+    let reconciler = runtime.map(|runtime| {
+        let reconciler = Reconciler::new(
+            store.clone(),
+            runtime,
+            ReconcileConfig {
+                prefix: args.prefix.clone(),
+                ready_timeout: args.ready_timeout,
+                stop_timeout: args.stop_timeout,
+                queue: QueueConfig {
+                    workers: usize::from(args.workers),
+                    ..QueueConfig::default()
+                },
+                ..ReconcileConfig::default()
+            },
+        );
+        reconciler.start();
+        reconciler
+    });
     let berth = match &reconciler {
         None => Berth::new(store.clone(), None, "no container runtime"),
-        Some(reconciler) => Berth::new(store.clone(), Some(reconciler.clone()), "docker"),
+        Some(reconciler) => Berth::new(
+            store.clone(),
+            Some(reconciler.clone()),
+            runtime_name.unwrap_or("docker"),
+        ),
     };
 
     let listener = TcpListener::bind(args.listen).await.map_err(|e| {

@@ -17,6 +17,10 @@ pub struct DoctorArgs {
     /// Print the checks as JSON.
     #[arg(long)]
     json: bool,
+    /// The runtime the daemon serves with (as `berth serve --runtime`): with `swarm`, also
+    /// check that the engine is a swarm manager and say what a swarm service cannot enforce.
+    #[arg(long, env = "BERTH_RUNTIME", value_enum, default_value = "docker")]
+    runtime: crate::serve::RuntimeKind,
 }
 
 struct Check {
@@ -78,6 +82,37 @@ fn docker() -> Check {
             "install Docker and put `docker` on PATH",
         ),
     }
+}
+
+/// The engine's swarm state, and what the swarm runtime cannot enforce, as lines of their own.
+fn swarm() -> Vec<Check> {
+    let state = match Command::new("docker")
+        .args([
+            "info",
+            "--format",
+            "{{.Swarm.LocalNodeState}} {{.Swarm.ControlAvailable}}",
+        ])
+        .output()
+    {
+        Ok(out) if out.status.success() => first_line(&out.stdout),
+        Ok(out) => first_line(&out.stderr),
+        Err(e) => e.to_string(),
+    };
+    let mut checks = vec![if state == "active true" {
+        Check::ok("swarm", "the engine is a swarm manager")
+    } else {
+        Check::fail(
+            "swarm",
+            format!("the swarm runtime needs a swarm manager; the engine says \"{state}\""),
+            "run `docker swarm init` (docs/swarm.md), or serve with --runtime docker",
+        )
+    }];
+    checks.extend(
+        berth_swarm::SwarmRuntime::limitations()
+            .iter()
+            .map(|limit| Check::ok("swarm limit", format!("on the swarm runtime: {limit}"))),
+    );
+    checks
 }
 
 async fn image_check(image: &str) -> Check {
@@ -153,6 +188,9 @@ async fn image_check(image: &str) -> Check {
 pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let ui = ui(args.json);
     let mut checks = vec![docker()];
+    if args.runtime == crate::serve::RuntimeKind::Swarm {
+        checks.extend(swarm());
+    }
 
     let endpoint = args.conn.endpoint();
     let daemon_up = match endpoint.health().await {

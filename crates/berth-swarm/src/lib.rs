@@ -1,0 +1,953 @@
+//! berth-swarm: berth's [`Runtime`] on a Docker Swarm manager.
+//!
+//! Each instance is a replicated service of at most one task, pinned by digest, placed on one
+//! node (volumes live on a node) and attached to attachable overlay networks with the same
+//! names and aliases the single-engine runtime gives its bridges, so a container on any node
+//! of the swarm resolves `db`. Core learns nothing of services: this runtime answers its
+//! container calls in terms of the service and its current task.
+//!
+//! | core asks | this runtime does |
+//! | --- | --- |
+//! | create a container | create the service with 0 replicas (restart policy `none`: core restarts, with its back-off) |
+//! | start it | set 1 replica; a task that ended is replaced by forcing an update |
+//! | stop it | set 0 replicas and wait for the task's container to end |
+//! | remove it | remove the service (never its volumes) |
+//! | inspect it | the service, its newest task, and that task's container on this node |
+//! | attach it to a network | add the network to the service's spec (a running task is replaced) |
+//! | exec, probe | in the task's container, through this node's engine |
+//! | logs | the service's logs (every task's, on any node) |
+//!
+//! **Placement.** Every instance is placed on the node berth's engine is (the manager berth
+//! talks to), by a constraint on its node id written into the service: its volumes are on this
+//! machine, its host endpoint is on this machine, and exec, probes and volume copies go through
+//! this machine's engine. A service is never moved by the swarm: a node that is drained or
+//! lost leaves the instance without a task, and berth reports it as not running rather than
+//! start it empty somewhere else.
+//!
+//! **Hardening.** Swarm services cannot be privileged, take no devices and publish no port
+//! here (the endpoint mode is `dnsrr`, with no ingress port). Each task runs with an init
+//! process and no added capability. What a service cannot say on API 1.41 is
+//! `no-new-privileges`: [`SwarmRuntime::limitations`] lists it, and `berth doctor` says so.
+//!
+//! **Addresses.** A task's container is on overlay networks, which this machine cannot route
+//! to. Each overlay container also has an address on the node's `docker_gwbridge`, which the
+//! host reaches: that is the address this runtime reports for every network, for probes and
+//! host endpoints.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use berth_core::image::PinnedImage;
+use berth_core::runtime::{
+    ContainerFacts, ContainerPlan, ExecOutcome, ExecRequest, ExecStdin, ImageFacts, LABEL_MANAGED,
+    LABEL_PREFIX, Labels, LogStream, RegistryManifest, Runtime, RuntimeError, RuntimeEvent,
+};
+use berth_core::spec::Ready;
+use berth_docker::{DockerConfig, DockerRuntime, engine_error};
+use bollard::Docker;
+use bollard::models::{
+    EndpointSpec, EndpointSpecModeEnum, LocalNodeState, Mount, MountType, NetworkAttachmentConfig,
+    NetworkCreateRequest, ObjectVersion, Service, ServiceSpec, ServiceSpecMode,
+    ServiceSpecModeReplicated, Task, TaskSpec, TaskSpecContainerSpec, TaskSpecPlacement,
+    TaskSpecResources, TaskSpecRestartPolicy, TaskSpecRestartPolicyConditionEnum, TaskState,
+};
+use bollard::query_parameters::{
+    EventsOptions, ListServicesOptions, ListTasksOptions, LogsOptions, UpdateServiceOptions,
+};
+use futures_util::StreamExt;
+use tokio::sync::{Mutex, mpsc};
+
+/// The bridge through which the host reaches the containers of overlay networks on this node.
+const GATEWAY_BRIDGE: &str = "docker_gwbridge";
+
+/// How often a start looks at its task when the engine says nothing.
+const TASK_LOOK: Duration = Duration::from_millis(200);
+
+/// How long a start waits for the swarm to make a task before it asks it to look again.
+const NUDGE_AFTER: Duration = Duration::from_secs(2);
+
+/// How long after a stop's own timeout this runtime waits for the task's container to end.
+const STOP_MARGIN: Duration = Duration::from_secs(10);
+
+/// What a swarm service on this engine cannot enforce that a container of the single-engine
+/// runtime has.
+pub const LIMITATIONS: &[&str] = &[
+    "no-new-privileges: a service's spec cannot set it on Docker's API 1.41, so a process in \
+     an instance may gain privileges through set-user-id programs of its image",
+    "stop timeout: a stop waits the service's stop grace period (the spec's), not a timeout \
+     given at the stop",
+    "attaching a running instance to another network (a new worktree view) replaces its task: \
+     the instance restarts",
+];
+
+/// The [`Runtime`] on a swarm manager. Images, volumes, exec, probes and events go through the
+/// same engine's container API (see [`DockerRuntime`]); services, tasks and overlay networks
+/// through its swarm API.
+pub struct SwarmRuntime {
+    node: DockerRuntime,
+    node_id: String,
+    network_create: Mutex<()>,
+    network_names: Arc<std::sync::Mutex<HashMap<String, String>>>,
+}
+
+impl std::fmt::Debug for SwarmRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SwarmRuntime")
+            .field("node_id", &self.node_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SwarmRuntime {
+    /// Connects to the engine `DOCKER_HOST` names and requires it to be an active swarm
+    /// manager: anything else is [`RuntimeError::Unavailable`] with the command that fixes it.
+    pub async fn connect(config: DockerConfig) -> Result<Self, RuntimeError> {
+        Self::over(DockerRuntime::connect(config).await?).await
+    }
+
+    /// The swarm runtime over an engine already connected.
+    pub async fn over(node: DockerRuntime) -> Result<Self, RuntimeError> {
+        let info = node
+            .engine()
+            .info()
+            .await
+            .map_err(|e| engine_error(e, "the engine's swarm state"))?;
+        let swarm = info.swarm.unwrap_or_default();
+        let state = swarm.local_node_state.unwrap_or(LocalNodeState::EMPTY);
+        if state != LocalNodeState::ACTIVE {
+            return Err(RuntimeError::Unavailable(format!(
+                "the swarm runtime needs this Docker engine to be in a swarm, and it is not \
+                 (its swarm state is \"{state}\"); run `docker swarm init` (or join this engine \
+                 to a swarm as a manager), or serve with --runtime docker"
+            )));
+        }
+        if swarm.control_available != Some(true) {
+            return Err(RuntimeError::Unavailable(
+                "the swarm runtime needs this Docker engine to be a swarm manager, and it is a \
+                 worker; run berth on a manager (`docker node ls` there lists them), or promote \
+                 this node with `docker node promote`"
+                    .to_owned(),
+            ));
+        }
+        let node_id = swarm.node_id.filter(|id| !id.is_empty()).ok_or_else(|| {
+            RuntimeError::Unavailable("the engine is in a swarm but names no node id".to_owned())
+        })?;
+        tracing::debug!(node = %node_id, "serving on a swarm manager");
+        Ok(Self {
+            node,
+            node_id,
+            network_create: Mutex::new(()),
+            network_names: Arc::default(),
+        })
+    }
+
+    /// The id of the node every instance is placed on (the node berth's engine is).
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// What this runtime cannot enforce that the single-engine runtime does.
+    pub fn limitations() -> &'static [&'static str] {
+        LIMITATIONS
+    }
+
+    fn docker(&self) -> &Docker {
+        self.node.engine()
+    }
+
+    /// The service named (or with the id) `name`, if there is one.
+    async fn service(&self, name: &str) -> Result<Option<Service>, RuntimeError> {
+        match self.docker().inspect_service(name, None).await {
+            // The engine also finds a service by id prefix: only an exact name or id counts.
+            Ok(found)
+                if found.id.as_deref() == Some(name)
+                    || found.spec.as_ref().and_then(|s| s.name.as_deref()) == Some(name) =>
+            {
+                Ok(Some(found))
+            }
+            Ok(_) => Ok(None),
+            Err(e) if is_status(&e, 404) => Ok(None),
+            Err(e) => Err(engine_error(e, &format!("service {name}"))),
+        }
+    }
+
+    /// The tasks of the services with these ids (every service's when empty).
+    async fn tasks(&self, services: &[&str]) -> Result<Vec<Task>, RuntimeError> {
+        let mut filters = HashMap::new();
+        if !services.is_empty() {
+            filters.insert(
+                "service".to_owned(),
+                services.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>(),
+            );
+        }
+        let options = ListTasksOptions {
+            filters: Some(filters),
+        };
+        self.docker()
+            .list_tasks(Some(options))
+            .await
+            .map_err(|e| engine_error(e, "the swarm's tasks"))
+    }
+
+    /// The name of the network with this id (as a service's spec names it), asked once.
+    async fn network_name(&self, id: &str) -> Result<String, RuntimeError> {
+        if let Some(name) = self
+            .network_names
+            .lock()
+            .ok()
+            .and_then(|m| m.get(id).cloned())
+        {
+            return Ok(name);
+        }
+        let name = match self.docker().inspect_network(id, None).await {
+            Ok(found) => found.name.unwrap_or_else(|| id.to_owned()),
+            Err(e) if is_status(&e, 404) => id.to_owned(),
+            Err(e) => return Err(engine_error(e, &format!("network {id}"))),
+        };
+        if let Ok(mut names) = self.network_names.lock() {
+            names.insert(id.to_owned(), name.clone());
+        }
+        Ok(name)
+    }
+
+    /// The address of each container on this node's gateway bridge.
+    async fn gateway_addresses(&self) -> Result<HashMap<String, IpAddr>, RuntimeError> {
+        match self.docker().inspect_network(GATEWAY_BRIDGE, None).await {
+            Ok(found) => Ok(found
+                .containers
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|(id, c)| {
+                    let ip = c.ipv4_address?;
+                    let ip = ip.split('/').next()?.parse().ok()?;
+                    Some((id, ip))
+                })
+                .collect()),
+            // Made by the engine with the first overlay container on this node.
+            Err(e) if is_status(&e, 404) => Ok(HashMap::new()),
+            Err(e) => Err(engine_error(e, "the gateway bridge")),
+        }
+    }
+
+    /// What core sees of a service: its current task and that task's container on this node.
+    async fn facts(
+        &self,
+        service: &Service,
+        tasks: &[&Task],
+        gateways: &HashMap<String, IpAddr>,
+    ) -> Result<ContainerFacts, RuntimeError> {
+        let spec = service.spec.clone().unwrap_or_default();
+        let name = spec.name.clone().unwrap_or_default();
+        let mut networks = BTreeMap::new();
+        for attachment in service_networks(&spec) {
+            let Some(target) = attachment.target.as_deref() else {
+                continue;
+            };
+            networks.insert(
+                self.network_name(target).await?,
+                attachment.aliases.clone().unwrap_or_default(),
+            );
+        }
+        let mut facts = ContainerFacts {
+            id: service.id.clone().unwrap_or_default(),
+            name,
+            labels: spec
+                .labels
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .collect(),
+            networks,
+            config_image: spec
+                .task_template
+                .as_ref()
+                .and_then(|t| t.container_spec.as_ref())
+                .and_then(|c| c.image.clone())
+                .unwrap_or_default(),
+            ..ContainerFacts::default()
+        };
+        let Some(task) = current_task(tasks) else {
+            return Ok(facts);
+        };
+        let state = task_state(task);
+        let container_id = task_container(task);
+        let local = match &container_id {
+            Some(id) => self.node.inspect_container(id).await?,
+            None => None,
+        };
+        // Running as soon as its container runs on this engine, which is before the node's
+        // agent has told the manager so.
+        facts.running = task.desired_state == Some(TaskState::RUNNING)
+            && !is_final(state)
+            && local.as_ref().is_some_and(|c| c.running);
+        if let Some(local) = local {
+            facts.started_at = local.started_at;
+            facts.finished_at = local.finished_at;
+            facts.exit_code = local.exit_code;
+            facts.image_id = local.image_id;
+            facts.config_image = local.config_image;
+            if facts.running
+                && let Some(ip) = gateways.get(&local.id)
+            {
+                for network in facts.networks.keys() {
+                    facts.addresses.insert(network.clone(), *ip);
+                }
+            }
+        } else if is_final(state) {
+            facts.exit_code = task
+                .status
+                .as_ref()
+                .and_then(|s| s.container_status.as_ref())
+                .and_then(|c| c.exit_code);
+        }
+        Ok(facts)
+    }
+
+    async fn facts_of(&self, service: &Service) -> Result<ContainerFacts, RuntimeError> {
+        let id = service.id.clone().unwrap_or_default();
+        let tasks = self.tasks(&[&id]).await?;
+        let gateways = self.gateway_addresses().await?;
+        let tasks: Vec<&Task> = tasks.iter().collect();
+        self.facts(service, &tasks, &gateways).await
+    }
+
+    /// The container of the service's wanted task on this node.
+    async fn running_container(&self, service: &str) -> Result<Option<String>, RuntimeError> {
+        let Some(found) = self.service(service).await? else {
+            return Ok(None);
+        };
+        let id = found.id.clone().unwrap_or_default();
+        let tasks = self.tasks(&[&id]).await?;
+        let tasks: Vec<&Task> = tasks.iter().collect();
+        // The wanted task's container, once it has one: it may run before the manager has
+        // heard so (see `facts`); the engine refuses an exec in one that does not run.
+        Ok(current_task(&tasks)
+            .filter(|t| t.desired_state == Some(TaskState::RUNNING) && !is_final(task_state(t)))
+            .and_then(task_container))
+    }
+
+    /// Applies `change` to the service's spec, with the version the engine holds (retried once
+    /// when another update came between).
+    async fn update(
+        &self,
+        service: &str,
+        change: impl Fn(&mut ServiceSpec),
+    ) -> Result<(), RuntimeError> {
+        let mut tries = 0;
+        loop {
+            let Some(found) = self.service(service).await? else {
+                return Err(RuntimeError::NotFound(format!("service {service}")));
+            };
+            let mut spec = found.spec.clone().unwrap_or_default();
+            change(&mut spec);
+            let version = found
+                .version
+                .as_ref()
+                .and_then(|v: &ObjectVersion| v.index)
+                .unwrap_or_default();
+            let options = UpdateServiceOptions {
+                version: i32::try_from(version).unwrap_or(i32::MAX),
+                ..Default::default()
+            };
+            match self
+                .docker()
+                .update_service(service, spec, options, None)
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(e) if tries == 0 && is_out_of_sequence(&e) => tries += 1,
+                Err(e) => return Err(engine_error(e, &format!("service {service}"))),
+            }
+        }
+    }
+
+    /// Waits until the service has no task whose container runs, for at most `bound`.
+    async fn wait_stopped(&self, service: &str, bound: Duration) -> Result<(), RuntimeError> {
+        let id = match self.service(service).await? {
+            Some(found) => found.id.unwrap_or_default(),
+            None => return Ok(()),
+        };
+        // Follow the engine's container events for this service first, then look: an end that
+        // comes between the look and the wait is not missed.
+        let options = EventsOptions {
+            since: None,
+            until: None,
+            filters: Some(HashMap::from([
+                ("type".to_owned(), vec!["container".to_owned()]),
+                (
+                    "label".to_owned(),
+                    vec![format!("com.docker.swarm.service.id={id}")],
+                ),
+            ])),
+        };
+        let mut events = self.docker().events(Some(options));
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            // Done when the swarm has deleted the task, not only when its container ended: a
+            // start while the old task is still in its slot is left without a task by the
+            // swarm (a replica count raised from 0 while a task of restart policy `none` is
+            // being removed makes none), so a stop leaves the slot empty. Tasks the swarm
+            // keeps as history (shut down, ended) stay and do not count.
+            let tasks = self.tasks(&[&id]).await?;
+            if tasks
+                .iter()
+                .all(|t| t.desired_state == Some(TaskState::SHUTDOWN) && is_final(task_state(t)))
+            {
+                return Ok(());
+            }
+            match tokio::time::timeout_at(
+                deadline.min(tokio::time::Instant::now() + TASK_LOOK),
+                events.next(),
+            )
+            .await
+            {
+                Ok(Some(_)) | Err(_) if tokio::time::Instant::now() < deadline => {}
+                _ => {
+                    return Err(RuntimeError::Engine(format!(
+                        "the task of service {service} was still there after {}",
+                        humanise(bound)
+                    )));
+                }
+            }
+        }
+    }
+}
+
+impl SwarmRuntime {
+    /// Waits until the service's wanted task has a running container, for at most `bound`.
+    /// A task the node refused or that failed to start is the start's refusal, with the
+    /// engine's message, as a container the engine cannot start is on a single engine.
+    async fn wait_started(&self, service: &str, bound: Duration) -> Result<(), RuntimeError> {
+        let id = match self.service(service).await? {
+            Some(found) => found.id.unwrap_or_default(),
+            None => return Err(RuntimeError::NotFound(format!("service {service}"))),
+        };
+        let options = EventsOptions {
+            since: None,
+            until: None,
+            filters: Some(HashMap::from([(
+                "label".to_owned(),
+                vec![format!("com.docker.swarm.service.id={id}")],
+            )])),
+        };
+        let mut events = self.docker().events(Some(options));
+        let deadline = tokio::time::Instant::now() + bound;
+        let nudge_at = tokio::time::Instant::now() + NUDGE_AFTER;
+        let mut nudged = false;
+        loop {
+            let tasks = self.tasks(&[&id]).await?;
+            let wanted = tasks
+                .iter()
+                .filter(|t| t.desired_state == Some(TaskState::RUNNING))
+                .max_by_key(|t| t.version.as_ref().and_then(|v| v.index).unwrap_or_default());
+            if let Some(task) = wanted {
+                let state = task_state(task);
+                if state == Some(TaskState::RUNNING) {
+                    return Ok(());
+                }
+                // The node's agent tells the manager a task runs some time after its container
+                // has started: the container itself, on this engine, says it first.
+                if !is_final(state)
+                    && let Some(container) = task_container(task)
+                    && self
+                        .node
+                        .inspect_container(&container)
+                        .await?
+                        .is_some_and(|c| c.running)
+                {
+                    return Ok(());
+                }
+                if is_final(state) {
+                    let status = task.status.clone().unwrap_or_default();
+                    let why = status
+                        .err
+                        .filter(|e| !e.is_empty())
+                        .or(status.message)
+                        .unwrap_or_else(|| "no reason given".to_owned());
+                    return Err(RuntimeError::Engine(format!(
+                        "the swarm could not start the task of service {service}: {why}"
+                    )));
+                }
+            } else if !nudged && tokio::time::Instant::now() >= nudge_at {
+                // The swarm made no task for the slot (an old task was still leaving it when
+                // the replica count went up): any update makes it look at the service again.
+                nudged = true;
+                tracing::debug!(service = %service, "no task made; asking the swarm to look again");
+                self.update(service, |spec| {
+                    let task = spec.task_template.get_or_insert_with(Default::default);
+                    task.force_update = Some(task.force_update.unwrap_or_default() + 1);
+                })
+                .await?;
+            }
+            // The swarm says nothing of its tasks on the event stream, only of their
+            // containers: look again on a container's event, or after a short while.
+            match tokio::time::timeout_at(
+                deadline.min(tokio::time::Instant::now() + TASK_LOOK),
+                events.next(),
+            )
+            .await
+            {
+                Ok(Some(_)) | Err(_) if tokio::time::Instant::now() < deadline => {}
+                _ => {
+                    return Err(RuntimeError::Engine(format!(
+                        "the task of service {service} did not start within {}",
+                        humanise(bound)
+                    )));
+                }
+            }
+        }
+    }
+}
+
+fn humanise(d: Duration) -> String {
+    format!("{} s", d.as_secs())
+}
+
+fn is_status(err: &bollard::errors::Error, status: u16) -> bool {
+    matches!(err, bollard::errors::Error::DockerResponseServerError { status_code, .. } if *status_code == status)
+}
+
+fn is_out_of_sequence(err: &bollard::errors::Error) -> bool {
+    matches!(err, bollard::errors::Error::DockerResponseServerError { message, .. } if message.contains("out of sequence"))
+}
+
+fn service_networks(spec: &ServiceSpec) -> Vec<NetworkAttachmentConfig> {
+    spec.task_template
+        .as_ref()
+        .and_then(|t| t.networks.clone())
+        .unwrap_or_default()
+}
+
+fn task_state(task: &Task) -> Option<TaskState> {
+    task.status.as_ref().and_then(|s| s.state)
+}
+
+fn task_container(task: &Task) -> Option<String> {
+    task.status
+        .as_ref()
+        .and_then(|s| s.container_status.as_ref())
+        .and_then(|c| c.container_id.clone())
+        .filter(|id| !id.is_empty())
+}
+
+/// A task that will not run again.
+fn is_final(state: Option<TaskState>) -> bool {
+    matches!(
+        state,
+        Some(
+            TaskState::COMPLETE
+                | TaskState::SHUTDOWN
+                | TaskState::FAILED
+                | TaskState::REJECTED
+                | TaskState::REMOVE
+                | TaskState::ORPHANED
+        )
+    )
+}
+
+/// The task core is told about: the newest one the swarm wants running, else the newest.
+fn current_task<'a>(tasks: &[&'a Task]) -> Option<&'a Task> {
+    let newest = |t: &&&Task| t.version.as_ref().and_then(|v| v.index).unwrap_or_default();
+    tasks
+        .iter()
+        .filter(|t| t.desired_state == Some(TaskState::RUNNING))
+        .max_by_key(newest)
+        .or_else(|| tasks.iter().max_by_key(newest))
+        .copied()
+}
+
+fn replicas(spec: &ServiceSpec) -> i64 {
+    spec.mode
+        .as_ref()
+        .and_then(|m| m.replicated.as_ref())
+        .and_then(|r| r.replicas)
+        .unwrap_or_default()
+}
+
+fn set_replicas(spec: &mut ServiceSpec, n: i64) {
+    spec.mode = Some(ServiceSpecMode {
+        replicated: Some(ServiceSpecModeReplicated { replicas: Some(n) }),
+        ..Default::default()
+    });
+}
+
+/// The service an instance's plan becomes, with no replica yet.
+pub fn service_spec(plan: &ContainerPlan, node_id: &str) -> ServiceSpec {
+    let labels: HashMap<String, String> = plan.labels.clone().into_iter().collect();
+    ServiceSpec {
+        name: Some(plan.name.clone()),
+        labels: Some(labels.clone()),
+        task_template: Some(TaskSpec {
+            container_spec: Some(TaskSpecContainerSpec {
+                image: Some(plan.image.clone()),
+                labels: Some(labels),
+                // A plan's command replaces the image's CMD, which a service calls its args.
+                args: plan.command.clone(),
+                env: Some(plan.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+                mounts: Some(
+                    plan.mounts
+                        .iter()
+                        .map(|m| Mount {
+                            typ: Some(MountType::VOLUME),
+                            source: Some(m.volume.clone()),
+                            target: Some(m.path.clone()),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                stop_grace_period: Some(
+                    i64::try_from(plan.stop_timeout.as_nanos()).unwrap_or(i64::MAX),
+                ),
+                init: Some(true),
+                capability_add: None,
+                ..Default::default()
+            }),
+            resources: Some(TaskSpecResources {
+                limits: Some(bollard::models::Limit {
+                    nano_cpus: Some(plan.nano_cpus),
+                    memory_bytes: Some(plan.memory_bytes),
+                    pids: None,
+                }),
+                ..Default::default()
+            }),
+            // berth restarts what exits, with its own back-off and crash-loop handling.
+            restart_policy: Some(TaskSpecRestartPolicy {
+                condition: Some(TaskSpecRestartPolicyConditionEnum::NONE),
+                ..Default::default()
+            }),
+            placement: Some(TaskSpecPlacement {
+                constraints: Some(vec![format!("node.id=={node_id}")]),
+                ..Default::default()
+            }),
+            networks: Some(vec![NetworkAttachmentConfig {
+                target: Some(plan.network.clone()),
+                aliases: Some(plan.aliases.clone()),
+                driver_opts: None,
+            }]),
+            ..Default::default()
+        }),
+        mode: Some(ServiceSpecMode {
+            replicated: Some(ServiceSpecModeReplicated { replicas: Some(0) }),
+            ..Default::default()
+        }),
+        // No virtual IP and no published port: the aliases resolve to the task itself.
+        endpoint_spec: Some(EndpointSpec {
+            mode: Some(EndpointSpecModeEnum::DNSRR),
+            ports: None,
+        }),
+        ..Default::default()
+    }
+}
+
+#[async_trait]
+impl Runtime for SwarmRuntime {
+    fn kind(&self) -> &'static str {
+        "swarm"
+    }
+
+    async fn ensure_image(&self, image: &PinnedImage) -> Result<ImageFacts, RuntimeError> {
+        self.node.ensure_image(image).await
+    }
+
+    async fn image_facts_by_id(&self, image_id: &str) -> Result<Option<ImageFacts>, RuntimeError> {
+        self.node.image_facts_by_id(image_id).await
+    }
+
+    async fn registry_manifest(
+        &self,
+        image: &PinnedImage,
+    ) -> Result<Option<RegistryManifest>, RuntimeError> {
+        self.node.registry_manifest(image).await
+    }
+
+    /// An attachable overlay network, so both services and plain containers (workspaces'
+    /// executors) join it.
+    async fn ensure_network(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError> {
+        let _one_at_a_time = self.network_create.lock().await;
+        match self.docker().inspect_network(name, None).await {
+            Ok(found) if found.name.as_deref() == Some(name) => {
+                let existing = found.labels.unwrap_or_default();
+                let ours = labels
+                    .iter()
+                    .filter(|(k, _)| k.starts_with("berth."))
+                    .all(|(k, v)| existing.get(k) == Some(v));
+                if !ours {
+                    return Err(RuntimeError::Foreign(format!(
+                        "a network named {name} exists without berth's labels; berth leaves it"
+                    )));
+                }
+                if found.driver.as_deref() != Some("overlay") {
+                    return Err(RuntimeError::Foreign(format!(
+                        "the network {name} is a {} network (made by berth on a single engine?); \
+                         the swarm runtime needs an overlay network of that name: remove the old \
+                         one with `docker network rm {name}` when nothing uses it",
+                        found.driver.unwrap_or_default()
+                    )));
+                }
+                return Ok(());
+            }
+            Ok(_) => {}
+            Err(e) if is_status(&e, 404) => {}
+            Err(e) => return Err(engine_error(e, &format!("network {name}"))),
+        }
+        tracing::debug!(network = %name, "creating overlay network");
+        let request = NetworkCreateRequest {
+            name: name.to_owned(),
+            driver: Some("overlay".to_owned()),
+            attachable: Some(true),
+            labels: Some(labels.clone().into_iter().collect()),
+            ..Default::default()
+        };
+        match self.docker().create_network(request).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_status(&e, 409) => Ok(()),
+            Err(e) => Err(engine_error(e, &format!("network {name}"))),
+        }
+    }
+
+    async fn ensure_volume(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError> {
+        self.node.ensure_volume(name, labels).await
+    }
+
+    async fn remove_network(&self, name: &str, prefix: &str) -> Result<(), RuntimeError> {
+        self.node.remove_network(name, prefix).await
+    }
+
+    async fn connect_network(
+        &self,
+        network: &str,
+        container: &str,
+        aliases: &[String],
+    ) -> Result<(), RuntimeError> {
+        if self.service(container).await?.is_none() {
+            return self.node.connect_network(network, container, aliases).await;
+        }
+        let network_id = match self.docker().inspect_network(network, None).await {
+            Ok(found) => found.id.unwrap_or_else(|| network.to_owned()),
+            Err(e) => return Err(engine_error(e, &format!("network {network}"))),
+        };
+        tracing::debug!(network = %network, service = %container, "attaching a service");
+        self.update(container, |spec| {
+            let task = spec.task_template.get_or_insert_with(Default::default);
+            let mut attached = task.networks.take().unwrap_or_default();
+            attached.retain(|a| {
+                let target = a.target.as_deref().unwrap_or_default();
+                target != network && target != network_id
+            });
+            attached.push(NetworkAttachmentConfig {
+                target: Some(network_id.clone()),
+                aliases: Some(aliases.to_vec()),
+                driver_opts: None,
+            });
+            task.networks = Some(attached);
+        })
+        .await
+    }
+
+    async fn disconnect_network(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
+        if self.service(container).await?.is_none() {
+            return self.node.disconnect_network(network, container).await;
+        }
+        let network_id = match self.docker().inspect_network(network, None).await {
+            Ok(found) => found.id.unwrap_or_else(|| network.to_owned()),
+            Err(e) if is_status(&e, 404) => return Ok(()),
+            Err(e) => return Err(engine_error(e, &format!("network {network}"))),
+        };
+        tracing::debug!(network = %network, service = %container, "detaching a service");
+        self.update(container, |spec| {
+            if let Some(task) = spec.task_template.as_mut()
+                && let Some(attached) = task.networks.as_mut()
+            {
+                attached.retain(|a| {
+                    let target = a.target.as_deref().unwrap_or_default();
+                    target != network && target != network_id
+                });
+            }
+        })
+        .await
+    }
+
+    async fn list_labelled(&self, label: &str) -> Result<Vec<ContainerFacts>, RuntimeError> {
+        self.node.list_labelled(label).await
+    }
+
+    async fn inspect_container(&self, name: &str) -> Result<Option<ContainerFacts>, RuntimeError> {
+        match self.service(name).await? {
+            Some(service) => Ok(Some(self.facts_of(&service).await?)),
+            // Not a service: a workspace's executor, a plain container on this engine.
+            None => self.node.inspect_container(name).await,
+        }
+    }
+
+    async fn create_container(&self, plan: &ContainerPlan) -> Result<String, RuntimeError> {
+        tracing::debug!(service = %plan.name, node = %self.node_id, "creating service");
+        match self
+            .docker()
+            .create_service(service_spec(plan, &self.node_id), None)
+            .await
+        {
+            Ok(created) => Ok(created.id.unwrap_or_default()),
+            Err(e) => Err(engine_error(e, &format!("service {}", plan.name))),
+        }
+    }
+
+    async fn start_container(&self, id: &str) -> Result<(), RuntimeError> {
+        let Some(found) = self.service(id).await? else {
+            return Err(RuntimeError::NotFound(format!("service {id}")));
+        };
+        let spec = found.spec.clone().unwrap_or_default();
+        let service_id = found.id.clone().unwrap_or_default();
+        let tasks = self.tasks(&[&service_id]).await?;
+        let tasks: Vec<&Task> = tasks.iter().collect();
+        let live = current_task(&tasks).is_some_and(|t| {
+            t.desired_state == Some(TaskState::RUNNING) && !is_final(task_state(t))
+        });
+        if replicas(&spec) == 1 && live {
+            return Ok(());
+        }
+        let ended = replicas(&spec) == 1;
+        tracing::debug!(service = %id, replace = ended, "starting service");
+        self.update(id, |spec| {
+            set_replicas(spec, 1);
+            if ended {
+                // The one task ended and the restart policy is none: a forced update makes a
+                // new one.
+                let task = spec.task_template.get_or_insert_with(Default::default);
+                task.force_update = Some(task.force_update.unwrap_or_default() + 1);
+            }
+        })
+        .await?;
+        let bound = self.node.config().pull_timeout + STOP_MARGIN;
+        self.wait_started(id, bound).await
+    }
+
+    async fn stop_container(&self, id: &str, timeout: Duration) -> Result<(), RuntimeError> {
+        let Some(found) = self.service(id).await? else {
+            return Ok(());
+        };
+        if replicas(&found.spec.clone().unwrap_or_default()) != 0 {
+            tracing::debug!(service = %id, "stopping service");
+            self.update(id, |spec| set_replicas(spec, 0)).await?;
+        }
+        self.wait_stopped(id, timeout + STOP_MARGIN).await
+    }
+
+    async fn remove_container(&self, id: &str) -> Result<(), RuntimeError> {
+        if self.service(id).await?.is_none() {
+            return self.node.remove_container(id).await;
+        }
+        tracing::debug!(service = %id, "removing service");
+        match self.docker().delete_service(id).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_status(&e, 404) => Ok(()),
+            Err(e) => Err(engine_error(e, &format!("service {id}"))),
+        }
+    }
+
+    async fn probe(
+        &self,
+        container: &ContainerFacts,
+        network: &str,
+        ready: &Ready,
+        budget: Duration,
+    ) -> Result<bool, RuntimeError> {
+        match ready {
+            Ready::Tcp { .. } => self.node.probe(container, network, ready, budget).await,
+            Ready::Exec { .. } => {
+                let Some(task_container) = self.running_container(&container.id).await? else {
+                    return Ok(false);
+                };
+                let facts = ContainerFacts {
+                    id: task_container,
+                    ..container.clone()
+                };
+                self.node.probe(&facts, network, ready, budget).await
+            }
+        }
+    }
+
+    async fn list_containers(&self, prefix: &str) -> Result<Vec<ContainerFacts>, RuntimeError> {
+        let options = ListServicesOptions {
+            filters: Some(HashMap::from([(
+                "label".to_owned(),
+                vec![
+                    format!("{LABEL_PREFIX}={prefix}"),
+                    format!("{LABEL_MANAGED}=1"),
+                ],
+            )])),
+            status: None,
+        };
+        let services = self
+            .docker()
+            .list_services(Some(options))
+            .await
+            .map_err(|e| engine_error(e, "the swarm's services"))?;
+        if services.is_empty() {
+            return Ok(Vec::new());
+        }
+        let tasks = self.tasks(&[]).await?;
+        let gateways = self.gateway_addresses().await?;
+        let mut all = Vec::with_capacity(services.len());
+        for service in &services {
+            let of_service: Vec<&Task> = tasks
+                .iter()
+                .filter(|t| t.service_id.is_some() && t.service_id == service.id)
+                .collect();
+            all.push(self.facts(service, &of_service, &gateways).await?);
+        }
+        Ok(all)
+    }
+
+    async fn volume_bytes(
+        &self,
+        names: &[String],
+    ) -> Result<BTreeMap<String, Option<u64>>, RuntimeError> {
+        self.node.volume_bytes(names).await
+    }
+
+    /// The service's logs: every task's output, from whichever node ran it.
+    fn logs(&self, container: &str, tail: Option<u64>, follow: bool) -> LogStream {
+        let options = LogsOptions {
+            follow,
+            stdout: true,
+            stderr: true,
+            tail: tail.map_or_else(|| "all".to_owned(), |n| n.to_string()),
+            ..Default::default()
+        };
+        let what = format!("the output of service {container}");
+        Box::pin(
+            self.docker()
+                .service_logs(container, Some(options))
+                .map(move |item| {
+                    item.map(bollard::container::LogOutput::into_bytes)
+                        .map_err(|e| engine_error(e, &what))
+                }),
+        )
+    }
+
+    async fn exec(
+        &self,
+        container_id: &str,
+        request: ExecRequest,
+        stdin: ExecStdin,
+    ) -> Result<ExecOutcome, RuntimeError> {
+        if self.service(container_id).await?.is_none() {
+            return self.node.exec(container_id, request, stdin).await;
+        }
+        match self.running_container(container_id).await? {
+            Some(task_container) => self.node.exec(&task_container, request, stdin).await,
+            None => Err(RuntimeError::Conflict(format!(
+                "service {container_id} has no running task"
+            ))),
+        }
+    }
+
+    /// The engine's container events: a task's container carries its instance's labels, so
+    /// core tells its instances' changes apart as on a single engine.
+    fn watch(&self, prefix: &str) -> mpsc::Receiver<RuntimeEvent> {
+        self.node.watch(prefix)
+    }
+}

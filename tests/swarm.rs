@@ -1,0 +1,528 @@
+//! The swarm runtime (`berth serve --runtime swarm`) against a real single-node swarm made on
+//! the test machine's engine.
+//!
+//! These tests change the engine's state, so `cargo test` leaves them out (`test = false` in
+//! Cargo.toml): `scripts/test` runs them after the single-engine suite, one at a time, with
+//! `cargo test --test swarm -- --test-threads=1`. Each makes the swarm (`docker swarm init`)
+//! and leaves it on every exit path, panics included (`docker swarm leave --force`), removing
+//! the gateway bridge the swarm made when the engine had none before. An engine that is already
+//! in a swarm fails them with a sentence saying so: they never touch a swarm they did not make.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::{Daemon, busybox_image, docker, spec};
+
+const READY: Duration = Duration::from_secs(90);
+
+/// A swarm made for one test, left when dropped.
+struct Swarm {
+    had_gateway_bridge: bool,
+    prefix: String,
+}
+
+impl Swarm {
+    fn init(prefix: &str) -> Swarm {
+        let state = docker(&["info", "--format", "{{.Swarm.LocalNodeState}}"]);
+        assert_eq!(
+            state.trim(),
+            "inactive",
+            "the swarm tests make a swarm of their own on this engine and leave it afterwards, \
+             but this engine is already in a swarm (state {state:?}); they never touch a swarm \
+             they did not make: run them on an engine outside any swarm"
+        );
+        let had_gateway_bridge = network_exists("docker_gwbridge");
+        docker(&["swarm", "init", "--advertise-addr", "127.0.0.1"]);
+        Swarm {
+            had_gateway_bridge,
+            prefix: prefix.to_owned(),
+        }
+    }
+}
+
+impl Drop for Swarm {
+    fn drop(&mut self) {
+        // The services first: their tasks' containers go with them, never their volumes.
+        let services = command_out(&[
+            "service",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label=berth.prefix={}", self.prefix),
+        ]);
+        for id in services.split_whitespace() {
+            let _ = command_out(&["service", "rm", id]);
+        }
+        let _ = command_out(&["swarm", "leave", "--force"]);
+        if !self.had_gateway_bridge {
+            // Its containers' endpoints go as their tasks end.
+            support::wait_until(
+                Duration::from_secs(60),
+                "the gateway bridge is empty",
+                || {
+                    command_out(&[
+                        "network",
+                        "inspect",
+                        "docker_gwbridge",
+                        "--format",
+                        "{{len .Containers}}",
+                    ])
+                    .trim()
+                    .parse::<u32>()
+                    .map_or(true, |n| n == 0)
+                },
+            );
+            let _ = command_out(&["network", "rm", "docker_gwbridge"]);
+        }
+        support::remove_docker_objects(&self.prefix);
+    }
+}
+
+/// A docker command's stdout, whatever its exit status (for cleanup that must go on).
+fn command_out(args: &[&str]) -> String {
+    std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+fn network_exists(name: &str) -> bool {
+    std::process::Command::new("docker")
+        .args(["network", "inspect", name])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn service(name: &str) -> Value {
+    let text = docker(&["service", "inspect", name]);
+    let all: Value = serde_json::from_str(&text).expect("service inspect answers JSON");
+    all[0].clone()
+}
+
+/// The containers of a service's tasks that run on this engine.
+fn running_tasks(service: &str) -> Vec<String> {
+    command_out(&[
+        "ps",
+        "-q",
+        "--filter",
+        &format!("label=com.docker.swarm.service.name={service}"),
+    ])
+    .split_whitespace()
+    .map(str::to_owned)
+    .collect()
+}
+
+fn exec(api: &support::Client, domain: &str, key: &str, argv: &[&str]) -> Value {
+    api.exec(domain, key, argv, None, 20_000, b"").expect(200)
+}
+
+/// The name of the service of the instance `key` made by the daemon with `prefix`.
+fn service_of(prefix: &str, key: &str) -> String {
+    let names = docker(&[
+        "service",
+        "ls",
+        "--format",
+        "{{.Name}}",
+        "--filter",
+        &format!("label=berth.prefix={prefix}"),
+        "--filter",
+        &format!("label=berth.key={key}"),
+    ]);
+    let names: Vec<&str> = names.split_whitespace().collect();
+    assert_eq!(names.len(), 1, "one service for {key}: {names:?}");
+    names[0].to_owned()
+}
+
+/// What `GET /who` on `<host>:8080` answers from inside `container`, resolving `host` with
+/// busybox's `nslookup` through the engine's DNS.
+fn who_from(container: &str, host: &str) -> Option<String> {
+    let script = format!(
+        "ip=$(nslookup -type=a {host} 2>/dev/null | awk '/^Address: /{{print $2; exit}}'); \
+         [ -n \"$ip\" ] && printf 'GET /who HTTP/1.0\\r\\n\\r\\n' | nc -w 2 \"$ip\" 8080 | tail -n 1"
+    );
+    let out = std::process::Command::new("docker")
+        .args(["exec", container, "sh", "-c", &script])
+        .output()
+        .expect("docker exec");
+    let answer = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    (out.status.success() && !answer.is_empty()).then_some(answer)
+}
+
+#[test]
+fn an_instance_runs_as_a_pinned_one_task_service_keeps_its_volume_and_answers_exec() {
+    let prefix = support::run_prefix();
+    let _swarm = Swarm::init(&prefix);
+    let mut daemon = Daemon::start_with(&["--runtime", "swarm"]);
+    let api = daemon.client();
+    let domain = api.create_domain("swarm");
+
+    let mut s = spec(&busybox_image(), "web");
+    s["volumes"] = json!([{"name": "data", "mountPath": "/data"}]);
+    api.up(&domain, "web", &s, "use").expect(200);
+    api.wait_state(&domain, "web", "running", READY);
+    let name = service_of(&daemon.prefix, "web");
+
+    // One replicated service of one task, pinned by digest, on this node, publishing nothing.
+    let svc = service(&name);
+    assert_eq!(svc["Spec"]["Mode"]["Replicated"]["Replicas"], 1);
+    assert_eq!(
+        svc["Spec"]["TaskTemplate"]["ContainerSpec"]["Image"],
+        busybox_image().as_str(),
+        "the service runs the pinned reference, never a tag"
+    );
+    assert_eq!(svc["Spec"]["TaskTemplate"]["ContainerSpec"]["Init"], true);
+    assert_eq!(svc["Spec"]["EndpointSpec"]["Mode"], "dnsrr");
+    assert!(
+        svc["Endpoint"]["Ports"]
+            .as_array()
+            .is_none_or(Vec::is_empty),
+        "a swarm-published port listens on every interface: berth publishes none ({svc})"
+    );
+    let node = docker(&["info", "--format", "{{.Swarm.NodeID}}"]);
+    assert_eq!(
+        svc["Spec"]["TaskTemplate"]["Placement"]["Constraints"],
+        json!([format!("node.id=={}", node.trim())])
+    );
+    assert_eq!(running_tasks(&name).len(), 1);
+
+    // Exec runs in the task's container, with stdin and exit code.
+    let out = exec(
+        &api,
+        &domain,
+        "web",
+        &["sh", "-c", "echo kept > /data/mark; echo hi"],
+    );
+    assert_eq!(out["exitCode"], 0, "{out}");
+    assert_eq!(out["stdout"], "hi\n");
+
+    // A stop leaves no running task; the volume outlives it and the next start sees the file.
+    api.post(
+        &format!("/v1/resource-domains/{domain}/instances/web/stop"),
+        json!({"by": "swarm-test"}),
+    )
+    .expect(200);
+    api.wait_state(&domain, "web", "stopped", READY);
+    assert_eq!(service(&name)["Spec"]["Mode"]["Replicated"]["Replicas"], 0);
+    assert!(
+        running_tasks(&name).is_empty(),
+        "a stopped instance runs no task"
+    );
+
+    // A person's stop holds against uses: a person's up starts it again.
+    api.up(&domain, "web", &s, "person").expect(200);
+    api.wait_state(&domain, "web", "running", READY);
+    let out = exec(&api, &domain, "web", &["cat", "/data/mark"]);
+    assert_eq!(
+        out["stdout"], "kept\n",
+        "the volume outlived the stop: {out}"
+    );
+
+    // A task whose process ends is replaced by a new one, as berth restarts an exited
+    // container: the swarm's own restart policy is none.
+    let before = api.instance(&domain, "web");
+    let old_task = running_tasks(&name);
+    assert_eq!(old_task.len(), 1);
+    docker(&["exec", &old_task[0], "killall", "httpd"]);
+    let again = api.wait_for(&domain, "web", READY, "running again after the exit", |i| {
+        i["state"]["kind"] == "running" && i["state"]["since"] != before["state"]["since"]
+    });
+    let new_task = running_tasks(&name);
+    assert_eq!(new_task.len(), 1, "one task runs: {again}");
+    assert_ne!(new_task, old_task, "a new task's container runs");
+    let out = exec(&api, &domain, "web", &["cat", "/data/mark"]);
+    assert_eq!(out["stdout"], "kept\n");
+
+    // A berth killed and started again adopts the running service: the same task runs on.
+    daemon.kill9();
+    daemon.start_again();
+    let api = daemon.client();
+    api.settled(&domain, "web", &["running"], READY);
+    assert_eq!(
+        running_tasks(&name),
+        new_task,
+        "the task was adopted, not replaced"
+    );
+
+    // Archive removes the service, never the volume.
+    api.post_empty(&format!(
+        "/v1/resource-domains/{domain}/instances/web/archive"
+    ))
+    .expect(200);
+    api.wait_state(&domain, "web", "archived", READY);
+    support::wait_until(READY, "the service is gone", || {
+        command_out(&["service", "ls", "-q", "--filter", &format!("name={name}")])
+            .trim()
+            .is_empty()
+    });
+    let volumes = command_out(&[
+        "volume",
+        "ls",
+        "-q",
+        "--filter",
+        &format!("label=berth.prefix={}", daemon.prefix),
+    ]);
+    assert!(!volumes.trim().is_empty(), "the instance's volume stays");
+}
+
+#[test]
+fn a_linked_workspace_container_resolves_the_alias_over_the_overlay_network() {
+    let prefix = support::run_prefix();
+    let _swarm = Swarm::init(&prefix);
+    let daemon = Daemon::start_with(&["--runtime", "swarm"]);
+    let api = daemon.client();
+    let domain = api.create_domain("swarm-ws");
+
+    let mut s = spec(&busybox_image(), "db");
+    s["command"] = json!([
+        "sh",
+        "-c",
+        "echo from-swarm > /www/who && exec httpd -f -p 8080 -h /www"
+    ]);
+    api.up(&domain, "db", &s, "use").expect(200);
+    api.wait_state(&domain, "db", "running", READY);
+
+    let me = api.get("/v1/whoami").expect(200);
+    let consent = format!(
+        "berth.workspace={}/ws",
+        me["keyId"].as_str().expect("a key id")
+    );
+    let executor = format!("{}-executor", daemon.prefix);
+    let image = busybox_image();
+    docker(&[
+        "run", "-d", "--name", &executor, "--label", &consent, &image, "sleep", "3600",
+    ]);
+    api.raw(
+        "PUT",
+        "/v1/workspaces/ws",
+        Some(
+            json!({"containers": [executor], "selector": null})
+                .to_string()
+                .into_bytes(),
+        ),
+        &[],
+    )
+    .expect(200);
+    api.raw(
+        "PUT",
+        &format!("/v1/resource-domains/{domain}/workspace-links/ws"),
+        Some(json!({"worktreeKey": "k1"}).to_string().into_bytes()),
+        &[],
+    )
+    .expect(200);
+    // The engine's DNS and overlay tell no one when a name starts to resolve.
+    support::wait_until(READY, "the executor reaches db", || {
+        who_from(&executor, "db").as_deref() == Some("from-swarm")
+    });
+    let network = docker(&[
+        "inspect",
+        &executor,
+        "--format",
+        "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}",
+    ]);
+    let driver = docker(&[
+        "network",
+        "inspect",
+        network.split_whitespace().next().expect("a network"),
+        "--format",
+        "{{.Driver}}",
+    ]);
+    assert_eq!(
+        driver.trim(),
+        "overlay",
+        "the executor joined an overlay network"
+    );
+}
+
+#[test]
+fn no_instance_port_answers_anywhere_but_loopback() {
+    let prefix = support::run_prefix();
+    let _swarm = Swarm::init(&prefix);
+    let daemon = Daemon::start_with(&["--runtime", "swarm"]);
+    let api = daemon.client();
+    let domain = api.create_domain("swarm-ports");
+    let mut s = spec(&busybox_image(), "web");
+    s["ready"] = json!({"kind": "tcp", "port": 8080});
+    api.up(&domain, "web", &s, "use").expect(200);
+    api.wait_state(&domain, "web", "running", READY);
+    let items = api
+        .get(&format!(
+            "/v1/resource-domains/{domain}/instances/web/endpoints"
+        ))
+        .expect(200)["items"]
+        .clone();
+    let endpoint = items
+        .as_array()
+        .and_then(|all| all.iter().find(|e| e["port"] == 8080))
+        .unwrap_or_else(|| panic!("a host endpoint for 8080: {items}"))
+        .clone();
+    assert_eq!(
+        endpoint["host"], "127.0.0.1",
+        "the host endpoint is on loopback"
+    );
+    let port = u16::try_from(endpoint["hostPort"].as_u64().expect("a port")).expect("a port");
+    let mut conn = TcpStream::connect(("127.0.0.1", port)).expect("the endpoint answers");
+    conn.write_all(b"GET / HTTP/1.0\r\n\r\n")
+        .expect("a request");
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).expect("an answer");
+    assert!(
+        answer.starts_with("HTTP/1."),
+        "the instance answers through it: {answer}"
+    );
+
+    // Nothing of the instance is published by the swarm (its routing mesh listens on every
+    // interface), and the endpoint's port does not answer on this machine's other addresses.
+    let svc = service(&service_of(&daemon.prefix, "web"));
+    assert!(
+        svc["Endpoint"]["Ports"]
+            .as_array()
+            .is_none_or(Vec::is_empty)
+    );
+    for ip in other_addresses() {
+        assert!(
+            TcpStream::connect_timeout(&(ip, port).into(), Duration::from_secs(2)).is_err(),
+            "port {port} answered on {ip}"
+        );
+    }
+}
+
+/// The newest rollout of an instance, once the instance runs the spec with `spec_digest`.
+fn newest_rollout(api: &support::Client, domain: &str, key: &str, spec_digest: &Value) -> Value {
+    api.wait_for(domain, key, READY, "running the new spec", |i| {
+        i["state"]["kind"] == "running" && &i["specDigest"] == spec_digest
+    });
+    api.get(&format!(
+        "/v1/resource-domains/{domain}/instances/{key}/rollouts"
+    ))
+    .expect(200)["items"][0]
+        .clone()
+}
+
+#[test]
+fn rollouts_are_verified_from_the_tasks_container_and_roll_back_by_generation() {
+    let prefix = support::run_prefix();
+    let _swarm = Swarm::init(&prefix);
+    let daemon = Daemon::start_with(&["--runtime", "swarm"]);
+    let api = daemon.client();
+    let domain = api.create_domain("swarm-rollouts");
+    let (a, b) = (busybox_image(), support::volume_image());
+
+    let up = api.up(&domain, "web", &spec(&a, "web"), "use").expect(200);
+    let first = newest_rollout(&api, &domain, "web", &up["specDigest"]);
+    assert_eq!(first["status"]["status"], "succeeded", "{first}");
+    assert_eq!(first["plan"]["rolloutGeneration"], 1);
+    let id = first["plan"]["rolloutId"].as_str().expect("a rollout id");
+    let evidence = api
+        .get(&format!(
+            "/v1/resource-domains/{domain}/instances/web/rollouts/{id}/evidence"
+        ))
+        .expect(200);
+    assert_eq!(evidence["verificationStatus"], "verified", "{evidence}");
+    assert_eq!(evidence["evidenceSource"], "local-container-inspect");
+    assert_eq!(
+        evidence["resolvedDigest"],
+        a.rsplit_once('@').expect("a pin").1
+    );
+
+    let up_b = api
+        .up(&domain, "web", &spec(&b, "web"), "person")
+        .expect(200);
+    let second = newest_rollout(&api, &domain, "web", &up_b["specDigest"]);
+    assert_eq!(second["status"]["status"], "succeeded", "{second}");
+    assert_eq!(second["plan"]["rolloutGeneration"], 2);
+    let name = service_of(&daemon.prefix, "web");
+    assert_eq!(
+        service(&name)["Spec"]["TaskTemplate"]["ContainerSpec"]["Image"],
+        b.as_str(),
+        "the upgrade replaced the service with B's pin"
+    );
+
+    // A stale generation is refused; the current one rolls back to A.
+    api.post(
+        &format!("/v1/resource-domains/{domain}/instances/web/rollback"),
+        json!({"idempotencyKey": "stale", "expectedRolloutGeneration": 1}),
+    )
+    .expect_error(409, "ResourceInstanceRolloutConflictError");
+    let back = api
+        .post(
+            &format!("/v1/resource-domains/{domain}/instances/web/rollback"),
+            json!({"idempotencyKey": "back", "expectedRolloutGeneration": 2}),
+        )
+        .expect(200);
+    assert_eq!(back["rolloutGeneration"], 3);
+    let third = newest_rollout(&api, &domain, "web", &back["toSpecDigest"]);
+    assert_eq!(third["plan"]["mode"], "rollback", "{third}");
+    assert_eq!(third["status"]["status"], "rolled-back", "{third}");
+    assert_eq!(
+        service(&service_of(&daemon.prefix, "web"))["Spec"]["TaskTemplate"]["ContainerSpec"]["Image"],
+        a.as_str()
+    );
+}
+
+#[test]
+fn doctor_checks_the_swarm_and_says_what_a_service_cannot_enforce() {
+    let prefix = support::run_prefix();
+    let before = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["doctor", "--runtime", "swarm", "--json"])
+        .env("BERTH_URL", "http://127.0.0.1:9")
+        .output()
+        .expect("berth doctor runs");
+    let checks: Value = serde_json::from_slice(&before.stdout).expect("doctor --json answers JSON");
+    let swarm = |checks: &Value| {
+        checks
+            .as_array()
+            .expect("a list of checks")
+            .iter()
+            .find(|c| c["check"] == "swarm")
+            .cloned()
+            .expect("a swarm check")
+    };
+    assert_eq!(swarm(&checks)["ok"], false, "no swarm yet: {checks}");
+    assert!(
+        swarm(&checks)["fix"]
+            .as_str()
+            .is_some_and(|f| f.contains("docker swarm init")),
+        "{checks}"
+    );
+
+    let _swarm = Swarm::init(&prefix);
+    let after = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["doctor", "--runtime", "swarm", "--json"])
+        .env("BERTH_URL", "http://127.0.0.1:9")
+        .output()
+        .expect("berth doctor runs");
+    let checks: Value = serde_json::from_slice(&after.stdout).expect("doctor --json answers JSON");
+    assert_eq!(swarm(&checks)["ok"], true, "{checks}");
+    let limits: Vec<&str> = checks
+        .as_array()
+        .expect("a list of checks")
+        .iter()
+        .filter(|c| c["check"] == "swarm limit")
+        .filter_map(|c| c["detail"].as_str())
+        .collect();
+    assert!(
+        limits.iter().any(|l| l.contains("no-new-privileges")),
+        "doctor says the swarm runtime cannot set no-new-privileges: {limits:?}"
+    );
+}
+
+/// This machine's IPv4 addresses other than loopback.
+fn other_addresses() -> Vec<std::net::IpAddr> {
+    let out = std::process::Command::new("ip")
+        .args(["-4", "-o", "addr", "show"])
+        .output()
+        .expect("ip addr");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let cidr = l.split_whitespace().nth(3)?;
+            cidr.split('/').next()?.parse().ok()
+        })
+        .filter(|ip: &std::net::IpAddr| !ip.is_loopback())
+        .collect()
+}
