@@ -54,6 +54,7 @@ pub struct App {
     tags(
         (name = "resource-domains", description = "Projects whose instances berth runs."),
         (name = "resource-instances", description = "Long-running instances a resource domain runs."),
+        (name = "snapshots", description = "Snapshots of instance volumes, branches and restores."),
         (name = "workspaces", description = "Developers' environments that reach instances."),
         (name = "meta", description = "Health and this document."),
     )
@@ -84,6 +85,7 @@ pub fn router(
         .merge(routes::domains::router())
         .merge(routes::instances::router())
         .merge(routes::events::router())
+        .merge(routes::snapshots::router())
         .merge(routes::exec::router())
         .merge(routes::workspaces::router())
         .routes(utoipa_axum::routes!(openapi_json))
@@ -221,6 +223,7 @@ mod tests {
         let (_, doc) = OpenApiRouter::<App>::with_openapi(ApiDoc::openapi())
             .merge(routes::domains::router())
             .merge(routes::instances::router())
+            .merge(routes::snapshots::router())
             .merge(routes::exec::router())
             .merge(routes::workspaces::router())
             .split_for_parts();
