@@ -1,6 +1,6 @@
-//! Copies between volumes through the engine's archive API, on a helper container that mounts
-//! both volumes and is never started: the engine reads the source as a tar stream, berth
-//! passes it on, and the engine unpacks it into the target. Nothing runs in any container, so
+//! Copies between volumes through the engine's archive API, on two helper containers that are
+//! never started, one mounting the source (read-only), one the target: the engine reads the
+//! source as a tar stream, berth passes it on, and the engine unpacks it into the target. Nothing runs in any container, so
 //! it works for images with no shell and no tools, and it works when the engine is on another
 //! machine. The tar carries numeric owners, modes, times, symlinks, hard links and empty
 //! directories; the engine unpacks it keeping them (the archive's owners, not the helper's).
@@ -40,20 +40,43 @@ pub(crate) async fn copy_volume(
     progress: &(dyn Fn(u64) + Send + Sync),
 ) -> Result<u64, RuntimeError> {
     let what = format!("the copy of volume {} into {}", plan.from, plan.to);
-    let id = create_helper(docker, plan).await?;
-    let copied = transfer(docker, &id, progress).await.map_err(|e| match e {
-        RuntimeError::Engine(m) => RuntimeError::Engine(format!("{m} ({what})")),
-        other => other,
-    });
-    let removed = crate::containers::remove(docker, &id).await;
+    // Two helpers: the engine holds a container's lock for as long as an archive read from it
+    // streams, so a write into the same container would wait for the read to end, which waits
+    // for the write to take what it reads.
+    let reader = format!("{}-r", plan.helper);
+    let writer = format!("{}-w", plan.helper);
+    let reader = create_helper(docker, plan, &reader, &plan.from, SOURCE, true).await?;
+    let writer = match create_helper(docker, plan, &writer, &plan.to, TARGET, false).await {
+        Ok(id) => id,
+        Err(e) => {
+            let _ = crate::containers::remove(docker, &reader).await;
+            return Err(e);
+        }
+    };
+    let copied = transfer(docker, &reader, &writer, progress)
+        .await
+        .map_err(|e| match e {
+            RuntimeError::Engine(m) => RuntimeError::Engine(format!("{m} ({what})")),
+            other => other,
+        });
+    let removed_reader = crate::containers::remove(docker, &reader).await;
+    let removed_writer = crate::containers::remove(docker, &writer).await;
     let copied = copied?;
-    removed?;
+    removed_reader?;
+    removed_writer?;
     Ok(copied)
 }
 
-async fn create_helper(docker: &Docker, plan: &CopyPlan) -> Result<String, RuntimeError> {
-    let mount = |volume: &str, target: &str, read_only: bool| Mount {
-        target: Some(target.to_owned()),
+async fn create_helper(
+    docker: &Docker,
+    plan: &CopyPlan,
+    name: &str,
+    volume: &str,
+    path: &str,
+    read_only: bool,
+) -> Result<String, RuntimeError> {
+    let mount = Mount {
+        target: Some(path.to_owned()),
         source: Some(volume.to_owned()),
         typ: Some(MountType::VOLUME),
         read_only: Some(read_only),
@@ -68,10 +91,7 @@ async fn create_helper(docker: &Docker, plan: &CopyPlan) -> Result<String, Runti
         labels: Some(plan.labels.clone().into_iter().collect()),
         network_disabled: Some(true),
         host_config: Some(HostConfig {
-            mounts: Some(vec![
-                mount(&plan.from, SOURCE, true),
-                mount(&plan.to, TARGET, false),
-            ]),
+            mounts: Some(vec![mount]),
             network_mode: Some("none".to_owned()),
             privileged: Some(false),
             security_opt: Some(vec![crate::containers::NO_NEW_PRIVILEGES.to_owned()]),
@@ -80,10 +100,10 @@ async fn create_helper(docker: &Docker, plan: &CopyPlan) -> Result<String, Runti
         ..Default::default()
     };
     let options = CreateContainerOptions {
-        name: Some(plan.helper.clone()),
+        name: Some(name.to_owned()),
         ..Default::default()
     };
-    let what = format!("copy helper {}", plan.helper);
+    let what = format!("copy helper {name}");
     match docker
         .create_container(Some(options.clone()), body.clone())
         .await
@@ -91,7 +111,7 @@ async fn create_helper(docker: &Docker, plan: &CopyPlan) -> Result<String, Runti
         Ok(created) => Ok(created.id),
         Err(e) if error::status(&e) == Some(409) => {
             // Left by an interrupted attempt: it never ran; make it again.
-            crate::containers::remove(docker, &plan.helper).await?;
+            crate::containers::remove(docker, name).await?;
             docker
                 .create_container(Some(options), body)
                 .await
@@ -104,13 +124,14 @@ async fn create_helper(docker: &Docker, plan: &CopyPlan) -> Result<String, Runti
 
 async fn transfer(
     docker: &Docker,
-    helper: &str,
+    reader: &str,
+    writer: &str,
     progress: &(dyn Fn(u64) + Send + Sync),
 ) -> Result<u64, RuntimeError> {
     let moved = Arc::new(AtomicU64::new(0));
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(IN_FLIGHT);
-    let reader = {
-        let (docker, helper, moved) = (docker.clone(), helper.to_owned(), moved.clone());
+    let reading = {
+        let (docker, helper, moved) = (docker.clone(), reader.to_owned(), moved.clone());
         tokio::spawn(async move {
             let options = DownloadFromContainerOptions {
                 path: SOURCE.to_owned(),
@@ -141,7 +162,7 @@ async fn transfer(
         path: TARGET_PARENT.to_owned(),
         ..Default::default()
     };
-    let upload = client.upload_to_container(helper, Some(options), bollard::body_try_stream(body));
+    let upload = client.upload_to_container(writer, Some(options), bollard::body_try_stream(body));
     let mut upload = std::pin::pin!(upload);
     let mut tick = tokio::time::interval(REPORT_EVERY);
     let uploaded = loop {
@@ -150,7 +171,7 @@ async fn transfer(
             _ = tick.tick() => progress(moved.load(Ordering::Relaxed)),
         }
     };
-    let read = reader
+    let read = reading
         .await
         .map_err(|e| RuntimeError::Engine(format!("the archive reader failed: {e}")))?;
     read?;

@@ -36,6 +36,8 @@ use crate::time::Timestamp;
 
 /// The longest wait before a copy the engine could not serve is tried again.
 const RETRY_MAX: Duration = Duration::from_secs(30);
+/// How long a finished copy waits for the engine's disk-usage report of its sources.
+const MEASURE_GRACE: Duration = Duration::from_secs(2);
 /// Progress is put on the event stream at most this often.
 const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 
@@ -284,11 +286,9 @@ impl CopyController {
                 .iter()
                 .find(|p| p.name == v.name)
                 .and_then(|p| p.from.clone());
-            v.bytes = Some(
-                from.and_then(|f| sizes.get(&f).copied().flatten())
-                    .and_then(|b| i64::try_from(b).ok())
-                    .unwrap_or(0),
-            );
+            v.bytes = from
+                .and_then(|f| sizes.get(&f).copied().flatten())
+                .and_then(|b| i64::try_from(b).ok());
         }
         snapshot.state = SnapshotState::Ready;
         snapshot.source_paused_ms = paused_ms;
@@ -490,22 +490,29 @@ impl CopyController {
             self.fresh_volume(copy, &pair.to, &labels).await?;
         }
         let from: Vec<String> = pairs.iter().filter_map(|p| p.from.clone()).collect();
-        // Measured before the copy starts (the source is not frozen yet): a total for the
-        // progress and each volume's size.
-        let sizes = if from.is_empty() {
-            BTreeMap::new()
-        } else {
-            self.ctx
-                .runtime
-                .volume_bytes(&from)
-                .await
-                .unwrap_or_default()
+        // The engine's disk-usage report walks every volume it has, which can take seconds:
+        // it is asked alongside the copy, never before it, and gives the progress its total
+        // once it answers.
+        let measured: Arc<std::sync::OnceLock<BTreeMap<String, Option<u64>>>> = Arc::default();
+        let measuring = {
+            let (runtime, from, measured) =
+                (self.ctx.runtime.clone(), from.clone(), measured.clone());
+            tokio::spawn(async move {
+                let sizes = if from.is_empty() {
+                    BTreeMap::new()
+                } else {
+                    runtime.volume_bytes(&from).await.unwrap_or_default()
+                };
+                let _ = measured.set(sizes);
+            })
         };
-        let total: Option<u64> = from
-            .iter()
-            .map(|f| sizes.get(f).copied().flatten())
-            .sum::<Option<u64>>();
-        self.publish(copy, key, 0, total);
+        let total_of = |sizes: &BTreeMap<String, Option<u64>>| -> Option<u64> {
+            from.iter()
+                .map(|f| sizes.get(f).copied().flatten())
+                .sum::<Option<u64>>()
+        };
+        let total = || measured.get().and_then(total_of);
+        self.publish(copy, key, 0, total());
         let container = match source {
             Some(s) => self
                 .ctx
@@ -532,6 +539,7 @@ impl CopyController {
         let mut helper_labels = labels.clone();
         helper_labels.remove(LABEL_INSTANCE);
         let mut result = Ok(());
+        let mut streamed: BTreeMap<String, u64> = BTreeMap::new();
         for (i, pair) in pairs.iter().enumerate() {
             let Some(from) = &pair.from else { continue };
             let plan = CopyPlan {
@@ -547,12 +555,14 @@ impl CopyController {
                 if last.elapsed() >= PROGRESS_EVERY {
                     *last = Instant::now();
                     let done = base + bytes;
+                    let total = total();
                     self.publish(copy, key, total.map_or(done, |t| done.min(t)), total);
                 }
             };
             match self.ctx.runtime.copy_volume(&plan, &report).await {
                 Ok(bytes) => {
                     moved_before.fetch_add(bytes, Ordering::Relaxed);
+                    streamed.insert(from.clone(), bytes);
                 }
                 Err(e) => {
                     result = Err(e);
@@ -568,8 +578,21 @@ impl CopyController {
             }
             None => None,
         };
+        if result.is_err() {
+            measuring.abort();
+        }
         result?;
-        let moved = total.unwrap_or_else(|| moved_before.load(Ordering::Relaxed));
+        // The sizes, when the report is in (it is not waited for long: without it, the bytes
+        // that went through the copy stand in).
+        let _ = tokio::time::timeout(MEASURE_GRACE, measuring).await;
+        let mut sizes = measured.get().cloned().unwrap_or_default();
+        for (from, bytes) in streamed {
+            let size = sizes.entry(from).or_insert(None);
+            if size.is_none() {
+                *size = Some(bytes);
+            }
+        }
+        let moved = total_of(&sizes).unwrap_or_else(|| moved_before.load(Ordering::Relaxed));
         Ok((moved, paused_ms, sizes))
     }
 
