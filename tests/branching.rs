@@ -679,6 +679,12 @@ fn a_daemon_killed_in_the_middle_of_a_copy_never_uses_the_half_written_volume_an
     );
     assert_eq!(api.instance(&domain, "db@main")["state"]["kind"], "running");
     assert_eq!(helpers(), 0, "no helper is left");
+    assert!(
+        daemon
+            .log_text()
+            .contains("removing what an interrupted copy wrote"),
+        "the next start removed the half-written volume before copying again"
+    );
     // The branch mounts exactly the volume the finished copy filled.
     let volumes = docker(&[
         "volume",

@@ -883,3 +883,82 @@ fn who_stopped_an_instance_is_shown_with_its_control_characters_escaped() {
     let items = berth(&daemon, dir, &["ps", "--json"]).ok().json();
     assert_eq!(items[0]["state"]["reason"]["by"], by);
 }
+
+#[test]
+fn snapshot_restore_and_branch_from_another_worktree_do_what_they_say() {
+    let daemon = Daemon::start();
+    let repo = repo(&two_instances());
+    berth(&daemon, &repo.main, &["up", "db"]).ok();
+    let write = |dir: &Path, text: &str| {
+        berth(
+            &daemon,
+            dir,
+            &[
+                "exec",
+                "db",
+                "--",
+                "sh",
+                "-c",
+                &format!("echo {text} > /srv/data/x"),
+            ],
+        )
+        .ok();
+    };
+    let read = |dir: &Path| {
+        berth(&daemon, dir, &["exec", "db", "--", "cat", "/srv/data/x"])
+            .ok()
+            .stdout
+            .trim()
+            .to_owned()
+    };
+    write(&repo.main, "v1");
+
+    let taken = berth(&daemon, &repo.main, &["snapshot", "db", "before", "--json"]).ok();
+    let taken = taken.json();
+    assert_eq!(taken["state"], "ready", "{taken:#}");
+    assert_eq!(taken["name"], "before");
+    write(&repo.main, "v2");
+    let listed = berth(&daemon, &repo.main, &["snapshots", "--json"])
+        .ok()
+        .json();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed:#}");
+    let table = berth(&daemon, &repo.main, &["snapshots"]).ok();
+    assert!(table.stdout.starts_with("NAME"), "{table:?}");
+    assert!(table.stdout.contains("before"), "{table:?}");
+
+    let restored = berth(&daemon, &repo.main, &["restore", "db", "before", "--json"])
+        .ok()
+        .json();
+    assert_eq!(
+        restored["instance"]["state"]["kind"], "running",
+        "{restored:#}"
+    );
+    assert!(
+        restored["beforeRestore"]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("before-restore-")
+    );
+    assert_eq!(read(&repo.main), "v1");
+
+    // The second worktree (on its own branch) gets main's data instead of an empty volume.
+    let branched = berth(
+        &daemon,
+        &repo.second,
+        &["branch", "db", "--from", "main", "--json"],
+    )
+    .ok()
+    .json();
+    assert_eq!(branched["state"]["kind"], "running", "{branched:#}");
+    assert_eq!(read(&repo.second), "v1");
+    write(&repo.second, "only here");
+    assert_eq!(read(&repo.main), "v1");
+
+    let missing = berth(
+        &daemon,
+        &repo.second,
+        &["branch", "web", "--from", "nowhere"],
+    );
+    assert_eq!(missing.code, 1, "{missing:?}");
+    assert!(missing.stderr.contains("nowhere"), "{missing:?}");
+}

@@ -317,6 +317,18 @@ mod tests {
             serde_json::json!({"name": "shop"}),
         );
         schema_and_decoder_agree::<StopRequest>("StopRequest", serde_json::json!({"by": "ada"}));
+        schema_and_decoder_agree::<routes::snapshots::SnapshotRequest>(
+            "SnapshotRequest",
+            serde_json::json!({"name": "before-migration"}),
+        );
+        schema_and_decoder_agree::<routes::snapshots::RestoreRequest>(
+            "RestoreRequest",
+            serde_json::json!({"snapshotId": "snp:0a1b2c3d-0000-4000-8000-000000000000"}),
+        );
+        schema_and_decoder_agree::<routes::snapshots::BranchRequest>(
+            "BranchRequest",
+            serde_json::json!({"from": {"instanceKey": "db"}, "spec": crate::schema::example_spec(), "cause": "person"}),
+        );
         // A rollback names what it expects in one of two ways, so not every field is required.
         let decode = |v: serde_json::Value| {
             let mut p = Problems::default();
