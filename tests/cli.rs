@@ -962,3 +962,49 @@ fn snapshot_restore_and_branch_from_another_worktree_do_what_they_say() {
     assert_eq!(missing.code, 1, "{missing:?}");
     assert!(missing.stderr.contains("nowhere"), "{missing:?}");
 }
+
+#[test]
+fn branch_from_in_berth_toml_gives_a_new_worktree_mains_data_and_names_a_missing_branch() {
+    let daemon = Daemon::start();
+    let toml = two_instances().replace(
+        "idle-stop = \"30m\"\n",
+        "idle-stop = \"30m\"\nbranch-from = \"main\"\n",
+    );
+    let repo = repo(&toml);
+    berth(&daemon, &repo.main, &["up", "db"]).ok();
+    berth(
+        &daemon,
+        &repo.main,
+        &[
+            "exec",
+            "db",
+            "--",
+            "sh",
+            "-c",
+            "echo from-main > /srv/data/x",
+        ],
+    )
+    .ok();
+    // The new worktree's db has no volume yet: it starts as a branch of main's.
+    let up = berth(&daemon, &repo.second, &["up", "db", "--json"])
+        .ok()
+        .json();
+    assert_eq!(up[0]["state"]["kind"], "running", "{up:#}");
+    let seen = berth(
+        &daemon,
+        &repo.second,
+        &["exec", "db", "--", "cat", "/srv/data/x"],
+    )
+    .ok();
+    assert_eq!(seen.stdout.trim(), "from-main");
+    // Once it has its own data, an up keeps it.
+    berth(&daemon, &repo.second, &["up", "db"]).ok();
+
+    let elsewhere = self::repo(&two_instances().replace(
+        "idle-stop = \"30m\"\n",
+        "idle-stop = \"30m\"\nbranch-from = \"no-such-branch\"\n",
+    ));
+    let refused = berth(&daemon, &elsewhere.second, &["up", "db"]);
+    assert_eq!(refused.code, 1, "{refused:?}");
+    assert!(refused.stderr.contains("no-such-branch"), "{refused:?}");
+}

@@ -308,6 +308,52 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// For `berth up` of a new instance whose berth.toml table says `branch-from`: the key of the
+/// live instance it is branched from, or `None` when it starts empty (no `branch-from`, or the
+/// worktree named is this one). A branch that no worktree is on is an error naming it.
+pub(super) async fn branch_source(
+    client: &Client,
+    domain: &str,
+    repo: &Repo,
+    def: &crate::project::InstanceDef,
+) -> anyhow::Result<Option<String>> {
+    let Some(from) = def.branch_from.as_deref() else {
+        return Ok(None);
+    };
+    if def.scope == crate::project::Scope::Shared {
+        return Ok(None);
+    }
+    let base = if from == "shared" {
+        def.name.clone()
+    } else {
+        let top = worktree_on_branch(repo, from)?.with_context(|| {
+            format!(
+                "instances.{}.branch-from names the branch {from}, and no worktree is on it \
+                 (see `git worktree list`)",
+                def.name
+            )
+        })?;
+        if top == repo.top_level {
+            return Ok(None);
+        }
+        crate::repo::instance_key(&def.name, Some(&worktree_key(&top)))
+    };
+    let live = client.api.instances(domain, false).await.or_say(client)?;
+    let source = live
+        .iter()
+        .filter_map(|i| generation(&i.key, &base).map(|g| (g, i)))
+        .max_by_key(|(g, _)| *g)
+        .map(|(_, i)| i.key.clone())
+        .with_context(|| {
+            format!(
+                "instances.{}.branch-from is {from}, and there is no live {} there to branch \
+                 from; run `berth up` there first",
+                def.name, def.name
+            )
+        })?;
+    Ok(Some(source))
+}
+
 /// The top level of the worktree `git worktree list` shows on `branch`.
 fn worktree_on_branch(repo: &Repo, branch: &str) -> anyhow::Result<Option<std::path::PathBuf>> {
     let out = Process::new("git")
