@@ -1291,7 +1291,7 @@ async fn a_branch_holds_its_instance_until_the_copy_is_done_and_freezes_the_sour
         let unpause = w
             .calls
             .iter()
-            .position(|c| c.starts_with("unpause"))
+            .rposition(|c| c.starts_with("unpause"))
             .unwrap();
         assert!(pause < copy && copy < unpause, "{:?}", w.calls);
         assert!(w.paused.is_empty());

@@ -82,6 +82,8 @@ pub(crate) struct CopyController {
     one_at_a_time: AsyncMutex<()>,
     /// The container a copy froze, until it is thawed.
     paused: Mutex<Option<String>>,
+    /// The most bytes the copy under way has reported.
+    reported: AtomicU64,
     shutdown: CancellationToken,
 }
 
@@ -99,6 +101,7 @@ impl CopyController {
             running: Mutex::new(HashSet::new()),
             one_at_a_time: AsyncMutex::new(()),
             paused: Mutex::new(None),
+            reported: AtomicU64::new(0),
             shutdown,
         })
     }
@@ -188,7 +191,12 @@ impl CopyController {
         self.ctx.store.read(move |tx| tx.copy_op(&id)).await
     }
 
+    /// Puts a copy's progress on its domain's stream. What a client sees only moves forward:
+    /// the bytes streamed (tar headers included) may pass the total the disk-usage report
+    /// measured, which then grows to match.
     fn publish(&self, copy: &CopyOp, key: &str, done: u64, total: Option<u64>) {
+        let done = self.reported.fetch_max(done, Ordering::Relaxed).max(done);
+        let total = total.map(|t| t.max(done));
         self.ctx.store.watch().publish_copy(
             &copy.domain_id,
             CopyEvent {
@@ -228,7 +236,21 @@ impl CopyController {
         if copy.state != CopyState::Copying {
             return Ok(());
         }
+        self.reported.store(0, Ordering::Relaxed);
         self.remove_helpers(&copy).await?;
+        // A daemon killed in the middle of a copy leaves its source frozen: thaw it first (the
+        // copy freezes it again for exactly its own copy). Copies run one at a time, so no
+        // other one holds it.
+        if let Some(source) = copy
+            .source_instance
+            .as_ref()
+            .and_then(|id| self.ctx.store.instance_by_id(id))
+        {
+            let name = self.ctx.container_name(&source);
+            if let Some(c) = self.ctx.runtime.inspect_container(&name).await? {
+                self.ctx.runtime.unpause_container(&c.id).await?;
+            }
+        }
         match copy.kind {
             CopyKind::Snapshot => self.snapshot(&copy).await,
             CopyKind::Branch => self.branch(&copy).await,
@@ -469,6 +491,7 @@ impl CopyController {
     fn finished(&self, copy: &CopyOp, key: &str, moved: u64) {
         let mut done = copy.clone();
         done.state = CopyState::Done;
+        let moved = moved.max(self.reported.load(Ordering::Relaxed));
         self.publish(&done, key, moved, Some(moved));
         tracing::info!(copy = %copy.id, kind = copy.kind.as_str(), bytes = moved, "copy done");
     }
