@@ -964,3 +964,128 @@ fn rollouts_releases_and_rollback_to_a_named_release() {
         .json();
     assert_eq!(after.as_array().unwrap().len(), 4, "{after:#}");
 }
+
+#[test]
+fn snapshot_restore_and_branch_from_another_worktree_do_what_they_say() {
+    let daemon = Daemon::start();
+    let repo = repo(&two_instances());
+    berth(&daemon, &repo.main, &["up", "db"]).ok();
+    let write = |dir: &Path, text: &str| {
+        berth(
+            &daemon,
+            dir,
+            &[
+                "exec",
+                "db",
+                "--",
+                "sh",
+                "-c",
+                &format!("echo {text} > /srv/data/x"),
+            ],
+        )
+        .ok();
+    };
+    let read = |dir: &Path| {
+        berth(&daemon, dir, &["exec", "db", "--", "cat", "/srv/data/x"])
+            .ok()
+            .stdout
+            .trim()
+            .to_owned()
+    };
+    write(&repo.main, "v1");
+
+    let taken = berth(&daemon, &repo.main, &["snapshot", "db", "before", "--json"]).ok();
+    let taken = taken.json();
+    assert_eq!(taken["state"], "ready", "{taken:#}");
+    assert_eq!(taken["name"], "before");
+    write(&repo.main, "v2");
+    let listed = berth(&daemon, &repo.main, &["snapshots", "--json"])
+        .ok()
+        .json();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed:#}");
+    let table = berth(&daemon, &repo.main, &["snapshots"]).ok();
+    assert!(table.stdout.starts_with("NAME"), "{table:?}");
+    assert!(table.stdout.contains("before"), "{table:?}");
+
+    let restored = berth(&daemon, &repo.main, &["restore", "db", "before", "--json"])
+        .ok()
+        .json();
+    assert_eq!(
+        restored["instance"]["state"]["kind"], "running",
+        "{restored:#}"
+    );
+    assert!(
+        restored["beforeRestore"]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("before-restore-")
+    );
+    assert_eq!(read(&repo.main), "v1");
+
+    // The second worktree (on its own branch) gets main's data instead of an empty volume.
+    let branched = berth(
+        &daemon,
+        &repo.second,
+        &["branch", "db", "--from", "main", "--json"],
+    )
+    .ok()
+    .json();
+    assert_eq!(branched["state"]["kind"], "running", "{branched:#}");
+    assert_eq!(read(&repo.second), "v1");
+    write(&repo.second, "only here");
+    assert_eq!(read(&repo.main), "v1");
+
+    let missing = berth(
+        &daemon,
+        &repo.second,
+        &["branch", "web", "--from", "nowhere"],
+    );
+    assert_eq!(missing.code, 1, "{missing:?}");
+    assert!(missing.stderr.contains("nowhere"), "{missing:?}");
+}
+
+#[test]
+fn branch_from_in_berth_toml_gives_a_new_worktree_mains_data_and_names_a_missing_branch() {
+    let daemon = Daemon::start();
+    let toml = two_instances().replace(
+        "idle-stop = \"30m\"\n",
+        "idle-stop = \"30m\"\nbranch-from = \"main\"\n",
+    );
+    let repo = repo(&toml);
+    berth(&daemon, &repo.main, &["up", "db"]).ok();
+    berth(
+        &daemon,
+        &repo.main,
+        &[
+            "exec",
+            "db",
+            "--",
+            "sh",
+            "-c",
+            "echo from-main > /srv/data/x",
+        ],
+    )
+    .ok();
+    // The new worktree's db has no volume yet: it starts as a branch of main's.
+    let up = berth(&daemon, &repo.second, &["up", "db", "--json"])
+        .ok()
+        .json();
+    assert_eq!(up[0]["state"]["kind"], "running", "{up:#}");
+    let seen = berth(
+        &daemon,
+        &repo.second,
+        &["exec", "db", "--", "cat", "/srv/data/x"],
+    )
+    .ok();
+    assert_eq!(seen.stdout.trim(), "from-main");
+    // Once it has its own data, an up keeps it.
+    berth(&daemon, &repo.second, &["up", "db"]).ok();
+
+    let elsewhere = self::repo(&two_instances().replace(
+        "idle-stop = \"30m\"\n",
+        "idle-stop = \"30m\"\nbranch-from = \"no-such-branch\"\n",
+    ));
+    let refused = berth(&daemon, &elsewhere.second, &["up", "db"]);
+    assert_eq!(refused.code, 1, "{refused:?}");
+    assert!(refused.stderr.contains("no-such-branch"), "{refused:?}");
+}

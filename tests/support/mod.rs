@@ -672,7 +672,10 @@ impl Watch {
                         let instance = serde_json::to_value(instance).expect("an instance");
                         assert!(!bad(&instance), "{what}: {instance}");
                     }
-                    Ok(Some(Ok(berth_client::DomainEvent::Resync { .. }))) => {}
+                    Ok(Some(Ok(
+                        berth_client::DomainEvent::Resync { .. }
+                        | berth_client::DomainEvent::Copy { .. },
+                    ))) => {}
                     Ok(Some(Err(e))) => panic!("the event stream failed: {e}"),
                     Ok(None) => panic!("the event stream ended while checking that {what}"),
                 }

@@ -712,15 +712,96 @@ pub enum DomainEvent {
         /// The event id.
         id: String,
     },
+    /// A copy (snapshot, branch, restore) moved on.
+    Copy {
+        /// The event id.
+        id: String,
+        /// Its progress.
+        copy: CopyProgress,
+    },
 }
 
 impl DomainEvent {
     /// The event's id.
     pub fn id(&self) -> &str {
         match self {
-            Self::Instance { id, .. } | Self::Resync { id } => id,
+            Self::Instance { id, .. } | Self::Resync { id } | Self::Copy { id, .. } => id,
         }
     }
+}
+
+/// The data of an `event: copy`: a copy's progress.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CopyProgress {
+    /// `cpy:<uuid>`.
+    pub copy_id: String,
+    /// `snapshot`, `branch` or `restore`.
+    pub kind: String,
+    /// `copying`, `done` or `failed`.
+    pub state: String,
+    /// The instance read (a snapshot) or filled (a branch, a restore).
+    pub instance_key: String,
+    /// The snapshot filled or read.
+    pub snapshot_id: Option<String>,
+    /// Bytes moved so far.
+    pub bytes_done: u64,
+    /// Bytes to move, once measured.
+    pub bytes_total: Option<u64>,
+    /// Why it failed.
+    pub message: Option<String>,
+}
+
+/// One volume of a snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotVolume {
+    /// The volume's name in the instance.
+    pub name: String,
+    /// Its size in bytes, once copied.
+    pub bytes: Option<i64>,
+}
+
+/// A snapshot of an instance's volumes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Snapshot {
+    /// `snp:<uuid>`.
+    pub snapshot_id: String,
+    /// Its name.
+    pub name: String,
+    /// The instance it was taken of.
+    pub instance_key: String,
+    /// The spec that instance was asked to run then.
+    pub spec_digest: String,
+    /// When it was asked for (RFC 3339).
+    pub created_at: String,
+    /// `copying`, `ready` or `failed`.
+    pub state: String,
+    /// Why it failed.
+    pub message: Option<String>,
+    /// Its volumes.
+    pub volumes: Vec<SnapshotVolume>,
+    /// How long the instance was frozen for the copy.
+    pub source_paused_ms: Option<i64>,
+}
+
+/// What a restore answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Restored {
+    /// The instance, starting again once the copy is done.
+    pub instance: Instance,
+    /// The automatic snapshot that keeps what the restore replaced.
+    pub before_restore: Snapshot,
+}
+
+/// Where a branch copies from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BranchFrom {
+    /// Another instance of the domain, by key.
+    Instance(String),
+    /// A ready snapshot, by id.
+    Snapshot(String),
 }
 
 /// The data of an `instance` event.

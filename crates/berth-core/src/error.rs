@@ -145,6 +145,34 @@ pub enum Error {
         /// The key.
         key: String,
     },
+    /// No snapshot has that id in the domain.
+    #[error("no snapshot has the id {0} in this resource domain")]
+    SnapshotNotFound(String),
+    /// A snapshot that is still being copied, or whose copy failed, cannot be read yet.
+    #[error("the snapshot {id} is {state}, not ready: {what}")]
+    SnapshotNotReady {
+        /// The snapshot.
+        id: String,
+        /// `copying` or `failed`.
+        state: String,
+        /// What to do.
+        what: String,
+    },
+    /// A branch onto a key a live instance has.
+    #[error(
+        "the resource instance {0} exists: a branch makes a new instance, so choose a key no          instance has"
+    )]
+    InstanceExists(String),
+    /// A copy already reads or fills the instance (or the snapshot).
+    #[error(
+        "a copy ({copy}) of {what} is under way; wait for its `event: copy` with state done, then ask again"
+    )]
+    CopyUnderWay {
+        /// The instance or snapshot.
+        what: String,
+        /// The copy's id.
+        copy: String,
+    },
     /// This daemon runs no container runtime.
     #[error("resources run on Docker; this berth runs {runtime}")]
     RuntimeUnsupported {

@@ -1,4 +1,5 @@
-//! Identifiers: `rin:<uuid>` for instances, `rdm:<uuid>` for resource domains.
+//! Identifiers: `rin:<uuid>` for instances, `rdm:<uuid>` for resource domains, `snp:<uuid>`
+//! for snapshots and `cpy:<uuid>` for copy operations.
 
 use std::fmt;
 
@@ -68,6 +69,18 @@ prefixed_id!(
     DomainId,
     "rdm:",
     "a resource domain id"
+);
+prefixed_id!(
+    /// A snapshot's id.
+    SnapshotId,
+    "snp:",
+    "a snapshot id"
+);
+prefixed_id!(
+    /// A copy operation's id (a snapshot, a branch or a restore).
+    CopyId,
+    "cpy:",
+    "a copy id"
 );
 
 #[cfg(test)]

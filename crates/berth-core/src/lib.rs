@@ -22,6 +22,7 @@ pub mod queue;
 pub mod rollouts;
 pub mod runtime;
 pub mod service;
+pub mod snapshots;
 pub mod spec;
 pub mod store;
 pub mod time;

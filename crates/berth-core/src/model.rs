@@ -214,6 +214,9 @@ pub struct Instance {
     pub generation: i64,
     /// The generation the last finished reconcile acted on.
     pub observed_generation: i64,
+    /// Set by a branch or a restore: its volumes are the fresh ones a copy filled, whose names
+    /// carry this tag (see [`crate::names::tagged_volume`]).
+    pub volume_tag: Option<String>,
 }
 
 /// An instance on the wire (`resourceInstanceSchema`).

@@ -72,6 +72,30 @@ pub fn image_volume(prefix: &str, domain: &DomainId, key: &str, path: &str) -> (
     (format!("image-{slug}"), docker)
 }
 
+/// An instance volume's name under the tag of the copy that filled it (a branch or a restore):
+/// a fresh name, so a copy never writes into a volume an instance mounted before.
+pub fn tagged_volume(docker_name: &str, tag: Option<&str>) -> String {
+    match tag {
+        Some(tag) => format!("{docker_name}.{tag}"),
+        None => docker_name.to_owned(),
+    }
+}
+
+/// The tag of a copy: `c` and 8 hex digits of its id.
+pub fn copy_tag(copy: &crate::ids::CopyId) -> String {
+    format!("c{}", &copy.hex()[..8])
+}
+
+/// The volume of snapshot `snapshot` that holds its instance's volume `name`.
+pub fn snapshot_volume(prefix: &str, snapshot: &crate::ids::SnapshotId, name: &str) -> String {
+    format!("{prefix}-snp-{}.{name}", &snapshot.hex()[..16])
+}
+
+/// The never-started container a copy reads and writes volumes through.
+pub fn copy_helper(prefix: &str, copy: &crate::ids::CopyId, index: usize) -> String {
+    format!("{prefix}-copy-{}-{index}", &copy.hex()[..16])
+}
+
 /// True when a Docker volume name is one [`image_volume`] made (not one the spec names).
 pub fn is_image_volume(docker_name: &str) -> bool {
     docker_name.contains(".img.")

@@ -37,6 +37,26 @@ pub const LABEL_PLAN_DIGEST: &str = "berth.plan-digest";
 /// A volume's name in its instance's spec.
 pub const LABEL_VOLUME: &str = "berth.volume";
 
+/// A snapshot's id, on the volumes that hold it.
+pub const LABEL_SNAPSHOT: &str = "berth.snapshot";
+/// The id of the copy that made and filled a volume, or that a helper container serves.
+pub const LABEL_COPY: &str = "berth.copy";
+
+/// One volume-to-volume copy through the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyPlan {
+    /// The name of the helper container the copy may make (never started); removed after.
+    pub helper: String,
+    /// The image, present on the engine, that helper is created from (never run).
+    pub image: String,
+    /// The volume read.
+    pub from: String,
+    /// The volume written: made fresh by the caller, empty.
+    pub to: String,
+    /// The helper's labels.
+    pub labels: Labels,
+}
+
 /// Why an image could not be made ready; the names follow the seed's mismatch reasons.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ImageFailure {
@@ -371,6 +391,34 @@ pub trait Runtime: Send + Sync + 'static {
         &self,
         names: &[String],
     ) -> Result<BTreeMap<String, Option<u64>>, RuntimeError>;
+
+    /// Freezes a running container's processes; Ok when it is paused already, `Conflict` when
+    /// it is not running.
+    async fn pause_container(&self, id: &str) -> Result<(), RuntimeError>;
+
+    /// Thaws a paused container; Ok when it is not paused or is gone.
+    async fn unpause_container(&self, id: &str) -> Result<(), RuntimeError>;
+
+    /// The labels of a volume, `None` when there is no volume of that name.
+    async fn volume_labels(&self, name: &str) -> Result<Option<Labels>, RuntimeError>;
+
+    /// Creates a volume that must not exist yet: `Conflict` when one of that name does.
+    async fn create_volume(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError>;
+
+    /// Removes a volume only when it carries `label` with `value` (a snapshot's storage, or a
+    /// copy's unfinished target); Ok when it is gone. Any other volume is `Foreign` and stays.
+    async fn remove_volume(&self, name: &str, label: &str, value: &str)
+    -> Result<(), RuntimeError>;
+
+    /// Copies every file of `plan.from` into the empty `plan.to` through the engine, keeping
+    /// owners, modes, times, symlinks, hard links and empty directories; the volumes' own root
+    /// directories get the same owner and mode. Works for any image, with or without a shell.
+    /// `progress` is told the bytes moved so far as the copy goes. Answers the bytes moved.
+    async fn copy_volume(
+        &self,
+        plan: &CopyPlan,
+        progress: &(dyn Fn(u64) + Send + Sync),
+    ) -> Result<u64, RuntimeError>;
 
     /// A container's output: its last `tail` lines (all when `None`), then, with `follow`, what
     /// it writes next until it stops or the stream is dropped.

@@ -865,7 +865,7 @@ impl Berth {
     }
 }
 
-fn owned(domain: Option<Domain>, owner: &str, id: &DomainId) -> Result<Domain, Error> {
+pub(crate) fn owned(domain: Option<Domain>, owner: &str, id: &DomainId) -> Result<Domain, Error> {
     match domain {
         None => Err(Error::DomainNotFound(id.to_string())),
         Some(d) if d.owner != owner => Err(Error::DomainForbidden(id.to_string())),
@@ -876,7 +876,7 @@ fn owned(domain: Option<Domain>, owner: &str, id: &DomainId) -> Result<Domain, E
 /// The write of an `up`, inside its transaction: every check, then the instance as it is now
 /// asked to run.
 #[allow(clippy::too_many_arguments)]
-fn apply_up(
+pub(crate) fn apply_up(
     tx: &Tx<'_>,
     owner: &str,
     domain_id: &DomainId,
@@ -938,6 +938,7 @@ fn apply_up(
                 restart_count: 0,
                 generation: 1,
                 observed_generation: 0,
+                volume_tag: None,
             };
             instance.volumes = plan_volumes(prefix, &instance, &[]);
             tx.insert_instance(&instance)?;

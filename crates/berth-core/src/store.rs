@@ -229,6 +229,42 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE rollouts ADD COLUMN reported_reason TEXT;
     ALTER TABLE image_releases ADD COLUMN platform_manifest_digest TEXT;
     ALTER TABLE image_releases ADD COLUMN platform_config_digest TEXT;",
+    // 9: snapshots of instance volumes and the copy operations (snapshot, branch, restore),
+    // each recorded as intent before it starts; an instance a branch or a restore filled mounts
+    // volumes whose names carry the copy's tag.
+    "ALTER TABLE instances ADD COLUMN volume_tag TEXT;
+    CREATE TABLE snapshots (
+        id TEXT PRIMARY KEY,
+        domain_id TEXT NOT NULL REFERENCES domains(id),
+        instance_id TEXT NOT NULL REFERENCES instances(id),
+        instance_key TEXT NOT NULL,
+        name TEXT NOT NULL,
+        spec_digest TEXT NOT NULL,
+        image TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        message TEXT,
+        volumes TEXT NOT NULL,
+        source_paused_ms INTEGER
+    );
+    CREATE INDEX snapshots_by_domain ON snapshots(domain_id, created_at);
+    CREATE TABLE copies (
+        id TEXT PRIMARY KEY,
+        domain_id TEXT NOT NULL REFERENCES domains(id),
+        kind TEXT NOT NULL,
+        source_instance_id TEXT,
+        target_instance_id TEXT,
+        snapshot_id TEXT,
+        backup_snapshot_id TEXT,
+        tag TEXT,
+        state TEXT NOT NULL,
+        message TEXT,
+        bytes_done INTEGER NOT NULL DEFAULT 0,
+        bytes_total INTEGER,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    );
+    CREATE INDEX copies_by_state ON copies(state);",
 ];
 
 /// Runs `PRAGMA quick_check` (every page and index, without comparing index contents to their
@@ -897,7 +933,12 @@ impl<'a> Tx<'a> {
         self.touched.borrow_mut().domains.push(id.clone());
     }
 
-    fn touch_instance(&self, id: &InstanceId) {
+    /// The transaction's connection, for the tables other modules keep.
+    pub(crate) fn conn(&self) -> &Connection {
+        self.conn
+    }
+
+    pub(crate) fn touch_instance(&self, id: &InstanceId) {
         self.touched.borrow_mut().instances.push(id.clone());
     }
 
@@ -940,7 +981,7 @@ impl<'a> Tx<'a> {
 
 const INSTANCE_COLUMNS: &str = "id, domain_id, key, spec, spec_digest, desired, stop_reason, state,
     observed_at, started_at, last_reached_at, volumes, restart_count, generation,
-    observed_generation";
+    observed_generation, volume_tag";
 
 fn domain_from_row(row: &Row<'_>) -> rusqlite::Result<Domain> {
     let id: String = row.get(0)?;
@@ -990,6 +1031,7 @@ fn instance_from_row(row: &Row<'_>) -> rusqlite::Result<Instance> {
         restart_count: row.get(12)?,
         generation: row.get(13)?,
         observed_generation: row.get(14)?,
+        volume_tag: row.get(15)?,
     })
 }
 
@@ -1155,9 +1197,9 @@ impl Tx<'_> {
         self.conn.execute(
             "INSERT INTO instances (id, domain_id, key, alias, worktree_key, spec, spec_digest,
                 desired, stop_reason, state, observed_at, started_at, last_reached_at, volumes,
-                restart_count, created_at, generation, observed_generation)
+                restart_count, created_at, generation, observed_generation, volume_tag)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
-                ?18)",
+                ?18, ?19)",
             params![
                 i.id.as_str(),
                 i.domain_id.as_str(),
@@ -1177,9 +1219,26 @@ impl Tx<'_> {
                 Timestamp::now().millis(),
                 i.generation,
                 i.observed_generation,
+                i.volume_tag,
             ],
         )?;
         self.touch_instance(&i.id);
+        Ok(())
+    }
+
+    /// Switches an instance to the volumes a restore filled: their tag and the volumes it mounts.
+    pub fn set_volume_tag(
+        &self,
+        id: &InstanceId,
+        tag: &str,
+        volumes: &[InstanceVolume],
+    ) -> Result<(), StoreError> {
+        let volumes = to_json(&StoredVolumes::from(volumes))?;
+        self.conn.execute(
+            "UPDATE instances SET volume_tag = ?2, volumes = ?3 WHERE id = ?1",
+            params![id.as_str(), tag, volumes],
+        )?;
+        self.touch_instance(id);
         Ok(())
     }
 
@@ -1611,6 +1670,7 @@ mod tests {
             restart_count: 0,
             generation: 1,
             observed_generation: 1,
+            volume_tag: None,
         };
         let stored = instance.clone();
         store
@@ -1636,8 +1696,9 @@ mod tests {
             .await
             .unwrap();
         let event = feed.try_recv().expect("a change of state is published");
-        assert_eq!(event.change.instance.state.kind(), "starting");
-        assert_eq!(event.change.observed_generation, 1);
+        let change = event.change.instance().unwrap();
+        assert_eq!(change.instance.state.kind(), "starting");
+        assert_eq!(change.observed_generation, 1);
     }
 
     #[tokio::test]

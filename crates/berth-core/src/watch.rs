@@ -18,6 +18,7 @@ use tokio::sync::broadcast;
 
 use crate::ids::{DomainId, InstanceId};
 use crate::model::{Instance, InstanceView};
+use crate::snapshots::CopyEvent;
 
 /// Changes a domain's log keeps for resuming clients.
 pub const LOG_PER_DOMAIN: usize = 1024;
@@ -47,13 +48,32 @@ impl InstanceChange {
     }
 }
 
+/// What an event of a domain's stream says.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// An instance changed.
+    Instance(InstanceChange),
+    /// A copy (snapshot, branch, restore) moved on.
+    Copy(CopyEvent),
+}
+
+impl Change {
+    /// The instance change, when it is one.
+    pub fn instance(&self) -> Option<&InstanceChange> {
+        match self {
+            Self::Instance(change) => Some(change),
+            Self::Copy(_) => None,
+        }
+    }
+}
+
 /// A change with its place in this run's sequence.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
     /// Its number in this daemon run's sequence.
     pub seq: u64,
     /// What changed.
-    pub change: InstanceChange,
+    pub change: Change,
 }
 
 /// Where a reconnecting client stands.
@@ -128,6 +148,15 @@ impl Watch {
 
     /// Records a change and hands it to the domain's live subscribers. Never blocks.
     pub fn publish(&self, domain: &DomainId, change: InstanceChange) {
+        self.publish_change(domain, Change::Instance(change));
+    }
+
+    /// Records a copy's progress and hands it to the domain's live subscribers. Never blocks.
+    pub fn publish_copy(&self, domain: &DomainId, copy: CopyEvent) {
+        self.publish_change(domain, Change::Copy(copy));
+    }
+
+    fn publish_change(&self, domain: &DomainId, change: Change) {
         let mut logs = self.logs();
         logs.seq += 1;
         let event = Event {
@@ -225,7 +254,12 @@ impl Watch {
             match tokio::time::timeout_at(deadline, feed.recv()).await {
                 Err(_) | Ok(Err(broadcast::error::RecvError::Closed)) => return false,
                 Ok(Err(broadcast::error::RecvError::Lagged(_))) => return true,
-                Ok(Ok(event)) if event.change.instance.resource_instance_id == *id => {
+                Ok(Ok(event))
+                    if event
+                        .change
+                        .instance()
+                        .is_some_and(|c| c.instance.resource_instance_id == *id) =>
+                {
                     return true;
                 }
                 Ok(Ok(_)) => {}
@@ -265,6 +299,7 @@ mod tests {
             restart_count: 0,
             generation: n,
             observed_generation: 0,
+            volume_tag: None,
         };
         InstanceChange::of(&instance)
     }
@@ -283,7 +318,7 @@ mod tests {
         assert_eq!(
             missed
                 .iter()
-                .map(|e| e.change.generation)
+                .map(|e| e.change.instance().unwrap().generation)
                 .collect::<Vec<_>>(),
             vec![2, 3]
         );

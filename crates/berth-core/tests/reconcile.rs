@@ -43,6 +43,14 @@ struct World {
     /// The next image made ready waits here: `entered` is told, then it waits for `release`,
     /// as a pull from a slow registry would.
     pull_gate: Option<(Arc<Notify>, Arc<Notify>)>,
+    /// What each volume holds, as far as copies go.
+    contents: BTreeMap<String, String>,
+    /// Containers paused now.
+    paused: Vec<String>,
+    /// Every copy fails with this.
+    copy_error: Option<String>,
+    /// Copies wait for a permit on this, when set.
+    copy_gate: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 #[derive(Clone, Default)]
@@ -102,9 +110,10 @@ impl Runtime for Fake {
     async fn ensure_volume(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError> {
         let mut w = self.world();
         match w.volumes.get(name) {
-            Some(existing) if existing != labels => Err(RuntimeError::Foreign(format!(
-                "volume {name} is not berth's"
-            ))),
+            // As the engine's driver does: every label asked for must be there; others may be.
+            Some(existing) if labels.iter().any(|(k, v)| existing.get(k) != Some(v)) => Err(
+                RuntimeError::Foreign(format!("volume {name} is not berth's")),
+            ),
             Some(_) => Ok(()),
             None => {
                 w.volumes.insert(name.into(), labels.clone());
@@ -263,6 +272,68 @@ impl Runtime for Fake {
     }
     fn watch(&self, _: &str) -> mpsc::Receiver<RuntimeEvent> {
         mpsc::channel(1).1
+    }
+    async fn pause_container(&self, id: &str) -> Result<(), RuntimeError> {
+        let mut w = self.world();
+        w.calls.push(format!("pause {id}"));
+        w.paused.push(id.to_owned());
+        Ok(())
+    }
+    async fn unpause_container(&self, id: &str) -> Result<(), RuntimeError> {
+        let mut w = self.world();
+        w.calls.push(format!("unpause {id}"));
+        w.paused.retain(|p| p != id);
+        Ok(())
+    }
+    async fn volume_labels(&self, name: &str) -> Result<Option<Labels>, RuntimeError> {
+        Ok(self.world().volumes.get(name).cloned())
+    }
+    async fn create_volume(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError> {
+        let mut w = self.world();
+        if w.volumes.contains_key(name) {
+            return Err(RuntimeError::Conflict(format!("{name} exists")));
+        }
+        w.volumes.insert(name.to_owned(), labels.clone());
+        Ok(())
+    }
+    async fn remove_volume(
+        &self,
+        name: &str,
+        label: &str,
+        value: &str,
+    ) -> Result<(), RuntimeError> {
+        let mut w = self.world();
+        match w.volumes.get(name) {
+            None => Ok(()),
+            Some(l) if l.get(label).map(String::as_str) == Some(value) => {
+                w.volumes.remove(name);
+                w.contents.remove(name);
+                w.calls.push(format!("remove volume {name}"));
+                Ok(())
+            }
+            Some(_) => Err(RuntimeError::Foreign(name.to_owned())),
+        }
+    }
+    async fn copy_volume(
+        &self,
+        plan: &CopyPlan,
+        progress: &(dyn Fn(u64) + Send + Sync),
+    ) -> Result<u64, RuntimeError> {
+        let gate = self.world().copy_gate.clone();
+        if let Some(gate) = gate {
+            gate.acquire().await.unwrap().forget();
+        }
+        let mut w = self.world();
+        w.calls.push(format!("copy {} -> {}", plan.from, plan.to));
+        if let Some(e) = &w.copy_error {
+            return Err(RuntimeError::Engine(e.clone()));
+        }
+        let data = w.contents.get(&plan.from).cloned().unwrap_or_default();
+        let bytes = data.len() as u64;
+        w.contents.insert(plan.to.clone(), data);
+        drop(w);
+        progress(bytes);
+        Ok(bytes)
     }
 }
 
@@ -1244,4 +1315,199 @@ async fn a_report_from_a_reconcile_of_a_superseded_rollout_is_a_stale_rollout_re
     assert_eq!(all[0].status.reporters[0].mismatch_reason, None);
     assert_eq!(all[0].status.healthy_replica_count, 1);
     assert_eq!(all[2].status.status, RolloutStatus::Failed);
+}
+
+async fn copy_settled(
+    feed: &mut tokio::sync::broadcast::Receiver<berth_core::watch::Event>,
+) -> berth_core::snapshots::CopyEvent {
+    use berth_core::snapshots::CopyState;
+    loop {
+        let event = tokio::time::timeout(Duration::from_secs(10), feed.recv())
+            .await
+            .expect("a copy event in time")
+            .unwrap();
+        if let berth_core::watch::Change::Copy(copy) = event.change
+            && copy.state != CopyState::Copying
+        {
+            return copy;
+        }
+    }
+}
+
+fn branch_spec() -> serde_json::Value {
+    let mut spec = spec();
+    spec["worktreeKey"] = json!("fix");
+    spec
+}
+
+async fn running_source(s: &Setup) -> (InstanceId, String) {
+    s.fake.world().ready = true;
+    let id = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .await
+        .unwrap()
+        .resource_instance_id;
+    converge(s, &id).await;
+    assert!(matches!(state(s, "db"), InstanceState::Running { .. }));
+    let volume = s.berth.get("owner", &s.domain, "db").unwrap().volumes[0]
+        .docker_name
+        .clone();
+    s.fake
+        .world()
+        .contents
+        .insert(volume.clone(), "rows".into());
+    (id, volume)
+}
+
+#[tokio::test]
+async fn a_branch_holds_its_instance_until_the_copy_is_done_and_freezes_the_source_for_it() {
+    use berth_core::snapshots::{BranchFrom, CopyState};
+    let s = setup().await;
+    let (_, source_volume) = running_source(&s).await;
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    s.fake.world().copy_gate = Some(gate.clone());
+    let (mut feed, _, _) = s.berth.store().watch().subscribe(&s.domain, None);
+    let view = s
+        .berth
+        .branch(
+            "owner",
+            &s.domain,
+            "db-fix",
+            BranchFrom::Instance("db".into()),
+            &branch_spec(),
+            UpCause::Person,
+        )
+        .await
+        .unwrap();
+    let target = view.volumes[0].docker_name.clone();
+    assert_ne!(target, source_volume);
+    // While the copy goes on, the branch is not created, whatever asks for it.
+    assert_eq!(converge(&s, &view.resource_instance_id).await, Next::Done);
+    assert_eq!(state(&s, "db-fix"), InstanceState::NotStarted);
+    assert_eq!(s.fake.world().containers.len(), 1);
+    gate.add_permits(1);
+    let done = copy_settled(&mut feed).await;
+    assert_eq!(done.state, CopyState::Done);
+    {
+        let w = s.fake.world();
+        assert_eq!(w.contents.get(&target).map(String::as_str), Some("rows"));
+        let pause = w.calls.iter().position(|c| c.starts_with("pause")).unwrap();
+        let copy = w.calls.iter().position(|c| c.starts_with("copy")).unwrap();
+        let unpause = w
+            .calls
+            .iter()
+            .rposition(|c| c.starts_with("unpause"))
+            .unwrap();
+        assert!(pause < copy && copy < unpause, "{:?}", w.calls);
+        assert!(w.paused.is_empty());
+    }
+    converge(&s, &view.resource_instance_id).await;
+    assert!(matches!(state(&s, "db-fix"), InstanceState::Running { .. }));
+    assert!(
+        matches!(state(&s, "db"), InstanceState::Running { .. }),
+        "the source's reported state never left running"
+    );
+    // A branch onto a key that exists is refused, and writes nothing.
+    let again = s
+        .berth
+        .branch(
+            "owner",
+            &s.domain,
+            "db-fix",
+            BranchFrom::Instance("db".into()),
+            &branch_spec(),
+            UpCause::Person,
+        )
+        .await;
+    assert!(matches!(again, Err(berth_core::Error::InstanceExists(_))));
+}
+
+#[tokio::test]
+async fn a_failed_copy_removes_what_it_wrote_and_fails_the_branch() {
+    use berth_core::snapshots::{BranchFrom, CopyState};
+    let s = setup().await;
+    running_source(&s).await;
+    s.fake.world().copy_error = Some("disk full".into());
+    let (mut feed, _, _) = s.berth.store().watch().subscribe(&s.domain, None);
+    let view = s
+        .berth
+        .branch(
+            "owner",
+            &s.domain,
+            "db-fix",
+            BranchFrom::Instance("db".into()),
+            &branch_spec(),
+            UpCause::Person,
+        )
+        .await
+        .unwrap();
+    let failed = copy_settled(&mut feed).await;
+    assert_eq!(failed.state, CopyState::Failed);
+    assert!(failed.message.unwrap().contains("disk full"));
+    let w = s.fake.world();
+    assert!(!w.volumes.contains_key(&view.volumes[0].docker_name));
+    assert!(w.paused.is_empty());
+    drop(w);
+    assert!(matches!(state(&s, "db-fix"), InstanceState::Failed { .. }));
+}
+
+#[tokio::test]
+async fn a_restore_keeps_the_replaced_volumes_as_a_snapshot_and_mounts_the_copied_ones() {
+    use berth_core::snapshots::{CopyState, SnapshotState};
+    let s = setup().await;
+    let (id, volume) = running_source(&s).await;
+    let (mut feed, _, _) = s.berth.store().watch().subscribe(&s.domain, None);
+    let snapshot = s
+        .berth
+        .snapshot("owner", &s.domain, "db", "before-migration".into())
+        .await
+        .unwrap();
+    assert_eq!(snapshot.state, SnapshotState::Copying);
+    assert_eq!(copy_settled(&mut feed).await.state, CopyState::Done);
+    let ready = s
+        .berth
+        .get_snapshot("owner", &s.domain, &snapshot.snapshot_id)
+        .await
+        .unwrap();
+    assert_eq!(ready.state, SnapshotState::Ready);
+    assert!(ready.source_paused_ms.is_some());
+    s.fake
+        .world()
+        .contents
+        .insert(volume.clone(), "migrated".into());
+    let (instance, backup) = s
+        .berth
+        .restore("owner", &s.domain, "db", &snapshot.snapshot_id)
+        .await
+        .unwrap();
+    assert!(matches!(instance.state, InstanceState::Starting { .. }));
+    assert!(backup.name.starts_with("before-restore-"));
+    assert_eq!(copy_settled(&mut feed).await.state, CopyState::Done);
+    let now = s.berth.get("owner", &s.domain, "db").unwrap();
+    let mounted = now.volumes[0].docker_name.clone();
+    assert_ne!(mounted, volume);
+    {
+        let w = s.fake.world();
+        assert_eq!(w.contents.get(&mounted).map(String::as_str), Some("rows"));
+        assert_eq!(
+            w.contents.get(&volume).map(String::as_str),
+            Some("migrated")
+        );
+    }
+    let backup = s
+        .berth
+        .get_snapshot("owner", &s.domain, &backup.snapshot_id)
+        .await
+        .unwrap();
+    assert_eq!(backup.state, SnapshotState::Ready);
+    converge(&s, &id).await;
+    assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
+    // Deleting the before-restore snapshot removes the replaced volume, which no instance mounts.
+    s.berth
+        .delete_snapshot("owner", &s.domain, &backup.snapshot_id)
+        .await
+        .unwrap();
+    assert!(!s.fake.world().volumes.contains_key(&volume));
+    assert!(s.fake.world().volumes.contains_key(&mounted));
 }

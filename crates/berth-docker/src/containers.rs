@@ -318,6 +318,32 @@ fn facts_from_summary(summary: ContainerSummary) -> ContainerFacts {
     }
 }
 
+pub(crate) async fn pause(docker: &Docker, id: &str) -> Result<(), RuntimeError> {
+    tracing::debug!(container = %id, "pausing container");
+    match docker.pause_container(id).await {
+        Ok(()) => Ok(()),
+        Err(e) if error::message(&e).contains("already paused") => Ok(()),
+        Err(e) if error::status(&e) == Some(409) || error::message(&e).contains("not running") => {
+            Err(RuntimeError::Conflict(format!(
+                "container {id} is not running ({})",
+                error::message(&e)
+            )))
+        }
+        Err(e) => Err(error::map(e, &format!("container {id}"))),
+    }
+}
+
+pub(crate) async fn unpause(docker: &Docker, id: &str) -> Result<(), RuntimeError> {
+    tracing::debug!(container = %id, "unpausing container");
+    match docker.unpause_container(id).await {
+        Ok(()) => Ok(()),
+        Err(e) if error::status(&e) == Some(404) || error::message(&e).contains("not paused") => {
+            Ok(())
+        }
+        Err(e) => Err(error::map(e, &format!("container {id}"))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

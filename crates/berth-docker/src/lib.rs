@@ -8,9 +8,11 @@
 //!
 //! What it must never do:
 //!
-//! - **Delete a volume.** No code path here removes a named volume, and removing a container
-//!   never removes its anonymous volumes either (`v=false`). Volumes hold people's data; only a
-//!   person deletes them.
+//! - **Delete an instance's volume.** Removing a container never removes its volumes, not even
+//!   anonymous ones (`v=false`). The one call that removes a volume removes only one carrying
+//!   the label it is given: a snapshot's storage (`berth.snapshot`, when a person deletes the
+//!   snapshot) or the unfinished target of an interrupted copy (`berth.copy`, which no instance
+//!   ever mounted). Volumes hold people's data; only a person deletes them.
 //! - **Add privilege.** Every container is created unprivileged, with no added capability, with
 //!   `no-new-privileges`, with an init process as PID 1, with named volume mounts only (never a
 //!   bind mount, so never a host path or the Docker socket), with no published port, on exactly
@@ -37,6 +39,7 @@
 //! machine.
 
 mod containers;
+mod copy;
 mod error;
 mod events;
 mod exec;
@@ -53,8 +56,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use berth_core::image::PinnedImage;
 use berth_core::runtime::{
-    ContainerFacts, ContainerPlan, ExecOutcome, ExecRequest, ExecStdin, ImageFacts, LABEL_PREFIX,
-    Labels, LogStream, RegistryManifest, Runtime, RuntimeError, RuntimeEvent,
+    ContainerFacts, ContainerPlan, CopyPlan, ExecOutcome, ExecRequest, ExecStdin, ImageFacts,
+    LABEL_PREFIX, Labels, LogStream, RegistryManifest, Runtime, RuntimeError, RuntimeEvent,
 };
 use berth_core::spec::Ready;
 use bollard::Docker;
@@ -329,6 +332,41 @@ impl Runtime for DockerRuntime {
         stdin: ExecStdin,
     ) -> Result<ExecOutcome, RuntimeError> {
         exec::run(&self.docker, container_id, request, stdin).await
+    }
+
+    async fn pause_container(&self, id: &str) -> Result<(), RuntimeError> {
+        containers::pause(&self.docker, id).await
+    }
+
+    async fn unpause_container(&self, id: &str) -> Result<(), RuntimeError> {
+        containers::unpause(&self.docker, id).await
+    }
+
+    async fn volume_labels(&self, name: &str) -> Result<Option<Labels>, RuntimeError> {
+        volumes::volume_labels(&self.docker, name).await
+    }
+
+    async fn create_volume(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError> {
+        volumes::create_fresh(&self.docker, name, labels).await
+    }
+
+    async fn remove_volume(
+        &self,
+        name: &str,
+        label: &str,
+        value: &str,
+    ) -> Result<(), RuntimeError> {
+        volumes::remove_labelled(&self.docker, name, label, value).await
+    }
+
+    /// Through the archive API on a helper container that mounts both volumes and never runs
+    /// (see the `copy` module).
+    async fn copy_volume(
+        &self,
+        plan: &CopyPlan,
+        progress: &(dyn Fn(u64) + Send + Sync),
+    ) -> Result<u64, RuntimeError> {
+        copy::copy_volume(&self.docker, plan, progress).await
     }
 
     /// Spawns the watcher on the current tokio runtime (so it must be called from within one).

@@ -162,6 +162,72 @@ async fn disk_usage(raw: &RawClient) -> Result<Option<BTreeMap<String, u64>>, Ru
     Ok(None)
 }
 
+/// The labels of volume `name`, `None` when there is none.
+pub(crate) async fn volume_labels(
+    docker: &Docker,
+    name: &str,
+) -> Result<Option<Labels>, RuntimeError> {
+    match docker.inspect_volume(name).await {
+        Ok(v) => Ok(Some(v.labels.into_iter().collect())),
+        Err(e) if error::status(&e) == Some(404) => Ok(None),
+        Err(e) => Err(error::map(e, &format!("volume {name}"))),
+    }
+}
+
+/// Creates a volume that must not exist yet. The engine answers a create of an existing
+/// volume with success, so the name is checked first; the copy controller runs one copy at a
+/// time, and names a volume after its copy, so nothing else creates it in between.
+pub(crate) async fn create_fresh(
+    docker: &Docker,
+    name: &str,
+    labels: &Labels,
+) -> Result<(), RuntimeError> {
+    if volume_labels(docker, name).await?.is_some() {
+        return Err(RuntimeError::Conflict(format!(
+            "a volume named {name} exists already"
+        )));
+    }
+    let request = VolumeCreateRequest {
+        name: Some(name.to_owned()),
+        driver: Some("local".to_owned()),
+        labels: Some(labels.clone().into_iter().collect()),
+        ..Default::default()
+    };
+    docker
+        .create_volume(request)
+        .await
+        .map(|_| ())
+        .map_err(|e| error::map(e, &format!("volume {name}")))
+}
+
+/// Removes volume `name` only when it carries `label=value`: a snapshot's storage (removed by
+/// the snapshot's delete) or the target of a copy that was interrupted or failed (which no
+/// instance ever mounted). Ok when it is gone.
+pub(crate) async fn remove_labelled(
+    docker: &Docker,
+    name: &str,
+    label: &str,
+    value: &str,
+) -> Result<(), RuntimeError> {
+    let Some(labels) = volume_labels(docker, name).await? else {
+        return Ok(());
+    };
+    if labels.get(label).map(String::as_str) != Some(value) {
+        return Err(RuntimeError::Foreign(format!(
+            "the volume {name} does not carry {label}={value}; berth leaves it"
+        )));
+    }
+    tracing::info!(volume = %name, "removing volume");
+    match docker
+        .remove_volume(name, None::<bollard::query_parameters::RemoveVolumeOptions>)
+        .await
+    {
+        Ok(()) => Ok(()),
+        Err(e) if error::status(&e) == Some(404) => Ok(()),
+        Err(e) => Err(error::map(e, &format!("volume {name}"))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -227,6 +227,22 @@ impl ApiError {
                 StatusCode::CONFLICT,
                 body("RequestIdempotencyKeyReusedError", message),
             ),
+            Error::SnapshotNotFound(_) => (
+                StatusCode::NOT_FOUND,
+                body("ResourceSnapshotNotFoundError", message),
+            ),
+            Error::SnapshotNotReady { .. } => (
+                StatusCode::CONFLICT,
+                body("ResourceSnapshotNotReadyError", message),
+            ),
+            Error::InstanceExists(_) => (
+                StatusCode::CONFLICT,
+                body("ResourceInstanceExistsError", message),
+            ),
+            Error::CopyUnderWay { .. } => (
+                StatusCode::CONFLICT,
+                body("ResourceCopyUnderWayError", message),
+            ),
             Error::RuntimeUnsupported { runtime } => (
                 StatusCode::CONFLICT,
                 ErrorBody {

@@ -54,6 +54,7 @@ pub struct App {
     tags(
         (name = "resource-domains", description = "Projects whose instances berth runs."),
         (name = "resource-instances", description = "Long-running instances a resource domain runs."),
+        (name = "snapshots", description = "Snapshots of instance volumes, branches and restores."),
         (name = "workspaces", description = "Developers' environments that reach instances."),
         (name = "meta", description = "Health and this document."),
     )
@@ -84,6 +85,7 @@ pub fn router(
         .merge(routes::domains::router())
         .merge(routes::instances::router())
         .merge(routes::events::router())
+        .merge(routes::snapshots::router())
         .merge(routes::exec::router())
         .merge(routes::workspaces::router())
         .routes(utoipa_axum::routes!(openapi_json))
@@ -221,6 +223,7 @@ mod tests {
         let (_, doc) = OpenApiRouter::<App>::with_openapi(ApiDoc::openapi())
             .merge(routes::domains::router())
             .merge(routes::instances::router())
+            .merge(routes::snapshots::router())
             .merge(routes::exec::router())
             .merge(routes::workspaces::router())
             .split_for_parts();
@@ -314,6 +317,18 @@ mod tests {
             serde_json::json!({"name": "shop"}),
         );
         schema_and_decoder_agree::<StopRequest>("StopRequest", serde_json::json!({"by": "ada"}));
+        schema_and_decoder_agree::<routes::snapshots::SnapshotRequest>(
+            "SnapshotRequest",
+            serde_json::json!({"name": "before-migration"}),
+        );
+        schema_and_decoder_agree::<routes::snapshots::RestoreRequest>(
+            "RestoreRequest",
+            serde_json::json!({"snapshotId": "snp:0a1b2c3d-0000-4000-8000-000000000000"}),
+        );
+        schema_and_decoder_agree::<routes::snapshots::BranchRequest>(
+            "BranchRequest",
+            serde_json::json!({"from": {"instanceKey": "db"}, "spec": crate::schema::example_spec(), "cause": "person"}),
+        );
         // A rollback names what it expects in one of two ways, so not every field is required.
         let decode = |v: serde_json::Value| {
             let mut p = Problems::default();

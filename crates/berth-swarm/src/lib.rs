@@ -42,8 +42,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use berth_core::image::PinnedImage;
 use berth_core::runtime::{
-    ContainerFacts, ContainerPlan, ExecOutcome, ExecRequest, ExecStdin, ImageFacts, LABEL_MANAGED,
-    LABEL_PREFIX, Labels, LogStream, RegistryManifest, Runtime, RuntimeError, RuntimeEvent,
+    ContainerFacts, ContainerPlan, CopyPlan, ExecOutcome, ExecRequest, ExecStdin, ImageFacts,
+    LABEL_MANAGED, LABEL_PREFIX, Labels, LogStream, RegistryManifest, Runtime, RuntimeError,
+    RuntimeEvent,
 };
 use berth_core::spec::Ready;
 use berth_docker::{DockerConfig, DockerRuntime, engine_error};
@@ -906,6 +907,55 @@ impl Runtime for SwarmRuntime {
         names: &[String],
     ) -> Result<BTreeMap<String, Option<u64>>, RuntimeError> {
         self.node.volume_bytes(names).await
+    }
+
+    /// Pauses the task's container (a copy's source freezes for exactly the copy).
+    async fn pause_container(&self, id: &str) -> Result<(), RuntimeError> {
+        if self.service(id).await?.is_none() {
+            return self.node.pause_container(id).await;
+        }
+        match self.running_container(id).await? {
+            Some(container) => self.node.pause_container(&container).await,
+            None => Err(RuntimeError::Conflict(format!(
+                "service {id} has no running task"
+            ))),
+        }
+    }
+
+    async fn unpause_container(&self, id: &str) -> Result<(), RuntimeError> {
+        if self.service(id).await?.is_none() {
+            return self.node.unpause_container(id).await;
+        }
+        match self.running_container(id).await? {
+            Some(container) => self.node.unpause_container(&container).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn volume_labels(&self, name: &str) -> Result<Option<Labels>, RuntimeError> {
+        self.node.volume_labels(name).await
+    }
+
+    async fn create_volume(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError> {
+        self.node.create_volume(name, labels).await
+    }
+
+    async fn remove_volume(
+        &self,
+        name: &str,
+        label: &str,
+        value: &str,
+    ) -> Result<(), RuntimeError> {
+        self.node.remove_volume(name, label, value).await
+    }
+
+    /// Copies through this node's engine, where every instance's volumes are.
+    async fn copy_volume(
+        &self,
+        plan: &CopyPlan,
+        progress: &(dyn Fn(u64) + Send + Sync),
+    ) -> Result<u64, RuntimeError> {
+        self.node.copy_volume(plan, progress).await
     }
 
     /// The service's logs: every task's output, from whichever node ran it.

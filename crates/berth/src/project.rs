@@ -30,7 +30,7 @@ pub const DEFAULT_MEMORY_BYTES: i64 = 512 * 1024 * 1024;
 pub const DEFAULT_IDLE_STOP_SECONDS: i64 = 3600;
 
 /// Every field an instance table may have.
-pub const FIELDS: [&str; 11] = [
+pub const FIELDS: [&str; 12] = [
     "image",
     "scope",
     "alias",
@@ -42,6 +42,7 @@ pub const FIELDS: [&str; 11] = [
     "memory",
     "idle-stop",
     "connect",
+    "branch-from",
 ];
 
 static NAME: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[a-z0-9][a-z0-9_-]{0,62}$").unwrap());
@@ -101,6 +102,9 @@ pub struct InstanceDef {
     pub idle_stop_seconds: i64,
     /// Variable name to template, in file order.
     pub connect: Vec<(String, String)>,
+    /// Where a new worktree's instance takes its data from: the git branch of another worktree,
+    /// or `shared` (the shared instance of that name); `None`: it starts empty.
+    pub branch_from: Option<String>,
 }
 
 impl InstanceDef {
@@ -434,6 +438,7 @@ impl Checker<'_> {
         let mut cpu = DEFAULT_CPU_MILLICORES;
         let mut memory = DEFAULT_MEMORY_BYTES;
         let mut idle = DEFAULT_IDLE_STOP_SECONDS;
+        let mut branch_from: Option<String> = None;
         let mut connect_raw: Vec<(Range<usize>, String, String)> = Vec::new();
 
         for (key, value) in table.iter() {
@@ -477,6 +482,18 @@ impl Checker<'_> {
                 "memory" => memory = self.memory(value, &place).unwrap_or(memory),
                 "idle-stop" => idle = self.idle(value, &place).unwrap_or(idle),
                 "connect" => connect_raw = self.connect(value, &place),
+                "branch-from" => {
+                    if let Some(b) = self.string(value, &place) {
+                        if b.is_empty() || b.len() > 200 || b.chars().any(char::is_control) {
+                            self.problem(
+                                value.span(),
+                                format!("{place} must be a git branch name (of the worktree whose data a new worktree starts with) or \"shared\""),
+                            );
+                        } else {
+                            branch_from = Some(b);
+                        }
+                    }
+                }
                 other => self.unknown(key.span(), &place, other),
             }
         }
@@ -545,6 +562,7 @@ impl Checker<'_> {
             memory_bytes: memory,
             idle_stop_seconds: idle,
             connect,
+            branch_from,
         };
         let parsed = Parsed {
             def,

@@ -27,6 +27,7 @@ use crate::runtime::{
     LABEL_KEY, LABEL_MANAGED, LABEL_PLAN_DIGEST, LABEL_PREFIX, LABEL_SPEC_DIGEST, LABEL_VOLUME,
     Labels, Mount, RuntimeError,
 };
+use crate::snapshots::CopyKind;
 use crate::spec::Ready;
 use crate::store::{Observation, StoreError};
 use crate::time::Timestamp;
@@ -241,6 +242,19 @@ impl InstanceController {
         if instance.desired != Desired::Running {
             self.forget_start(&instance.id);
         }
+        if instance.desired == Desired::Running {
+            let id = instance.id.clone();
+            if let Some(copy) = self
+                .ctx
+                .store
+                .read(move |tx| tx.copy_into_instance(&id))
+                .await?
+            {
+                return self
+                    .hold_for_copy(&instance, container, obs, copy.kind)
+                    .await;
+            }
+        }
         match instance.desired {
             Desired::Archived => {
                 if let Some(c) = container {
@@ -279,6 +293,31 @@ impl InstanceController {
             }
             Desired::Running => self.converge_running(&instance, container, obs).await,
         }
+    }
+
+    /// While a copy fills an instance (a branch, a restore), its container does not run: it
+    /// is stopped (a restore) or not made yet (a branch), and it starts once the copy is done.
+    async fn hold_for_copy(
+        &self,
+        instance: &Instance,
+        container: Option<ContainerFacts>,
+        mut obs: Observation,
+        kind: CopyKind,
+    ) -> Result<Next, ReconcileError> {
+        self.forget_start(&instance.id);
+        if let Some(c) = container.filter(|c| c.running) {
+            self.ctx
+                .runtime
+                .stop_container(&c.id, self.ctx.config.stop_timeout)
+                .await?;
+        }
+        if kind == CopyKind::Restore && !matches!(instance.state, InstanceState::Starting { .. }) {
+            obs.state = InstanceState::Starting {
+                since: obs.observed_at,
+            };
+        }
+        self.ctx.store.record_observation(&obs).await?;
+        Ok(Next::Done)
     }
 
     async fn converge_running(
@@ -969,7 +1008,10 @@ pub fn plan_volumes(
         .iter()
         .map(|v| InstanceVolume {
             name: v.name.clone(),
-            docker_name: names::spec_volume(prefix, &instance.domain_id, &instance.key, &v.name),
+            docker_name: names::tagged_volume(
+                &names::spec_volume(prefix, &instance.domain_id, &instance.key, &v.name),
+                instance.volume_tag.as_deref(),
+            ),
             mount_path: v.mount_path.clone(),
         })
         .collect();
@@ -982,7 +1024,7 @@ pub fn plan_volumes(
             names::image_volume(prefix, &instance.domain_id, &instance.key, path);
         volumes.push(InstanceVolume {
             name,
-            docker_name,
+            docker_name: names::tagged_volume(&docker_name, instance.volume_tag.as_deref()),
             mount_path: path.to_owned(),
         });
     }

@@ -24,6 +24,7 @@
 //! controller.
 
 mod context;
+mod copies;
 pub mod endpoints;
 mod idle;
 mod instances;
@@ -47,6 +48,7 @@ use crate::runtime::{
 use crate::store::{Store, StoreError};
 use crate::time::Timestamp;
 use context::Context;
+use copies::CopyController;
 use endpoints::{EndpointController, EndpointView};
 use idle::IdleController;
 use instances::InstanceController;
@@ -58,6 +60,7 @@ struct Controllers {
     views: Arc<ViewController>,
     endpoints: Arc<EndpointController>,
     idle: IdleController,
+    copies: Arc<CopyController>,
     /// Cancelled when the daemon stops: every loop and worker ends.
     shutdown: CancellationToken,
     /// The long-lived tasks, awaited on shutdown.
@@ -96,6 +99,8 @@ impl Reconciler {
             views.clone(),
             endpoints.clone(),
         );
+        let shutdown = CancellationToken::new();
+        let copies = CopyController::new(ctx.clone(), instances.clone(), shutdown.clone());
         Self {
             inner: Arc::new(Controllers {
                 ctx,
@@ -103,7 +108,8 @@ impl Reconciler {
                 views,
                 endpoints,
                 idle,
-                shutdown: CancellationToken::new(),
+                copies,
+                shutdown,
                 tasks: Mutex::new(Vec::new()),
             }),
         }
@@ -153,6 +159,16 @@ impl Reconciler {
                     }
                     tracing::warn!("the engine's event stream ended; watching again");
                     tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }));
+        let weak = Arc::downgrade(&self.inner);
+        // Once: copies a crash interrupted are redone (each one's task then runs on its own).
+        tasks.push(supervise("copies", stop.clone(), move || {
+            let weak = weak.clone();
+            async move {
+                if let Some(inner) = weak.upgrade() {
+                    inner.copies.resume_pending().await;
                 }
             }
         }));
@@ -301,6 +317,11 @@ impl Reconciler {
             }
         }
         self.inner.views.reattach_workspaces().await;
+    }
+
+    /// Starts a recorded copy (snapshot, branch, restore) unless it runs already.
+    pub fn start_copy(&self, id: &crate::ids::CopyId) {
+        self.inner.copies.start(id);
     }
 
     /// Asks for `id` to be reconciled soon (after its back-off, if it is backing off). Never

@@ -140,3 +140,92 @@ async fn volume_bytes_reports_at_least_the_size_of_a_1_mib_file() {
     assert!(a.expect("first")[&volume].is_some_and(|s| s >= 1 << 20));
     assert!(b.expect("second")[&volume].is_some_and(|s| s >= 1 << 20));
 }
+
+/// Runs `sh -c script` in a throwaway busybox container with `volume` at /d; its stdout.
+fn in_volume(image: &str, volume: &str, script: &str) -> String {
+    let out = std::process::Command::new("docker")
+        .args([
+            "run",
+            "--rm",
+            "-v",
+            &format!("{volume}:/d"),
+            image,
+            "sh",
+            "-c",
+            script,
+        ])
+        .output()
+        .expect("docker runs");
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[tokio::test]
+async fn a_copy_keeps_owners_modes_links_and_empty_dirs_and_only_a_labelled_volume_is_removed() {
+    use berth_core::runtime::{CopyPlan, LABEL_COPY};
+    let rt = common::runtime().await;
+    let scope = Scope::new("volume-copy");
+    let image = common::image(common::BUSYBOX);
+    rt.ensure_image(&image).await.expect("the image is ready");
+    let reference = image.as_str().to_owned();
+
+    let (from, to) = (scope.name("from"), scope.name("to"));
+    let mut labels = common::labels();
+    labels.insert(LABEL_COPY.to_owned(), "cpy:test".to_owned());
+    rt.create_volume(&from, &labels).await.expect("made");
+    rt.create_volume(&to, &labels).await.expect("made");
+    let again = rt.create_volume(&to, &labels).await;
+    assert!(matches!(again, Err(RuntimeError::Conflict(_))), "{again:?}");
+    let listing = "cd /d && stat -c '%n %u %g %a %F %h' . * && readlink link && cat f";
+    in_volume(
+        &reference,
+        &from,
+        "cd /d && echo secret > f && chown 1234:5678 f && chmod 0640 f && ln -s f link \
+         && ln f hard && mkdir empty && chmod 1777 empty && chown 42:43 /d && chmod 0700 /d \
+         && head -c 3000000 /dev/urandom > big",
+    );
+    let expected = in_volume(&reference, &from, listing);
+
+    let seen = std::sync::Mutex::new(0u64);
+    let plan = CopyPlan {
+        helper: scope.name("copy"),
+        image: reference.clone(),
+        from: from.clone(),
+        to: to.clone(),
+        labels: labels.clone(),
+    };
+    let moved = rt
+        .copy_volume(&plan, &|bytes| {
+            let mut seen = seen.lock().unwrap();
+            assert!(bytes >= *seen, "progress only moves forward");
+            *seen = bytes;
+        })
+        .await
+        .expect("the copy");
+    assert!(moved > 3_000_000, "{moved}");
+    assert_eq!(*seen.lock().unwrap(), moved);
+    assert_eq!(in_volume(&reference, &to, listing), expected);
+    let helpers = common::docker()
+        .inspect_container(&format!("{}-r", plan.helper), None)
+        .await;
+    assert!(helpers.is_err(), "the helpers are removed");
+
+    // Only a volume carrying the label named is removed.
+    let refused = rt.remove_volume(&to, LABEL_COPY, "cpy:other").await;
+    assert!(
+        matches!(refused, Err(RuntimeError::Foreign(_))),
+        "{refused:?}"
+    );
+    assert!(rt.volume_labels(&to).await.unwrap().is_some());
+    rt.remove_volume(&to, LABEL_COPY, "cpy:test")
+        .await
+        .expect("removed");
+    assert!(rt.volume_labels(&to).await.unwrap().is_none());
+    rt.remove_volume(&to, LABEL_COPY, "cpy:test")
+        .await
+        .expect("gone already is fine");
+}

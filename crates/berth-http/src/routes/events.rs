@@ -9,7 +9,8 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::{Extension, Json};
 use berth_core::model::InstanceView;
-use berth_core::watch::{Event, InstanceChange, MAX_WAIT, Resume, STATE_KINDS};
+use berth_core::snapshots::CopyEvent;
+use berth_core::watch::{Change, Event, InstanceChange, MAX_WAIT, Resume, STATE_KINDS};
 use futures_util::stream::{self, Stream, StreamExt};
 use serde::Serialize;
 use tokio::sync::broadcast;
@@ -36,11 +37,13 @@ pub(crate) fn router() -> OpenApiRouter<App> {
 
 /// One Server-Sent Event of the domain stream, as a client parses it: `data` is the JSON text
 /// `{"instance", "generation", "observedGeneration"}` for an `instance` event (the wait
-/// route's answer without `timedOut`), `{}` for a `resync`.
+/// route's answer without `timedOut`), a copy's progress (`CopyEvent`: `copyId`, `kind`,
+/// `state`, `instanceKey`, `snapshotId`, `bytesDone`, `bytesTotal`, `message`) for a `copy`
+/// event, `{}` for a `resync`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct DomainStreamEvent {
-    /// `instance` or `resync`.
-    #[schema(pattern = "^(instance|resync)$")]
+    /// `instance`, `copy` or `resync`.
+    #[schema(pattern = "^(instance|copy|resync)$")]
     pub event: String,
     /// `<run>-<sequence>`: send it back as `Last-Event-ID` to resume after it.
     #[schema(pattern = "^[0-9a-f]+-[0-9]+$")]
@@ -52,7 +55,8 @@ pub struct DomainStreamEvent {
 
 /// A domain's instances as they change. Each change of an instance is one event `instance`
 /// (id `<run>-<sequence>`, data `{"instance", "generation", "observedGeneration"}`); a change of
-/// `observedAt` alone is none. A new client first gets every instance of the domain. A client
+/// `observedAt` alone is none. Each step of a copy (snapshot, branch, restore) is one event
+/// `copy` with its bytes done and total and its state. A new client first gets every instance of the domain. A client
 /// that reconnects with the `Last-Event-ID` it saw resumes without loss while berth still holds
 /// that id; one from an earlier run of the daemon, or too old, gets `event: resync` and then
 /// every instance again, as does a client that falls too far behind. Comments keep an idle
@@ -81,7 +85,7 @@ async fn domain_events(
     let first: Vec<SseEvent> = match subscription.resume {
         Resume::Missed(missed) => missed
             .iter()
-            .map(|e| instance_event(&watch.event_id(e.seq), &e.change))
+            .map(|e| change_event(&watch.event_id(e.seq), &e.change))
             .collect(),
         Resume::Resync => {
             let id = watch.event_id(subscription.at);
@@ -133,7 +137,7 @@ impl Live {
                 Ok(event) if event.seq <= self.after => {}
                 Ok(event) => {
                     self.after = event.seq;
-                    return Some(vec![instance_event(
+                    return Some(vec![change_event(
                         &self.watch.event_id(event.seq),
                         &event.change,
                     )]);
@@ -157,6 +161,18 @@ impl Live {
             }
         }
     }
+}
+
+fn change_event(id: &str, change: &Change) -> SseEvent {
+    match change {
+        Change::Instance(change) => instance_event(id, change),
+        Change::Copy(copy) => copy_event(id, copy),
+    }
+}
+
+fn copy_event(id: &str, copy: &CopyEvent) -> SseEvent {
+    let data = serde_json::to_string(copy).unwrap_or_else(|_| "{}".to_owned());
+    SseEvent::default().event("copy").id(id).data(data)
 }
 
 fn instance_event(id: &str, change: &InstanceChange) -> SseEvent {

@@ -6,6 +6,7 @@
 //! the worktree gives the worktree key, and `berth.toml` at the worktree's top level says what
 //! runs. See docs/cli.md.
 
+mod branching;
 mod doctor;
 mod exec;
 mod instances;
@@ -79,6 +80,14 @@ pub enum Command {
     Rollback(rollouts::RollbackArgs),
     /// Check Docker, the daemon, the service key, berth.toml and its images, and say what to fix.
     Doctor(doctor::DoctorArgs),
+    /// Take a snapshot of an instance's volumes (a running one is frozen for the copy).
+    Snapshot(branching::SnapshotArgs),
+    /// List the repository's snapshots, newest first.
+    Snapshots(branching::SnapshotsArgs),
+    /// Put a snapshot's contents back into an instance; what it replaces is kept as a snapshot.
+    Restore(branching::RestoreArgs),
+    /// Make this worktree's instance with another worktree's data (or a snapshot's).
+    Branch(branching::BranchArgs),
 }
 
 /// Runs a command; errors are printed here, and the exit code is returned.
@@ -98,6 +107,10 @@ pub async fn run(command: Command) -> ExitCode {
         Command::Logs(args) => logs::logs(args).await,
         Command::Link(args) => logs::link(args).await,
         Command::Doctor(args) => doctor::run(args).await,
+        Command::Snapshot(args) => branching::snapshot(args).await,
+        Command::Snapshots(args) => branching::snapshots(args).await,
+        Command::Restore(args) => branching::restore(args).await,
+        Command::Branch(args) => branching::branch(args).await,
     };
     match result {
         Ok(code) => code,

@@ -159,13 +159,39 @@ pub async fn run(args: UpArgs, verb: &str) -> anyhow::Result<ExitCode> {
                 continue;
             }
         };
+        // A new instance whose table says `branch-from` starts with that worktree's data.
+        let source = if before.is_none() {
+            match super::branching::branch_source(&client, &domain, &repo, t.def).await {
+                Ok(source) => source,
+                Err(e) => {
+                    finish(&ui, &mut t, Outcome::Failed(format!("{e:#}")));
+                    tracked.push(t);
+                    continue;
+                }
+            }
+        } else {
+            None
+        };
         t.sent_at = now_millis();
-        match client
-            .api
-            .up(&domain, &key, &spec, Cause::Person)
-            .await
-            .or_say(&client)
-        {
+        let sent = match &source {
+            Some(from) => {
+                if let Some(bar) = &t.bar {
+                    bar.set_message(format!("branching from {from}"));
+                }
+                client
+                    .api
+                    .branch(
+                        &domain,
+                        &key,
+                        &berth_client::BranchFrom::Instance(from.clone()),
+                        &spec,
+                        Cause::Person,
+                    )
+                    .await
+            }
+            None => client.api.up(&domain, &key, &spec, Cause::Person).await,
+        };
+        match sent.or_say(&client) {
             Ok(after) => {
                 // The same spec on an instance already meant to run changes nothing: if it
                 // runs (now, or once a start under way ends), it is there.

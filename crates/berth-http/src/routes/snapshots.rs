@@ -1,0 +1,373 @@
+//! Snapshots of instance volumes, branches and restores (see docs/branching.md).
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::{Extension, Json};
+use berth_core::UpCause;
+use berth_core::decode::Problems;
+use berth_core::ids::SnapshotId;
+use berth_core::model::InstanceView;
+use berth_core::snapshots::{BranchFrom, MAX_SNAPSHOT_NAME, SnapshotView};
+use berth_core::spec::{KEY_EXPECTED, is_instance_key};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::App;
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorBody};
+use crate::extract::{
+    Body, Decode, DomainPath, FromQuery, InstancePath, NoBody, Params, QueryParams,
+};
+use crate::routes::instances::UpRequest;
+
+pub(crate) fn router() -> OpenApiRouter<App> {
+    OpenApiRouter::new()
+        .routes(routes!(create_snapshot))
+        .routes(routes!(list_snapshots))
+        .routes(routes!(get_snapshot, delete_snapshot))
+        .routes(routes!(branch_instance))
+        .routes(routes!(restore_instance))
+}
+
+const SNAPSHOT_ID_PATTERN: &str =
+    r"^snp:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$";
+
+fn snapshot_id(value: &serde_json::Value, place: &str, p: &mut Problems) -> Option<SnapshotId> {
+    let text = p.string(value, place)?;
+    let id = SnapshotId::parse(text);
+    if id.is_none() {
+        p.push(place, SnapshotId::EXPECTED);
+    }
+    id
+}
+
+/// `POST .../instances/{key}/snapshots`.
+#[derive(Debug, ToSchema)]
+#[schema(example = json!({"name": "before-migration"}))]
+pub struct SnapshotRequest {
+    /// 1 to 100 characters, no control character.
+    #[schema(
+        min_length = 1,
+        max_length = 100,
+        pattern = "^[^\\u0000-\\u001F\\u007F]*$"
+    )]
+    pub name: String,
+}
+
+impl Decode for SnapshotRequest {
+    fn decode(v: &serde_json::Value, p: &mut Problems) -> Option<Self> {
+        let mut fields = p.object(v, "body")?;
+        let name = fields
+            .required(p, "name")
+            .and_then(|v| p.name(v, "body.name", 1, MAX_SNAPSHOT_NAME));
+        fields.finish(p);
+        Some(SnapshotRequest { name: name? })
+    }
+}
+
+/// Where a branch copies its volumes from: exactly one of the two.
+#[derive(Debug, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BranchSource {
+    /// Another instance of the domain (frozen for the copy while it runs).
+    #[schema(pattern = r"^[a-z0-9][a-z0-9._@-]{0,127}$")]
+    pub instance_key: Option<String>,
+    /// A ready snapshot of the domain.
+    #[schema(value_type = Option<String>, pattern = r"^snp:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
+    pub snapshot_id: Option<SnapshotId>,
+}
+
+/// `POST .../instances/{key}/branch`: where from, and the `spec` and `cause` an `up` takes.
+#[derive(ToSchema)]
+#[schema(example = json!({"from": {"instanceKey": "db-main"}, "spec": crate::schema::example_spec(), "cause": "person"}))]
+pub struct BranchRequest {
+    /// The source.
+    pub from: BranchSource,
+    /// A resource-instance spec, as `up` takes it.
+    #[schema(value_type = crate::schema::SpecSchema)]
+    pub spec: serde_json::Value,
+    /// `use` or `person`, as for `up`.
+    #[schema(value_type = String, pattern = "^(use|person)$")]
+    pub cause: UpCause,
+}
+
+impl Decode for BranchRequest {
+    fn decode(v: &serde_json::Value, p: &mut Problems) -> Option<Self> {
+        let mut fields = p.object(v, "body")?;
+        let from = fields.required(p, "from").and_then(|from| {
+            let mut inner = p.object(from, "body.from")?;
+            let key = inner.optional("instanceKey");
+            let snapshot = inner.optional("snapshotId");
+            inner.finish(p);
+            match (key, snapshot) {
+                (Some(k), None) => {
+                    let key = p.string(k, "body.from.instanceKey")?;
+                    if is_instance_key(key) {
+                        Some(BranchFrom::Instance(key.to_owned()))
+                    } else {
+                        p.push("body.from.instanceKey", KEY_EXPECTED);
+                        None
+                    }
+                }
+                (None, Some(s)) => {
+                    snapshot_id(s, "body.from.snapshotId", p).map(BranchFrom::Snapshot)
+                }
+                _ => {
+                    p.push(
+                        "body.from",
+                        "must have exactly one of instanceKey and snapshotId",
+                    );
+                    None
+                }
+            }
+        });
+        let mut rest = serde_json::Map::new();
+        for name in ["spec", "cause"] {
+            if let Some(value) = fields.optional(if name == "spec" { "spec" } else { "cause" }) {
+                rest.insert(name.to_owned(), value.clone());
+            }
+        }
+        fields.finish(p);
+        let up = UpRequest::decode(&serde_json::Value::Object(rest), p);
+        let up = up?;
+        Some(BranchRequest {
+            from: match from? {
+                BranchFrom::Instance(k) => BranchSource {
+                    instance_key: Some(k),
+                    snapshot_id: None,
+                },
+                BranchFrom::Snapshot(s) => BranchSource {
+                    instance_key: None,
+                    snapshot_id: Some(s),
+                },
+            },
+            spec: up.spec,
+            cause: up.cause,
+        })
+    }
+}
+
+/// `POST .../instances/{key}/restore`.
+#[derive(Debug, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreRequest {
+    /// The snapshot whose contents go back into the instance's volumes.
+    #[schema(value_type = String, pattern = r"^snp:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
+    pub snapshot_id: SnapshotId,
+}
+
+impl Decode for RestoreRequest {
+    fn decode(v: &serde_json::Value, p: &mut Problems) -> Option<Self> {
+        let mut fields = p.object(v, "body")?;
+        let id = fields
+            .required(p, "snapshotId")
+            .and_then(|v| snapshot_id(v, "body.snapshotId", p));
+        fields.finish(p);
+        Some(RestoreRequest { snapshot_id: id? })
+    }
+}
+
+/// What a restore answers.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreResponse {
+    /// The instance, `starting` while the copy goes on (when it was asked to run).
+    pub instance: InstanceView,
+    /// The automatic snapshot `before-restore-<time>` that keeps the contents replaced.
+    pub before_restore: SnapshotView,
+}
+
+/// A domain's snapshots.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SnapshotList {
+    /// Newest first.
+    pub items: Vec<SnapshotView>,
+}
+
+/// `GET .../snapshots?instanceKey=`.
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct SnapshotQuery {
+    /// Only the snapshots of this instance key.
+    #[param(rename = "instanceKey", pattern = r"^[a-z0-9][a-z0-9._@-]{0,127}$")]
+    pub instance_key: Option<String>,
+}
+
+impl FromQuery for SnapshotQuery {
+    const NAMES: &'static [&'static str] = &["instanceKey"];
+
+    fn from_query(value: &dyn Fn(&str) -> Option<String>, p: &mut Problems) -> Option<Self> {
+        match value("instanceKey") {
+            None => Some(SnapshotQuery { instance_key: None }),
+            Some(k) if is_instance_key(&k) => Some(SnapshotQuery {
+                instance_key: Some(k),
+            }),
+            Some(_) => {
+                p.push("query.instanceKey", KEY_EXPECTED);
+                None
+            }
+        }
+    }
+}
+
+/// A snapshot's path.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotPath {
+    /// The domain.
+    #[param(pattern = r"^rdm:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
+    pub resource_domain_id: String,
+    /// The snapshot.
+    #[param(pattern = r"^snp:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
+    pub snapshot_id: String,
+}
+
+impl SnapshotPath {
+    fn parts(&self) -> Result<(berth_core::DomainId, SnapshotId), ApiError> {
+        let domain = DomainPath {
+            resource_domain_id: self.resource_domain_id.clone(),
+        }
+        .id()?;
+        let _ = SNAPSHOT_ID_PATTERN;
+        let id = SnapshotId::parse(&self.snapshot_id).ok_or_else(|| {
+            ApiError::refused(format!("path.snapshotId {}", SnapshotId::EXPECTED))
+        })?;
+        Ok((domain, id))
+    }
+}
+
+/// Takes a snapshot of an instance's volumes (archived or not). Answers at once with the
+/// snapshot `copying`; the copy goes on as an operation, reported as `event: copy` on the
+/// domain's stream. A running instance is frozen for exactly the copy (its state stays
+/// `running`; `sourcePausedMs` records how long).
+#[utoipa::path(post, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/snapshots", tag = "snapshots",
+    params(InstancePath), request_body = SnapshotRequest,
+    responses((status = 202, body = SnapshotView), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 500, body = ErrorBody)))]
+async fn create_snapshot(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<InstancePath>,
+    Body(SnapshotRequest { name }): Body<SnapshotRequest>,
+) -> Result<(StatusCode, Json<SnapshotView>), ApiError> {
+    let (domain, key) = path.parts()?;
+    let snapshot = app
+        .berth
+        .snapshot(&caller.owner, &domain, key, name)
+        .await?;
+    Ok((StatusCode::ACCEPTED, Json(snapshot)))
+}
+
+/// A domain's snapshots, newest first; `?instanceKey=` keeps one instance's.
+#[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}/snapshots", tag = "snapshots",
+    params(DomainPath, SnapshotQuery),
+    responses((status = 200, body = SnapshotList), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 500, body = ErrorBody)))]
+async fn list_snapshots(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<DomainPath>,
+    QueryParams(SnapshotQuery { instance_key }): QueryParams<SnapshotQuery>,
+) -> Result<Json<SnapshotList>, ApiError> {
+    let items = app
+        .berth
+        .snapshots(&caller.owner, &path.id()?, instance_key)
+        .await?;
+    Ok(Json(SnapshotList { items }))
+}
+
+/// One snapshot; another domain's, or an unknown id, is `ResourceSnapshotNotFoundError`.
+#[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}/snapshots/{snapshotId}", tag = "snapshots",
+    params(SnapshotPath),
+    responses((status = 200, body = SnapshotView), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 500, body = ErrorBody)))]
+async fn get_snapshot(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<SnapshotPath>,
+) -> Result<Json<SnapshotView>, ApiError> {
+    let (domain, id) = path.parts()?;
+    Ok(Json(
+        app.berth.get_snapshot(&caller.owner, &domain, &id).await?,
+    ))
+}
+
+/// Deletes a snapshot and its storage: the only way berth removes a snapshot's volumes.
+#[utoipa::path(delete, path = "/v1/resource-domains/{resourceDomainId}/snapshots/{snapshotId}", tag = "snapshots",
+    params(SnapshotPath),
+    responses((status = 204, description = "Deleted"), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 500, body = ErrorBody)))]
+async fn delete_snapshot(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<SnapshotPath>,
+    _: NoBody,
+) -> Result<StatusCode, ApiError> {
+    let (domain, id) = path.parts()?;
+    app.berth
+        .delete_snapshot(&caller.owner, &domain, &id)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Makes a new instance whose volumes are copied from another instance's (frozen for the copy
+/// while it runs) or a snapshot's, volume by volume of the same name (a volume the source lacks
+/// starts empty), then runs it as `up` would. Answers at once with the instance; the copy is
+/// reported as `event: copy`. Any existing key is 409: `ResourceInstanceArchivedError` for an
+/// archived one, `ResourceInstanceExistsError` otherwise.
+#[utoipa::path(post, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/branch", tag = "snapshots",
+    params(InstancePath), request_body = BranchRequest,
+    responses((status = 200, body = InstanceView), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 500, body = ErrorBody)))]
+async fn branch_instance(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<InstancePath>,
+    Body(request): Body<BranchRequest>,
+) -> Result<Json<InstanceView>, ApiError> {
+    let (domain, key) = path.parts()?;
+    let from = match (request.from.instance_key, request.from.snapshot_id) {
+        (Some(k), _) => BranchFrom::Instance(k),
+        (None, Some(s)) => BranchFrom::Snapshot(s),
+        (None, None) => return Err(ApiError::refused("body.from is missing its source")),
+    };
+    Ok(Json(
+        app.berth
+            .branch(
+                &caller.owner,
+                &domain,
+                key,
+                from,
+                &request.spec,
+                request.cause,
+            )
+            .await?,
+    ))
+}
+
+/// Puts a snapshot's contents back into an instance's volumes. The contents replaced are kept
+/// first as the snapshot `before-restore-<time>` (named in the answer); the container is
+/// stopped for the copy and started again after it (its state passes through `starting`).
+#[utoipa::path(post, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/restore", tag = "snapshots",
+    params(InstancePath), request_body = RestoreRequest,
+    responses((status = 200, body = RestoreResponse), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 500, body = ErrorBody)))]
+async fn restore_instance(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<InstancePath>,
+    Body(RestoreRequest { snapshot_id }): Body<RestoreRequest>,
+) -> Result<Json<RestoreResponse>, ApiError> {
+    let (domain, key) = path.parts()?;
+    let (instance, before_restore) = app
+        .berth
+        .restore(&caller.owner, &domain, key, &snapshot_id)
+        .await?;
+    Ok(Json(RestoreResponse {
+        instance,
+        before_restore,
+    }))
+}

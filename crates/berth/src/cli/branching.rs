@@ -1,0 +1,467 @@
+//! `snapshot`, `snapshots`, `restore` and `branch`: copies of instances' volumes (see
+//! docs/branching.md), each followed on the domain's event stream with a progress bar.
+
+use std::path::Path;
+use std::process::{Command as Process, ExitCode};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use berth_client::{BranchFrom, Cause, CopyProgress, DomainEvent, Snapshot};
+use clap::Args;
+use futures_util::StreamExt;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::instances::resolve;
+use super::{Conn, current_keys, ensure_domain, find_domain, load_project, print_json, ui};
+use crate::client::{Client, OrSay};
+use crate::repo::{Repo, generation, worktree_key};
+use crate::ui::{Cell, ago, bytes};
+
+/// How long a copy and the start after it may take before the command gives up waiting (the
+/// copy goes on).
+const WAIT: Duration = Duration::from_secs(900);
+
+#[derive(Args, Debug)]
+pub struct SnapshotArgs {
+    #[command(flatten)]
+    conn: Conn,
+    /// Print the snapshot as JSON.
+    #[arg(long)]
+    json: bool,
+    /// The instance's name in berth.toml (or its full key).
+    name: String,
+    /// The snapshot's name [default: snapshot-<time>].
+    label: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct SnapshotsArgs {
+    #[command(flatten)]
+    conn: Conn,
+    /// Print the snapshots as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Only this instance's (a name in berth.toml, or a full key).
+    name: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct RestoreArgs {
+    #[command(flatten)]
+    conn: Conn,
+    /// Print the instance and the before-restore snapshot as JSON.
+    #[arg(long)]
+    json: bool,
+    /// The instance's name in berth.toml (or its full key).
+    name: String,
+    /// The snapshot: its id (`snp:…`) or its name (the newest of that name).
+    snapshot: String,
+}
+
+#[derive(Args, Debug)]
+pub struct BranchArgs {
+    #[command(flatten)]
+    conn: Conn,
+    /// Print the instance as JSON.
+    #[arg(long)]
+    json: bool,
+    /// The instance's name in berth.toml: this worktree's instance of that name is made.
+    name: String,
+    /// Where its data comes from: the branch of another worktree (as `git worktree list`
+    /// shows it), a snapshot id (`snp:…`) or a snapshot's name.
+    #[arg(long)]
+    from: String,
+}
+
+async fn domain(client: &Client, repo: &Repo) -> anyhow::Result<String> {
+    match find_domain(client, repo).await? {
+        Some(d) => Ok(d.resource_domain_id),
+        None => bail!("this repository has no instances yet; run `berth up` first"),
+    }
+}
+
+/// A snapshot named by id or by name (the newest of that name).
+async fn find_snapshot(client: &Client, domain: &str, wanted: &str) -> anyhow::Result<Snapshot> {
+    let all = client.api.snapshots(domain, None).await.or_say(client)?;
+    all.into_iter()
+        .find(|s| s.snapshot_id == wanted || s.name == wanted)
+        .with_context(|| format!("no snapshot of this repository has the id or name {wanted:?}; see `berth snapshots`"))
+}
+
+fn bar(live: bool, what: &str) -> Option<ProgressBar> {
+    live.then(|| {
+        let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner:.cyan} {prefix:.bold} [{bar:30}] {bytes}/{total_bytes} {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        bar.set_prefix(what.to_owned());
+        bar.enable_steady_tick(Duration::from_millis(100));
+        bar
+    })
+}
+
+/// Follows the copy of `kind` for `key` on the domain's stream (opened before the request by
+/// the caller) until it ends; answers its last event.
+async fn follow_copy(
+    events: &mut (
+             impl futures_util::Stream<Item = Result<DomainEvent, berth_client::ClientError>> + Unpin
+         ),
+    client: &Client,
+    kind: &str,
+    key: &str,
+    bar: Option<&ProgressBar>,
+) -> anyhow::Result<CopyProgress> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let event = tokio::time::timeout_at(deadline, events.next())
+            .await
+            .context("the copy did not end in time; it goes on (see `berth snapshots`)")?;
+        let Some(event) = event else {
+            bail!("the daemon ended the event stream before the copy ended");
+        };
+        let event = event.or_say(client)?;
+        if let DomainEvent::Copy { copy, .. } = event
+            && copy.kind == kind
+            && copy.instance_key == key
+        {
+            if let Some(bar) = bar {
+                if let Some(total) = copy.bytes_total {
+                    bar.set_length(total);
+                }
+                bar.set_position(copy.bytes_done);
+            }
+            if copy.state != "copying" {
+                return Ok(copy);
+            }
+        }
+    }
+}
+
+/// Opens the domain's event stream and waits until it is subscribed (its first event).
+async fn subscribe(
+    client: &Client,
+    domain: &str,
+) -> anyhow::Result<
+    impl futures_util::Stream<Item = Result<DomainEvent, berth_client::ClientError>> + Unpin,
+> {
+    let mut events = Box::pin(client.api.events(domain, None));
+    if let Some(first) = events.next().await {
+        first.or_say(client)?;
+    }
+    Ok(events)
+}
+
+fn finish_bar(bar: Option<ProgressBar>, copy: &CopyProgress) -> anyhow::Result<()> {
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    if copy.state == "failed" {
+        bail!(
+            "the copy failed: {}",
+            copy.message.as_deref().unwrap_or("no reason given")
+        );
+    }
+    Ok(())
+}
+
+pub async fn snapshot(args: SnapshotArgs) -> anyhow::Result<ExitCode> {
+    let ui = ui(args.json);
+    let repo = Repo::discover()?;
+    let client = args.conn.endpoint().connect().await?;
+    let domain = domain(&client, &repo).await?;
+    let instance = resolve(&client, &domain, &repo, std::slice::from_ref(&args.name))
+        .await?
+        .remove(0);
+    let label = args.label.unwrap_or_else(|| {
+        format!(
+            "snapshot-{}",
+            humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+        )
+    });
+    let mut events = subscribe(&client, &domain).await?;
+    let made = client
+        .api
+        .snapshot(&domain, &instance.key, &label)
+        .await
+        .or_say(&client)?;
+    let bar = bar(ui.live, &args.name);
+    let copy = follow_copy(
+        &mut events,
+        &client,
+        "snapshot",
+        &instance.key,
+        bar.as_ref(),
+    )
+    .await?;
+    finish_bar(bar, &copy)?;
+    let done = client
+        .api
+        .snapshot_by_id(&domain, &made.snapshot_id)
+        .await
+        .or_say(&client)?;
+    if args.json {
+        print_json(&serde_json::to_value(&done)?);
+    } else {
+        let size: i64 = done.volumes.iter().filter_map(|v| v.bytes).sum();
+        println!(
+            "{} snapshot {} of {} ({}): {}, {} frozen",
+            ui.ok_mark(),
+            done.name,
+            args.name,
+            done.snapshot_id,
+            bytes(size),
+            done.source_paused_ms
+                .map_or("not".to_owned(), |ms| format!("{ms} ms")),
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn snapshots(args: SnapshotsArgs) -> anyhow::Result<ExitCode> {
+    let ui = ui(args.json);
+    let repo = Repo::discover()?;
+    let client = args.conn.endpoint().connect().await?;
+    let domain = domain(&client, &repo).await?;
+    let key = match &args.name {
+        Some(name) => Some(
+            resolve(&client, &domain, &repo, std::slice::from_ref(name))
+                .await?
+                .remove(0)
+                .key,
+        ),
+        None => None,
+    };
+    let list = client
+        .api
+        .snapshots(&domain, key.as_deref())
+        .await
+        .or_say(&client)?;
+    if args.json {
+        print_json(&serde_json::to_value(&list)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<Vec<Cell>> = list
+        .iter()
+        .map(|s| {
+            vec![
+                Cell::plain(&s.name),
+                Cell::plain(&s.instance_key),
+                Cell::state(&s.state),
+                Cell::plain(bytes(s.volumes.iter().filter_map(|v| v.bytes).sum())),
+                Cell::plain(ago(Some(&s.created_at))),
+                Cell::plain(&s.snapshot_id),
+            ]
+        })
+        .collect();
+    ui.table(&["NAME", "INSTANCE", "STATE", "SIZE", "TAKEN", "ID"], &rows);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
+    let ui = ui(args.json);
+    let repo = Repo::discover()?;
+    let client = args.conn.endpoint().connect().await?;
+    let domain = domain(&client, &repo).await?;
+    let instance = resolve(&client, &domain, &repo, std::slice::from_ref(&args.name))
+        .await?
+        .remove(0);
+    let snapshot = find_snapshot(&client, &domain, &args.snapshot).await?;
+    let mut events = subscribe(&client, &domain).await?;
+    let restored = client
+        .api
+        .restore(&domain, &instance.key, &snapshot.snapshot_id)
+        .await
+        .or_say(&client)?;
+    let bar = bar(ui.live, &args.name);
+    let copy = follow_copy(&mut events, &client, "restore", &instance.key, bar.as_ref()).await?;
+    finish_bar(bar, &copy)?;
+    let settled = client
+        .api
+        .wait_for_state(&domain, &instance.key, &["running", "failed"], WAIT, |_| {
+            true
+        })
+        .await
+        .or_say(&client)?;
+    if args.json {
+        print_json(&serde_json::json!({
+            "instance": settled.instance,
+            "beforeRestore": restored.before_restore,
+        }));
+    } else {
+        println!(
+            "{} restored {} from {}; what it replaced is the snapshot {} ({})",
+            ui.ok_mark(),
+            args.name,
+            snapshot.name,
+            restored.before_restore.name,
+            restored.before_restore.snapshot_id,
+        );
+    }
+    Ok(if settled.instance.state.kind() == "running" {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// For `berth up` of a new instance whose berth.toml table says `branch-from`: the key of the
+/// live instance it is branched from, or `None` when it starts empty (no `branch-from`, or the
+/// worktree named is this one). A branch that no worktree is on is an error naming it.
+pub(super) async fn branch_source(
+    client: &Client,
+    domain: &str,
+    repo: &Repo,
+    def: &crate::project::InstanceDef,
+) -> anyhow::Result<Option<String>> {
+    let Some(from) = def.branch_from.as_deref() else {
+        return Ok(None);
+    };
+    if def.scope == crate::project::Scope::Shared {
+        return Ok(None);
+    }
+    let base = if from == "shared" {
+        def.name.clone()
+    } else {
+        let top = worktree_on_branch(repo, from)?.with_context(|| {
+            format!(
+                "instances.{}.branch-from names the branch {from}, and no worktree is on it \
+                 (see `git worktree list`)",
+                def.name
+            )
+        })?;
+        if top == repo.top_level {
+            return Ok(None);
+        }
+        crate::repo::instance_key(&def.name, Some(&worktree_key(&top)))
+    };
+    let live = client.api.instances(domain, false).await.or_say(client)?;
+    let source = live
+        .iter()
+        .filter_map(|i| generation(&i.key, &base).map(|g| (g, i)))
+        .max_by_key(|(g, _)| *g)
+        .map(|(_, i)| i.key.clone())
+        .with_context(|| {
+            format!(
+                "instances.{}.branch-from is {from}, and there is no live {} there to branch \
+                 from; run `berth up` there first",
+                def.name, def.name
+            )
+        })?;
+    Ok(Some(source))
+}
+
+/// The top level of the worktree `git worktree list` shows on `branch`.
+fn worktree_on_branch(repo: &Repo, branch: &str) -> anyhow::Result<Option<std::path::PathBuf>> {
+    let out = Process::new("git")
+        .arg("-C")
+        .arg(&repo.top_level)
+        .args(["worktree", "list", "--porcelain"])
+        .output()
+        .context("could not run git worktree list")?;
+    if !out.status.success() {
+        bail!(
+            "git worktree list failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut path: Option<&str> = None;
+    for line in text.lines() {
+        if let Some(p) = line.strip_prefix("worktree ") {
+            path = Some(p);
+        } else if let Some(b) = line.strip_prefix("branch ")
+            && (b == branch || b.strip_prefix("refs/heads/") == Some(branch))
+            && let Some(p) = path
+        {
+            return Ok(Some(
+                Path::new(p).canonicalize().unwrap_or_else(|_| p.into()),
+            ));
+        }
+    }
+    Ok(None)
+}
+
+pub async fn branch(args: BranchArgs) -> anyhow::Result<ExitCode> {
+    let ui = ui(args.json);
+    let repo = Repo::discover()?;
+    let project = load_project(&repo)?;
+    let def = project.select(std::slice::from_ref(&args.name))?.remove(0);
+    let client = args.conn.endpoint().connect().await?;
+    let domain = ensure_domain(&client, &repo).await?.resource_domain_id;
+    let (key, live) = current_keys(&client, &domain, &repo, &[def])
+        .await?
+        .remove(0);
+    if live {
+        bail!(
+            "{} ({key}) exists in this worktree already; a branch makes a new instance \
+             (archive this one first to replace it)",
+            args.name
+        );
+    }
+    let from = if args.from.starts_with("snp:") {
+        BranchFrom::Snapshot(
+            find_snapshot(&client, &domain, &args.from)
+                .await?
+                .snapshot_id,
+        )
+    } else if let Some(top) = worktree_on_branch(&repo, &args.from)? {
+        let base = crate::repo::instance_key(&def.name, Some(&worktree_key(&top)));
+        let live = client.api.instances(&domain, false).await.or_say(&client)?;
+        let source = live
+            .iter()
+            .filter_map(|i| generation(&i.key, &base).map(|g| (g, i)))
+            .max_by_key(|(g, _)| *g)
+            .map(|(_, i)| i.key.clone())
+            .with_context(|| {
+                format!(
+                    "the worktree on {} ({}) has no live {} instance to branch from",
+                    args.from,
+                    top.display(),
+                    def.name
+                )
+            })?;
+        BranchFrom::Instance(source)
+    } else if let Ok(snapshot) = find_snapshot(&client, &domain, &args.from).await {
+        BranchFrom::Snapshot(snapshot.snapshot_id)
+    } else {
+        bail!(
+            "no worktree is on the branch {} (see `git worktree list`), and no snapshot has that name",
+            args.from
+        );
+    };
+    let spec = def.spec(Some(&repo.worktree_key));
+    let mut events = subscribe(&client, &domain).await?;
+    client
+        .api
+        .branch(&domain, &key, &from, &spec, Cause::Person)
+        .await
+        .or_say(&client)?;
+    let bar = bar(ui.live, &args.name);
+    let copy = follow_copy(&mut events, &client, "branch", &key, bar.as_ref()).await?;
+    finish_bar(bar, &copy)?;
+    let settled = client
+        .api
+        .wait_for_state(&domain, &key, &["running", "failed"], WAIT, |_| true)
+        .await
+        .or_say(&client)?;
+    if args.json {
+        print_json(&serde_json::to_value(&settled.instance)?);
+    } else {
+        println!(
+            "{} {} ({key}) branched from {}: {}",
+            ui.ok_mark(),
+            args.name,
+            args.from,
+            ui.state(settled.instance.state.kind())
+        );
+    }
+    Ok(if settled.instance.state.kind() == "running" {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

@@ -1,0 +1,701 @@
+//! Snapshots, branches and restores of instance volumes, end to end on the real engine with the
+//! postgres and redis fixtures: a branch has every row and its writes stay apart from its
+//! source's, a restore brings rows back and keeps what it replaced, owners and modes survive,
+//! images with no shell copy too, and a daemon killed in the middle of a copy never lets a
+//! half-written volume be used.
+
+mod support;
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use support::{Client, Daemon, block_on, docker, fixture, wait_until};
+
+const READY: Duration = Duration::from_secs(150);
+const COPY: Duration = Duration::from_secs(240);
+const PASSWORD: &str = "dev-secret";
+
+fn pg_spec(worktree: &str) -> Value {
+    json!({
+        "alias": "db",
+        "worktreeKey": worktree,
+        "image": fixture("BERTH_TEST_POSTGRES_IMAGE"),
+        "command": null,
+        "env": {"POSTGRES_PASSWORD": PASSWORD},
+        "volumes": [{"name": "data", "mountPath": "/var/lib/postgresql/data"}],
+        "limits": {"cpuMillicores": 1000, "memoryBytes": 536_870_912},
+        "ready": {"kind": "exec", "argv": ["pg_isready", "-h", "127.0.0.1", "-U", "postgres"], "user": null},
+        "idleStopAfterSeconds": 3600
+    })
+}
+
+fn redis_spec(worktree: &str) -> Value {
+    json!({
+        "alias": "cache",
+        "worktreeKey": worktree,
+        "image": fixture("BERTH_TEST_REDIS_IMAGE"),
+        "command": ["--appendonly", "yes", "--appendfsync", "always"],
+        "env": {},
+        "volumes": [{"name": "data", "mountPath": "/data"}],
+        "limits": {"cpuMillicores": 500, "memoryBytes": 134_217_728},
+        "ready": {"kind": "tcp", "port": 6379},
+        "idleStopAfterSeconds": 3600
+    })
+}
+
+/// A busybox instance (it runs as root, so it can make files of any owner) or, with the echo
+/// image, one whose image has no shell and no tools at all.
+fn files_spec(image: &str, worktree: &str) -> Value {
+    let mut spec = support::spec(image, "files");
+    spec["worktreeKey"] = json!(worktree);
+    spec
+}
+
+fn exec_ok(api: &Client, domain: &str, key: &str, argv: &[&str]) -> String {
+    let result = api.exec(domain, key, argv, None, 120_000, b"").expect(200);
+    assert_eq!(result["exitCode"], 0, "{argv:?}: {result}");
+    result["stdout"].as_str().unwrap().trim().to_owned()
+}
+
+fn sql(api: &Client, domain: &str, key: &str, query: &str) -> String {
+    exec_ok(
+        api,
+        domain,
+        key,
+        &[
+            "psql",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-tAq",
+            "-d",
+            "postgres",
+            "-c",
+            query,
+        ],
+    )
+}
+
+fn redis(api: &Client, domain: &str, key: &str, args: &[&str]) -> String {
+    let mut argv = vec!["redis-cli"];
+    argv.extend_from_slice(args);
+    exec_ok(api, domain, key, &argv)
+}
+
+/// Rows of about 330 bytes each into table `t` of a postgres instance.
+fn fill(api: &Client, domain: &str, key: &str, rows: u32) {
+    sql(
+        api,
+        domain,
+        key,
+        &format!(
+            "CREATE TABLE t (id int PRIMARY KEY, body text); \
+             INSERT INTO t SELECT g, repeat(md5(g::text), 10) FROM generate_series(1, {rows}) g"
+        ),
+    );
+}
+
+fn up_running(api: &Client, domain: &str, key: &str, spec: &Value) -> Value {
+    api.up(domain, key, spec, "person").expect(200);
+    api.settled(domain, key, &["running", "failed"], READY)
+}
+
+/// Runs `request` (which starts a copy of `kind` for `instance_key`) with the domain's event
+/// stream open from before it, and waits there for the copy to end: its last `event: copy`,
+/// every one seen on the way checked to only move forward.
+fn copy_of<T>(
+    api: &Client,
+    domain: &str,
+    kind: &str,
+    instance_key: &str,
+    request: impl FnOnce() -> T,
+) -> (T, berth_client::CopyProgress) {
+    let mut events = Box::pin(api.api().events(domain, None));
+    // The stream opens with every instance of the domain: once the first one is read, it is
+    // subscribed, and nothing of the copy can be missed.
+    block_on(async { tokio::time::timeout(COPY, events.next()).await })
+        .expect("the stream opens")
+        .expect("an event")
+        .expect("an event");
+    let answer = request();
+    let copy = block_on(async {
+        let mut last_done = 0;
+        loop {
+            let event = tokio::time::timeout(COPY, events.next())
+                .await
+                .unwrap_or_else(|_| panic!("no end of the {kind} copy of {instance_key} in time"))
+                .expect("the stream goes on")
+                .expect("an event");
+            if let berth_client::DomainEvent::Copy { copy, .. } = event
+                && copy.kind == kind
+                && copy.instance_key == instance_key
+            {
+                assert!(
+                    copy.bytes_done >= last_done,
+                    "progress goes forward: {copy:?}"
+                );
+                last_done = copy.bytes_done;
+                if copy.state != "copying" {
+                    return copy;
+                }
+            }
+        }
+    });
+    (answer, copy)
+}
+
+fn snapshot_ready(api: &Client, domain: &str, key: &str, name: &str) -> berth_client::Snapshot {
+    let snapshot = block_on(api.api().snapshot(domain, key, name)).expect("a snapshot");
+    assert_eq!(snapshot.state, "copying");
+    assert!(snapshot.snapshot_id.starts_with("snp:"));
+    let mut events = Box::pin(api.api().events(domain, None));
+    let id = snapshot.snapshot_id.clone();
+    // The copy may be done before the stream opens: the snapshot itself says so then.
+    loop {
+        let now = block_on(api.api().snapshot_by_id(domain, &id)).expect("the snapshot");
+        if now.state != "copying" {
+            assert_eq!(now.state, "ready", "{now:?}");
+            return now;
+        }
+        block_on(async {
+            tokio::time::timeout(COPY, events.next())
+                .await
+                .expect("an event in time")
+        });
+    }
+}
+
+#[test]
+fn a_branch_of_a_running_postgres_has_every_row_and_writes_stay_apart_both_ways() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let main = up_running(&api, &domain, "db@main", &pg_spec("main"));
+    assert_eq!(main["state"]["kind"], "running", "{main}");
+    fill(&api, &domain, "db@main", 60_000);
+    let owner_mode = |key: &str| {
+        exec_ok(
+            &api,
+            &domain,
+            key,
+            &["stat", "-c", "%u %g %a", "/var/lib/postgresql/data"],
+        )
+    };
+    let before = owner_mode("db@main");
+    assert_eq!(before, "999 999 700");
+
+    let (branch, copied) = copy_of(&api, &domain, "branch", "db@fix", || {
+        block_on(api.api().branch(
+            &domain,
+            "db@fix",
+            &berth_client::BranchFrom::Instance("db@main".into()),
+            &pg_spec("fix"),
+            berth_client::Cause::Person,
+        ))
+        .expect("a branch")
+    });
+    assert_eq!(branch.key, "db@fix");
+    assert_eq!(copied.state, "done", "{copied:?}");
+    assert!(copied.bytes_total.unwrap_or(0) > 15_000_000, "{copied:?}");
+    let fix = api.settled(&domain, "db@fix", &["running", "failed"], READY);
+    assert_eq!(fix["state"]["kind"], "running", "{fix}");
+
+    // Every row; Postgres started on the copy, which it refuses with the wrong owner or mode.
+    assert_eq!(
+        sql(&api, &domain, "db@fix", "SELECT count(*) FROM t"),
+        "60000"
+    );
+    assert_eq!(
+        sql(
+            &api,
+            &domain,
+            "db@fix",
+            "SELECT md5(string_agg(body, '' ORDER BY id)) FROM t"
+        ),
+        sql(
+            &api,
+            &domain,
+            "db@main",
+            "SELECT md5(string_agg(body, '' ORDER BY id)) FROM t"
+        ),
+    );
+    assert_eq!(owner_mode("db@fix"), before);
+
+    // The source was frozen, never stopped: the same run of its container.
+    let main_now = api.instance(&domain, "db@main");
+    assert_eq!(main_now["state"]["kind"], "running");
+    assert_eq!(main_now["startedAt"], main["startedAt"]);
+
+    // Writes stay apart both ways.
+    sql(
+        &api,
+        &domain,
+        "db@fix",
+        "INSERT INTO t VALUES (-1, 'only in fix')",
+    );
+    sql(
+        &api,
+        &domain,
+        "db@main",
+        "INSERT INTO t VALUES (-2, 'only in main')",
+    );
+    assert_eq!(
+        sql(
+            &api,
+            &domain,
+            "db@main",
+            "SELECT count(*) FROM t WHERE id = -1"
+        ),
+        "0"
+    );
+    assert_eq!(
+        sql(
+            &api,
+            &domain,
+            "db@fix",
+            "SELECT count(*) FROM t WHERE id = -2"
+        ),
+        "0"
+    );
+    assert_eq!(
+        sql(&api, &domain, "db@fix", "SELECT count(*) FROM t"),
+        "60001"
+    );
+
+    // A branch onto a key that exists is refused and writes nothing.
+    let again = api.post(
+        &format!("/v1/resource-domains/{domain}/instances/db@fix/branch"),
+        json!({"from": {"instanceKey": "db@main"}, "spec": pg_spec("fix"), "cause": "person"}),
+    );
+    again.expect_error(409, "ResourceInstanceExistsError");
+    // An unknown source is the contract's 404.
+    api.post(
+        &format!("/v1/resource-domains/{domain}/instances/db@other/branch"),
+        json!({"from": {"instanceKey": "db@nobody"}, "spec": pg_spec("other"), "cause": "person"}),
+    )
+    .expect_error(404, "ResourceInstanceNotFoundError");
+    let none = api.get(&format!("/v1/resource-domains/{domain}/instances/db@other"));
+    none.expect_error(404, "ResourceInstanceNotFoundError");
+}
+
+#[test]
+fn a_postgres_restore_brings_the_rows_back_and_keeps_the_migrated_state_as_a_snapshot() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let main = up_running(&api, &domain, "db@main", &pg_spec("main"));
+    assert_eq!(main["state"]["kind"], "running", "{main}");
+    fill(&api, &domain, "db@main", 20_000);
+
+    let snapshot = snapshot_ready(&api, &domain, "db@main", "before-migration");
+    assert_eq!(snapshot.name, "before-migration");
+    assert!(snapshot.source_paused_ms.is_some(), "{snapshot:?}");
+    assert!(
+        snapshot.volumes[0].bytes.unwrap_or(0) > 5_000_000,
+        "{snapshot:?}"
+    );
+    assert_eq!(api.instance(&domain, "db@main")["state"]["kind"], "running");
+
+    // A destructive migration.
+    sql(
+        &api,
+        &domain,
+        "db@main",
+        "DROP TABLE t; CREATE TABLE migrated (x int); INSERT INTO migrated VALUES (7)",
+    );
+
+    let (restored, copied) = copy_of(&api, &domain, "restore", "db@main", || {
+        block_on(api.api().restore(&domain, "db@main", &snapshot.snapshot_id)).expect("a restore")
+    });
+    assert_eq!(restored.instance.state.kind(), "starting");
+    assert!(
+        restored.before_restore.name.starts_with("before-restore-"),
+        "{restored:?}"
+    );
+    assert_eq!(copied.state, "done", "{copied:?}");
+    let back = api.settled(&domain, "db@main", &["running", "failed"], READY);
+    assert_eq!(back["state"]["kind"], "running", "{back}");
+    assert_eq!(
+        sql(&api, &domain, "db@main", "SELECT count(*) FROM t"),
+        "20000"
+    );
+    assert_eq!(
+        sql(
+            &api,
+            &domain,
+            "db@main",
+            "SELECT to_regclass('migrated') IS NULL"
+        ),
+        "t"
+    );
+
+    // The automatic snapshot holds the migrated state: a branch of it shows it.
+    let list = block_on(api.api().snapshots(&domain, Some("db@main"))).expect("the list");
+    assert_eq!(list.len(), 2);
+    assert_eq!(
+        list[0].snapshot_id, restored.before_restore.snapshot_id,
+        "newest first"
+    );
+    assert_eq!(list[0].state, "ready");
+    block_on(api.api().branch(
+        &domain,
+        "db@check",
+        &berth_client::BranchFrom::Snapshot(restored.before_restore.snapshot_id.clone()),
+        &pg_spec("check"),
+        berth_client::Cause::Person,
+    ))
+    .expect("a branch of the before-restore snapshot");
+    let check = api.settled(&domain, "db@check", &["running", "failed"], READY);
+    assert_eq!(check["state"]["kind"], "running", "{check}");
+    assert_eq!(
+        sql(&api, &domain, "db@check", "SELECT x FROM migrated"),
+        "7"
+    );
+    assert_eq!(
+        sql(&api, &domain, "db@check", "SELECT to_regclass('t') IS NULL"),
+        "t"
+    );
+
+    // Snapshots belong to their domain: another domain's id is unknown there, and a delete
+    // removes the snapshot and its storage.
+    let other = api.create_domain("other");
+    api.get(&format!(
+        "/v1/resource-domains/{other}/snapshots/{}",
+        snapshot.snapshot_id
+    ))
+    .expect_error(404, "ResourceSnapshotNotFoundError");
+    let volume_count = || {
+        docker(&[
+            "volume",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label=berth.snapshot={}", snapshot.snapshot_id),
+        ])
+        .lines()
+        .count()
+    };
+    assert_eq!(volume_count(), 1);
+    block_on(api.api().delete_snapshot(&domain, &snapshot.snapshot_id)).expect("a delete");
+    assert_eq!(volume_count(), 0);
+    api.get(&format!(
+        "/v1/resource-domains/{domain}/snapshots/{}",
+        snapshot.snapshot_id
+    ))
+    .expect_error(404, "ResourceSnapshotNotFoundError");
+}
+
+#[test]
+fn a_redis_restore_brings_the_keys_back_with_appendonly_always() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let cache = up_running(&api, &domain, "cache@main", &redis_spec("main"));
+    assert_eq!(cache["state"]["kind"], "running", "{cache}");
+    redis(&api, &domain, "cache@main", &["set", "greeting", "hello"]);
+    redis(
+        &api,
+        &domain,
+        "cache@main",
+        &["rpush", "queue", "a", "b", "c"],
+    );
+    let snapshot = snapshot_ready(&api, &domain, "cache@main", "before-flush");
+
+    // A branch has every key, and its writes stay apart.
+    block_on(api.api().branch(
+        &domain,
+        "cache@fix",
+        &berth_client::BranchFrom::Instance("cache@main".into()),
+        &redis_spec("fix"),
+        berth_client::Cause::Person,
+    ))
+    .expect("a branch");
+    let fix = api.settled(&domain, "cache@fix", &["running", "failed"], READY);
+    assert_eq!(fix["state"]["kind"], "running", "{fix}");
+    assert_eq!(
+        redis(&api, &domain, "cache@fix", &["get", "greeting"]),
+        "hello"
+    );
+    redis(&api, &domain, "cache@fix", &["set", "greeting", "from fix"]);
+    assert_eq!(
+        redis(&api, &domain, "cache@main", &["get", "greeting"]),
+        "hello"
+    );
+
+    redis(&api, &domain, "cache@main", &["flushall"]);
+    redis(&api, &domain, "cache@main", &["set", "after", "flush"]);
+    let (restored, copied) = copy_of(&api, &domain, "restore", "cache@main", || {
+        block_on(
+            api.api()
+                .restore(&domain, "cache@main", &snapshot.snapshot_id),
+        )
+        .expect("a restore")
+    });
+    assert_eq!(copied.state, "done", "{copied:?}");
+    let back = api.settled(&domain, "cache@main", &["running", "failed"], READY);
+    assert_eq!(back["state"]["kind"], "running", "{back}");
+    assert_eq!(
+        redis(&api, &domain, "cache@main", &["get", "greeting"]),
+        "hello"
+    );
+    assert_eq!(redis(&api, &domain, "cache@main", &["llen", "queue"]), "3");
+    assert_eq!(
+        redis(&api, &domain, "cache@main", &["exists", "after"]),
+        "0"
+    );
+
+    // What the restore replaced is in the before-restore snapshot.
+    block_on(api.api().branch(
+        &domain,
+        "cache@check",
+        &berth_client::BranchFrom::Snapshot(restored.before_restore.snapshot_id),
+        &redis_spec("check"),
+        berth_client::Cause::Person,
+    ))
+    .expect("a branch");
+    let check = api.settled(&domain, "cache@check", &["running", "failed"], READY);
+    assert_eq!(check["state"]["kind"], "running", "{check}");
+    assert_eq!(
+        redis(&api, &domain, "cache@check", &["get", "after"]),
+        "flush"
+    );
+    assert_eq!(
+        redis(&api, &domain, "cache@check", &["exists", "greeting"]),
+        "0"
+    );
+}
+
+#[test]
+fn owners_modes_links_and_empty_directories_survive_through_an_image_without_a_shell_and_an_archive()
+ {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("files");
+    let busybox = support::busybox_image();
+    let made = up_running(&api, &domain, "files@a", &files_spec(&busybox, "a"));
+    assert_eq!(made["state"]["kind"], "running", "{made}");
+    exec_ok(
+        &api,
+        &domain,
+        "files@a",
+        &[
+            "sh",
+            "-c",
+            "cd /srv/data && echo secret > f && chown 1234:5678 f && chmod 0640 f \
+             && ln -s f link && mkdir -p empty sticky && chmod 1777 sticky \
+             && chown 999:999 empty && chmod 0700 empty && ln f hard \
+             && chown 4321:4321 /srv/data && chmod 0751 /srv/data",
+        ],
+    );
+    let listing = |key: &str| {
+        exec_ok(
+            &api,
+            &domain,
+            key,
+            &[
+                "sh",
+                "-c",
+                "cd /srv/data && stat -c '%n %u %g %a %F %h' . * && readlink link && cat f",
+            ],
+        )
+    };
+    let expected = listing("files@a");
+    assert!(
+        expected.contains("f 1234 5678 640 regular file 2"),
+        "{expected}"
+    );
+
+    // Through the echo image, which has no shell and no tools: a branch (its helper is made
+    // from that image) and a snapshot of it.
+    let echo = support::echo_image();
+    let mut no_shell = files_spec(&echo, "b");
+    no_shell["ready"] = json!({"kind": "tcp", "port": 7000});
+    block_on(api.api().branch(
+        &domain,
+        "files@b",
+        &berth_client::BranchFrom::Instance("files@a".into()),
+        &no_shell,
+        berth_client::Cause::Person,
+    ))
+    .expect("a branch into the image without a shell");
+    let b = api.settled(&domain, "files@b", &["running", "failed"], READY);
+    assert_eq!(b["state"]["kind"], "running", "{b}");
+    let snapshot = snapshot_ready(&api, &domain, "files@b", "no-shell");
+
+    // The instance it was taken of is archived; the snapshot outlives it.
+    api.post_empty(&format!(
+        "/v1/resource-domains/{domain}/instances/files@b/archive"
+    ))
+    .expect(200);
+    api.post(
+        &format!("/v1/resource-domains/{domain}/instances/files@b/branch"),
+        json!({"from": {"snapshotId": snapshot.snapshot_id}, "spec": no_shell, "cause": "person"}),
+    )
+    .expect_error(409, "ResourceInstanceArchivedError");
+    block_on(api.api().branch(
+        &domain,
+        "files@c",
+        &berth_client::BranchFrom::Snapshot(snapshot.snapshot_id.clone()),
+        &files_spec(&busybox, "c"),
+        berth_client::Cause::Person,
+    ))
+    .expect("a branch from a snapshot of an archived instance");
+    let c = api.settled(&domain, "files@c", &["running", "failed"], READY);
+    assert_eq!(c["state"]["kind"], "running", "{c}");
+    assert_eq!(listing("files@c"), expected);
+}
+
+#[test]
+fn bad_snapshot_branch_and_restore_requests_are_refused_and_write_nothing() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("files");
+    let busybox = support::busybox_image();
+    up_running(&api, &domain, "files@a", &files_spec(&busybox, "a"));
+    let base = format!("/v1/resource-domains/{domain}/instances");
+    for (body, place) in [
+        (json!({}), "body.name"),
+        (json!({"name": ""}), "body.name"),
+        (json!({"name": "x".repeat(101)}), "body.name"),
+        (json!({"name": "a\u{7}b"}), "body.name"),
+        (json!({"name": "ok", "extra": 1}), "body.extra"),
+    ] {
+        let refused = api
+            .post(&format!("{base}/files@a/snapshots"), body)
+            .expect_error(400, "RequestRefusedError");
+        assert!(
+            refused["message"].as_str().unwrap().contains(place),
+            "{refused}"
+        );
+    }
+    api.post(&format!("{base}/nobody/snapshots"), json!({"name": "x"}))
+        .expect_error(404, "ResourceInstanceNotFoundError");
+    for (body, place) in [
+        (
+            json!({"from": {}, "spec": files_spec(&busybox, "b"), "cause": "use"}),
+            "body.from",
+        ),
+        (
+            json!({"from": {"instanceKey": "files@a", "snapshotId": "snp:00000000-0000-4000-8000-000000000000"}, "spec": files_spec(&busybox, "b"), "cause": "use"}),
+            "body.from",
+        ),
+        (
+            json!({"from": {"snapshotId": "nope"}, "spec": files_spec(&busybox, "b"), "cause": "use"}),
+            "body.from.snapshotId",
+        ),
+        (
+            json!({"from": {"instanceKey": "files@a"}, "cause": "use"}),
+            "body.spec",
+        ),
+    ] {
+        let refused = api
+            .post(&format!("{base}/files@b/branch"), body)
+            .expect_error(400, "RequestRefusedError");
+        assert!(
+            refused["message"].as_str().unwrap().contains(place),
+            "{refused}"
+        );
+    }
+    api.post(
+        &format!("{base}/files@b/branch"),
+        json!({"from": {"snapshotId": "snp:00000000-0000-4000-8000-000000000000"}, "spec": files_spec(&busybox, "b"), "cause": "use"}),
+    )
+    .expect_error(404, "ResourceSnapshotNotFoundError");
+    api.post(
+        &format!("{base}/files@a/restore"),
+        json!({"snapshotId": "snp:00000000-0000-4000-8000-000000000000"}),
+    )
+    .expect_error(404, "ResourceSnapshotNotFoundError");
+    api.post(&format!("{base}/files@a/restore"), json!({}))
+        .expect_error(400, "RequestRefusedError");
+    api.get(&format!("{base}/files@b"))
+        .expect_error(404, "ResourceInstanceNotFoundError");
+    let list = block_on(api.api().snapshots(&domain, None)).expect("a list");
+    assert!(list.is_empty(), "{list:?}");
+    // Another key sees no snapshot of this domain.
+    let other = daemon.client_with(Some(support::OTHER_KEY));
+    other
+        .get(&format!("/v1/resource-domains/{domain}/snapshots"))
+        .expect_error(403, "ResourceDomainForbiddenError");
+}
+
+#[test]
+fn a_daemon_killed_in_the_middle_of_a_copy_never_uses_the_half_written_volume_and_the_next_start_finishes_it()
+ {
+    let mut daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let main = up_running(&api, &domain, "db@main", &pg_spec("main"));
+    assert_eq!(main["state"]["kind"], "running", "{main}");
+    // Enough data that the copy lasts well beyond the moment its helper appears.
+    fill(&api, &domain, "db@main", 400_000);
+    let prefix_label = format!("label=berth.prefix={}", daemon.prefix);
+    let helpers = || {
+        docker(&[
+            "ps",
+            "-a",
+            "--filter",
+            &prefix_label,
+            "--filter",
+            "label=berth.copy",
+            "--format",
+            "{{.Names}}",
+        ])
+        .lines()
+        .count()
+    };
+    let branch = block_on(api.api().branch(
+        &domain,
+        "db@fix",
+        &berth_client::BranchFrom::Instance("db@main".into()),
+        &pg_spec("fix"),
+        berth_client::Cause::Person,
+    ))
+    .expect("a branch");
+    wait_until(COPY, "the copy's helper appears", || helpers() > 0);
+    daemon.kill9();
+    // Nothing runs on the half-written volume, and the source is left frozen or running, never
+    // stopped.
+    let branch_json = serde_json::to_value(&branch).unwrap();
+    assert!(support::containers_of(&branch_json).is_empty());
+
+    daemon.start_again();
+    let api = daemon.client();
+    let fix = api.settled(&domain, "db@fix", &["running", "failed"], COPY);
+    assert_eq!(fix["state"]["kind"], "running", "{fix}");
+    assert_eq!(
+        sql(&api, &domain, "db@fix", "SELECT count(*) FROM t"),
+        "400000"
+    );
+    assert_eq!(
+        docker(&[
+            "inspect",
+            "-f",
+            "{{.State.Paused}}",
+            &support::container_of(&main)
+        ]),
+        "false",
+        "the source is thawed"
+    );
+    assert_eq!(api.instance(&domain, "db@main")["state"]["kind"], "running");
+    assert_eq!(helpers(), 0, "no helper is left");
+    assert!(
+        daemon
+            .log_text()
+            .contains("removing what an interrupted copy wrote"),
+        "the next start removed the half-written volume before copying again"
+    );
+    // The branch mounts exactly the volume the finished copy filled.
+    let volumes = docker(&[
+        "volume",
+        "ls",
+        "-q",
+        "--filter",
+        &format!(
+            "label=berth.instance={}",
+            fix["resourceInstanceId"].as_str().unwrap()
+        ),
+    ]);
+    assert_eq!(volumes.lines().count(), 1, "{volumes}");
+    assert_eq!(volumes, fix["volumes"][0]["dockerName"].as_str().unwrap());
+}
