@@ -12,6 +12,7 @@ pub mod error;
 pub mod extract;
 pub mod routes;
 pub mod schema;
+pub mod ui;
 
 use std::future::Future;
 use std::time::Duration;
@@ -55,6 +56,7 @@ pub struct App {
         (name = "resource-domains", description = "Projects whose instances berth runs."),
         (name = "resource-instances", description = "Long-running instances a resource domain runs."),
         (name = "workspaces", description = "Developers' environments that reach instances."),
+        (name = "ui", description = "Signing the web page in and out (the page itself is at /ui/)."),
         (name = "meta", description = "Health and this document."),
     )
 )]
@@ -86,18 +88,27 @@ pub fn router(
         .merge(routes::events::router())
         .merge(routes::exec::router())
         .merge(routes::workspaces::router())
+        .merge(routes::ui::router())
         .routes(utoipa_axum::routes!(openapi_json))
         .split_for_parts();
     let (health, health_doc) = OpenApiRouter::new()
         .routes(utoipa_axum::routes!(healthz))
         .split_for_parts();
     doc.merge(health_doc);
+    let (sessions, sessions_doc) = routes::ui::public_router().split_for_parts();
+    doc.merge(sessions_doc);
+    let app = App { berth, shutdown };
     let v1 = v1
-        .layer(from_fn_with_state(keys, auth::require_key))
-        .with_state(App { berth, shutdown })
+        .layer(from_fn_with_state(keys.clone(), auth::require_key))
+        .with_state(app.clone())
         .layer(axum::Extension(std::sync::Arc::new(doc)));
+    // Trading a sign-in code for a session is the one `/v1` route without a key.
+    let sessions = sessions.with_state(app);
     Router::new()
         .merge(v1)
+        .merge(sessions)
+        .layer(axum::Extension(keys))
+        .merge(ui::pages())
         .merge(health)
         .fallback(|| async { ApiError::RouteNotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
@@ -223,6 +234,8 @@ mod tests {
             .merge(routes::instances::router())
             .merge(routes::exec::router())
             .merge(routes::workspaces::router())
+            .merge(routes::ui::router())
+            .merge(routes::ui::public_router())
             .split_for_parts();
         serde_json::to_value(doc).unwrap()
     }

@@ -4,4 +4,5 @@ pub mod domains;
 pub mod events;
 pub mod exec;
 pub mod instances;
+pub mod ui;
 pub mod workspaces;
