@@ -68,7 +68,7 @@ function showSignIn(message) {
   setCrumbs({ text: 'Sign in' });
   const error = h('p', { class: 'error', role: 'alert' }, message || '');
   const input = h('input', {
-    id: 'key', name: 'key', type: 'password', autocomplete: 'off', spellcheck: 'false', required: true,
+    id: 'key', name: 'key', type: 'password', spellcheck: 'false', required: true,
     'aria-describedby': 'key-help',
   });
   const form = h('form', {
@@ -202,8 +202,10 @@ function confirmAction(title, body, ok) {
   });
 }
 
+// Runs an action once at a time per button. The button is marked busy rather than disabled:
+// a disabled button would drop the keyboard focus.
 async function act(button, what, run) {
-  button.disabled = true;
+  if (button.getAttribute('aria-busy') === 'true') return;
   button.setAttribute('aria-busy', 'true');
   try {
     await run();
@@ -211,9 +213,19 @@ async function act(button, what, run) {
   } catch (e) {
     failed(e);
   } finally {
-    button.disabled = false;
     button.removeAttribute('aria-busy');
   }
+}
+
+// The element in `root` that takes the focus `action` had: the same action, or for a stop the
+// start that replaced it (and the other way round).
+function refocus(root, action) {
+  if (!action) return;
+  const [verb, key] = action.split(':');
+  const swap = { stop: 'start', start: 'stop' }[verb];
+  const again = root.querySelector(`[data-action="${CSS.escape(action)}"]`)
+    || (swap && root.querySelector(`[data-action="${CSS.escape(`${swap}:${key}`)}"]`));
+  if (again) again.focus();
 }
 
 function runningish(instance) {
@@ -268,7 +280,7 @@ function copyButton(text, label) {
         toast(`Copy failed: select ${text} and copy it`);
       }
     },
-  }, h('span', { 'aria-hidden': 'true' }, '⧉'), h('span', { class: 'label' }, 'Copy'));
+  }, 'Copy');
   return button;
 }
 
@@ -422,11 +434,7 @@ function updateRow(model, key) {
   const focused = old.contains(document.activeElement) ? document.activeElement.getAttribute('data-action') : null;
   const row = instanceRow(model, entry);
   old.replaceWith(row);
-  if (focused) {
-    const again = row.querySelector(`[data-action^="${focused.split(':')[0] === 'stop' ? 'start' : 'stop'}:"]`)
-      || row.querySelector(`[data-action="${CSS.escape(focused)}"]`);
-    if (again) again.focus();
-  }
+  refocus(row, focused);
   const entries = [...model.entries.values()];
   const running = entries.filter((e) => e.instance.state.kind === 'running').length;
   const failedCount = entries.filter((e) => e.instance.state.kind === 'failed').length;
@@ -444,7 +452,8 @@ async function showDomain(id) {
   renderDomain(model);
   performance.mark('berth:domain-rendered');
   onChange = (what) => {
-    if (what.full || !updateRow(model, what.key)) renderDomain(model);
+    const action = main.contains(document.activeElement) ? document.activeElement.getAttribute('data-action') : null;
+    if (what.full || !updateRow(model, what.key)) { renderDomain(model); refocus(main, action); }
     if (what.archived) toast(`${what.key} archived; its volumes are kept.`);
   };
   focusHeading();
@@ -527,11 +536,7 @@ async function showInstance(id, key, focusLogs) {
         h('span', { class: 'muted' }, when(stateTime(i.state)))),
       i.state.kind === 'failed' ? h('p', { class: 'failure', role: 'alert' }, h('strong', {}, 'Failed: '), i.state.message) : null,
       h('div', { class: 'row' }, actionButtons(model, entry, { withArchive: true }), rollback));
-    if (focused) {
-      const again = header.querySelector(`[data-action="${CSS.escape(focused)}"]`)
-        || header.querySelector('[data-action^="start:"], [data-action^="stop:"]');
-      if (again) again.focus();
-    }
+    refocus(header, focused);
     const row = (label, ...value) => [h('dt', {}, label), h('dd', {}, ...value)];
     replace(detailsBox, h('dl', { class: 'details' },
       row('Alias', h('code', {}, i.alias)),
@@ -563,10 +568,7 @@ async function showInstance(id, key, focusLogs) {
             h('td', {}, imageName(r.image), ' ', h('code', { title: r.imageDigest }, shortDigest(r.imageDigest))),
             h('td', {}, when(r.firstStartedAt)),
             h('td', {}, r.ended ? [r.ended, ' ', when(r.endedAt)] : '—')))))),
-      rollouts.items.length
-        ? h('p', { class: 'muted small' }, `${rollouts.items.length} rollout${rollouts.items.length === 1 ? '' : 's'}; the newest is `,
-          h('strong', {}, rollouts.items[0].status?.phase || rollouts.items[0].status?.state || 'recorded'), '.')
-        : null);
+      rolloutTable(rollouts.items));
     } catch (e) { if (!abort.signal.aborted) failed(e); }
   };
 
@@ -594,6 +596,23 @@ async function showInstance(id, key, focusLogs) {
   loadReleases();
   openLogs();
   if (focusLogs) logBox.focus(); else focusHeading();
+}
+
+// An instance's image rollouts, newest first, where the API has them.
+function rolloutTable(items) {
+  if (!items.length) return null;
+  const sorted = [...items].sort((a, b) => b.status.rolloutGeneration - a.status.rolloutGeneration);
+  return [
+    h('h3', { class: 'sub' }, 'Rollouts'),
+    h('div', { class: 'table-wrap' }, h('table', {},
+      h('caption', { class: 'visually-hidden' }, 'Image rollouts'),
+      h('thead', {}, h('tr', {}, ['Generation', 'Status', 'Digest', 'Healthy'].map((t) => h('th', { scope: 'col' }, t)))),
+      h('tbody', {}, sorted.slice(0, 10).map((r) => h('tr', {},
+        h('td', { class: 'num' }, String(r.status.rolloutGeneration)),
+        h('td', {}, String(r.status.status)),
+        h('td', {}, h('code', { title: r.status.expectedDigest }, shortDigest(r.status.expectedDigest))),
+        h('td', { class: 'num' }, `${r.status.healthyReplicaCount}/${r.status.requiredReplicaCount}`)))))),
+  ];
 }
 
 // ---- routing ----

@@ -1,5 +1,5 @@
 //! The commands people run, over the daemon's HTTP API: `up`, `ps`, `stop`, `start`,
-//! `archive`, `exec`, `logs`, `link`, `env`, `domains` and `doctor`.
+//! `archive`, `exec`, `logs`, `link`, `env`, `domains`, `doctor` and `ui`.
 //!
 //! Each runs in a git worktree: the repository is the resource domain (created on first use),
 //! the worktree gives the worktree key, and `berth.toml` at the worktree's top level says what
@@ -9,6 +9,7 @@ mod doctor;
 mod exec;
 mod instances;
 mod logs;
+mod page;
 mod up;
 
 use std::path::{Path, PathBuf};
@@ -70,6 +71,9 @@ pub enum Command {
     Domains(instances::DomainsArgs),
     /// Check Docker, the daemon, the service key, berth.toml and its images, and say what to fix.
     Doctor(doctor::DoctorArgs),
+    /// Open berth's web page in the browser, signed in by a link that works once, for two
+    /// minutes (`--print` prints the link instead).
+    Ui(page::UiArgs),
 }
 
 /// Runs a command; errors are printed here, and the exit code is returned.
@@ -86,6 +90,7 @@ pub async fn run(command: Command) -> ExitCode {
         Command::Logs(args) => logs::logs(args).await,
         Command::Link(args) => logs::link(args).await,
         Command::Doctor(args) => doctor::run(args).await,
+        Command::Ui(args) => page::run(args).await,
     };
     match result {
         Ok(code) => code,
