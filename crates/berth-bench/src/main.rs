@@ -29,6 +29,7 @@ mod proxy;
 mod report;
 mod soak;
 mod stats;
+mod ui;
 mod up;
 mod wake;
 mod watch;
@@ -55,7 +56,7 @@ use crate::report::{Figure, Machine};
 #[command(name = "berth-bench", version)]
 struct Args {
     /// Samples per figure [default: 20 for up, 50 for exec, 10 for wake and postgres, 5
-    /// restarts for many, 20 rounds for watch].
+    /// restarts for many, 20 rounds for watch, 10 page loads for ui].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     samples: Option<u32>,
 
@@ -135,6 +136,9 @@ enum FigureKind {
     /// How soon the event stream and a waiting `berth up` hear of a start and of `running`.
     #[value(alias = "engine_start_to_sse_starting")]
     Watch,
+    /// The web page's first render of a domain with 200 instances, in headless Chromium.
+    #[value(alias = "ui_first_render_200_instances")]
+    Ui,
 }
 
 impl FigureKind {
@@ -151,6 +155,7 @@ impl FigureKind {
             FigureKind::Postgres => "postgres",
             FigureKind::Many => "many",
             FigureKind::Watch => "watch",
+            FigureKind::Ui => "ui",
         }
     }
 }
@@ -294,6 +299,7 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
             }
             FigureKind::Many => many::run(ctx, args.samples.map_or(5, |n| n as usize)).await,
             FigureKind::Watch => watch::run(ctx, args.samples.map_or(20, |n| n as usize)).await,
+            FigureKind::Ui => ui::run(ctx, args.samples.map_or(10, |n| n as usize)).await,
         }
         .with_context(|| format!("measuring {}", kind.key()))?;
         if let Some(note) = load_note(load_before, report::load_average()) {
@@ -316,6 +322,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         FigureKind::Postgres,
         FigureKind::Many,
         FigureKind::Watch,
+        FigureKind::Ui,
         FigureKind::Soak,
     ]
     .into_iter()

@@ -327,6 +327,10 @@ mod tests {
             serde_json::json!({"name": "shop"}),
         );
         schema_and_decoder_agree::<StopRequest>("StopRequest", serde_json::json!({"by": "ada"}));
+        schema_and_decoder_agree::<routes::ui::SessionRequest>(
+            "SessionRequest",
+            serde_json::json!({"code": "0123abcd"}),
+        );
         // A rollback names what it expects in one of two ways, so not every field is required.
         let decode = |v: serde_json::Value| {
             let mut p = Problems::default();
