@@ -174,18 +174,25 @@ function applyChange(model, change) {
     if (onChange) onChange({ full: true, key: next.key });
     return;
   }
+  // A stream's first events repeat what the summary said: nothing to redraw.
+  if (before.generation === change.generation && before.observedGeneration === change.observedGeneration
+    && JSON.stringify(before.instance) === JSON.stringify(next)) {
+    return;
+  }
   const kindBefore = before.instance.state.kind;
   const digestBefore = before.instance.specDigest;
+  const worktreeBefore = before.instance.worktreeKey;
   before.instance = next;
   before.generation = change.generation;
   before.observedGeneration = change.observedGeneration;
   const kind = next.state.kind;
-  if (digestBefore !== next.specDigest || before.instance.worktreeKey !== next.worktreeKey
+  if (digestBefore !== next.specDigest
     || (kind !== kindBefore && (kind === 'exited' || kind === 'failed'
       || (kind === 'running' && before.endpoints.length === 0)))) {
     scheduleRefresh(model);
   }
-  if (onChange) onChange({ key: next.key });
+  // An instance that moved to another worktree moves to another group.
+  if (onChange) onChange({ key: next.key, full: worktreeBefore !== next.worktreeKey });
 }
 
 // ---- actions ----
