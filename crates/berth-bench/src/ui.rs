@@ -189,6 +189,12 @@ async fn measure(
         .await
         .context("a Chromium session through chromedriver")?;
     let result = async {
+        wd.update_timeouts(fantoccini::wd::TimeoutConfiguration::new(
+            Some(Duration::from_secs(90)),
+            Some(Duration::from_secs(120)),
+            Some(Duration::from_secs(0)),
+        ))
+        .await?;
         let link = ctx.api.post("/v1/ui/sign-in-links", b"{}".to_vec()).await?;
         let url = link["url"]
             .as_str()
@@ -204,7 +210,11 @@ async fn measure(
             wd.goto(&target).await?;
             let m = wd.execute_async(MEASURE, vec![]).await?;
             if m.is_null() {
-                bail!("the page did not render the domain within 60 s");
+                let text = wd
+                    .execute("return document.body.innerText.slice(0, 2000)", vec![])
+                    .await
+                    .unwrap_or_default();
+                bail!("the page did not render the domain within 60 s; it shows: {text}");
             }
             if m["rows"] != json!(INSTANCES) {
                 bail!("the page rendered {} rows, not {INSTANCES}", m["rows"]);
