@@ -119,6 +119,9 @@ const read = () => {
     rendered: mark.startTime,
     summaryEnd: summary ? summary.responseEnd : null,
     summaryBytes: summary ? summary.encodedBodySize : null,
+    summaryStart: summary ? summary.startTime : null,
+    summaryQueued: summary ? summary.requestStart - summary.startTime : null,
+    summaryServer: summary ? summary.responseStart - summary.requestStart : null,
     requests: fetches.map((e) => new URL(e.name).pathname),
     rows: document.querySelectorAll('tbody tr[data-key]').length,
   });
@@ -203,6 +206,7 @@ async fn measure(
         let page = url.split_once('#').map_or(url, |(page, _)| page);
         let target = format!("{page}#/d/{domain}");
         let (mut rendered, mut summary_end) = (Vec::new(), Vec::new());
+        let (mut starts, mut queued, mut server) = (Vec::new(), Vec::new(), Vec::new());
         let mut last: Value = Value::Null;
         // One load to warm the daemon and the browser's caches of nothing (no-cache), not kept.
         for i in 0..=samples {
@@ -222,12 +226,27 @@ async fn measure(
             if i > 0 {
                 rendered.push(m["rendered"].as_f64().unwrap_or(f64::NAN));
                 summary_end.push(m["summaryEnd"].as_f64().unwrap_or(f64::NAN));
+                starts.push(m["summaryStart"].as_f64().unwrap_or(f64::NAN));
+                queued.push(m["summaryQueued"].as_f64().unwrap_or(f64::NAN));
+                server.push(m["summaryServer"].as_f64().unwrap_or(f64::NAN));
                 progress::step(NAME, i, samples);
             }
             last = m;
         }
         let requests = last["requests"].as_array().cloned().unwrap_or_default();
+        let max = |v: &[f64]| v.iter().copied().fold(f64::NAN, f64::max);
         let notes = vec![
+            format!(
+                "Where the summary request's time went (median / slowest of the {samples}): \
+                 issued {} / {} ms after the navigation's start, waiting for a connection {} / \
+                 {} ms, the daemon's answer's first byte {} / {} ms after the request was sent.",
+                number(median(&starts)),
+                number(max(&starts)),
+                number(median(&queued)),
+                number(max(&queued)),
+                number(median(&server)),
+                number(max(&server)),
+            ),
             format!(
                 "{samples} loads of `/ui/#/d/<domain>` from `about:blank` in headless Chromium \
                  (after one not kept), each fetching the page's files and data again. The value \

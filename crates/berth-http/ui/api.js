@@ -42,7 +42,16 @@ export async function call(method, path, body, bearer = token()) {
     headers['Content-Type'] = 'application/json';
     init.body = JSON.stringify(body);
   }
-  return decode(await fetch(path, init));
+  let response;
+  try {
+    response = await fetch(path, init);
+  } catch (e) {
+    // A kept-alive connection the daemon closed as the request left (it closes idle ones):
+    // a read is asked once more; anything else is reported.
+    if (method !== 'GET') throw e;
+    response = await fetch(path, init);
+  }
+  return decode(response);
 }
 
 export const get = (path) => call('GET', path);
