@@ -341,6 +341,14 @@ fn the_openapi_document_lists_every_route() {
             "/v1/resource-domains/{resourceDomainId}/instances/{key}/archive",
             "post",
         ),
+        (
+            "/v1/resource-domains/{resourceDomainId}/instances/{key}/start",
+            "post",
+        ),
+        ("/v1/resource-domains/{resourceDomainId}/summary", "get"),
+        ("/v1/ui/sign-in-links", "post"),
+        ("/v1/ui/sessions", "post"),
+        ("/v1/ui/sessions/current", "delete"),
     ] {
         assert!(
             paths.get(path).and_then(|p| p.get(method)).is_some(),

@@ -499,3 +499,151 @@ fn a_drive_through_the_api_answers_exactly_the_contract() {
     );
     assert_eq!(gone.state, DomainState::Archived);
 }
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct SignInLink {
+    url: String,
+    expires_at: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Session {
+    token: String,
+    expires_at: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Summary {
+    domain: Domain,
+    instances: Vec<SummaryInstance>,
+    workspaces: Vec<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct SummaryInstance {
+    instance: Instance,
+    generation: i64,
+    observed_generation: i64,
+    restart_count: u32,
+    image: SummaryImage,
+    endpoints: Vec<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct SummaryImage {
+    reference: String,
+    #[serde(deserialize_with = "nullable")]
+    digest: Option<String>,
+    verification_status: String,
+    #[serde(deserialize_with = "nullable")]
+    message: Option<String>,
+}
+
+#[test]
+fn the_web_pages_routes_answer_exactly_what_the_document_says() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let doc = api.get("/v1/openapi.json").expect(200);
+    for (path, method) in [
+        ("/v1/ui/sign-in-links", "post"),
+        ("/v1/ui/sessions", "post"),
+        ("/v1/ui/sessions/current", "delete"),
+        ("/v1/resource-domains/{resourceDomainId}/summary", "get"),
+        (
+            "/v1/resource-domains/{resourceDomainId}/instances/{key}/start",
+            "post",
+        ),
+    ] {
+        assert!(doc["paths"][path][method].is_object(), "{method} {path}");
+    }
+    assert_eq!(
+        doc["paths"]["/v1/ui/sessions"]["post"]["security"],
+        json!([{}])
+    );
+
+    let link: SignInLink = decode(
+        "a sign-in link",
+        &api.post("/v1/ui/sign-in-links", json!({})).expect(200),
+    );
+    assert!(is_time(&link.expires_at), "{}", link.expires_at);
+    let code = link.url.split_once("#code=").expect("a code").1;
+    assert!(code.len() == 64 && code.chars().all(|c| c.is_ascii_hexdigit()));
+    let anonymous = daemon.client_with(None);
+    let session: Session = decode(
+        "a session",
+        &anonymous
+            .post("/v1/ui/sessions", json!({"code": code}))
+            .expect(200),
+    );
+    assert!(is_time(&session.expires_at));
+    let refused: PlainError = decode(
+        "a spent code",
+        &anonymous
+            .post("/v1/ui/sessions", json!({"code": code}))
+            .expect(401),
+    );
+    assert_eq!(refused.tag, "UiSignInCodeInvalidError");
+
+    let page = daemon.client_with(Some(&session.token));
+    let domain = api.create_domain("summarised");
+    let mut web = spec(&busybox_image(), "web");
+    web["worktreeKey"] = json!("wt-1");
+    api.up(&domain, "web", &web, "person").expect(200);
+    api.wait_state(&domain, "web", "running", READY);
+    let summary: Summary = decode(
+        "a summary",
+        &page
+            .get(&format!("/v1/resource-domains/{domain}/summary"))
+            .expect(200),
+    );
+    assert_eq!(summary.domain.name, "summarised");
+    assert_eq!(summary.instances.len(), 1);
+    let web = &summary.instances[0];
+    check_instance(&web.instance, "web");
+    assert_eq!(web.generation, web.observed_generation);
+    assert_eq!(web.restart_count, 0);
+    assert_eq!(web.image.verification_status, "verified");
+    assert_eq!(
+        web.image.digest.as_deref(),
+        busybox_image().split_once('@').map(|(_, d)| d)
+    );
+    assert!(web.image.message.is_none() && web.image.reference == busybox_image());
+    assert_eq!(web.endpoints.len(), 1, "{:?}", web.endpoints);
+    assert_eq!(web.endpoints[0]["port"], 8080);
+    assert!(summary.workspaces.is_empty());
+
+    // A person's start after a stop, with no spec sent.
+    api.post(
+        &format!("/v1/resource-domains/{domain}/instances/web/stop"),
+        json!({"by": "ada"}),
+    )
+    .expect(200);
+    api.wait_state(&domain, "web", "stopped", READY);
+    let started: Instance = decode(
+        "a start",
+        &page
+            .post_empty(&format!(
+                "/v1/resource-domains/{domain}/instances/web/start"
+            ))
+            .expect(200),
+    );
+    assert_eq!(started.desired, Desired::Running);
+    api.wait_state(&domain, "web", "running", READY);
+
+    // Signing out.
+    assert_eq!(
+        page.raw("DELETE", "/v1/ui/sessions/current", None, &[])
+            .status,
+        204
+    );
+    let gone: PlainError = decode(
+        "a revoked token",
+        &page.get("/v1/resource-domains").expect(401),
+    );
+    assert_eq!(gone.tag, "UnauthorizedError");
+}

@@ -30,6 +30,7 @@ mod report;
 mod soak;
 mod stats;
 mod swarm;
+mod ui;
 mod up;
 mod wake;
 mod watch;
@@ -56,7 +57,7 @@ use crate::report::{Figure, Machine};
 #[command(name = "berth-bench", version)]
 struct Args {
     /// Samples per figure [default: 20 for up, 50 for exec, 10 for wake and postgres, 5
-    /// restarts for many, 20 rounds for watch].
+    /// restarts for many, 20 rounds for watch, 10 page loads for ui].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     samples: Option<u32>,
 
@@ -140,6 +141,9 @@ enum FigureKind {
     /// leaves it).
     #[value(alias = "up_to_running_swarm_busybox_tcp")]
     Swarm,
+    /// The web page's first render of a domain with 200 instances, in headless Chromium.
+    #[value(alias = "ui_first_render_200_instances")]
+    Ui,
 }
 
 impl FigureKind {
@@ -157,6 +161,7 @@ impl FigureKind {
             FigureKind::Many => "many",
             FigureKind::Watch => "watch",
             FigureKind::Swarm => "swarm",
+            FigureKind::Ui => "ui",
         }
     }
 }
@@ -301,6 +306,7 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
             FigureKind::Many => many::run(ctx, args.samples.map_or(5, |n| n as usize)).await,
             FigureKind::Watch => watch::run(ctx, args.samples.map_or(20, |n| n as usize)).await,
             FigureKind::Swarm => swarm::run(ctx, args.samples.map_or(10, |n| n as usize)).await,
+            FigureKind::Ui => ui::run(ctx, args.samples.map_or(10, |n| n as usize)).await,
         }
         .with_context(|| format!("measuring {}", kind.key()))?;
         if let Some(note) = load_note(load_before, report::load_average()) {
@@ -324,6 +330,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         FigureKind::Many,
         FigureKind::Watch,
         FigureKind::Swarm,
+        FigureKind::Ui,
         FigureKind::Soak,
     ]
     .into_iter()

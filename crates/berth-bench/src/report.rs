@@ -36,12 +36,14 @@ pub enum Target {
     AtMost(f64),
     Below(f64),
     AtLeast(f64),
+    /// berth's value itself (not the ratio) at most this, in the row's unit.
+    ValueAtMost(f64),
 }
 
 impl Target {
     fn met(self, ratio: f64) -> bool {
         match self {
-            Target::AtMost(bound) => ratio <= bound,
+            Target::AtMost(bound) | Target::ValueAtMost(bound) => ratio <= bound,
             Target::Below(bound) => ratio < bound,
             Target::AtLeast(bound) => ratio >= bound,
         }
@@ -49,7 +51,7 @@ impl Target {
 
     fn bound(self) -> f64 {
         match self {
-            Target::AtMost(b) | Target::Below(b) | Target::AtLeast(b) => b,
+            Target::AtMost(b) | Target::Below(b) | Target::AtLeast(b) | Target::ValueAtMost(b) => b,
         }
     }
 
@@ -58,6 +60,7 @@ impl Target {
             Target::AtMost(b) => format!("≤ {b:.2}x"),
             Target::Below(b) => format!("< {b:.2}x"),
             Target::AtLeast(b) => format!("≥ {b:.2}x"),
+            Target::ValueAtMost(b) => format!("≤ {}", number(b)),
         }
     }
 }
@@ -99,6 +102,19 @@ impl Row {
         let Some(target) = self.target else {
             return "none".to_owned();
         };
+        if let Target::ValueAtMost(bound) = target {
+            let value = self.berth.value;
+            return if value <= bound {
+                format!("{} {}: met", target.describe(), self.unit)
+            } else {
+                let over = (value / bound - 1.0) * 100.0;
+                format!(
+                    "{} {}: **missed** by {over:.0}%",
+                    target.describe(),
+                    self.unit
+                )
+            };
+        }
         let ratio = self.ratio();
         if target.met(ratio) {
             format!("{}: met", target.describe())

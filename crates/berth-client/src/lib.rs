@@ -295,6 +295,14 @@ impl Client {
         self.get("/v1/openapi.json").await
     }
 
+    // The web page.
+
+    /// `POST /v1/ui/sign-in-links`: a link to the web page with a code good once, for two
+    /// minutes (a service key only).
+    pub async fn sign_in_link(&self) -> Result<SignInLink, ClientError> {
+        self.post("/v1/ui/sign-in-links", None).await
+    }
+
     // Resource domains.
 
     /// `POST /v1/resource-domains`.

@@ -812,3 +812,22 @@ pub(crate) struct InstanceEventData {
     pub generation: i64,
     pub observed_generation: i64,
 }
+
+/// A sign-in link to the web page (`POST /v1/ui/sign-in-links`).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SignInLink {
+    /// The page's address, with the single-use code in its fragment.
+    pub url: String,
+    /// When the code stops working.
+    pub expires_at: String,
+}
+
+impl std::fmt::Debug for SignInLink {
+    // The code is a credential for two minutes: it is not printed by `{:?}`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignInLink")
+            .field("expires_at", &self.expires_at)
+            .finish_non_exhaustive()
+    }
+}

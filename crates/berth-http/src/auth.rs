@@ -1,6 +1,7 @@
 //! Service keys and the Host guard.
 //!
-//! Every `/v1` route needs `Authorization: Bearer <service key>`. Keys are held only as their
+//! Every `/v1` route needs `Authorization: Bearer <service key>`, or a web page's session token
+//! that acts for one (see [`crate::ui::sessions`]). Keys are held only as their
 //! sha256; a presented key is hashed and compared with every known hash in constant time. A
 //! domain belongs to the hash of the key that created it. Keys never reach a log.
 //!
@@ -19,6 +20,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
+use crate::ui::sessions::UiSessions;
 
 /// Who is calling: the hash of their service key, which owns the domains it creates.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +33,16 @@ pub struct Caller {
 #[derive(Clone)]
 pub struct ServiceKeys {
     hashes: Arc<Vec<[u8; 32]>>,
+    /// The web page's sign-in codes and session tokens, which act for these keys.
+    sessions: Arc<UiSessions>,
+}
+
+/// Present on a request that a web page's session token authenticated (not a service key):
+/// the hash of that token, so signing out can revoke it.
+#[derive(Debug, Clone)]
+pub struct SessionAuth {
+    /// sha256 of the token.
+    pub token_hash: [u8; 32],
 }
 
 impl std::fmt::Debug for ServiceKeys {
@@ -48,7 +60,13 @@ impl ServiceKeys {
     pub fn new<I: IntoIterator<Item = S>, S: AsRef<str>>(keys: I) -> Self {
         Self {
             hashes: Arc::new(keys.into_iter().map(|k| hash(k.as_ref())).collect()),
+            sessions: Arc::default(),
         }
+    }
+
+    /// The web page's sign-in codes and session tokens.
+    pub fn sessions(&self) -> &UiSessions {
+        &self.sessions
     }
 
     /// The caller a presented key stands for, when it is one of ours.
@@ -79,10 +97,21 @@ pub async fn require_key(
             v.strip_prefix("Bearer ")
                 .or_else(|| v.strip_prefix("bearer "))
         })
-        .map(str::trim);
-    let caller = presented
-        .and_then(|k| keys.check(k))
-        .ok_or(ApiError::Unauthorized)?;
+        .map(|k| k.trim().to_owned());
+    let caller = match presented.as_deref() {
+        Some(k) => match keys.check(k) {
+            Some(caller) => caller,
+            // Not a key: perhaps a web page's session token, which acts as the key it came from.
+            None => {
+                let owner = keys.sessions.check(k).ok_or(ApiError::Unauthorized)?;
+                req.extensions_mut().insert(SessionAuth {
+                    token_hash: crate::ui::sessions::secret_hash(k),
+                });
+                Caller { owner }
+            }
+        },
+        None => return Err(ApiError::Unauthorized),
+    };
     req.extensions_mut().insert(caller);
     Ok(next.run(req).await)
 }

@@ -54,6 +54,10 @@ pub enum ApiError {
     HostNotAllowed,
     /// No route answers this path.
     RouteNotFound,
+    /// A web page's sign-in code that is unknown, spent or expired.
+    SignInCodeInvalid,
+    /// A route that only a service key may call, called with a web page's session token.
+    ServiceKeyRequired,
     /// A route answers this path, but not with this method.
     MethodNotAllowed,
 }
@@ -101,6 +105,28 @@ impl ApiError {
                         "HostNotAllowedError",
                         "the Host header must name a loopback host (localhost, 127.0.0.1, [::1]) \
                          or the address berth listens on"
+                            .to_owned(),
+                    ),
+                );
+            }
+            ApiError::SignInCodeInvalid => {
+                return (
+                    StatusCode::UNAUTHORIZED,
+                    body(
+                        "UiSignInCodeInvalidError",
+                        "this sign-in code is unknown, already used or expired (a code is good \
+                         once, for two minutes): run `berth ui` for a new link"
+                            .to_owned(),
+                    ),
+                );
+            }
+            ApiError::ServiceKeyRequired => {
+                return (
+                    StatusCode::FORBIDDEN,
+                    body(
+                        "UiServiceKeyRequiredError",
+                        "this route needs a service key; a web page's session token cannot ask \
+                         for sign-in links"
                             .to_owned(),
                     ),
                 );

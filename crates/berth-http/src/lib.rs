@@ -12,6 +12,7 @@ pub mod error;
 pub mod extract;
 pub mod routes;
 pub mod schema;
+pub mod ui;
 
 use std::future::Future;
 use std::time::Duration;
@@ -56,6 +57,7 @@ pub struct App {
         (name = "resource-instances", description = "Long-running instances a resource domain runs."),
         (name = "snapshots", description = "Snapshots of instance volumes, branches and restores."),
         (name = "workspaces", description = "Developers' environments that reach instances."),
+        (name = "ui", description = "Signing the web page in and out (the page itself is at /ui/)."),
         (name = "meta", description = "Health and this document."),
     )
 )]
@@ -88,18 +90,27 @@ pub fn router(
         .merge(routes::snapshots::router())
         .merge(routes::exec::router())
         .merge(routes::workspaces::router())
+        .merge(routes::ui::router())
         .routes(utoipa_axum::routes!(openapi_json))
         .split_for_parts();
     let (health, health_doc) = OpenApiRouter::new()
         .routes(utoipa_axum::routes!(healthz))
         .split_for_parts();
     doc.merge(health_doc);
+    let (sessions, sessions_doc) = routes::ui::public_router().split_for_parts();
+    doc.merge(sessions_doc);
+    let app = App { berth, shutdown };
     let v1 = v1
-        .layer(from_fn_with_state(keys, auth::require_key))
-        .with_state(App { berth, shutdown })
+        .layer(from_fn_with_state(keys.clone(), auth::require_key))
+        .with_state(app.clone())
         .layer(axum::Extension(std::sync::Arc::new(doc)));
+    // Trading a sign-in code for a session is the one `/v1` route without a key.
+    let sessions = sessions.with_state(app);
     Router::new()
         .merge(v1)
+        .merge(sessions)
+        .layer(axum::Extension(keys))
+        .merge(ui::pages())
         .merge(health)
         .fallback(|| async { ApiError::RouteNotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
@@ -226,6 +237,8 @@ mod tests {
             .merge(routes::snapshots::router())
             .merge(routes::exec::router())
             .merge(routes::workspaces::router())
+            .merge(routes::ui::router())
+            .merge(routes::ui::public_router())
             .split_for_parts();
         serde_json::to_value(doc).unwrap()
     }
@@ -328,6 +341,10 @@ mod tests {
         schema_and_decoder_agree::<routes::snapshots::BranchRequest>(
             "BranchRequest",
             serde_json::json!({"from": {"instanceKey": "db"}, "spec": crate::schema::example_spec(), "cause": "person"}),
+        );
+        schema_and_decoder_agree::<routes::ui::SessionRequest>(
+            "SessionRequest",
+            serde_json::json!({"code": "0123abcd"}),
         );
         // A rollback names what it expects in one of two ways, so not every field is required.
         let decode = |v: serde_json::Value| {

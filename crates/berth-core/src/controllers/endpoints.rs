@@ -199,6 +199,39 @@ impl EndpointController {
         }
     }
 
+    /// [`Self::endpoints_of`] for many instances, in one read of the store.
+    pub async fn endpoints_of_all(
+        &self,
+        ids: &[InstanceId],
+    ) -> Result<Vec<Vec<EndpointView>>, StoreError> {
+        let of = ids.to_vec();
+        let stored = self
+            .ctx
+            .store
+            .read(move |tx| {
+                of.iter()
+                    .map(|id| tx.endpoints(id))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .await?;
+        let listeners = self.listeners();
+        Ok(ids
+            .iter()
+            .zip(stored)
+            .map(|(id, ports)| {
+                ports
+                    .into_iter()
+                    .filter(|(port, _)| listeners.listening.contains(&(id.clone(), *port)))
+                    .map(|(port, host_port)| EndpointView {
+                        port,
+                        host: ENDPOINT_HOST.to_string(),
+                        host_port,
+                    })
+                    .collect()
+            })
+            .collect())
+    }
+
     /// An instance's endpoints that berth listens on now, by container port.
     pub async fn endpoints_of(&self, id: &InstanceId) -> Result<Vec<EndpointView>, StoreError> {
         let of = id.clone();

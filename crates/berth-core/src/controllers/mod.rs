@@ -390,6 +390,14 @@ impl Reconciler {
         self.inner.endpoints.endpoints_of(id).await
     }
 
+    /// The host endpoints of many instances, in one read of the store.
+    pub async fn endpoints_of_all(
+        &self,
+        ids: &[InstanceId],
+    ) -> Result<Vec<Vec<EndpointView>>, StoreError> {
+        self.inner.endpoints.endpoints_of_all(ids).await
+    }
+
     /// Counts reach for every running instance once, stopping those idle too long.
     pub async fn idle_tick(&self, now: Timestamp) -> Result<(), StoreError> {
         self.inner.idle.idle_tick(now).await

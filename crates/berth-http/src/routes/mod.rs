@@ -5,4 +5,5 @@ pub mod events;
 pub mod exec;
 pub mod instances;
 pub mod snapshots;
+pub mod ui;
 pub mod workspaces;

@@ -1,6 +1,6 @@
 //! The commands people run, over the daemon's HTTP API: `up`, `ps`, `stop`, `start`,
-//! `archive`, `exec`, `logs`, `link`, `env`, `domains`, `rollouts`, `releases`, `rollback` and
-//! `doctor`.
+//! `archive`, `exec`, `logs`, `link`, `env`, `domains`, `rollouts`, `releases`, `rollback`,
+//! `doctor` and `ui`.
 //!
 //! Each runs in a git worktree: the repository is the resource domain (created on first use),
 //! the worktree gives the worktree key, and `berth.toml` at the worktree's top level says what
@@ -11,6 +11,7 @@ mod doctor;
 mod exec;
 mod instances;
 mod logs;
+mod page;
 mod rollouts;
 mod up;
 
@@ -88,6 +89,9 @@ pub enum Command {
     Restore(branching::RestoreArgs),
     /// Make this worktree's instance with another worktree's data (or a snapshot's).
     Branch(branching::BranchArgs),
+    /// Open berth's web page in the browser, signed in by a link that works once, for two
+    /// minutes (`--print` prints the link instead).
+    Ui(page::UiArgs),
 }
 
 /// Runs a command; errors are printed here, and the exit code is returned.
@@ -111,6 +115,7 @@ pub async fn run(command: Command) -> ExitCode {
         Command::Snapshots(args) => branching::snapshots(args).await,
         Command::Restore(args) => branching::restore(args).await,
         Command::Branch(args) => branching::branch(args).await,
+        Command::Ui(args) => page::run(args).await,
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,284 @@
+//! The web page's routes: sign-in links and sessions, and a domain's summary (everything the
+//! page shows of a domain, in one answer).
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::http::StatusCode;
+use axum::http::header::HOST;
+use axum::{Extension, Json};
+use berth_core::controllers::endpoints::EndpointView;
+use berth_core::decode::Problems;
+use berth_core::evidence::{ImageEvidence, VerificationStatus};
+use berth_core::model::{Domain, InstanceView, WorkspaceView};
+use berth_core::time::Timestamp;
+use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::App;
+use crate::auth::{Caller, ServiceKeys, SessionAuth};
+use crate::error::{ApiError, ErrorBody};
+use crate::extract::{Body, Decode, DomainPath, InstancePath, NoBody, Params};
+
+/// A sign-in link for the web page.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SignInLink {
+    /// The page's address, with a single-use code in its fragment (`#code=...`): open it in a
+    /// browser. The fragment never reaches a server.
+    pub url: String,
+    /// When the code stops working: two minutes after it was asked for.
+    pub expires_at: Timestamp,
+}
+
+/// `POST /v1/ui/sessions`.
+#[derive(Debug, ToSchema)]
+pub struct SessionRequest {
+    /// The code from a sign-in link's fragment.
+    #[schema(min_length = 1, max_length = 128)]
+    pub code: String,
+}
+
+impl Decode for SessionRequest {
+    fn decode(v: &serde_json::Value, p: &mut Problems) -> Option<Self> {
+        let mut fields = p.object(v, "body")?;
+        let code = fields
+            .required(p, "code")
+            .and_then(|v| p.bounded_string(v, "body.code", 1, 128));
+        fields.finish(p);
+        Some(SessionRequest { code: code? })
+    }
+}
+
+/// A web page's session.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Session {
+    /// Send it as `Authorization: Bearer <token>`: it acts as the service key that asked for the
+    /// sign-in link, for that key's domains only.
+    pub token: String,
+    /// When it stops working.
+    pub expires_at: Timestamp,
+}
+
+/// Everything the web page shows of a domain.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DomainSummary {
+    /// The domain.
+    pub domain: Domain,
+    /// Its instances that are not archived, by key.
+    pub instances: Vec<InstanceSummary>,
+    /// The caller's workspaces linked to it.
+    pub workspaces: Vec<WorkspaceView>,
+}
+
+/// One instance, with what the list view shows of it.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceSummary {
+    /// Exactly the view `GET .../instances/{key}` answers.
+    pub instance: InstanceView,
+    /// Bumped by every accepted change of what is desired.
+    pub generation: i64,
+    /// The generation the last finished reconcile acted on.
+    pub observed_generation: i64,
+    /// Restarts since it last ran steadily.
+    pub restart_count: u32,
+    /// The image it runs and what proves it.
+    pub image: ImageSummary,
+    /// Its host endpoints (empty until it first started, or when berth runs no runtime).
+    pub endpoints: Vec<EndpointView>,
+}
+
+/// An instance's image, in short.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageSummary {
+    /// The spec's image reference.
+    pub reference: String,
+    /// The digest it pins; null when the reference is malformed.
+    pub digest: Option<String>,
+    /// `pending`, `verified`, `missing` or `mismatched`.
+    pub verification_status: VerificationStatus,
+    /// Why it is not verified; null when verified or pending.
+    pub message: Option<String>,
+}
+
+pub(crate) fn router() -> OpenApiRouter<App> {
+    OpenApiRouter::new()
+        .routes(routes!(create_sign_in_link))
+        .routes(routes!(sign_out))
+        .routes(routes!(domain_summary))
+        .routes(routes!(start_instance))
+}
+
+/// The one route that takes no key: trading a sign-in code for a session.
+pub(crate) fn public_router() -> OpenApiRouter<App> {
+    OpenApiRouter::new().routes(routes!(create_session))
+}
+
+/// Asks for a sign-in link to the web page: its code is good once, for two minutes, and the
+/// session it opens acts for the calling key. Only a service key may ask.
+#[utoipa::path(post, path = "/v1/ui/sign-in-links", tag = "ui",
+    responses((status = 200, body = SignInLink), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+async fn create_sign_in_link(
+    Extension(keys): Extension<ServiceKeys>,
+    Extension(caller): Extension<Caller>,
+    session: Option<Extension<SessionAuth>>,
+    headers: HeaderMap,
+    _: NoBody,
+) -> Result<Json<SignInLink>, ApiError> {
+    if session.is_some() {
+        return Err(ApiError::ServiceKeyRequired);
+    }
+    // The Host guard has let only a loopback name or the listen address through.
+    let host = headers
+        .get(HOST)
+        .and_then(|v| v.to_str().ok())
+        .ok_or(ApiError::HostNotAllowed)?;
+    let code = keys.sessions().issue_code(&caller.owner);
+    Ok(Json(SignInLink {
+        url: format!("http://{host}/ui/#code={}", code.secret),
+        expires_at: code.expires_at,
+    }))
+}
+
+/// Trades a sign-in code for a session token. The code is spent by the first try, good or not.
+#[utoipa::path(post, path = "/v1/ui/sessions", tag = "ui", security(()),
+    request_body = SessionRequest,
+    responses((status = 200, body = Session), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
+async fn create_session(
+    Extension(keys): Extension<ServiceKeys>,
+    Body(SessionRequest { code }): Body<SessionRequest>,
+) -> Result<Json<Session>, ApiError> {
+    let token = keys
+        .sessions()
+        .redeem(&code)
+        .ok_or(ApiError::SignInCodeInvalid)?;
+    Ok(Json(Session {
+        token: token.secret,
+        expires_at: token.expires_at,
+    }))
+}
+
+/// Signs the calling session out: its token stops working at once.
+#[utoipa::path(delete, path = "/v1/ui/sessions/current", tag = "ui",
+    responses((status = 204, description = "Signed out"), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
+async fn sign_out(
+    Extension(keys): Extension<ServiceKeys>,
+    session: Option<Extension<SessionAuth>>,
+) -> Result<StatusCode, ApiError> {
+    let Some(Extension(session)) = session else {
+        return Err(ApiError::refused(
+            "header.authorization must be a web page's session token to sign out; a service key \
+             is withdrawn by removing it from the daemon's keys",
+        ));
+    };
+    keys.sessions().revoke(&session.token_hash);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Everything the web page shows of a domain in one answer: the domain, each instance that is
+/// not archived with its restarts, image evidence and host endpoints, and the linked workspaces.
+#[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}/summary", tag = "resource-domains",
+    params(DomainPath),
+    responses((status = 200, body = DomainSummary), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 500, body = ErrorBody)))]
+async fn domain_summary(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<DomainPath>,
+) -> Result<Json<DomainSummary>, ApiError> {
+    let id = path.id()?;
+    let domain = app.berth.domain(&caller.owner, &id)?;
+    let instances = app.berth.store().instances(&id, false);
+    let ids: Vec<_> = instances.iter().map(|i| i.id.clone()).collect();
+    // One read for every instance's endpoints and one for their evidence: a domain of 200
+    // costs about what a domain of one does.
+    let endpoints = match app.berth.reconciler() {
+        Some(r) => r
+            .endpoints_of_all(&ids)
+            .await
+            .map_err(|e| ApiError::Core(e.into()))?,
+        None => vec![Vec::new(); ids.len()],
+    };
+    let evidence = app
+        .berth
+        .store()
+        .read(move |tx| {
+            ids.iter()
+                .map(|id| tx.evidence(id))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await
+        .map_err(|e| ApiError::Core(e.into()))?;
+    let mut items = Vec::with_capacity(instances.len());
+    for ((instance, evidence), endpoints) in instances.iter().zip(evidence).zip(endpoints) {
+        let evidence = evidence
+            .filter(|e| e.spec_digest == instance.spec_digest)
+            .unwrap_or_else(|| {
+                ImageEvidence::pending(&instance.spec_digest, instance.spec.image.as_str())
+            });
+        items.push(InstanceSummary {
+            instance: instance.view(),
+            generation: instance.generation,
+            observed_generation: instance.observed_generation,
+            restart_count: instance.restart_count,
+            image: ImageSummary {
+                reference: evidence.pinned_reference,
+                digest: evidence.requested_digest,
+                verification_status: evidence.verification_status,
+                message: evidence.message,
+            },
+            endpoints,
+        });
+    }
+    let workspaces = app
+        .berth
+        .workspaces(&caller.owner)
+        .await?
+        .into_iter()
+        .filter(|w| w.resource_domain_id.as_ref() == Some(&id))
+        .collect();
+    Ok(Json(DomainSummary {
+        domain,
+        instances: items,
+        workspaces,
+    }))
+}
+
+/// A person's start: asks the instance to run again with the spec it has (an `up` with cause
+/// `person`, which lifts a person's stop). Answers at once with the instance as stored.
+#[utoipa::path(post, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/start", tag = "resource-instances",
+    params(InstancePath),
+    responses((status = 200, body = InstanceView), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 500, body = ErrorBody)))]
+async fn start_instance(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<InstancePath>,
+    _: NoBody,
+) -> Result<Json<InstanceView>, ApiError> {
+    let (domain, key) = path.parts()?;
+    app.berth.domain(&caller.owner, &domain)?;
+    let instance = app.berth.store().instance(&domain, key).ok_or_else(|| {
+        ApiError::Core(berth_core::Error::InstanceNotFound {
+            domain: domain.to_string(),
+            key: key.to_owned(),
+        })
+    })?;
+    let spec: serde_json::Value = serde_json::from_str(&instance.spec.canonical_json())
+        .map_err(|e| ApiError::Core(berth_core::Error::Internal(e.to_string())))?;
+    Ok(Json(
+        app.berth
+            .up(
+                &caller.owner,
+                &domain,
+                key,
+                &spec,
+                berth_core::UpCause::Person,
+            )
+            .await?,
+    ))
+}

@@ -1,0 +1,678 @@
+// berth's page: sign-in, the domains, a domain's instances grouped by worktree, an instance's
+// details, releases and logs. Live from the domain's event stream; no periodic request.
+
+import * as api from './api.js';
+import {
+  h, replace, badge, when, ago, stateTime, shortDigest, imageName, connectString, stopReason,
+  EVIDENCE,
+} from './view.js';
+
+const main = document.getElementById('main');
+const crumbs = document.getElementById('crumbs');
+const liveEl = document.getElementById('live');
+const signOutButton = document.getElementById('sign-out');
+const toastEl = document.getElementById('toast');
+const dialog = document.getElementById('confirm');
+
+// The domain whose stream is open, shared by its list and its instances' pages.
+let live = null;
+// What the view on screen has open (a log stream), aborted when it goes.
+let viewAbort = null;
+// Re-renders the view on screen when the live model changes.
+let onChange = null;
+
+function toast(text) {
+  toastEl.textContent = text;
+  toastEl.classList.add('shown');
+  clearTimeout(toast.timer);
+  toast.timer = setTimeout(() => toastEl.classList.remove('shown'), 4000);
+}
+
+function setCrumbs(...items) {
+  const list = h('ol');
+  items.forEach((item, i) => {
+    const last = i === items.length - 1;
+    list.append(h('li', {}, last
+      ? h('span', { 'aria-current': 'page' }, item.text)
+      : h('a', { href: item.href }, item.text)));
+  });
+  replace(crumbs, list);
+}
+
+function setLive(state) {
+  if (!state) { replace(liveEl); liveEl.className = 'live'; return; }
+  liveEl.className = `live ${state}`;
+  replace(liveEl, h('span', { class: 'mark', 'aria-hidden': 'true' }, state === 'live' ? '●' : '○'),
+    state === 'live' ? 'Live' : 'Reconnecting…');
+}
+
+function focusHeading() {
+  const heading = main.querySelector('h1');
+  if (heading) { heading.setAttribute('tabindex', '-1'); heading.focus({ preventScroll: true }); }
+}
+
+function failed(e) {
+  if (e instanceof api.Unauthorized) {
+    api.setToken(null);
+    showSignIn('Your session ended (it expired, was signed out, or berth restarted). Sign in again.');
+    return;
+  }
+  toast(e.message || String(e));
+}
+
+// ---- sign-in ----
+
+function showSignIn(message) {
+  closeLive();
+  signOutButton.hidden = true;
+  setCrumbs({ text: 'Sign in' });
+  const error = h('p', { class: 'error', role: 'alert' }, message || '');
+  const input = h('input', {
+    id: 'key', name: 'key', type: 'password', spellcheck: 'false', required: true,
+    'aria-describedby': 'key-help',
+  });
+  const form = h('form', {
+    class: 'card narrow',
+    onsubmit: async (event) => {
+      event.preventDefault();
+      error.textContent = '';
+      try {
+        await api.signInWithKey(input.value.trim());
+        input.value = '';
+        location.hash = '#/';
+        route();
+      } catch (e) {
+        error.textContent = e instanceof api.Unauthorized
+          ? 'berth does not know this key.' : (e.message || String(e));
+      }
+    },
+  },
+  h('label', { for: 'key' }, 'Service key'),
+  input,
+  h('p', { id: 'key-help', class: 'muted small' },
+    'The key is checked once and not kept: the page keeps a session token for this tab only.'),
+  h('div', { class: 'row end' }, h('button', { type: 'submit' }, 'Sign in')));
+  replace(main,
+    h('section', { class: 'center' },
+      h('h1', {}, 'Sign in to berth'),
+      h('p', {}, 'Run ', h('code', {}, 'berth ui'), ' in a terminal: it opens this page signed in, with a link that works once.'),
+      error,
+      h('p', { class: 'muted' }, 'Or paste a service key:'),
+      form));
+  focusHeading();
+}
+
+// ---- the live model of a domain ----
+
+function closeLive() {
+  if (live) live.abort.abort();
+  live = null;
+  setLive(null);
+}
+
+function groupKey(entry) { return entry.instance.worktreeKey; }
+
+async function openLive(id) {
+  if (live && live.id === id) return live;
+  closeLive();
+  const abort = new AbortController();
+  const model = { id, abort, domain: null, entries: new Map(), workspaces: [], refreshTimer: null };
+  live = model;
+  await loadSummary(model);
+  api.streamEvents(id, {
+    signal: abort.signal,
+    onState: (state) => { if (live === model) setLive(state); },
+    onUnauthorized: () => failed(new api.Unauthorized()),
+    onEvent: (name, data) => {
+      if (live !== model) return;
+      if (name === 'resync') { scheduleRefresh(model); return; }
+      if (name !== 'instance') return;
+      applyChange(model, data);
+    },
+  });
+  return model;
+}
+
+async function loadSummary(model) {
+  const summary = await api.get(`${api.domainPath(model.id)}/summary`);
+  model.domain = summary.domain;
+  model.workspaces = summary.workspaces;
+  const entries = new Map();
+  for (const entry of summary.instances) entries.set(entry.instance.key, entry);
+  model.entries = entries;
+}
+
+// A summary read again after a change the stream's view does not carry (a new instance, a new
+// spec, endpoints or restarts that follow a start): once per burst of changes, never on a timer.
+function scheduleRefresh(model) {
+  clearTimeout(model.refreshTimer);
+  model.refreshTimer = setTimeout(async () => {
+    if (live !== model) return;
+    try {
+      await loadSummary(model);
+      if (onChange) onChange({ full: true });
+    } catch (e) { failed(e); }
+  }, 150);
+}
+
+function applyChange(model, change) {
+  const next = change.instance;
+  const before = model.entries.get(next.key);
+  if (next.state.kind === 'archived') {
+    if (before) {
+      model.entries.delete(next.key);
+      if (onChange) onChange({ full: true, key: next.key, archived: true });
+    }
+    return;
+  }
+  if (!before) {
+    model.entries.set(next.key, {
+      instance: next, generation: change.generation, observedGeneration: change.observedGeneration,
+      restartCount: 0, endpoints: [], image: null,
+    });
+    scheduleRefresh(model);
+    if (onChange) onChange({ full: true, key: next.key });
+    return;
+  }
+  // A stream's first events repeat what the summary said: nothing to redraw.
+  if (before.generation === change.generation && before.observedGeneration === change.observedGeneration
+    && JSON.stringify(before.instance) === JSON.stringify(next)) {
+    return;
+  }
+  const kindBefore = before.instance.state.kind;
+  const digestBefore = before.instance.specDigest;
+  const worktreeBefore = before.instance.worktreeKey;
+  before.instance = next;
+  before.generation = change.generation;
+  before.observedGeneration = change.observedGeneration;
+  const kind = next.state.kind;
+  if (digestBefore !== next.specDigest
+    || (kind !== kindBefore && (kind === 'exited' || kind === 'failed'
+      || (kind === 'running' && before.endpoints.length === 0)))) {
+    scheduleRefresh(model);
+  }
+  // An instance that moved to another worktree moves to another group.
+  if (onChange) onChange({ key: next.key, full: worktreeBefore !== next.worktreeKey });
+}
+
+// ---- actions ----
+
+function confirmAction(title, body, ok) {
+  return new Promise((resolve) => {
+    document.getElementById('confirm-title').textContent = title;
+    document.getElementById('confirm-body').textContent = body;
+    document.getElementById('confirm-ok').textContent = ok;
+    dialog.returnValue = '';
+    dialog.addEventListener('close', () => resolve(dialog.returnValue === 'ok'), { once: true });
+    dialog.showModal();
+    document.getElementById('confirm-cancel').focus();
+  });
+}
+
+// Runs an action once at a time per button. The button is marked busy rather than disabled:
+// a disabled button would drop the keyboard focus.
+async function act(button, what, run) {
+  if (button.getAttribute('aria-busy') === 'true') return;
+  button.setAttribute('aria-busy', 'true');
+  try {
+    await run();
+    toast(what);
+  } catch (e) {
+    failed(e);
+  } finally {
+    button.removeAttribute('aria-busy');
+  }
+}
+
+// The element in `root` that takes the focus `action` had: the same action, or for a stop the
+// start that replaced it (and the other way round).
+function refocus(root, action) {
+  if (!action) return;
+  const [verb, key] = action.split(':');
+  const swap = { stop: 'start', start: 'stop' }[verb];
+  const again = root.querySelector(`[data-action="${CSS.escape(action)}"]`)
+    || (swap && root.querySelector(`[data-action="${CSS.escape(`${swap}:${key}`)}"]`));
+  if (again) again.focus();
+}
+
+function runningish(instance) {
+  return instance.desired === 'running';
+}
+
+function actionButtons(model, entry, { withArchive = false } = {}) {
+  const i = entry.instance;
+  const path = api.instancePath(model.id, i.key);
+  const buttons = [];
+  if (runningish(i)) {
+    const stop = h('button', {
+      type: 'button', class: 'secondary', 'data-action': `stop:${i.key}`, 'aria-label': `Stop ${i.key}`,
+      onclick: () => act(stop, `Stopping ${i.key}…`, () => api.post(`${path}/stop`, { by: 'the web page' })),
+    }, 'Stop');
+    buttons.push(stop);
+  } else {
+    const start = h('button', {
+      type: 'button', class: 'secondary', 'data-action': `start:${i.key}`, 'aria-label': `Start ${i.key}`,
+      onclick: () => act(start, `Starting ${i.key}…`, () => api.post(`${path}/start`)),
+    }, 'Start');
+    buttons.push(start);
+  }
+  if (withArchive) {
+    const archive = h('button', {
+      type: 'button', class: 'danger-outline', 'data-action': `archive:${i.key}`,
+      onclick: async () => {
+        const volumes = i.volumes.map((v) => v.name).join(', ');
+        const sure = await confirmAction(`Archive ${i.key}?`,
+          `Its container is removed. Its volumes${volumes ? ` (${volumes})` : ''} are kept, with their data: `
+          + 'an up of the same key uses them again.', 'Archive');
+        if (!sure) { archive.focus(); return; }
+        act(archive, `Archived ${i.key}; its volumes are kept.`, async () => {
+          await api.post(`${path}/archive`);
+          location.hash = `#/d/${encodeURIComponent(model.id)}`;
+        });
+      },
+    }, 'Archive…');
+    buttons.push(archive);
+  }
+  return buttons;
+}
+
+function copyButton(text, label) {
+  const button = h('button', {
+    type: 'button', class: 'icon', 'aria-label': label, title: label,
+    onclick: async () => {
+      try {
+        await navigator.clipboard.writeText(text);
+        toast(`Copied ${text}`);
+      } catch {
+        toast(`Copy failed: select ${text} and copy it`);
+      }
+    },
+  }, 'Copy');
+  return button;
+}
+
+function endpointCell(entry) {
+  const i = entry.instance;
+  if (!entry.endpoints.length) return h('span', { class: 'muted' }, '—');
+  return entry.endpoints.map((e) => {
+    const connect = connectString(e.port, e.host, e.hostPort);
+    return h('div', { class: 'endpoint' },
+      h('code', {}, `${e.host}:${e.hostPort}`),
+      copyButton(connect, `Copy connect string for ${i.key} port ${e.port}`),
+      connect !== `${e.host}:${e.hostPort}` ? h('div', { class: 'muted small mono' }, connect) : null,
+      h('div', { class: 'muted small' }, `→ container port ${e.port}`));
+  });
+}
+
+function stateCell(i) {
+  const s = i.state;
+  return [
+    badge(s.kind),
+    h('div', { class: 'muted small' },
+      s.kind === 'stopped' && stopReason(s) ? `${stopReason(s)}, ` : '',
+      s.kind === 'exited' && s.exitCode !== null && s.exitCode !== undefined ? `code ${s.exitCode}, ` : '',
+      when(stateTime(s))),
+  ];
+}
+
+function imageCell(entry) {
+  if (!entry.image) return h('span', { class: 'muted' }, '…');
+  const img = entry.image;
+  const ev = EVIDENCE[img.verificationStatus] || EVIDENCE.pending;
+  return [
+    h('div', {}, imageName(img.reference)),
+    h('div', { class: 'small' },
+      h('code', { title: img.digest || '' }, shortDigest(img.digest)), ' ',
+      h('span', { class: `evidence ${ev.tone}`, title: img.message || `evidence ${ev.word}` },
+        h('span', { 'aria-hidden': 'true' }, ev.mark), ` ${ev.word}`)),
+  ];
+}
+
+// ---- the domains ----
+
+async function showDomains() {
+  closeLive();
+  setCrumbs({ text: 'Projects' });
+  const { items } = await api.get('/v1/resource-domains');
+  const active = items.filter((d) => d.state !== 'archived');
+  const archived = items.filter((d) => d.state === 'archived');
+  const card = (d) => h('li', {},
+    h('a', { class: 'card domain', href: `#/d/${encodeURIComponent(d.resourceDomainId)}` },
+      h('span', { class: 'name' }, d.name),
+      h('span', { class: 'muted small' }, d.state === 'active' ? '' : badge(d.state), ' created ', when(d.createdAt))));
+  replace(main,
+    h('h1', {}, 'Projects'),
+    active.length === 0
+      ? h('div', { class: 'empty' },
+        h('p', { class: 'big' }, 'No projects yet.'),
+        h('p', {}, 'In a git repository, describe its services in ', h('code', {}, 'berth.toml'),
+          ' and run ', h('code', {}, 'berth up'), ': the project appears here, with each worktree\'s instances.'),
+        h('p', { class: 'muted' }, h('code', {}, 'berth doctor'), ' checks Docker, the daemon and the file first.'))
+      : h('ul', { class: 'domains' }, active.map(card)),
+    archived.length
+      ? h('details', { class: 'archived' }, h('summary', {}, `${archived.length} archived`),
+        h('ul', { class: 'domains' }, archived.map(card)))
+      : null);
+  focusHeading();
+}
+
+// ---- a domain ----
+
+function instanceRow(model, entry) {
+  const i = entry.instance;
+  const href = `#/d/${encodeURIComponent(model.id)}/i/${encodeURIComponent(i.key)}`;
+  const failure = i.state.kind === 'failed' ? i.state.message : null;
+  return h('tr', { 'data-key': i.key, class: `state-${i.state.kind}` },
+    h('th', { scope: 'row' },
+      h('a', { href, class: 'key' }, i.key),
+      i.alias !== i.key ? h('div', { class: 'muted small' }, 'alias ', h('code', {}, i.alias)) : null),
+    h('td', { class: 'state' }, stateCell(i),
+      failure ? h('div', { class: 'failure small' }, h('strong', {}, 'Failed: '), failure) : null),
+    h('td', {}, imageCell(entry)),
+    h('td', {}, endpointCell(entry)),
+    h('td', {}, i.volumes.length
+      ? h('ul', { class: 'plain' }, i.volumes.map((v) => h('li', { title: v.dockerName }, v.name)))
+      : h('span', { class: 'muted' }, 'none')),
+    h('td', { class: 'num' }, String(entry.restartCount ?? 0)),
+    h('td', { class: 'actions' }, actionButtons(model, entry),
+      h('a', { href: `${href}/logs`, class: 'button ghost', 'aria-label': `Logs of ${i.key}` }, 'Logs')));
+}
+
+function table(model, entries, caption) {
+  return h('div', { class: 'table-wrap' },
+    h('table', {},
+      h('caption', { class: 'visually-hidden' }, caption),
+      h('thead', {}, h('tr', {},
+        ['Instance', 'State', 'Image', 'Host endpoint', 'Volumes', 'Restarts', 'Actions']
+          .map((t) => h('th', { scope: 'col', class: t === 'Restarts' ? 'num' : null }, t)))),
+      h('tbody', {}, entries.map((e) => instanceRow(model, e)))));
+}
+
+function renderDomain(model) {
+  const entries = [...model.entries.values()].sort((a, b) => a.instance.key.localeCompare(b.instance.key));
+  const shared = entries.filter((e) => groupKey(e) === null);
+  const worktrees = new Map();
+  for (const e of entries) {
+    if (groupKey(e) === null) continue;
+    if (!worktrees.has(groupKey(e))) worktrees.set(groupKey(e), []);
+    worktrees.get(groupKey(e)).push(e);
+  }
+  const running = entries.filter((e) => e.instance.state.kind === 'running').length;
+  const failedCount = entries.filter((e) => e.instance.state.kind === 'failed').length;
+  const links = (key) => model.workspaces.filter((w) => w.worktreeKey === key);
+  const workspaceList = (ws) => ws.length
+    ? h('p', { class: 'muted small' }, 'Linked workspaces: ',
+      ws.map((w, n) => [n ? ', ' : '', h('code', {}, w.workspaceId),
+        ` (${w.executors.length} executor${w.executors.length === 1 ? '' : 's'})`]))
+    : null;
+  const sections = [];
+  for (const [key, list] of [...worktrees.entries()].sort((a, b) => a[0].localeCompare(b[0]))) {
+    const id = `wt-${sections.length}`;
+    sections.push(h('section', { class: 'group', 'aria-labelledby': id },
+      h('h2', { id }, h('span', { class: 'muted' }, 'worktree '), h('code', {}, key)),
+      workspaceList(links(key)),
+      table(model, list, `Instances of worktree ${key}`)));
+  }
+  if (shared.length) {
+    sections.push(h('section', { class: 'group shared', 'aria-labelledby': 'shared' },
+      h('h2', { id: 'shared' }, 'Shared by every worktree'),
+      table(model, shared, 'Shared instances')));
+  }
+  const d = model.domain;
+  replace(main,
+    h('div', { class: 'title-row' },
+      h('h1', {}, d.name),
+      d.state !== 'active' ? badge(d.state) : null,
+      h('p', { class: 'muted summary', id: 'counts' },
+        `${entries.length} instance${entries.length === 1 ? '' : 's'} · ${running} running`
+        + (failedCount ? ` · ${failedCount} failed` : ''))),
+    entries.length === 0
+      ? h('div', { class: 'empty' },
+        h('p', { class: 'big' }, `No instances in ${d.name} yet.`),
+        h('p', {}, 'Add one to ', h('code', {}, 'berth.toml'), ' in the repository and run ',
+          h('code', {}, 'berth up'), '. It appears here as it starts.'))
+      : sections);
+}
+
+function updateRow(model, key) {
+  const entry = model.entries.get(key);
+  const old = main.querySelector(`tr[data-key="${CSS.escape(key)}"]`);
+  if (!entry || !old) return false;
+  const focused = old.contains(document.activeElement) ? document.activeElement.getAttribute('data-action') : null;
+  const row = instanceRow(model, entry);
+  old.replaceWith(row);
+  refocus(row, focused);
+  const entries = [...model.entries.values()];
+  const running = entries.filter((e) => e.instance.state.kind === 'running').length;
+  const failedCount = entries.filter((e) => e.instance.state.kind === 'failed').length;
+  const counts = document.getElementById('counts');
+  if (counts) {
+    counts.textContent = `${entries.length} instance${entries.length === 1 ? '' : 's'} · ${running} running`
+      + (failedCount ? ` · ${failedCount} failed` : '');
+  }
+  return true;
+}
+
+async function showDomain(id) {
+  const model = await openLive(id);
+  setCrumbs({ text: 'Projects', href: '#/' }, { text: model.domain.name });
+  renderDomain(model);
+  performance.mark('berth:domain-rendered');
+  onChange = (what) => {
+    const action = main.contains(document.activeElement) ? document.activeElement.getAttribute('data-action') : null;
+    if (what.full || !updateRow(model, what.key)) { renderDomain(model); refocus(main, action); }
+    if (what.archived) toast(`${what.key} archived; its volumes are kept.`);
+  };
+  focusHeading();
+}
+
+// ---- an instance ----
+
+async function showInstance(id, key, focusLogs) {
+  const model = await openLive(id);
+  const abort = new AbortController();
+  viewAbort = abort;
+  const domainHref = `#/d/${encodeURIComponent(id)}`;
+  setCrumbs({ text: 'Projects', href: '#/' }, { text: model.domain.name, href: domainHref }, { text: key });
+  const releasesBox = h('div', {}, h('p', { class: 'muted' }, 'Loading releases…'));
+  const logBox = h('pre', {
+    class: 'logs', id: 'logs', role: 'log', tabindex: '0', 'aria-label': `Logs of ${key}`, 'aria-live': 'off',
+  });
+  const logStatus = h('p', { class: 'muted small', id: 'log-status', role: 'status' });
+  let stick = true;
+  logBox.addEventListener('scroll', () => {
+    stick = logBox.scrollTop + logBox.clientHeight >= logBox.scrollHeight - 8;
+  });
+  let following = true;
+  let logAbort = null;
+  const followButton = h('button', {
+    type: 'button', class: 'ghost', 'aria-pressed': 'true',
+    onclick: () => { following = !following; followButton.setAttribute('aria-pressed', String(following)); followButton.textContent = following ? 'Following' : 'Paused'; if (following) openLogs(); else if (logAbort) logAbort.abort(); },
+  }, 'Following');
+
+  const openLogs = async () => {
+    if (logAbort) logAbort.abort();
+    const mine = new AbortController();
+    logAbort = mine;
+    abort.signal.addEventListener('abort', () => mine.abort(), { once: true });
+    logBox.textContent = '';
+    logStatus.textContent = 'Following the container\'s output.';
+    try {
+      await api.streamLogs(id, key, {
+        tail: 500,
+        signal: mine.signal,
+        onText: (text) => {
+          logBox.append(text);
+          if (stick) logBox.scrollTop = logBox.scrollHeight;
+        },
+      });
+      if (!mine.signal.aborted) logStatus.textContent = 'The container stopped; its output ends here.';
+    } catch (e) {
+      if (mine.signal.aborted) return;
+      if (e instanceof api.Unauthorized) { failed(e); return; }
+      logStatus.textContent = e.tag === 'ResourceInstanceNotRunningError'
+        ? `No container to read from: start ${key} to see its output.` : (e.message || String(e));
+    }
+  };
+
+  const detailsBox = h('div');
+  const header = h('div');
+  const render = () => {
+    const entry = model.entries.get(key);
+    if (!entry) {
+      replace(header, h('h1', {}, key), h('p', {}, `${key} is not in ${model.domain.name} (it may be archived). `,
+        h('a', { href: domainHref }, `Back to ${model.domain.name}`)));
+      replace(detailsBox);
+      return;
+    }
+    const i = entry.instance;
+    const focused = header.contains(document.activeElement) ? document.activeElement.getAttribute('data-action') : null;
+    const rollback = h('button', {
+      type: 'button', class: 'secondary', 'data-action': `rollback:${key}`,
+      onclick: async () => {
+        const sure = await confirmAction(`Roll ${key} back?`,
+          'It runs the previous release\'s spec again, as a person\'s start. Every volume is kept.', 'Roll back');
+        if (!sure) { rollback.focus(); return; }
+        act(rollback, `Rolling ${key} back…`, () => api.post(`${api.instancePath(id, key)}/rollback`, {
+          idempotencyKey: crypto.randomUUID(), expectedSpecDigest: i.specDigest,
+        }));
+      },
+    }, 'Roll back…');
+    replace(header,
+      h('div', { class: 'title-row' }, h('h1', {}, key), badge(i.state.kind),
+        h('span', { class: 'muted' }, when(stateTime(i.state)))),
+      i.state.kind === 'failed' ? h('p', { class: 'failure', role: 'alert' }, h('strong', {}, 'Failed: '), i.state.message) : null,
+      h('div', { class: 'row' }, actionButtons(model, entry, { withArchive: true }), rollback));
+    refocus(header, focused);
+    const row = (label, ...value) => [h('dt', {}, label), h('dd', {}, ...value)];
+    replace(detailsBox, h('dl', { class: 'details' },
+      row('Alias', h('code', {}, i.alias)),
+      row('Worktree', i.worktreeKey ? h('code', {}, i.worktreeKey) : 'shared by every worktree'),
+      row('Desired', i.desired, i.state.kind === 'stopped' && stopReason(i.state) ? ` (stopped ${stopReason(i.state)})` : ''),
+      row('Image', entry.image ? h('code', { class: 'wrap' }, entry.image.reference) : '…'),
+      row('Evidence', imageCell(entry)),
+      row('Host endpoint', endpointCell(entry)),
+      row('Volumes', i.volumes.length ? h('ul', { class: 'plain' }, i.volumes.map((v) => h('li', {}, h('code', {}, v.name), h('span', { class: 'muted small' }, ` Docker volume ${v.dockerName}`)))) : 'none'),
+      row('Restarts', String(entry.restartCount ?? 0)),
+      row('Last reached', i.lastReachedAt ? when(i.lastReachedAt) : 'never'),
+      row('Spec', h('code', { title: i.specDigest }, shortDigest(i.specDigest)))));
+  };
+
+  const loadReleases = async () => {
+    try {
+      const [releases, rollouts] = await Promise.all([
+        api.get(`${api.instancePath(id, key)}/releases`),
+        api.get(`${api.instancePath(id, key)}/rollouts`).catch(() => ({ items: [] })),
+      ]);
+      if (abort.signal.aborted) return;
+      replace(releasesBox, releases.items.length === 0
+        ? h('p', { class: 'muted' }, 'No release yet: one is recorded when a verified container of a spec starts.')
+        : h('div', { class: 'table-wrap' }, h('table', {},
+          h('caption', { class: 'visually-hidden' }, `Releases of ${key}`),
+          h('thead', {}, h('tr', {}, ['Spec', 'Image', 'First started', 'Ended'].map((t) => h('th', { scope: 'col' }, t)))),
+          h('tbody', {}, releases.items.map((r) => h('tr', {},
+            h('td', {}, h('code', { title: r.specDigest }, shortDigest(r.specDigest)), r.ended ? '' : h('span', { class: 'badge ok small' }, 'current')),
+            h('td', {}, imageName(r.image), ' ', h('code', { title: r.imageDigest }, shortDigest(r.imageDigest))),
+            h('td', {}, when(r.firstStartedAt)),
+            h('td', {}, r.ended ? [r.ended, ' ', when(r.endedAt)] : '—')))))),
+      rolloutTable(rollouts.items));
+    } catch (e) { if (!abort.signal.aborted) failed(e); }
+  };
+
+  replace(main, header,
+    h('div', { class: 'split' },
+      h('section', { 'aria-labelledby': 'details-h' }, h('h2', { id: 'details-h' }, 'Details'), detailsBox),
+      h('section', { 'aria-labelledby': 'releases-h' }, h('h2', { id: 'releases-h' }, 'Releases'), releasesBox)),
+    h('section', { 'aria-labelledby': 'logs-h', class: 'log-section' },
+      h('div', { class: 'title-row' }, h('h2', { id: 'logs-h' }, 'Logs'), followButton),
+      logStatus, logBox));
+  render();
+  let digest = model.entries.get(key)?.instance.specDigest;
+  let kind = model.entries.get(key)?.instance.state.kind;
+  onChange = () => {
+    render();
+    const entry = model.entries.get(key);
+    if (entry && entry.instance.specDigest !== digest) { digest = entry.instance.specDigest; loadReleases(); }
+    const k = entry?.instance.state.kind;
+    if (k !== kind) {
+      // A container that starts again has new output to follow.
+      if ((k === 'starting' || k === 'running') && kind !== 'starting' && kind !== 'running' && following) openLogs();
+      kind = k;
+    }
+  };
+  loadReleases();
+  openLogs();
+  if (focusLogs) logBox.focus(); else focusHeading();
+}
+
+// An instance's image rollouts, newest first, where the API has them.
+function rolloutTable(items) {
+  if (!items.length) return null;
+  const sorted = [...items].sort((a, b) => b.status.rolloutGeneration - a.status.rolloutGeneration);
+  return [
+    h('h3', { class: 'sub' }, 'Rollouts'),
+    h('div', { class: 'table-wrap' }, h('table', {},
+      h('caption', { class: 'visually-hidden' }, 'Image rollouts'),
+      h('thead', {}, h('tr', {}, ['Generation', 'Status', 'Digest', 'Healthy'].map((t) => h('th', { scope: 'col' }, t)))),
+      h('tbody', {}, sorted.slice(0, 10).map((r) => h('tr', {},
+        h('td', { class: 'num' }, String(r.status.rolloutGeneration)),
+        h('td', {}, String(r.status.status)),
+        h('td', {}, h('code', { title: r.status.expectedDigest }, shortDigest(r.status.expectedDigest))),
+        h('td', { class: 'num' }, `${r.status.healthyReplicaCount}/${r.status.requiredReplicaCount}`)))))),
+  ];
+}
+
+// ---- routing ----
+
+async function route() {
+  if (viewAbort) { viewAbort.abort(); viewAbort = null; }
+  onChange = null;
+  if (!api.token()) { showSignIn(); return; }
+  signOutButton.hidden = false;
+  const parts = location.hash.replace(/^#\/?/, '').split('/').map(decodeURIComponent);
+  try {
+    if (parts[0] === 'd' && parts[1] && parts[2] === 'i' && parts[3]) await showInstance(parts[1], parts[3], parts[4] === 'logs');
+    else if (parts[0] === 'd' && parts[1]) await showDomain(parts[1]);
+    else await showDomains();
+  } catch (e) {
+    if (e instanceof api.ApiError && (e.status === 404 || e.status === 403)) {
+      closeLive();
+      replace(main, h('h1', {}, 'Not found'), h('p', {}, e.message), h('p', {}, h('a', { href: '#/' }, 'All projects')));
+      focusHeading();
+      return;
+    }
+    failed(e);
+  }
+}
+
+signOutButton.addEventListener('click', async () => {
+  try { await api.signOut(); } catch { /* the token is forgotten either way */ }
+  showSignIn('Signed out.');
+});
+
+window.addEventListener('hashchange', route);
+
+// Times on screen say how long ago; they are refreshed here, without asking berth anything.
+setInterval(() => {
+  for (const t of document.querySelectorAll('time[data-ago]')) t.textContent = ago(t.dataset.ago);
+}, 30000);
+
+async function boot() {
+  const hash = location.hash;
+  if (hash.startsWith('#code=')) {
+    const code = decodeURIComponent(hash.slice('#code='.length));
+    // The code leaves the address bar (and the history) before it is used.
+    history.replaceState(null, '', `${location.pathname}#/`);
+    try {
+      await api.redeem(code);
+    } catch (e) {
+      showSignIn(e instanceof api.Unauthorized
+        ? 'This sign-in link was already used or has expired: run berth ui for a new one.'
+        : (e.message || String(e)));
+      return;
+    }
+  }
+  await route();
+}
+
+boot();

@@ -1,0 +1,659 @@
+//! The web page at `/ui/`, driven in a real headless Chromium through chromedriver (Debian's
+//! `chromium` and `chromium-driver`) against a real daemon and Docker engine.
+//!
+//! The page is never waited on by sleeping: a wait runs in the page and resolves on the DOM
+//! mutation that makes its condition true (a `MutationObserver`), or fails at its bound. The one
+//! bounded wait for something that must NOT happen (a periodic request) says so.
+//! Screenshots of the main views go to `target/ui-screenshots/`.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fantoccini::key::Key;
+use fantoccini::{Client as WebDriver, ClientBuilder, Locator};
+use serde_json::{Value, json};
+use support::{
+    Client, Daemon, KEY, OTHER_KEY, block_on, busybox_image, docker_inspect, echo_image, spec,
+    wait_until,
+};
+
+const READY: Duration = Duration::from_secs(120);
+/// How long a wait in the page may take before it fails.
+const PAGE: Duration = Duration::from_secs(60);
+
+/// Runs before any script of every page: records console errors, uncaught errors, CSP
+/// violations and every fetch the page makes, for the assertions below.
+const HOOKS: &str = r#"
+(() => {
+  const w = window;
+  w.__berthTest = { errors: [], csp: [], fetches: [] };
+  const error = console.error;
+  console.error = function (...args) {
+    w.__berthTest.errors.push(args.map(String).join(' '));
+    return error.apply(this, args);
+  };
+  w.addEventListener('error', (e) => w.__berthTest.errors.push('uncaught: ' + e.message));
+  w.addEventListener('unhandledrejection', (e) =>
+    w.__berthTest.errors.push('unhandled rejection: ' + String(e.reason && e.reason.message || e.reason)));
+  document.addEventListener('securitypolicyviolation', (e) =>
+    w.__berthTest.csp.push(e.violatedDirective + ' ' + e.blockedURI));
+  const fetch = w.fetch;
+  w.fetch = function (input, init) {
+    w.__berthTest.fetches.push(String(input && input.url || input));
+    return fetch.apply(this, arguments);
+  };
+})();
+"#;
+
+/// chromedriver on a free loopback port, stopped when dropped.
+struct Driver {
+    child: Child,
+    url: String,
+}
+
+impl Driver {
+    fn start() -> Driver {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let binary =
+            std::env::var("BERTH_TEST_CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".into());
+        let mut child = Command::new(&binary)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("{binary} does not start ({e}): tests/ui.rs needs Debian's chromium and chromium-driver")
+            });
+        // chromedriver says when it listens.
+        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = out.read_line(&mut line).expect("chromedriver's output");
+            assert!(n > 0, "chromedriver ended before it listened");
+            if line.contains("started successfully") {
+                break;
+            }
+        }
+        // Keep reading so chromedriver never blocks on a full pipe.
+        std::thread::spawn(move || for _ in out.lines() {});
+        Driver {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A headless Chromium session.
+struct Browser {
+    wd: WebDriver,
+    driver: Driver,
+    session: String,
+    http: reqwest::blocking::Client,
+}
+
+impl Browser {
+    fn start() -> Browser {
+        let driver = Driver::start();
+        let mut caps = serde_json::Map::new();
+        let mut args = vec![
+            "--headless=new",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--window-size=1400,1000",
+            "--no-first-run",
+        ];
+        // Chromium refuses to run its sandbox as root, which CI containers are.
+        if unsafe { libc::geteuid() } == 0 {
+            args.push("--no-sandbox");
+        }
+        let mut options = json!({"args": args});
+        if let Ok(binary) = std::env::var("BERTH_TEST_CHROMIUM") {
+            options["binary"] = json!(binary);
+        }
+        caps.insert("goog:chromeOptions".into(), options);
+        caps.insert("goog:loggingPrefs".into(), json!({"browser": "ALL"}));
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        let wd = block_on(async {
+            ClientBuilder::new(connector)
+                .capabilities(caps)
+                .connect(&driver.url)
+                .await
+        })
+        .expect("a Chromium session through chromedriver");
+        let session = block_on(wd.session_id())
+            .expect("a session id")
+            .expect("a session id");
+        let browser = Browser {
+            wd,
+            driver,
+            session,
+            http: reqwest::blocking::Client::new(),
+        };
+        browser.cdp(
+            "Page.addScriptToEvaluateOnNewDocument",
+            json!({"source": HOOKS}),
+        );
+        block_on(
+            browser
+                .wd
+                .update_timeouts(fantoccini::wd::TimeoutConfiguration::new(
+                    Some(Duration::from_secs(120)),
+                    Some(Duration::from_secs(60)),
+                    Some(Duration::from_secs(0)),
+                )),
+        )
+        .expect("timeouts");
+        browser
+    }
+
+    /// A Chrome DevTools command through chromedriver.
+    fn cdp(&self, cmd: &str, params: Value) -> Value {
+        let url = format!(
+            "{}/session/{}/goog/cdp/execute",
+            self.driver.url, self.session
+        );
+        let answer: Value = self
+            .http
+            .post(url)
+            .json(&json!({"cmd": cmd, "params": params}))
+            .send()
+            .and_then(|r| r.json())
+            .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+        assert!(answer["value"].get("error").is_none(), "{cmd}: {answer}");
+        answer["value"].clone()
+    }
+
+    /// The browser's console log since it was last read (chromedriver's log endpoint).
+    fn console(&self) -> Vec<Value> {
+        let url = format!("{}/session/{}/se/log", self.driver.url, self.session);
+        let answer: Value = self
+            .http
+            .post(url)
+            .json(&json!({"type": "browser"}))
+            .send()
+            .and_then(|r| r.json())
+            .expect("the browser log");
+        answer["value"].as_array().cloned().unwrap_or_default()
+    }
+
+    fn goto(&self, url: &str) {
+        block_on(self.wd.goto(url)).unwrap_or_else(|e| panic!("goto {url}: {e}"));
+    }
+
+    fn js(&self, script: &str) -> Value {
+        block_on(self.wd.execute(script, vec![])).unwrap_or_else(|e| panic!("{script}: {e}"))
+    }
+
+    /// Waits in the page until `condition` (a JavaScript expression) holds, on each change of
+    /// the DOM, for at most [`PAGE`].
+    fn wait(&self, condition: &str, what: &str) {
+        let script = format!(
+            r#"
+            const done = arguments[arguments.length - 1];
+            const check = () => {{ try {{ return !!({condition}); }} catch (e) {{ return false; }} }};
+            if (check()) {{ done(true); return; }}
+            let timer = null;
+            const observer = new MutationObserver(() => {{
+              if (check()) {{ observer.disconnect(); clearTimeout(timer); done(true); }}
+            }});
+            observer.observe(document, {{ subtree: true, childList: true, attributes: true, characterData: true }});
+            timer = setTimeout(() => {{ observer.disconnect(); done(false); }}, {ms});
+            "#,
+            ms = PAGE.as_millis()
+        );
+        let met = block_on(self.wd.execute_async(&script, vec![]))
+            .unwrap_or_else(|e| panic!("waiting for {what}: {e}"));
+        if met != json!(true) {
+            let text = self.js("return document.body.innerText");
+            panic!("the page did not show {what} within {PAGE:?}; it shows:\n{text}");
+        }
+    }
+
+    fn text(&self, selector: &str) -> String {
+        let el = block_on(self.wd.find(Locator::Css(selector)))
+            .unwrap_or_else(|e| panic!("{selector}: {e}"));
+        block_on(el.text()).expect("text")
+    }
+
+    fn click(&self, selector: &str) {
+        let el = block_on(self.wd.find(Locator::Css(selector)))
+            .unwrap_or_else(|e| panic!("{selector}: {e}"));
+        block_on(el.click()).unwrap_or_else(|e| panic!("click {selector}: {e}"));
+    }
+
+    /// Presses a key where the focus is.
+    fn press(&self, key: Key) {
+        let el = block_on(self.wd.active_element()).expect("a focused element");
+        block_on(el.send_keys(&key.to_string())).expect("a key press");
+    }
+
+    fn active_attr(&self, name: &str) -> Option<String> {
+        self.js(&format!(
+            "return document.activeElement && document.activeElement.getAttribute({name:?})"
+        ))
+        .as_str()
+        .map(str::to_owned)
+    }
+
+    fn screenshot(&self, name: &str) {
+        let png = block_on(self.wd.screenshot()).expect("a screenshot");
+        let dir = screenshots();
+        std::fs::create_dir_all(&dir).expect("the screenshot directory");
+        std::fs::write(dir.join(format!("{name}.png")), png).expect("a screenshot file");
+    }
+
+    /// The axe-core audit of the page as it is: its serious and critical findings.
+    fn audit(&self) -> Vec<Value> {
+        let path = support::fixture("BERTH_TEST_AXE_JS");
+        let axe = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!("{path}: {e}; scripts/fixtures fetches axe-core from PyPI's axe-selenium-python")
+        });
+        block_on(self.wd.execute(&format!("{axe}\n;return true;"), vec![])).expect("axe loads");
+        let found = block_on(self.wd.execute_async(
+            r#"const done = arguments[arguments.length - 1];
+               axe.run(document, { resultTypes: ['violations'] })
+                 .then((r) => done(r.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help,
+                   nodes: v.nodes.map((n) => n.target.join(' ')) }))))
+                 .catch((e) => done([{ id: 'axe-failed', impact: 'critical', help: String(e) }]));"#,
+            vec![],
+        ))
+        .expect("axe runs");
+        found
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|v| v["impact"] == "serious" || v["impact"] == "critical")
+            .collect()
+    }
+
+    /// What the hooks recorded: console errors, CSP violations, fetches.
+    fn recorded(&self) -> Value {
+        self.js("return window.__berthTest")
+    }
+
+    /// Asserts the page logged no error and violated no CSP directive, by its own hooks and by
+    /// the browser's log.
+    fn assert_clean(&self, view: &str) {
+        let recorded = self.recorded();
+        assert_eq!(recorded["errors"], json!([]), "{view}: console errors");
+        assert_eq!(recorded["csp"], json!([]), "{view}: CSP violations");
+        let severe: Vec<Value> = self
+            .console()
+            .into_iter()
+            .filter(|e| e["level"] == "SEVERE" || e["level"] == "WARNING")
+            .collect();
+        assert!(severe.is_empty(), "{view}: the browser logged {severe:?}");
+    }
+
+    fn close(self) {
+        let _ = block_on(self.wd.close());
+    }
+}
+
+fn screenshots() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/ui-screenshots")
+}
+
+/// A sign-in link for `key`.
+fn sign_in_link(client: &Client) -> String {
+    let link = client.post("/v1/ui/sign-in-links", json!({})).expect(200);
+    assert!(link["expiresAt"].is_string(), "{link}");
+    link["url"].as_str().expect("a url").to_owned()
+}
+
+fn code_of(url: &str) -> String {
+    url.split_once("#code=")
+        .expect("a code in the fragment")
+        .1
+        .to_owned()
+}
+
+#[test]
+fn a_page_signed_in_by_a_link_shows_a_domain_live_and_acts_from_the_keyboard() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let mut web = spec(&busybox_image(), "web");
+    web["worktreeKey"] = json!("feature-a");
+    api.up(&domain, "web", &web, "person").expect(200);
+    let mut cache = spec(&echo_image(), "cache");
+    cache["ready"] = json!({"kind": "tcp", "port": 7000});
+    cache["volumes"] = json!([]);
+    api.up(&domain, "cache", &cache, "person").expect(200);
+    api.wait_state(&domain, "web", "running", READY);
+    api.wait_state(&domain, "cache", "running", READY);
+
+    // Sign in with a link; its code leaves the address bar and works once.
+    let link = sign_in_link(&api);
+    assert!(
+        link.starts_with(&format!("{}/ui/#code=", daemon.base)),
+        "{link}"
+    );
+    let browser = Browser::start();
+    browser.goto(&link);
+    browser.wait(
+        "document.querySelector('h1') && document.querySelector('h1').textContent === 'Projects'",
+        "the projects",
+    );
+    let address = block_on(browser.wd.current_url())
+        .expect("the url")
+        .to_string();
+    assert!(
+        !address.contains("code"),
+        "the code left the address bar: {address}"
+    );
+    let again = api.post("/v1/ui/sessions", json!({"code": code_of(&link)}));
+    again.expect_error(401, "UiSignInCodeInvalidError");
+    browser.wait("document.querySelector('a.card.domain')", "the domain card");
+    assert!(browser.text("ul.domains").contains("shop"));
+    browser.screenshot("projects");
+    let findings = browser.audit();
+    assert!(findings.is_empty(), "projects: {findings:#?}");
+
+    // The domain: its instances grouped by worktree, the shared ones apart, in one request.
+    browser.click("a.card.domain");
+    browser.wait(
+        "document.querySelector('tr[data-key=\"web\"] [data-state=\"running\"]') && document.querySelector('tr[data-key=\"cache\"] [data-state=\"running\"]')",
+        "web and cache running",
+    );
+    let page = browser.text("main");
+    assert!(page.contains("worktree feature-a"), "{page}");
+    assert!(page.contains("Shared by every worktree"), "{page}");
+    browser.wait(
+        "document.querySelector('tr[data-key=\"cache\"] .endpoint code')",
+        "cache's host endpoint",
+    );
+    let endpoint = browser.text("tr[data-key=\"cache\"] .endpoint code");
+    assert!(endpoint.starts_with("127.0.0.1:"), "{endpoint}");
+    let fetched: Vec<String> =
+        serde_json::from_value(browser.recorded()["fetches"].clone()).expect("the fetches");
+    let lists = fetched
+        .iter()
+        .filter(|u| u.contains("/summary") || u.ends_with("/instances"))
+        .count();
+    assert_eq!(lists, 1, "one request for the list: {fetched:?}");
+    assert!(
+        !fetched.iter().any(|u| u.contains("/instances/")),
+        "no request per instance: {fetched:?}"
+    );
+    browser.screenshot("domain");
+    browser.cdp(
+        "Emulation.setEmulatedMedia",
+        json!({"features": [{"name": "prefers-color-scheme", "value": "dark"}]}),
+    );
+    browser.screenshot("domain-dark");
+    let findings = browser.audit();
+    assert!(findings.is_empty(), "domain, dark: {findings:#?}");
+    browser.cdp("Emulation.setEmulatedMedia", json!({"features": []}));
+    let findings = browser.audit();
+    assert!(findings.is_empty(), "domain: {findings:#?}");
+
+    // An up through the API appears, and reaches running, without a reload.
+    browser.js("window.__sameDocument = true; return null");
+    let mut jobs = spec(&busybox_image(), "jobs");
+    jobs["volumes"] = json!([]);
+    api.up(&domain, "jobs", &jobs, "person").expect(200);
+    browser.wait(
+        "document.querySelector('tr[data-key=\"jobs\"] [data-state=\"running\"]')",
+        "jobs running",
+    );
+    assert_eq!(
+        browser.js("return window.__sameDocument === true"),
+        json!(true)
+    );
+
+    // Nothing changes: the page asks nothing. A bounded wait for what must NOT happen.
+    let before = browser.recorded()["fetches"]
+        .as_array()
+        .map(Vec::len)
+        .unwrap();
+    let span = block_on(browser.wd.execute_async(
+        r#"const done = arguments[arguments.length - 1];
+           const start = performance.now();
+           setTimeout(() => done({
+             fetches: window.__berthTest.fetches.length,
+             resources: performance.getEntriesByType('resource').filter((e) => e.startTime >= start).map((e) => e.name),
+           }), 6000);"#,
+        vec![],
+    ))
+    .expect("the quiet span");
+    assert_eq!(
+        span["fetches"],
+        json!(before),
+        "no request while nothing changes"
+    );
+    assert_eq!(
+        span["resources"],
+        json!([]),
+        "no resource loaded while nothing changes"
+    );
+
+    // Stop jobs with the keyboard alone: Tab to its Stop button, press Enter.
+    let container = support::container_of(&api.instance(&domain, "jobs"));
+    browser.js("document.querySelector('main h1').focus(); return null");
+    let mut presses = 0;
+    while browser.active_attr("data-action").as_deref() != Some("stop:jobs") {
+        browser.press(Key::Tab);
+        presses += 1;
+        assert!(presses < 80, "Tab never reached jobs' Stop button");
+    }
+    browser.press(Key::Enter);
+    wait_until(READY, "jobs' container stopped", || {
+        docker_inspect("container", &container).is_some_and(|c| c["State"]["Running"] == false)
+    });
+    browser.wait(
+        "document.querySelector('tr[data-key=\"jobs\"] [data-state=\"stopped\"]')",
+        "jobs stopped",
+    );
+    assert!(
+        browser
+            .text("tr[data-key=\"jobs\"]")
+            .contains("by the web page")
+    );
+    // The focus stays on the row's action: Start now.
+    assert_eq!(
+        browser.active_attr("data-action").as_deref(),
+        Some("start:jobs")
+    );
+
+    // The instance page: its logs follow what the container writes after the page opened.
+    browser.click("tr[data-key=\"web\"] a.key");
+    browser.wait("document.querySelector('#logs')", "web's logs");
+    browser.wait(
+        "document.querySelector('#log-status').textContent.startsWith('Following')",
+        "the logs following",
+    );
+    let marker = format!("ui-log-line-{}", std::process::id());
+    api.exec(
+        &domain,
+        "web",
+        &["sh", "-c", &format!("echo {marker} > /proc/1/fd/1")],
+        None,
+        30_000,
+        b"",
+    )
+    .expect(200);
+    browser.wait(
+        &format!("document.querySelector('#logs').textContent.includes('{marker}')"),
+        "the log line",
+    );
+    browser.wait(
+        "document.querySelector('dl.details') && document.querySelector('#releases-h')",
+        "web's details",
+    );
+    browser.screenshot("instance");
+    let findings = browser.audit();
+    assert!(findings.is_empty(), "instance: {findings:#?}");
+
+    // No cookie, ever.
+    let cookies = block_on(browser.wd.get_all_cookies()).expect("the cookies");
+    assert!(cookies.is_empty(), "{cookies:?}");
+    assert_eq!(browser.js("return document.cookie"), json!(""));
+    browser.assert_clean("the whole visit");
+
+    // The page's files carry the CSP, and no response sets a cookie.
+    let page = reqwest::blocking::get(format!("{}/ui/", daemon.base)).expect("the page");
+    let csp = page.headers()["content-security-policy"].to_str().unwrap();
+    assert!(csp.contains("script-src 'self'") && csp.contains("default-src 'none'"));
+    assert!(page.headers().get("set-cookie").is_none());
+    browser.close();
+    // No code or token reached the log.
+    let log = daemon.log_text();
+    assert!(!log.contains(&code_of(&link)), "the code is in the log");
+}
+
+#[test]
+fn another_keys_session_sees_none_of_the_first_keys_domains_and_sign_out_revokes() {
+    let daemon = Daemon::start_logging(&["--runtime", "none"], "trace");
+    let first = daemon.client();
+    let domain = first.create_domain("first-key-project");
+    let other = daemon.client_with(Some(OTHER_KEY));
+    assert_ne!(KEY, OTHER_KEY);
+
+    let browser = Browser::start();
+    // The sign-in form takes a service key too: the other key's.
+    browser.goto(&format!("{}/ui/", daemon.base));
+    browser.wait("document.querySelector('#key')", "the sign-in form");
+    browser.screenshot("sign-in");
+    let findings = browser.audit();
+    assert!(findings.is_empty(), "sign-in: {findings:#?}");
+    let input = block_on(browser.wd.find(Locator::Css("#key"))).expect("the key field");
+    block_on(input.send_keys(OTHER_KEY)).expect("typing");
+    browser.press(Key::Enter);
+    browser.wait(
+        "document.querySelector('.empty') && document.querySelector('h1').textContent === 'Projects'",
+        "the empty state",
+    );
+    let page = browser.text("main");
+    assert!(!page.contains("first-key-project"), "{page}");
+    assert!(
+        page.contains("berth up"),
+        "the empty state says what to run: {page}"
+    );
+    browser.screenshot("projects-empty");
+    // Its token, asked directly, does not reach the first key's domain either.
+    let token = browser.js("return sessionStorage.getItem('berth.session')");
+    let token = token.as_str().expect("a session token").to_owned();
+    let as_page = Client::new(&daemon.base, Some(&token));
+    as_page
+        .get(&format!("/v1/resource-domains/{domain}/summary"))
+        .expect_error(403, "ResourceDomainForbiddenError");
+    assert_eq!(
+        as_page.get("/v1/resource-domains").expect(200)["items"],
+        json!([])
+    );
+    // A session cannot ask for sign-in links of its own.
+    as_page
+        .post("/v1/ui/sign-in-links", json!({}))
+        .expect_error(403, "UiServiceKeyRequiredError");
+    browser.goto(&format!("{}/ui/#/d/{domain}", daemon.base));
+    browser.wait(
+        "document.querySelector('h1') && document.querySelector('h1').textContent === 'Not found'",
+        "the refusal",
+    );
+    assert!(!browser.text("main").contains("first-key-project"));
+
+    // Signing out revokes the token.
+    browser.click("#sign-out");
+    browser.wait("document.querySelector('#key')", "the sign-in form again");
+    as_page
+        .get("/v1/resource-domains")
+        .expect_error(401, "UnauthorizedError");
+    assert_eq!(
+        browser.js("return sessionStorage.getItem('berth.session')"),
+        Value::Null
+    );
+    let cookies = block_on(browser.wd.get_all_cookies()).expect("the cookies");
+    assert!(cookies.is_empty(), "{cookies:?}");
+    assert_eq!(browser.recorded()["csp"], json!([]), "CSP violations");
+    let link = sign_in_link(&other);
+    let log = daemon.log_text();
+    assert!(!log.contains(&token) && !log.contains(&code_of(&link)));
+    browser.close();
+}
+
+#[test]
+fn berth_ui_prints_or_opens_a_link_that_signs_in_once() {
+    let daemon = Daemon::start_with(&["--runtime", "none"]);
+    let berth = |args: &[&str], env: &[(&str, &str)]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_berth"))
+            .args(args)
+            .env("BERTH_URL", &daemon.base)
+            .env("BERTH_SERVICE_KEYS", KEY)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .output()
+            .expect("berth runs");
+        assert!(out.status.success(), "{out:?}");
+        out
+    };
+    let printed = berth(&["ui", "--print"], &[]);
+    let url = String::from_utf8(printed.stdout).expect("text");
+    let url = url.trim();
+    assert!(
+        url.starts_with(&format!("{}/ui/#code=", daemon.base)),
+        "{url}"
+    );
+    let anonymous = Client::new(&daemon.base, None);
+    let session = anonymous
+        .post("/v1/ui/sessions", json!({"code": code_of(url)}))
+        .expect(200);
+    let token = session["token"].as_str().expect("a token");
+    assert!(session["expiresAt"].is_string());
+    assert_eq!(
+        Client::new(&daemon.base, Some(token))
+            .get("/v1/resource-domains")
+            .status,
+        200
+    );
+    anonymous
+        .post("/v1/ui/sessions", json!({"code": code_of(url)}))
+        .expect_error(401, "UiSignInCodeInvalidError");
+    anonymous
+        .post("/v1/ui/sessions", json!({"code": 7}))
+        .expect_error(400, "RequestRefusedError");
+
+    // Without --print, the link goes to $BROWSER.
+    let dir = tempfile::tempdir().expect("a directory");
+    let opener = dir.path().join("opener");
+    let seen = dir.path().join("seen");
+    std::fs::write(
+        &opener,
+        format!("#!/bin/sh\nprintf '%s' \"$1\" > '{}'\n", seen.display()),
+    )
+    .expect("the opener");
+    Command::new("chmod")
+        .args(["755"])
+        .arg(&opener)
+        .status()
+        .expect("chmod");
+    let opened = berth(&["ui"], &[("BROWSER", opener.to_str().unwrap())]);
+    assert!(
+        opened.stdout.is_empty(),
+        "the link is not printed when opened"
+    );
+    let link = std::fs::read_to_string(&seen).expect("the opener got the link");
+    assert!(
+        link.starts_with(&format!("{}/ui/#code=", daemon.base)),
+        "{link}"
+    );
+    anonymous
+        .post("/v1/ui/sessions", json!({"code": code_of(&link)}))
+        .expect(200);
+}
