@@ -497,6 +497,20 @@ fn a_page_signed_in_by_a_link_shows_a_domain_live_and_acts_from_the_keyboard() {
         "document.querySelector('dl.details') && document.querySelector('#releases-h')",
         "web's details",
     );
+
+    // Its snapshots: one taken through the API appears when its copy's event says it is done,
+    // without a reload.
+    browser.wait(
+        "document.querySelector('#snapshots-h') && \
+         document.querySelector('#snapshots-h').parentElement.textContent.includes('No snapshot yet')",
+        "web's empty snapshot list",
+    );
+    block_on(api.api().snapshot(&domain, "web", "before-ui")).expect("a snapshot");
+    browser.wait(
+        "[...document.querySelectorAll('#snapshots-h ~ div tbody tr')].some((tr) => \
+         tr.textContent.includes('before-ui') && tr.textContent.includes('ready'))",
+        "the snapshot, ready, on the page",
+    );
     browser.screenshot("instance");
     let findings = browser.audit();
     assert!(findings.is_empty(), "instance: {findings:#?}");

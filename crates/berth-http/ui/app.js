@@ -20,6 +20,8 @@ let live = null;
 let viewAbort = null;
 // Re-renders the view on screen when the live model changes.
 let onChange = null;
+// What the current view does with a copy's progress (an instance page shows its snapshots).
+let onCopy = null;
 
 function toast(text) {
   toastEl.textContent = text;
@@ -126,6 +128,7 @@ async function openLive(id) {
     onEvent: (name, data) => {
       if (live !== model) return;
       if (name === 'resync') { scheduleRefresh(model); return; }
+      if (name === 'copy') { if (onCopy) onCopy(data); return; }
       if (name !== 'instance') return;
       applyChange(model, data);
     },
@@ -475,6 +478,8 @@ async function showInstance(id, key, focusLogs) {
   const domainHref = `#/d/${encodeURIComponent(id)}`;
   setCrumbs({ text: 'Projects', href: '#/' }, { text: model.domain.name, href: domainHref }, { text: key });
   const releasesBox = h('div', {}, h('p', { class: 'muted' }, 'Loading releases…'));
+  const snapshotsBox = h('div', {}, h('p', { class: 'muted' }, 'Loading snapshots…'));
+  const copyStatus = h('p', { class: 'muted small', id: 'copy-status', role: 'status' });
   const logBox = h('pre', {
     class: 'logs', id: 'logs', role: 'log', tabindex: '0', 'aria-label': `Logs of ${key}`, 'aria-live': 'off',
   });
@@ -579,10 +584,19 @@ async function showInstance(id, key, focusLogs) {
     } catch (e) { if (!abort.signal.aborted) failed(e); }
   };
 
+  const loadSnapshots = async () => {
+    try {
+      const snapshots = await api.get(`${api.domainPath(id)}/snapshots?instanceKey=${encodeURIComponent(key)}`);
+      if (abort.signal.aborted) return;
+      replace(snapshotsBox, snapshotTable(key, snapshots.items));
+    } catch (e) { if (!abort.signal.aborted) failed(e); }
+  };
+
   replace(main, header,
     h('div', { class: 'split' },
       h('section', { 'aria-labelledby': 'details-h' }, h('h2', { id: 'details-h' }, 'Details'), detailsBox),
       h('section', { 'aria-labelledby': 'releases-h' }, h('h2', { id: 'releases-h' }, 'Releases'), releasesBox)),
+    h('section', { 'aria-labelledby': 'snapshots-h' }, h('h2', { id: 'snapshots-h' }, 'Snapshots'), copyStatus, snapshotsBox),
     h('section', { 'aria-labelledby': 'logs-h', class: 'log-section' },
       h('div', { class: 'title-row' }, h('h2', { id: 'logs-h' }, 'Logs'), followButton),
       logStatus, logBox));
@@ -600,9 +614,47 @@ async function showInstance(id, key, focusLogs) {
       kind = k;
     }
   };
+  // A copy of this instance's volumes (a snapshot of it, a branch or a restore into it) says
+  // its progress on the stream; the list is read again when it ends.
+  onCopy = (copy) => {
+    if (copy.instanceKey !== key) return;
+    if (copy.state === 'copying') {
+      copyStatus.textContent = `A ${copy.kind} is copying: ${formatBytes(copy.bytesDone)}${copy.bytesTotal ? ` of ${formatBytes(copy.bytesTotal)}` : ''}.`;
+      return;
+    }
+    copyStatus.textContent = copy.state === 'done' ? `The ${copy.kind} is done.` : `The ${copy.kind} failed: ${copy.message || 'no reason given'}.`;
+    loadSnapshots();
+  };
   loadReleases();
+  loadSnapshots();
   openLogs();
   if (focusLogs) logBox.focus(); else focusHeading();
+}
+
+// Bytes as a person reads them.
+function formatBytes(n) {
+  if (n == null) return 'unknown size';
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let v = n; let u = 0;
+  while (v >= 1024 && u < units.length - 1) { v /= 1024; u += 1; }
+  return `${u === 0 ? v : v.toFixed(1)} ${units[u]}`;
+}
+
+// An instance's snapshots, newest first, with what to run when there is none.
+function snapshotTable(key, items) {
+  if (!items.length) {
+    return h('p', { class: 'muted' }, 'No snapshot yet. ', h('code', {}, `berth snapshot ${key} before-migration`),
+      ' takes one (the volumes are copied; a running instance is frozen only for the copy), and ',
+      h('code', {}, `berth restore ${key} before-migration`), ' puts it back.');
+  }
+  return h('div', { class: 'table-wrap' }, h('table', {},
+    h('caption', { class: 'visually-hidden' }, `Snapshots of ${key}`),
+    h('thead', {}, h('tr', {}, ['Name', 'State', 'Taken', 'Size'].map((t) => h('th', { scope: 'col' }, t)))),
+    h('tbody', {}, items.map((s) => h('tr', {},
+      h('td', {}, h('code', { title: s.snapshotId }, s.name)),
+      h('td', {}, s.state === 'failed' ? `failed: ${s.message || ''}` : s.state),
+      h('td', {}, when(s.createdAt)),
+      h('td', { class: 'num' }, formatBytes(s.volumes.reduce((sum, v) => (v.bytes == null || sum == null ? null : sum + v.bytes), 0))))))));
 }
 
 // An instance's image rollouts, newest first, where the API has them.
@@ -627,6 +679,7 @@ function rolloutTable(items) {
 async function route() {
   if (viewAbort) { viewAbort.abort(); viewAbort = null; }
   onChange = null;
+  onCopy = null;
   if (!api.token()) { showSignIn(); return; }
   signOutButton.hidden = false;
   const parts = location.hash.replace(/^#\/?/, '').split('/').map(decodeURIComponent);
