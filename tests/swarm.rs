@@ -15,7 +15,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{Daemon, busybox_image, docker, spec};
+use support::{Daemon, busybox_image, docker, spec, who_from};
 
 const READY: Duration = Duration::from_secs(90);
 
@@ -136,21 +136,6 @@ fn service_of(prefix: &str, key: &str) -> String {
     let names: Vec<&str> = names.split_whitespace().collect();
     assert_eq!(names.len(), 1, "one service for {key}: {names:?}");
     names[0].to_owned()
-}
-
-/// What `GET /who` on `<host>:8080` answers from inside `container`, resolving `host` with
-/// busybox's `nslookup` through the engine's DNS.
-fn who_from(container: &str, host: &str) -> Option<String> {
-    let script = format!(
-        "ip=$(nslookup -type=a {host} 2>/dev/null | awk '/^Address: /{{print $2; exit}}'); \
-         [ -n \"$ip\" ] && printf 'GET /who HTTP/1.0\\r\\n\\r\\n' | nc -w 2 \"$ip\" 8080 | tail -n 1"
-    );
-    let out = std::process::Command::new("docker")
-        .args(["exec", container, "sh", "-c", &script])
-        .output()
-        .expect("docker exec");
-    let answer = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    (out.status.success() && !answer.is_empty()).then_some(answer)
 }
 
 #[test]

@@ -5,7 +5,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{Client, Daemon, busybox_image, docker, spec};
+use support::{Client, Daemon, busybox_image, docker, spec, who_from};
 
 const READY: Duration = Duration::from_secs(60);
 
@@ -42,23 +42,6 @@ fn consent(api: &Client, ws: &str) -> String {
         "berth.workspace={}/{ws}",
         me["keyId"].as_str().expect("a key id")
     )
-}
-
-/// What `GET /who` on `<host>:8080` answers from inside `container`, or None when it cannot.
-/// The name is resolved with busybox's own DNS client (`nslookup`), through Docker's embedded
-/// DNS, and the request sent with `nc`: a static busybox's `wget` cannot use the C library's
-/// resolver.
-fn who_from(container: &str, host: &str) -> Option<String> {
-    let script = format!(
-        "ip=$(nslookup -type=a {host} 2>/dev/null | awk '/^Address: /{{print $2; exit}}'); \
-         [ -n \"$ip\" ] && printf 'GET /who HTTP/1.0\\r\\n\\r\\n' | nc -w 2 \"$ip\" 8080 | tail -n 1"
-    );
-    let out = std::process::Command::new("docker")
-        .args(["exec", container, "sh", "-c", &script])
-        .output()
-        .expect("docker exec");
-    let answer = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    (out.status.success() && !answer.is_empty()).then_some(answer)
 }
 
 /// What the engine's DNS and network let a container reach: berth has no event for it.

@@ -833,3 +833,20 @@ pub fn container_of(instance: &Value) -> String {
     );
     names[0].clone()
 }
+
+/// What `GET /who` on `<host>:8080` answers from inside `container`, or None when it cannot.
+/// The name is resolved with busybox's own DNS client (`nslookup`), through Docker's embedded
+/// DNS, and the request sent with `nc`: a static busybox's `wget` cannot use the C library's
+/// resolver.
+pub fn who_from(container: &str, host: &str) -> Option<String> {
+    let script = format!(
+        "ip=$(nslookup -type=a {host} 2>/dev/null | awk '/^Address: /{{print $2; exit}}'); \
+         [ -n \"$ip\" ] && printf 'GET /who HTTP/1.0\\r\\n\\r\\n' | nc -w 2 \"$ip\" 8080 | tail -n 1"
+    );
+    let out = std::process::Command::new("docker")
+        .args(["exec", container, "sh", "-c", &script])
+        .output()
+        .expect("docker exec");
+    let answer = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    (out.status.success() && !answer.is_empty()).then_some(answer)
+}

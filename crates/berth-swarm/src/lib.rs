@@ -316,10 +316,7 @@ impl SwarmRuntime {
     }
 
     /// The container of the service's wanted task on this node.
-    async fn running_container(&self, service: &str) -> Result<Option<String>, RuntimeError> {
-        let Some(found) = self.service(service).await? else {
-            return Ok(None);
-        };
+    async fn running_container(&self, found: &Service) -> Result<Option<String>, RuntimeError> {
         let id = found.id.clone().unwrap_or_default();
         let tasks = self.tasks(&[&id]).await?;
         let tasks: Vec<&Task> = tasks.iter().collect();
@@ -421,11 +418,12 @@ impl SwarmRuntime {
     /// Waits until the service's wanted task has a running container, for at most `bound`.
     /// A task the node refused or that failed to start is the start's refusal, with the
     /// engine's message, as a container the engine cannot start is on a single engine.
-    async fn wait_started(&self, service: &str, bound: Duration) -> Result<(), RuntimeError> {
-        let id = match self.service(service).await? {
-            Some(found) => found.id.unwrap_or_default(),
-            None => return Err(RuntimeError::NotFound(format!("service {service}"))),
-        };
+    async fn wait_started(
+        &self,
+        service: &str,
+        id: &str,
+        bound: Duration,
+    ) -> Result<(), RuntimeError> {
         let options = EventsOptions {
             since: None,
             until: None,
@@ -439,7 +437,7 @@ impl SwarmRuntime {
         let nudge_at = tokio::time::Instant::now() + NUDGE_AFTER;
         let mut nudged = false;
         loop {
-            let tasks = self.tasks(&[&id]).await?;
+            let tasks = self.tasks(&[id]).await?;
             let wanted = tasks
                 .iter()
                 .filter(|t| t.desired_state == Some(TaskState::RUNNING))
@@ -822,7 +820,7 @@ impl Runtime for SwarmRuntime {
         })
         .await?;
         let bound = self.node.config().pull_timeout + STOP_MARGIN;
-        self.wait_started(id, bound).await
+        self.wait_started(id, &service_id, bound).await
     }
 
     async fn stop_container(&self, id: &str, timeout: Duration) -> Result<(), RuntimeError> {
@@ -858,7 +856,10 @@ impl Runtime for SwarmRuntime {
         match ready {
             Ready::Tcp { .. } => self.node.probe(container, network, ready, budget).await,
             Ready::Exec { .. } => {
-                let Some(task_container) = self.running_container(&container.id).await? else {
+                let Some(found) = self.service(&container.id).await? else {
+                    return Ok(false);
+                };
+                let Some(task_container) = self.running_container(&found).await? else {
                     return Ok(false);
                 };
                 let facts = ContainerFacts {
@@ -911,10 +912,10 @@ impl Runtime for SwarmRuntime {
 
     /// Pauses the task's container (a copy's source freezes for exactly the copy).
     async fn pause_container(&self, id: &str) -> Result<(), RuntimeError> {
-        if self.service(id).await?.is_none() {
+        let Some(found) = self.service(id).await? else {
             return self.node.pause_container(id).await;
-        }
-        match self.running_container(id).await? {
+        };
+        match self.running_container(&found).await? {
             Some(container) => self.node.pause_container(&container).await,
             None => Err(RuntimeError::Conflict(format!(
                 "service {id} has no running task"
@@ -923,10 +924,10 @@ impl Runtime for SwarmRuntime {
     }
 
     async fn unpause_container(&self, id: &str) -> Result<(), RuntimeError> {
-        if self.service(id).await?.is_none() {
+        let Some(found) = self.service(id).await? else {
             return self.node.unpause_container(id).await;
-        }
-        match self.running_container(id).await? {
+        };
+        match self.running_container(&found).await? {
             Some(container) => self.node.unpause_container(&container).await,
             None => Ok(()),
         }
@@ -984,10 +985,10 @@ impl Runtime for SwarmRuntime {
         request: ExecRequest,
         stdin: ExecStdin,
     ) -> Result<ExecOutcome, RuntimeError> {
-        if self.service(container_id).await?.is_none() {
+        let Some(found) = self.service(container_id).await? else {
             return self.node.exec(container_id, request, stdin).await;
-        }
-        match self.running_container(container_id).await? {
+        };
+        match self.running_container(&found).await? {
             Some(task_container) => self.node.exec(&task_container, request, stdin).await,
             None => Err(RuntimeError::Conflict(format!(
                 "service {container_id} has no running task"
