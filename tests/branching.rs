@@ -44,7 +44,7 @@ fn redis_spec(worktree: &str) -> Value {
     })
 }
 
-/// A busybox instance (it runs as root, so it can make files of any owner) or, with the echo
+/// A busybox instance (it runs as root, so it can make files of any owner) or, with the bare
 /// image, one whose image has no shell and no tools at all.
 fn files_spec(image: &str, worktree: &str) -> Value {
     let mut spec = support::spec(image, "files");
@@ -466,7 +466,7 @@ fn a_redis_restore_brings_the_keys_back_with_appendonly_always() {
 }
 
 #[test]
-fn owners_modes_links_and_empty_directories_survive_through_an_image_without_a_shell_and_an_archive()
+fn owners_modes_links_and_empty_directories_survive_a_copy_with_the_image_s_cp_and_one_through_the_archive_api()
  {
     let daemon = Daemon::start();
     let api = daemon.client();
@@ -505,10 +505,23 @@ fn owners_modes_links_and_empty_directories_survive_through_an_image_without_a_s
         "{expected}"
     );
 
-    // Through the echo image, which has no shell and no tools: a branch (its helper is made
-    // from that image) and a snapshot of it.
-    let echo = support::echo_image();
-    let mut no_shell = files_spec(&echo, "b");
+    // A branch into the same image, which has `cp`: its helper copies with it.
+    block_on(api.api().branch(
+        &domain,
+        "files@d",
+        &berth_client::BranchFrom::Instance("files@a".into()),
+        &files_spec(&busybox, "d"),
+        berth_client::Cause::Person,
+    ))
+    .expect("a branch into an image with cp");
+    let d = api.settled(&domain, "files@d", &["running", "failed"], READY);
+    assert_eq!(d["state"]["kind"], "running", "{d}");
+    assert_eq!(listing("files@d"), expected);
+
+    // Through the bare image, which has no shell, no `cp` and no tools: a branch (its helper
+    // is made from that image, so the copy goes through the archive API) and a snapshot of it.
+    let bare = support::bare_image();
+    let mut no_shell = files_spec(&bare, "b");
     no_shell["ready"] = json!({"kind": "tcp", "port": 7000});
     block_on(api.api().branch(
         &domain,

@@ -41,9 +41,14 @@ pub fn volume_image() -> String {
     fixture("BERTH_TEST_VOLUME_IMAGE")
 }
 
-/// The echo image (`nc -ll -p 7000 -e cat`, EXPOSE 7000).
+/// The echo image (a TCP echo server on 7000, beside a static busybox).
 pub fn echo_image() -> String {
     fixture("BERTH_TEST_ECHO_IMAGE")
+}
+
+/// The echo server alone in its image: no shell, no `cp`, no tools at all.
+pub fn bare_image() -> String {
+    fixture("BERTH_TEST_BARE_IMAGE")
 }
 
 /// The prefix of every Docker object this test run creates.

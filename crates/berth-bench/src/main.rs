@@ -17,6 +17,7 @@
 //! to where, and why its baseline is fair; the run rewrites the results there, between
 //! `<!-- bench:<figure>:begin -->` and `<!-- bench:<figure>:end -->`, unless `--no-write`.
 
+mod branch;
 mod daemon;
 mod engine;
 mod exec;
@@ -57,7 +58,7 @@ use crate::report::{Figure, Machine};
 #[command(name = "berth-bench", version)]
 struct Args {
     /// Samples per figure [default: 20 for up, 50 for exec, 10 for wake and postgres, 5
-    /// restarts for many, 20 rounds for watch, 10 page loads for ui].
+    /// restarts for many, 20 rounds for watch, 10 page loads for ui, 3 for branch].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     samples: Option<u32>,
 
@@ -144,6 +145,10 @@ enum FigureKind {
     /// The web page's first render of a domain with 200 instances, in headless Chromium.
     #[value(alias = "ui_first_render_200_instances")]
     Ui,
+    /// Branching a Postgres of a few hundred MB against a plain `cp -a` and `pg_dump | psql`,
+    /// and how long a snapshot freezes its source.
+    #[value(alias = "branch_postgres_to_running")]
+    Branch,
 }
 
 impl FigureKind {
@@ -162,6 +167,7 @@ impl FigureKind {
             FigureKind::Watch => "watch",
             FigureKind::Swarm => "swarm",
             FigureKind::Ui => "ui",
+            FigureKind::Branch => "branch",
         }
     }
 }
@@ -307,6 +313,15 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
             FigureKind::Watch => watch::run(ctx, args.samples.map_or(20, |n| n as usize)).await,
             FigureKind::Swarm => swarm::run(ctx, args.samples.map_or(10, |n| n as usize)).await,
             FigureKind::Ui => ui::run(ctx, args.samples.map_or(10, |n| n as usize)).await,
+            FigureKind::Branch => {
+                let image = ctx.postgres_image.as_deref().ok_or_else(|| {
+                    anyhow!(
+                        "BERTH_TEST_POSTGRES_IMAGE is not set: source \
+                         target/berth-fixtures/fixtures.env, or run scripts/bench"
+                    )
+                })?;
+                branch::run(ctx, image, args.samples.map_or(3, |n| n as usize)).await
+            }
         }
         .with_context(|| format!("measuring {}", kind.key()))?;
         if let Some(note) = load_note(load_before, report::load_average()) {
@@ -331,6 +346,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         FigureKind::Watch,
         FigureKind::Swarm,
         FigureKind::Ui,
+        FigureKind::Branch,
         FigureKind::Soak,
     ]
     .into_iter()

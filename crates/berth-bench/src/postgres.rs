@@ -39,12 +39,12 @@ use crate::stats::{between, mean, median, ms};
 pub const NAME_FRESH: &str = "up_to_running_postgres_fresh";
 pub const NAME_EXISTING: &str = "up_to_running_postgres_existing";
 /// The superuser's password on every side.
-const PASSWORD: &str = "dev-secret";
+pub(crate) const PASSWORD: &str = "dev-secret";
 /// Where the image keeps its data.
-const DATA: &str = "/var/lib/postgresql/data";
+pub(crate) const DATA: &str = "/var/lib/postgresql/data";
 /// The limits of every side: the end-to-end tests' Postgres spec.
-const MILLICORES: i64 = 1000;
-const MEMORY: i64 = 512 << 20;
+pub(crate) const MILLICORES: i64 = 1000;
+pub(crate) const MEMORY: i64 = 512 << 20;
 /// What the server says when it takes connections (on stderr; the temporary server the
 /// entrypoint runs for initdb says it on stdout, through `pg_ctl`).
 const READY_LINE: &str = "database system is ready to accept connections";
@@ -184,7 +184,7 @@ fn timestamp(text: &str) -> Option<SystemTime> {
 /// berth's spec: the end-to-end tests' Postgres (the fixture, a password, one volume for the
 /// data, 1000 millicores and 512 MiB), ready when `pg_isready` answers over TCP or, with `tcp`,
 /// when 5432 accepts a connection.
-fn pg_spec(image: &str, alias: &str, tcp: bool) -> Value {
+pub(crate) fn pg_spec(image: &str, alias: &str, tcp: bool) -> Value {
     let ready = if tcp {
         json!({"kind": "tcp", "port": 5432})
     } else {

@@ -45,9 +45,9 @@ pub const LABEL_COPY: &str = "berth.copy";
 /// One volume-to-volume copy through the engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CopyPlan {
-    /// The name of the helper container the copy may make (never started); removed after.
+    /// The start of the names of the helper containers the copy makes; removed after.
     pub helper: String,
-    /// The image, present on the engine, that helper is created from (never run).
+    /// The image, present on the engine, the helpers are made from (its `cp` may run in one).
     pub image: String,
     /// The volume read.
     pub from: String,
@@ -413,7 +413,9 @@ pub trait Runtime: Send + Sync + 'static {
     /// Copies every file of `plan.from` into the empty `plan.to` through the engine, keeping
     /// owners, modes, times, symlinks, hard links and empty directories; the volumes' own root
     /// directories get the same owner and mode. Works for any image, with or without a shell.
-    /// `progress` is told the bytes moved so far as the copy goes. Answers the bytes moved.
+    /// `progress` is told the bytes moved so far as the copy goes, where the way of copying
+    /// can say. Answers the bytes it knows it moved (0 when the way of copying does not say:
+    /// the caller measures the volumes).
     async fn copy_volume(
         &self,
         plan: &CopyPlan,

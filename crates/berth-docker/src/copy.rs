@@ -1,9 +1,21 @@
-//! Copies between volumes through the engine's archive API, on two helper containers that are
-//! never started, one mounting the source (read-only), one the target: the engine reads the
-//! source as a tar stream, berth passes it on, and the engine unpacks it into the target. Nothing runs in any container, so
-//! it works for images with no shell and no tools, and it works when the engine is on another
-//! machine. The tar carries numeric owners, modes, times, symlinks, hard links and empty
-//! directories; the engine unpacks it keeping them (the archive's owners, not the helper's).
+//! Copies between volumes, two ways, both through the engine (so both work when the engine is
+//! on another machine):
+//!
+//! - **With the image's own `cp`**, when it has one: a helper container of the instance's image
+//!   mounts the source (read-only) and the target, and runs `cp -a` from one to the other as
+//!   root, with no network and only the capabilities a faithful copy needs (owners, modes,
+//!   times, special bits and device nodes). The bytes never leave the engine's machine. This is
+//!   about as fast as the disk: the benchmark measured the archive way at about 2.5 times its
+//!   time for the same bytes.
+//! - **Through the engine's archive API**, for images with no `cp` (no shell, no tools) and
+//!   whenever the helper's `cp` fails: two helper containers that are never started, one
+//!   mounting the source (read-only), one the target; the engine reads the source as a tar
+//!   stream, berth passes it on, and the engine unpacks it into the target. Nothing runs. The tar
+//!   carries numeric owners, modes, times, symlinks, hard links and empty directories; the engine
+//!   unpacks it keeping them (the archive's owners, not the helper's).
+//!
+//! A `cp` that fails part way leaves the target a subset of the source; the archive way then
+//! writes every file again over it, so the fallback needs no clean target.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,7 +25,8 @@ use berth_core::runtime::{CopyPlan, RuntimeError};
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
 use bollard::query_parameters::{
-    CreateContainerOptions, DownloadFromContainerOptions, UploadToContainerOptions,
+    CreateContainerOptions, DownloadFromContainerOptions, LogsOptions, UploadToContainerOptions,
+    WaitContainerOptions,
 };
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -27,6 +40,13 @@ const SOURCE: &str = "/berth-copy/from/data";
 /// Where it mounts the target: the archive is unpacked into its parent, so `data` lands on it.
 const TARGET_PARENT: &str = "/berth-copy/to";
 const TARGET: &str = "/berth-copy/to/data";
+/// What the image-tools helper runs: everything in the source, the directory's own owner and
+/// mode included (`dir/.`), into the target.
+const CP: [&str; 3] = ["-a", "/berth-copy/from/data/.", "/berth-copy/to/data/"];
+/// The capabilities `cp -a` as root needs to copy faithfully: set any owner, read and write
+/// whatever the modes say, set modes and times on files it does not own, keep set-id bits, and
+/// make device nodes. Everything else is dropped.
+const CP_CAPABILITIES: [&str; 5] = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "MKNOD"];
 /// The longest one copy may take.
 const COPY_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
 /// Progress is reported at most this often.
@@ -34,7 +54,151 @@ const REPORT_EVERY: Duration = Duration::from_millis(50);
 /// Chunks of the tar stream held between reading and writing.
 const IN_FLIGHT: usize = 16;
 
+/// Copies `plan.from` into `plan.to`: with the image's `cp` when it has one, else through the
+/// archive API. Answers the bytes it knows it moved: the archive's, or 0 from `cp`, which does
+/// not say (the caller measures the volumes).
 pub(crate) async fn copy_volume(
+    docker: &Docker,
+    plan: &CopyPlan,
+    progress: &(dyn Fn(u64) + Send + Sync),
+) -> Result<u64, RuntimeError> {
+    progress(0);
+    match copy_with_image_cp(docker, plan).await? {
+        ImageCp::Copied => Ok(0),
+        ImageCp::NoCp => copy_through_archive(docker, plan, progress).await,
+        ImageCp::Failed(why) => {
+            tracing::warn!(
+                from = %plan.from,
+                to = %plan.to,
+                %why,
+                "the image's cp could not copy the volume; copying it through the archive API"
+            );
+            copy_through_archive(docker, plan, progress).await
+        }
+    }
+}
+
+/// How a copy with the image's `cp` ended.
+enum ImageCp {
+    Copied,
+    /// The image has no `cp` to run.
+    NoCp,
+    /// It ran and failed: why.
+    Failed(String),
+}
+
+/// Whether the engine's refusal to start a container says its command does not exist.
+fn no_such_command(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("executable file not found")
+        || m.contains("no such file or directory")
+        || m.contains("not found in $path")
+}
+
+async fn copy_with_image_cp(docker: &Docker, plan: &CopyPlan) -> Result<ImageCp, RuntimeError> {
+    let name = format!("{}-c", plan.helper);
+    let mount = |volume: &str, path: &str, read_only: bool| Mount {
+        target: Some(path.to_owned()),
+        source: Some(volume.to_owned()),
+        typ: Some(MountType::VOLUME),
+        read_only: Some(read_only),
+        ..Default::default()
+    };
+    let body = ContainerCreateBody {
+        image: Some(create_reference(&plan.image)),
+        entrypoint: Some(vec!["cp".to_owned()]),
+        cmd: Some(CP.iter().map(|a| (*a).to_owned()).collect()),
+        // Root, for owners it must set; no environment of the instance's.
+        user: Some("0:0".to_owned()),
+        working_dir: Some("/".to_owned()),
+        labels: Some(plan.labels.clone().into_iter().collect()),
+        network_disabled: Some(true),
+        host_config: Some(HostConfig {
+            mounts: Some(vec![
+                mount(&plan.from, SOURCE, true),
+                mount(&plan.to, TARGET, false),
+            ]),
+            network_mode: Some("none".to_owned()),
+            privileged: Some(false),
+            cap_drop: Some(vec!["ALL".to_owned()]),
+            cap_add: Some(CP_CAPABILITIES.iter().map(|c| (*c).to_owned()).collect()),
+            security_opt: Some(vec![crate::containers::NO_NEW_PRIVILEGES.to_owned()]),
+            pids_limit: Some(64),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let options = CreateContainerOptions {
+        name: Some(name.clone()),
+        ..Default::default()
+    };
+    let what = format!("copy helper {name}");
+    let id = match docker
+        .create_container(Some(options.clone()), body.clone())
+        .await
+    {
+        Ok(created) => created.id,
+        Err(e) if error::status(&e) == Some(409) => {
+            crate::containers::remove(docker, &name).await?;
+            docker
+                .create_container(Some(options), body)
+                .await
+                .map(|c| c.id)
+                .map_err(|e| error::map(e, &what))?
+        }
+        Err(e) => return Err(error::map(e, &what)),
+    };
+    let ran = run_to_exit(docker, &id, &what).await;
+    let removed = crate::containers::remove(docker, &id).await;
+    let ran = ran?;
+    removed?;
+    Ok(ran)
+}
+
+/// Starts helper `id` and waits for it to exit.
+async fn run_to_exit(docker: &Docker, id: &str, what: &str) -> Result<ImageCp, RuntimeError> {
+    if let Err(e) = docker.start_container(id, None).await {
+        let message = error::message(&e);
+        if no_such_command(&message) {
+            return Ok(ImageCp::NoCp);
+        }
+        return Err(error::map(e, what));
+    }
+    let client = docker.clone().with_timeout(COPY_TIMEOUT);
+    let mut waited = std::pin::pin!(client.wait_container(id, None::<WaitContainerOptions>));
+    let code = match waited.next().await {
+        Some(Ok(exit)) => exit.status_code,
+        Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
+        Some(Err(e)) => return Err(error::map(e, what)),
+        None => {
+            return Err(RuntimeError::Engine(format!(
+                "{what}: the wait ended early"
+            )));
+        }
+    };
+    if code == 0 {
+        return Ok(ImageCp::Copied);
+    }
+    // The image's `cp` may not know `-a` (a minimal image's own tool): its last words say.
+    let options = LogsOptions {
+        stdout: true,
+        stderr: true,
+        tail: "3".to_owned(),
+        ..Default::default()
+    };
+    let mut said = String::new();
+    let mut logs = std::pin::pin!(docker.logs(id, Some(options)));
+    while let Some(Ok(frame)) = logs.next().await {
+        said.push_str(&String::from_utf8_lossy(&frame.into_bytes()));
+        if said.len() > 400 {
+            break;
+        }
+    }
+    let said: String = said.trim().chars().take(400).collect();
+    Ok(ImageCp::Failed(format!("cp exited with {code}: {said}")))
+}
+
+async fn copy_through_archive(
     docker: &Docker,
     plan: &CopyPlan,
     progress: &(dyn Fn(u64) + Send + Sync),

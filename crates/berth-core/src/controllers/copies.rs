@@ -585,7 +585,10 @@ impl CopyController {
             match self.ctx.runtime.copy_volume(&plan, &report).await {
                 Ok(bytes) => {
                     moved_before.fetch_add(bytes, Ordering::Relaxed);
-                    streamed.insert(from.clone(), bytes);
+                    // 0: the way of copying does not count (the image's `cp`).
+                    if bytes > 0 {
+                        streamed.insert(from.clone(), bytes);
+                    }
                 }
                 Err(e) => {
                     result = Err(e);

@@ -18,6 +18,8 @@ pub const BUSYBOX: &str = "BERTH_TEST_BUSYBOX_IMAGE";
 pub const VOLUME: &str = "BERTH_TEST_VOLUME_IMAGE";
 /// A TCP echo server on 7000 (only the image test uses it, so it may remove its reference).
 pub const ECHO: &str = "BERTH_TEST_ECHO_IMAGE";
+/// The echo server alone: no shell, no `cp`, no tools at all.
+pub const BARE: &str = "BERTH_TEST_BARE_IMAGE";
 
 /// A fixture variable; a test cannot run without it.
 pub fn fixture(var: &str) -> String {

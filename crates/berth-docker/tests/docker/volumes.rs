@@ -164,33 +164,77 @@ fn in_volume(image: &str, volume: &str, script: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
+/// The engine's record of what happened to container `name` since `since` (Unix seconds):
+/// its event actions, in order.
+async fn container_actions(name: &str, since: i64) -> Vec<String> {
+    use futures_util::StreamExt;
+    let until = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 1;
+    let options = bollard::query_parameters::EventsOptions {
+        since: Some(since.to_string()),
+        until: Some(until.to_string()),
+        filters: Some(HashMap::from([
+            ("type".to_owned(), vec!["container".to_owned()]),
+            ("container".to_owned(), vec![name.to_owned()]),
+        ])),
+    };
+    let events: Vec<_> = common::docker().events(Some(options)).collect().await;
+    events
+        .into_iter()
+        .map(|e| e.expect("an engine event"))
+        .filter(|e| {
+            e.actor
+                .as_ref()
+                .and_then(|a| a.attributes.as_ref())
+                .and_then(|a| a.get("name"))
+                .is_some_and(|n| n == name)
+        })
+        .filter_map(|e| e.action)
+        .collect()
+}
+
 #[tokio::test]
-async fn a_copy_keeps_owners_modes_links_and_empty_dirs_and_only_a_labelled_volume_is_removed() {
+async fn a_copy_keeps_owners_modes_links_and_empty_dirs_both_ways_and_only_a_labelled_volume_is_removed()
+ {
     use berth_core::runtime::{CopyPlan, LABEL_COPY};
     let rt = common::runtime().await;
     let scope = Scope::new("volume-copy");
     let image = common::image(common::BUSYBOX);
     rt.ensure_image(&image).await.expect("the image is ready");
     let reference = image.as_str().to_owned();
+    let bare = common::image(common::BARE);
+    rt.ensure_image(&bare).await.expect("the image is ready");
 
-    let (from, to) = (scope.name("from"), scope.name("to"));
+    let (from, to, to_archive) = (scope.name("from"), scope.name("to"), scope.name("to-tar"));
     let mut labels = common::labels();
     labels.insert(LABEL_COPY.to_owned(), "cpy:test".to_owned());
     rt.create_volume(&from, &labels).await.expect("made");
     rt.create_volume(&to, &labels).await.expect("made");
+    rt.create_volume(&to_archive, &labels).await.expect("made");
     let again = rt.create_volume(&to, &labels).await;
     assert!(matches!(again, Err(RuntimeError::Conflict(_))), "{again:?}");
-    let listing = "cd /d && stat -c '%n %u %g %a %F %h' . * && readlink link && cat f";
+    // Times of files and directories too (not of the symlink: busybox's cp does not keep it).
+    let listing = "cd /d && stat -c '%n %u %g %a %F %h' . * && stat -c '%n %Y' . f empty \
+                   && readlink link && cat f";
     in_volume(
         &reference,
         &from,
         "cd /d && echo secret > f && chown 1234:5678 f && chmod 0640 f && ln -s f link \
-         && ln f hard && mkdir empty && chmod 1777 empty && chown 42:43 /d && chmod 0700 /d \
+         && ln f hard && mkdir empty && chmod 1777 empty && mkfifo pipe \
+         && touch -d 2020-01-01 f && chown 42:43 /d && chmod 0700 /d \
          && head -c 3000000 /dev/urandom > big",
     );
     let expected = in_volume(&reference, &from, listing);
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+        - 1;
 
-    let seen = std::sync::Mutex::new(0u64);
+    // An image with `cp` (busybox): the copy runs it in a helper, and counts no bytes.
     let plan = CopyPlan {
         helper: scope.name("copy"),
         image: reference.clone(),
@@ -199,20 +243,60 @@ async fn a_copy_keeps_owners_modes_links_and_empty_dirs_and_only_a_labelled_volu
         labels: labels.clone(),
     };
     let moved = rt
-        .copy_volume(&plan, &|bytes| {
+        .copy_volume(&plan, &|_| {})
+        .await
+        .expect("the copy with the image's cp");
+    assert_eq!(moved, 0, "cp does not count what it copies");
+    assert_eq!(in_volume(&reference, &to, listing), expected);
+    let ran = container_actions(&format!("{}-c", plan.helper), since).await;
+    assert!(
+        ran.iter().any(|a| a == "start"),
+        "the cp helper ran: {ran:?}"
+    );
+    assert!(
+        ran.iter().any(|a| a == "destroy"),
+        "and is removed: {ran:?}"
+    );
+
+    // An image with no shell and no tools (bare): through the archive API, nothing runs, and
+    // the progress counts every byte.
+    let seen = std::sync::Mutex::new(0u64);
+    let archive_plan = CopyPlan {
+        helper: scope.name("copy-tar"),
+        image: bare.as_str().to_owned(),
+        from: from.clone(),
+        to: to_archive.clone(),
+        labels: labels.clone(),
+    };
+    let moved = rt
+        .copy_volume(&archive_plan, &|bytes| {
             let mut seen = seen.lock().unwrap();
             assert!(bytes >= *seen, "progress only moves forward");
             *seen = bytes;
         })
         .await
-        .expect("the copy");
+        .expect("the copy through the archive API");
     assert!(moved > 3_000_000, "{moved}");
     assert_eq!(*seen.lock().unwrap(), moved);
-    assert_eq!(in_volume(&reference, &to, listing), expected);
-    let helpers = common::docker()
-        .inspect_container(&format!("{}-r", plan.helper), None)
-        .await;
-    assert!(helpers.is_err(), "the helpers are removed");
+    assert_eq!(in_volume(&reference, &to_archive, listing), expected);
+    for helper in ["-c", "-r", "-w"] {
+        let name = format!("{}{helper}", archive_plan.helper);
+        let actions = container_actions(&name, since).await;
+        assert!(
+            !actions.iter().any(|a| a == "start"),
+            "nothing ran in {name}: {actions:?}"
+        );
+        if helper != "-c" {
+            assert!(actions.iter().any(|a| a == "create"), "{name}: {actions:?}");
+        }
+        assert!(
+            common::docker()
+                .inspect_container(&name, None)
+                .await
+                .is_err(),
+            "helper {name} is removed"
+        );
+    }
 
     // Only a volume carrying the label named is removed.
     let refused = rt.remove_volume(&to, LABEL_COPY, "cpy:other").await;
