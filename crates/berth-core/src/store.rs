@@ -265,6 +265,9 @@ const MIGRATIONS: &[&str] = &[
         updated_at INTEGER NOT NULL
     );
     CREATE INDEX copies_by_state ON copies(state);",
+    // 11: an instance keeps its last failure's message and time after it recovers.
+    "ALTER TABLE instances ADD COLUMN last_failure_message TEXT;
+    ALTER TABLE instances ADD COLUMN last_failure_at INTEGER;",
 ];
 
 /// Runs `PRAGMA quick_check` (every page and index, without comparing index contents to their
@@ -974,9 +977,45 @@ impl<'a> Tx<'a> {
                 obs.generation,
             ],
         )?;
+        // A failure is kept past the recovery that replaces it in `state`.
+        if let InstanceState::Failed { at, message } = &obs.state {
+            self.conn.execute(
+                "UPDATE instances SET last_failure_message = ?2, last_failure_at = ?3 WHERE id = ?1",
+                params![obs.id.as_str(), message, at.millis()],
+            )?;
+        }
         self.touch_instance(&obs.id);
         Ok(())
     }
+
+    /// An instance's last failure (its message and when), kept after it recovers; `None` when
+    /// it never failed.
+    pub fn last_failure(&self, id: &InstanceId) -> Result<Option<LastFailure>, StoreError> {
+        let row: Option<(Option<String>, Option<i64>)> = self
+            .conn
+            .query_row(
+                "SELECT last_failure_message, last_failure_at FROM instances WHERE id = ?1",
+                [id.as_str()],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        Ok(match row {
+            Some((Some(message), Some(at))) => Some(LastFailure {
+                message,
+                at: Timestamp::from_millis(at),
+            }),
+            _ => None,
+        })
+    }
+}
+
+/// An instance's last failure, kept after it recovers.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct LastFailure {
+    /// What went wrong, as the failed state said it.
+    pub message: String,
+    /// When it failed.
+    pub at: Timestamp,
 }
 
 const INSTANCE_COLUMNS: &str = "id, domain_id, key, spec, spec_digest, desired, stop_reason, state,
