@@ -185,7 +185,7 @@ function volumeList(model, i, { docker = false } = {}) {
 }
 
 // What the instance's volumes were branched from, in words.
-function origin(entry) {
+function origin(entry, { prefix = true, id = null } = {}) {
   const b = entry.branchedFrom;
   if (!b) return null;
   const source = b.instanceKey
@@ -193,7 +193,7 @@ function origin(entry) {
     : ['snapshot ', h('code', { title: b.snapshotId }, b.snapshotName || b.snapshotId),
       b.snapshotInstanceKey ? [' of ', h('code', {}, b.snapshotInstanceKey)] : ''];
   const state = b.state === 'copying' ? ' (copying)' : b.state === 'failed' ? ' (its copy failed)' : '';
-  return h('span', { class: 'origin' }, 'branched from ', source, ' ', when(b.at), state);
+  return h('span', { class: 'origin', id }, prefix ? 'branched from ' : '', source, prefix ? ' ' : ', ', when(b.at), state);
 }
 
 function lastFailure(entry, { long = false } = {}) {
@@ -641,8 +641,8 @@ async function showInstance(id, key, focusLogs) {
     replace(header,
       h('div', { class: 'title-row' }, h('h1', {}, key), badge(i.state.kind),
         h('span', { class: 'muted' }, when(stateTime(i.state)))),
-      lastFailure(entry, { long: true }),
-      entry.branchedFrom ? h('p', { class: 'muted' }, origin(entry)) : null,
+      i.state.kind === 'failed' ? lastFailure(entry, { long: true }) : null,
+      entry.branchedFrom ? h('p', { class: 'muted' }, origin(entry, { id: 'origin' })) : null,
       h('div', { class: 'row' }, actionButtons(model, entry, { withArchive: true }), rollback));
     refocus(header, focused);
     const focusedDetail = detailsBox.contains(document.activeElement) ? document.activeElement.getAttribute('data-action') : null;
@@ -659,7 +659,7 @@ async function showInstance(id, key, focusLogs) {
       row('Last failure', entry.lastFailure
         ? h('span', { id: 'last-failure' }, when(entry.lastFailure.at), ': ', entry.lastFailure.message)
         : h('span', { class: 'muted' }, 'none')),
-      row('Branched from', entry.branchedFrom ? origin(entry) : h('span', { class: 'muted' }, 'not a branch')),
+      row('Branched from', entry.branchedFrom ? origin(entry, { prefix: false }) : h('span', { class: 'muted' }, 'not a branch')),
       row('Last reached', i.lastReachedAt ? when(i.lastReachedAt) : 'never'),
       row('Spec', h('code', { title: i.specDigest }, shortDigest(i.specDigest)))));
     refocus(detailsBox, focusedDetail);
@@ -674,7 +674,7 @@ async function showInstance(id, key, focusLogs) {
       if (abort.signal.aborted) return;
       replace(releasesBox, releases.items.length === 0
         ? h('p', { class: 'muted' }, 'No release yet: one is recorded when a verified container of a spec starts.')
-        : h('div', { class: 'table-wrap' }, h('table', {},
+        : h('div', { class: 'table-wrap' }, h('table', { class: 'releases' },
           h('caption', { class: 'visually-hidden' }, `Releases of ${key}`),
           h('thead', {}, h('tr', {}, ['Spec', 'Image', 'First started', 'Ended'].map((t) => h('th', { scope: 'col' }, t)))),
           h('tbody', {}, releases.items.map((r) => h('tr', {},
@@ -695,8 +695,13 @@ async function showInstance(id, key, focusLogs) {
       'Restore');
     if (!sure) { button.focus(); return; }
     act(button, `Restoring ${s.name} into ${key}…`, async () => {
+      const asking = `Restoring ${s.name}…`;
+      copyStatus.textContent = asking;
       const answer = await api.post(`${api.instancePath(id, key)}/restore`, { snapshotId: s.snapshotId });
-      copyStatus.textContent = `Restoring ${s.name}; what ${key} held is kept as ${answer.beforeRestore.name}.`;
+      // The copy's own events may have said more already.
+      if (copyStatus.textContent === asking) {
+        copyStatus.textContent = `Restoring ${s.name}; what ${key} held is kept as ${answer.beforeRestore.name}.`;
+      }
       loadSnapshots();
     });
   };
@@ -707,10 +712,10 @@ async function showInstance(id, key, focusLogs) {
     if (!asked) { button.focus(); return; }
     act(button, `Branching ${asked.key} from ${s.name}…`, async () => {
       branching = asked.key;
+      copyStatus.textContent = `Branching ${asked.key} from ${s.name}…`;
       await api.post(`${api.instancePath(id, asked.key)}/branch`, {
         from: { snapshotId: s.snapshotId }, worktreeKey: asked.worktreeKey, cause: 'person',
       });
-      copyStatus.textContent = `Branching ${asked.key} from ${s.name}…`;
     });
   };
   const loadSnapshots = async () => {
@@ -756,15 +761,22 @@ async function showInstance(id, key, focusLogs) {
   render();
   let digest = model.entries.get(key)?.instance.specDigest;
   let kind = model.entries.get(key)?.instance.state.kind;
+  let started = model.entries.get(key)?.instance.startedAt;
   onChange = () => {
     render();
     const entry = model.entries.get(key);
     if (entry && entry.instance.specDigest !== digest) { digest = entry.instance.specDigest; loadReleases(); }
     const k = entry?.instance.state.kind;
     if (k !== kind) {
-      // A container that starts again has new output to follow.
-      if ((k === 'starting' || k === 'running') && kind !== 'starting' && kind !== 'running' && following) openLogs();
+      // A spec's release is recorded when its container runs: the history is read again then.
+      if (k === 'running') loadReleases();
       kind = k;
+    }
+    // A container that started again (a start, a restore, a rollback) has new output to follow.
+    const s = entry?.instance.startedAt;
+    if (s && s !== started) {
+      started = s;
+      if (following && (k === 'starting' || k === 'running')) openLogs();
     }
   };
   // A copy of this instance's volumes (a snapshot of it, a branch or a restore into it) says

@@ -176,7 +176,8 @@ pub fn connect_string(
 }
 
 /// The engine's volume sizes for the web page, measured on demand and kept for
-/// [`SIZE_CACHE_FOR`]: the engine walks every volume to measure them.
+/// [`SIZE_CACHE_FOR`] when every one was measured: the engine walks every volume to measure
+/// them.
 #[derive(Clone, Default)]
 pub(crate) struct SizeCache(
     std::sync::Arc<
@@ -438,7 +439,11 @@ async fn volume_usage(
                     _ => names.iter().map(|n| (n.clone(), None)).collect(),
                 };
                 let at = Timestamp::now();
-                *cache = Some((std::time::Instant::now(), at, sizes.clone()));
+                // A size the engine did not give (it refused its report, busy with another) is
+                // not kept: the next ask measures again.
+                if sizes.values().all(Option::is_some) {
+                    *cache = Some((std::time::Instant::now(), at, sizes.clone()));
+                }
                 (at, sizes)
             }
         }
