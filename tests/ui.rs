@@ -657,9 +657,9 @@ fn an_instance_page_shows_sizes_connect_string_last_failure_and_origin_and_resto
     assert!(row.contains("Last failure"), "{row}");
     assert!(row.contains(&failure_start), "{row}\n{failure}");
     assert_eq!(
-        browser.js(&format!(
+        browser.js(
             "return !!document.querySelector('tr[data-key=\"db\"] button[aria-label=\"Copy connect string for db port 5432\"]')"
-        )),
+        ),
         json!(true),
         "a copy button for the connect string"
     );

@@ -179,16 +179,13 @@ pub fn connect_string(
 /// [`SIZE_CACHE_FOR`] when every one was measured: the engine walks every volume to measure
 /// them.
 #[derive(Clone, Default)]
-pub(crate) struct SizeCache(
-    std::sync::Arc<
-        tokio::sync::Mutex<
-            Option<(
-                std::time::Instant,
-                Timestamp,
-                std::collections::BTreeMap<String, Option<u64>>,
-            )>,
-        >,
-    >,
+pub(crate) struct SizeCache(std::sync::Arc<tokio::sync::Mutex<Option<Measured>>>);
+
+/// One measurement: when (for its age, and for the answer), and each volume's size.
+type Measured = (
+    std::time::Instant,
+    Timestamp,
+    std::collections::BTreeMap<String, Option<u64>>,
 );
 
 /// How long measured volume sizes are reused.
