@@ -1738,6 +1738,54 @@ mod tests {
         let change = event.change.instance().unwrap();
         assert_eq!(change.instance.state.kind(), "starting");
         assert_eq!(change.observed_generation, 1);
+
+        // A failure is kept, with its time, after the instance recovers; a later one replaces it.
+        async fn last(store: &Store, id: &InstanceId) -> Option<LastFailure> {
+            let id = id.clone();
+            store.read(move |tx| tx.last_failure(&id)).await.unwrap()
+        }
+        let id = instance.id.clone();
+        assert_eq!(last(&store, &id).await, None, "never failed");
+        for (at, state) in [
+            (
+                4,
+                InstanceState::Failed {
+                    at: Timestamp::from_millis(4),
+                    message: "the first".into(),
+                },
+            ),
+            (
+                5,
+                InstanceState::Running {
+                    since: Timestamp::from_millis(5),
+                },
+            ),
+        ] {
+            let mut obs = Observation::of(&instance);
+            obs.observed_at = Timestamp::from_millis(at);
+            obs.state = state;
+            store
+                .write(move |tx| tx.record_observation(&obs))
+                .await
+                .unwrap();
+        }
+        assert_eq!(
+            last(&store, &id).await,
+            Some(LastFailure {
+                message: "the first".into(),
+                at: Timestamp::from_millis(4),
+            })
+        );
+        let mut obs = Observation::of(&instance);
+        obs.state = InstanceState::Failed {
+            at: Timestamp::from_millis(6),
+            message: "the second".into(),
+        };
+        store
+            .write(move |tx| tx.record_observation(&obs))
+            .await
+            .unwrap();
+        assert_eq!(last(&store, &id).await.unwrap().message, "the second");
     }
 
     #[tokio::test]
