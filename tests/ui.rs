@@ -258,6 +258,13 @@ impl Browser {
         .map(str::to_owned)
     }
 
+    /// A screenshot without the passing toast (for the docs).
+    fn screenshot_quiet(&self, name: &str) {
+        self.js("document.getElementById('toast').hidden = true; return null");
+        self.screenshot(name);
+        self.js("document.getElementById('toast').hidden = false; return null");
+    }
+
     fn screenshot(&self, name: &str) {
         let png = block_on(self.wd.screenshot()).expect("a screenshot");
         let dir = screenshots();
@@ -742,13 +749,18 @@ fn an_instance_page_shows_sizes_connect_string_last_failure_and_origin_and_resto
         "[...document.querySelectorAll('tr[data-snapshot]')].some((tr) => tr.dataset.snapshot.startsWith('before-restore-'))",
         "the before-restore snapshot listed",
     );
-    browser.js("document.querySelector('#snapshots-h').scrollIntoView(); return null");
-    browser.screenshot("instance-snapshots");
     api.settled(&domain, "db", &["running"], READY);
     assert_eq!(
         exec_ok(&api, &domain, "db", &["cat", "/srv/data/note"]),
         "v1"
     );
+    // The logs follow the container the restore started.
+    browser.wait(
+        "document.querySelector('#log-status').textContent.startsWith('Following')",
+        "the logs following the restarted container",
+    );
+    browser.js("document.querySelector('#snapshots-h').scrollIntoView(); return null");
+    browser.screenshot_quiet("instance-snapshots");
 
     // Branch a new instance from the snapshot, in its own worktree, from the page.
     browser.click("tr[data-snapshot=\"v1\"] [data-action^=\"branch:\"]");
@@ -793,7 +805,7 @@ fn an_instance_page_shows_sizes_connect_string_last_failure_and_origin_and_resto
     assert_eq!(fix["branchedFrom"]["snapshotName"], "v1", "{fix}");
     assert_eq!(fix["branchedFrom"]["state"], "done", "{fix}");
     browser.js("window.scrollTo(0, 0); return null");
-    browser.screenshot("instance-branch");
+    browser.screenshot_quiet("instance-branch");
     let findings = browser.audit();
     assert!(findings.is_empty(), "db-fix: {findings:#?}");
 
@@ -849,9 +861,22 @@ fn an_instance_page_shows_sizes_connect_string_last_failure_and_origin_and_resto
         "v1"
     );
     browser.js("window.scrollTo(0, 0); return null");
-    browser.screenshot("instance-actions");
+    browser.screenshot_quiet("instance-actions");
     let findings = browser.audit();
     assert!(findings.is_empty(), "db: {findings:#?}");
+
+    // Back on the project: db-fix says where it came from, and its volume is measured too.
+    browser.click("#crumbs a[href^=\"#/d/\"]");
+    browser.wait(
+        "document.querySelector('tr[data-key=\"db-fix\"] li[data-volume=\"data\"] .size') && \
+         document.querySelector('tr[data-key=\"db\"] li[data-volume=\"data\"] .size')",
+        "both volumes' sizes",
+    );
+    let row = browser.text("tr[data-key=\"db-fix\"]");
+    assert!(row.contains("branched from snapshot v1 of db"), "{row}");
+    browser.screenshot_quiet("domain-actions");
+    let findings = browser.audit();
+    assert!(findings.is_empty(), "the project: {findings:#?}");
     let cookies = block_on(browser.wd.get_all_cookies()).expect("the cookies");
     assert!(cookies.is_empty(), "{cookies:?}");
     browser.assert_clean("the instance page's actions");

@@ -166,6 +166,12 @@ function loadSizes(model) {
   return model.sizesLoading;
 }
 
+// Whether a volume on screen has not been measured yet (none was, or it is newer).
+function needsSizes(model) {
+  if (!model.sizes) return true;
+  return [...model.entries.values()].some((e) => e.instance.volumes.some((v) => sizeOf(model, e.instance.key, v.name) === undefined));
+}
+
 function sizeOf(model, key, volume) {
   const of = model.sizes && model.sizes.get(key);
   return of && of.has(volume) ? of.get(volume) : undefined;
@@ -555,7 +561,7 @@ async function showDomain(id) {
   setCrumbs({ text: 'Projects', href: '#/' }, { text: model.domain.name });
   renderDomain(model);
   performance.mark('berth:domain-rendered');
-  if (!model.sizes) loadSizes(model);
+  if (needsSizes(model)) loadSizes(model);
   onChange = (what) => {
     const action = main.contains(document.activeElement) ? document.activeElement.getAttribute('data-action') : null;
     if (what.full || !updateRow(model, what.key)) { renderDomain(model); refocus(main, action); }
@@ -801,7 +807,7 @@ async function showInstance(id, key, focusLogs) {
   };
   loadReleases();
   loadSnapshots();
-  if (!model.sizes) loadSizes(model);
+  if (needsSizes(model)) loadSizes(model);
   openLogs();
   if (focusLogs) logBox.focus(); else focusHeading();
 }
