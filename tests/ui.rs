@@ -767,6 +767,8 @@ fn an_instance_page_shows_sizes_connect_string_last_failure_and_origin_and_resto
     browser.wait("document.querySelector('#branch[open]')", "the branch form");
     browser.fill("#branch-key", "db-fix");
     browser.fill("#branch-worktree", "fix");
+    let findings = browser.audit();
+    assert!(findings.is_empty(), "the branch form: {findings:#?}");
     browser.click("#branch-ok");
     browser.wait(
         "document.querySelector('#copy-status').textContent.startsWith('The branch db-fix is done')",

@@ -380,6 +380,9 @@ mod tests {
         let from = serde_json::json!({"snapshotId": "snp:0a1b2c3d-0000-4000-8000-000000000000"});
         let bare = branch(serde_json::json!({"from": from, "cause": "person"})).expect("no spec");
         assert!(bare.spec.is_none() && bare.worktree_key.is_none());
+        let null = branch(serde_json::json!({"from": from, "spec": null, "cause": "person"}))
+            .expect("a null spec");
+        assert!(null.spec.is_none());
         let moved = branch(serde_json::json!({"from": from, "worktreeKey": "fix", "cause": "use"}))
             .expect("a worktree key");
         assert_eq!(moved.worktree_key, Some(Some("fix".to_owned())));

@@ -130,7 +130,8 @@ impl Decode for BranchRequest {
                 }
             }
         });
-        let spec = fields.optional("spec").cloned();
+        // A null spec is a spec left out.
+        let spec = fields.optional("spec").filter(|v| !v.is_null()).cloned();
         let mut bad = false;
         let worktree_key = match fields.optional("worktreeKey") {
             None => None,
