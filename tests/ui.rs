@@ -866,6 +866,14 @@ fn an_instance_page_shows_sizes_connect_string_last_failure_and_origin_and_resto
     browser.screenshot_quiet("instance-actions");
     let findings = browser.audit();
     assert!(findings.is_empty(), "db: {findings:#?}");
+    browser.cdp(
+        "Emulation.setEmulatedMedia",
+        json!({"features": [{"name": "prefers-color-scheme", "value": "dark"}]}),
+    );
+    browser.screenshot_quiet("instance-dark");
+    let findings = browser.audit();
+    assert!(findings.is_empty(), "db, dark: {findings:#?}");
+    browser.cdp("Emulation.setEmulatedMedia", json!({"features": []}));
 
     // Back on the project: db-fix says where it came from, and its volume is measured too.
     browser.click("#crumbs a[href^=\"#/d/\"]");
