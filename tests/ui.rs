@@ -769,7 +769,8 @@ fn an_instance_page_shows_sizes_connect_string_last_failure_and_origin_and_resto
     browser.fill("#branch-worktree", "fix");
     let findings = browser.audit();
     assert!(findings.is_empty(), "the branch form: {findings:#?}");
-    browser.click("#branch-ok");
+    // Enter in a field branches.
+    browser.press(Key::Enter);
     browser.wait(
         "document.querySelector('#copy-status').textContent.startsWith('The branch db-fix is done')",
         "the branch done, from the copy's events",

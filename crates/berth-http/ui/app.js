@@ -281,6 +281,16 @@ function confirmAction(title, body, ok) {
   });
 }
 
+// Enter in a field of the branch form branches (the form's first button is Cancel, which an
+// implicit submission would press).
+for (const field of ['branch-key', 'branch-worktree']) {
+  document.getElementById(field).addEventListener('keydown', (event) => {
+    if (event.key !== 'Enter') return;
+    event.preventDefault();
+    document.getElementById('branch-form').requestSubmit(document.getElementById('branch-ok'));
+  });
+}
+
 // Asks for a branch's new key and worktree key; resolves null when cancelled.
 function askBranch(source, worktreeKey, alias) {
   const branchDialog = document.getElementById('branch');
