@@ -383,6 +383,11 @@ mod tests {
         let null = branch(serde_json::json!({"from": from, "spec": null, "cause": "person"}))
             .expect("a null spec");
         assert!(null.spec.is_none());
+        // The document's pattern for it is the decoder's.
+        assert_eq!(
+            document()["components"]["schemas"]["BranchRequest"]["properties"]["worktreeKey"]["pattern"],
+            berth_core::spec::WORKTREE_KEY_PATTERN
+        );
         let moved = branch(serde_json::json!({"from": from, "worktreeKey": "fix", "cause": "use"}))
             .expect("a worktree key");
         assert_eq!(moved.worktree_key, Some(Some("fix".to_owned())));

@@ -93,7 +93,7 @@ pub struct BranchRequest {
     pub spec: Option<serde_json::Value>,
     /// Only without `spec`: the new instance's worktree key (null: shared by the domain).
     /// Left out, the source's.
-    #[schema(value_type = Option<String>, pattern = r"^[a-z0-9][a-z0-9._/-]{0,127}$")]
+    #[schema(value_type = Option<String>, pattern = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")]
     pub worktree_key: Option<Option<String>>,
     /// `use` or `person`, as for `up`.
     #[schema(value_type = String, pattern = "^(use|person)$")]
