@@ -597,8 +597,16 @@ fn bad_snapshot_branch_and_restore_requests_are_refused_and_write_nothing() {
             "body.from.snapshotId",
         ),
         (
-            json!({"from": {"instanceKey": "files@a"}, "cause": "use"}),
-            "body.spec",
+            json!({"from": {"instanceKey": "files@a"}, "spec": files_spec(&busybox, "b"), "worktreeKey": "b", "cause": "use"}),
+            "body.worktreeKey",
+        ),
+        (
+            json!({"from": {"instanceKey": "files@a"}, "worktreeKey": "Not A Key", "cause": "use"}),
+            "body.worktreeKey",
+        ),
+        (
+            json!({"from": {"instanceKey": "files@a"}, "worktreeKey": "b"}),
+            "body.cause",
         ),
     ] {
         let refused = api
@@ -614,6 +622,22 @@ fn bad_snapshot_branch_and_restore_requests_are_refused_and_write_nothing() {
         json!({"from": {"snapshotId": "snp:00000000-0000-4000-8000-000000000000"}, "spec": files_spec(&busybox, "b"), "cause": "use"}),
     )
     .expect_error(404, "ResourceSnapshotNotFoundError");
+    // Without a spec, the source's is used: in the source's own worktree, its alias is taken.
+    api.post(
+        &format!("{base}/files@b/branch"),
+        json!({"from": {"instanceKey": "files@a"}, "cause": "use"}),
+    )
+    .expect_error(409, "ResourceInstanceAliasTakenError");
+    api.post(
+        &format!("{base}/files@b/branch"),
+        json!({"from": {"snapshotId": "snp:00000000-0000-4000-8000-000000000000"}, "worktreeKey": "b", "cause": "use"}),
+    )
+    .expect_error(404, "ResourceSnapshotNotFoundError");
+    api.post(
+        &format!("{base}/files@b/branch"),
+        json!({"from": {"instanceKey": "nobody"}, "worktreeKey": "b", "cause": "use"}),
+    )
+    .expect_error(404, "ResourceInstanceNotFoundError");
     api.post(
         &format!("{base}/files@a/restore"),
         json!({"snapshotId": "snp:00000000-0000-4000-8000-000000000000"}),

@@ -242,12 +242,27 @@ impl Browser {
         block_on(el.send_keys(&key.to_string())).expect("a key press");
     }
 
+    /// Types `text` into the field at `selector`, after clearing it.
+    fn fill(&self, selector: &str, text: &str) {
+        let el = block_on(self.wd.find(Locator::Css(selector)))
+            .unwrap_or_else(|e| panic!("{selector}: {e}"));
+        block_on(el.clear()).unwrap_or_else(|e| panic!("clear {selector}: {e}"));
+        block_on(el.send_keys(text)).unwrap_or_else(|e| panic!("type into {selector}: {e}"));
+    }
+
     fn active_attr(&self, name: &str) -> Option<String> {
         self.js(&format!(
             "return document.activeElement && document.activeElement.getAttribute({name:?})"
         ))
         .as_str()
         .map(str::to_owned)
+    }
+
+    /// A screenshot without the passing toast (for the docs).
+    fn screenshot_quiet(&self, name: &str) {
+        self.js("document.getElementById('toast').hidden = true; return null");
+        self.screenshot(name);
+        self.js("document.getElementById('toast').hidden = false; return null");
     }
 
     fn screenshot(&self, name: &str) {
@@ -392,6 +407,10 @@ fn a_page_signed_in_by_a_link_shows_a_domain_live_and_acts_from_the_keyboard() {
         !fetched.iter().any(|u| u.contains("/instances/")),
         "no request per instance: {fetched:?}"
     );
+    browser.wait(
+        "document.querySelector('#sizes-note button')",
+        "the volume sizes measured",
+    );
     browser.screenshot("domain");
     browser.cdp(
         "Emulation.setEmulatedMedia",
@@ -530,6 +549,349 @@ fn a_page_signed_in_by_a_link_shows_a_domain_live_and_acts_from_the_keyboard() {
     // No code or token reached the log.
     let log = daemon.log_text();
     assert!(!log.contains(&code_of(&link)), "the code is in the log");
+}
+
+/// Runs `argv` in an instance and answers its trimmed standard output.
+fn exec_ok(api: &Client, domain: &str, key: &str, argv: &[&str]) -> String {
+    let result = api.exec(domain, key, argv, None, 60_000, b"").expect(200);
+    assert_eq!(result["exitCode"], 0, "{argv:?}: {result}");
+    result["stdout"].as_str().unwrap().trim().to_owned()
+}
+
+#[test]
+fn an_instance_page_shows_sizes_connect_string_last_failure_and_origin_and_restores_branches_and_rolls_back()
+ {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+
+    // db fails first (its image's digest is not in the registry), then runs: its failure is
+    // kept after it recovers.
+    let registry = support::fixture("BERTH_TEST_REGISTRY");
+    let missing = format!(
+        "{registry}/berth-fixtures/busybox@sha256:{}",
+        "0".repeat(64)
+    );
+    let mut db = spec(&missing, "db");
+    api.up(&domain, "db", &db, "person").expect(200);
+    let failed = api.wait_state(&domain, "db", "failed", READY);
+    let failure = failed["state"]["message"]
+        .as_str()
+        .expect("a failure's message")
+        .to_owned();
+    // A database-like service on 5432 (busybox's httpd there), with its user and database in
+    // the env, and a password that must never reach the page.
+    db = spec(&busybox_image(), "db");
+    db["command"] = json!(["httpd", "-f", "-p", "5432", "-h", "/www"]);
+    db["ready"] = json!({"kind": "tcp", "port": 5432});
+    db["env"] = json!({"POSTGRES_USER": "app", "POSTGRES_DB": "shop", "POSTGRES_PASSWORD": "not-on-the-page"});
+    api.up(&domain, "db", &db, "person").expect(200);
+    let first = api.wait_state(&domain, "db", "running", READY);
+    let first_digest = first["specDigest"].as_str().unwrap().to_owned();
+    exec_ok(
+        &api,
+        &domain,
+        "db",
+        &["sh", "-c", "echo v1 > /srv/data/note"],
+    );
+    let summary = api
+        .get(&format!("/v1/resource-domains/{domain}/summary"))
+        .expect(200);
+    let entry = summary["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["instance"]["key"] == "db")
+        .expect("db in the summary")
+        .clone();
+    assert_eq!(entry["lastFailure"]["message"], json!(failure), "{entry}");
+    assert_eq!(entry["branchedFrom"], Value::Null, "{entry}");
+    let host_port = entry["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["port"] == 5432)
+        .expect("db's 5432 endpoint")["hostPort"]
+        .as_u64()
+        .unwrap();
+    let connect = format!("postgres://app:PASSWORD@127.0.0.1:{host_port}/shop");
+    let failure_start: String = failure.chars().take(40).collect();
+
+    let browser = Browser::start();
+    browser.goto(&sign_in_link(&api));
+    browser.wait("document.querySelector('a.card.domain')", "the domain card");
+    browser.click("a.card.domain");
+
+    // The domain: db's connect string from its env (no password), its last failure with its
+    // time, and its volume's size from one request besides the summary.
+    browser.wait(
+        "document.querySelector('tr[data-key=\"db\"] [data-state=\"running\"]')",
+        "db running",
+    );
+    browser.wait(
+        "document.querySelector('tr[data-key=\"db\"] li[data-volume=\"data\"] .size')",
+        "db's volume size",
+    );
+    // The engine refuses a disk-usage report while another runs (another test's daemon may be
+    // asking): an unmeasured size is asked for again with Measure again, a few times.
+    let size = "document.querySelector('tr[data-key=\"db\"] li[data-volume=\"data\"] .size').dataset.bytes";
+    let mut bytes = browser.js(&format!("return {size}"));
+    for _ in 0..5 {
+        if bytes != json!("") {
+            break;
+        }
+        let measured = browser
+            .js("return document.querySelector('#sizes-note time').getAttribute('datetime')");
+        let measured = measured.as_str().expect("when the sizes were measured");
+        browser.click("#sizes-note button");
+        browser.wait(
+            &format!(
+                "document.querySelector('#sizes-note time') && \
+                 document.querySelector('#sizes-note time').getAttribute('datetime') !== '{measured}'"
+            ),
+            "the sizes measured again",
+        );
+        bytes = browser.js(&format!("return {size}"));
+    }
+    let bytes: u64 = bytes
+        .as_str()
+        .and_then(|b| b.parse().ok())
+        .unwrap_or_else(|| panic!("a measured size: {bytes}"));
+    assert!(bytes >= 3, "the volume holds a file of 3 bytes: {bytes}");
+    let row = browser.text("tr[data-key=\"db\"]");
+    assert!(row.contains(&connect), "{row}");
+    assert!(!row.contains("not-on-the-page"), "{row}");
+    assert!(row.contains("Last failure"), "{row}");
+    assert!(row.contains(&failure_start), "{row}\n{failure}");
+    assert_eq!(
+        browser.js(
+            "return !!document.querySelector('tr[data-key=\"db\"] button[aria-label=\"Copy connect string for db port 5432\"]')"
+        ),
+        json!(true),
+        "a copy button for the connect string"
+    );
+    let fetched: Vec<String> =
+        serde_json::from_value(browser.recorded()["fetches"].clone()).expect("the fetches");
+    assert_eq!(
+        fetched.iter().filter(|u| u.contains("/summary")).count(),
+        1,
+        "{fetched:?}"
+    );
+    assert_eq!(
+        fetched
+            .iter()
+            .filter(|u| u.contains("/volume-usage"))
+            .count(),
+        1,
+        "one request for the sizes: {fetched:?}"
+    );
+    assert!(
+        !fetched.iter().any(|u| u.contains("/instances/")),
+        "{fetched:?}"
+    );
+
+    // db's page: the same, and its snapshots, taken from the form.
+    browser.click("tr[data-key=\"db\"] a.key");
+    browser.wait(
+        "document.querySelector('#snapshot-name')",
+        "the snapshot form",
+    );
+    browser.wait(
+        "document.querySelector('#last-failure')",
+        "db's last failure",
+    );
+    assert!(browser.text("#last-failure").contains(&failure_start));
+    assert!(browser.text("dl.details").contains("not a branch"));
+    browser.fill("#snapshot-name", "v1");
+    browser.press(Key::Enter);
+    browser.wait(
+        "[...document.querySelectorAll('tr[data-snapshot=\"v1\"]')].some((tr) => tr.textContent.includes('ready'))",
+        "the snapshot v1, ready",
+    );
+    let snapshots = api
+        .get(&format!(
+            "/v1/resource-domains/{domain}/snapshots?instanceKey=db"
+        ))
+        .expect(200);
+    let v1 = snapshots["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "v1")
+        .expect("v1 through the API")["snapshotId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Restore it over newer contents: the confirmation says what is kept.
+    exec_ok(
+        &api,
+        &domain,
+        "db",
+        &["sh", "-c", "echo v2 > /srv/data/note"],
+    );
+    browser.click("tr[data-snapshot=\"v1\"] [data-action^=\"restore:\"]");
+    browser.wait(
+        "document.querySelector('#confirm[open]')",
+        "the restore's confirmation",
+    );
+    let confirmation = browser.text("#confirm-body");
+    assert!(
+        confirmation.contains("kept first, as a before-restore snapshot"),
+        "{confirmation}"
+    );
+    browser.click("#confirm-ok");
+    browser.wait(
+        "document.querySelector('#copy-status').textContent === 'The restore is done.'",
+        "the restore done, from the copy's events",
+    );
+    browser.wait(
+        "[...document.querySelectorAll('tr[data-snapshot]')].some((tr) => tr.dataset.snapshot.startsWith('before-restore-'))",
+        "the before-restore snapshot listed",
+    );
+    api.settled(&domain, "db", &["running"], READY);
+    assert_eq!(
+        exec_ok(&api, &domain, "db", &["cat", "/srv/data/note"]),
+        "v1"
+    );
+    // The logs follow the container the restore started.
+    browser.wait(
+        "document.querySelector('#log-status').textContent.startsWith('Following')",
+        "the logs following the restarted container",
+    );
+    browser.js("document.querySelector('#snapshots-h').scrollIntoView(); return null");
+    browser.screenshot_quiet("instance-snapshots");
+
+    // Branch a new instance from the snapshot, in its own worktree, from the page.
+    browser.click("tr[data-snapshot=\"v1\"] [data-action^=\"branch:\"]");
+    browser.wait("document.querySelector('#branch[open]')", "the branch form");
+    browser.fill("#branch-key", "db-fix");
+    browser.fill("#branch-worktree", "fix");
+    let findings = browser.audit();
+    assert!(findings.is_empty(), "the branch form: {findings:#?}");
+    // Enter in a field branches.
+    browser.press(Key::Enter);
+    browser.wait(
+        "document.querySelector('#copy-status').textContent.startsWith('The branch db-fix is done')",
+        "the branch done, from the copy's events",
+    );
+    api.wait_state(&domain, "db-fix", "running", READY);
+    assert_eq!(
+        exec_ok(&api, &domain, "db-fix", &["cat", "/srv/data/note"]),
+        "v1"
+    );
+    let fix = api.instance(&domain, "db-fix");
+    assert_eq!(fix["worktreeKey"], "fix", "{fix}");
+    browser.click("#copy-status a");
+    browser.wait(
+        "document.querySelector('h1') && document.querySelector('h1').textContent === 'db-fix' && \
+         document.querySelector('#origin')",
+        "db-fix's page with its origin",
+    );
+    let origin = browser.text("#origin");
+    assert!(
+        origin.contains("branched from snapshot v1 of db"),
+        "{origin}"
+    );
+    let details = browser.text("dl.details");
+    assert!(details.contains("snapshot v1 of db"), "{details}");
+    let summary = api
+        .get(&format!("/v1/resource-domains/{domain}/summary"))
+        .expect(200);
+    let fix = summary["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["instance"]["key"] == "db-fix")
+        .expect("db-fix in the summary");
+    assert_eq!(fix["branchedFrom"]["snapshotId"], json!(v1), "{fix}");
+    assert_eq!(fix["branchedFrom"]["snapshotName"], "v1", "{fix}");
+    assert_eq!(fix["branchedFrom"]["state"], "done", "{fix}");
+    browser.js("window.scrollTo(0, 0); return null");
+    browser.screenshot_quiet("instance-branch");
+    let findings = browser.audit();
+    assert!(findings.is_empty(), "db-fix: {findings:#?}");
+
+    // A second release of db, then a rollback from its page: it runs the first spec again.
+    db["env"]["GREETING"] = json!("second release");
+    api.up(&domain, "db", &db, "person").expect(200);
+    api.wait_for(&domain, "db", READY, "db's second release running", |i| {
+        i["specDigest"] != json!(first_digest) && i["state"]["kind"] == "running"
+    });
+    browser.goto(&format!("{}/ui/#/d/{domain}/i/db", daemon.base));
+    browser.wait(
+        "document.querySelectorAll('table.releases tbody tr').length === 2",
+        "db's two releases",
+    );
+    // With the keyboard alone: Tab to Roll back, Enter; the confirmation starts on Cancel, so
+    // Tab to Roll back there and Enter.
+    browser.js("document.querySelector('main h1').focus(); return null");
+    let mut presses = 0;
+    while browser.active_attr("data-action").as_deref() != Some("rollback:db") {
+        browser.press(Key::Tab);
+        presses += 1;
+        assert!(presses < 40, "Tab never reached db's Roll back button");
+    }
+    browser.press(Key::Enter);
+    browser.wait(
+        "document.querySelector('#confirm[open]')",
+        "the rollback's confirmation",
+    );
+    assert!(
+        browser
+            .text("#confirm-body")
+            .contains("Every volume is kept")
+    );
+    assert_eq!(browser.active_attr("id").as_deref(), Some("confirm-cancel"));
+    browser.press(Key::Tab);
+    assert_eq!(browser.active_attr("id").as_deref(), Some("confirm-ok"));
+    browser.press(Key::Enter);
+    let back = api.wait_for(&domain, "db", READY, "db back on its first release", |i| {
+        i["specDigest"] == json!(first_digest) && i["state"]["kind"] == "running"
+    });
+    assert_eq!(back["specDigest"], json!(first_digest));
+    let short = first_digest.trim_start_matches("sha256:")[..12].to_owned();
+    browser.wait(
+        &format!(
+            "[...document.querySelectorAll('table.releases tbody tr')].some((tr) => \
+             tr.textContent.includes('{short}') && tr.textContent.includes('current')) && \
+             document.querySelector('dl.details').textContent.includes('{short}')"
+        ),
+        "the first release current on the page",
+    );
+    assert_eq!(
+        exec_ok(&api, &domain, "db", &["cat", "/srv/data/note"]),
+        "v1"
+    );
+    browser.js("window.scrollTo(0, 0); return null");
+    browser.screenshot_quiet("instance-actions");
+    let findings = browser.audit();
+    assert!(findings.is_empty(), "db: {findings:#?}");
+    browser.cdp(
+        "Emulation.setEmulatedMedia",
+        json!({"features": [{"name": "prefers-color-scheme", "value": "dark"}]}),
+    );
+    browser.screenshot_quiet("instance-dark");
+    let findings = browser.audit();
+    assert!(findings.is_empty(), "db, dark: {findings:#?}");
+    browser.cdp("Emulation.setEmulatedMedia", json!({"features": []}));
+
+    // Back on the project: db-fix says where it came from, and its volume is measured too.
+    browser.click("#crumbs a[href^=\"#/d/\"]");
+    browser.wait(
+        "document.querySelector('tr[data-key=\"db-fix\"] li[data-volume=\"data\"] .size') && \
+         document.querySelector('tr[data-key=\"db\"] li[data-volume=\"data\"] .size')",
+        "both volumes' sizes",
+    );
+    let row = browser.text("tr[data-key=\"db-fix\"]");
+    assert!(row.contains("branched from snapshot v1 of db"), "{row}");
+    browser.screenshot_quiet("domain-actions");
+    let findings = browser.audit();
+    assert!(findings.is_empty(), "the project: {findings:#?}");
+    let cookies = block_on(browser.wd.get_all_cookies()).expect("the cookies");
+    assert!(cookies.is_empty(), "{cookies:?}");
+    browser.assert_clean("the instance page's actions");
+    browser.close();
 }
 
 #[test]

@@ -531,6 +531,41 @@ struct SummaryInstance {
     restart_count: u32,
     image: SummaryImage,
     endpoints: Vec<Value>,
+    connect: Vec<ConnectString>,
+    #[serde(deserialize_with = "nullable")]
+    last_failure: Option<Value>,
+    #[serde(deserialize_with = "nullable")]
+    branched_from: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConnectString {
+    port: u16,
+    url: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct VolumeUsage {
+    measured_at: String,
+    instances: Vec<InstanceVolumeUsage>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InstanceVolumeUsage {
+    key: String,
+    volumes: Vec<VolumeSize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct VolumeSize {
+    name: String,
+    docker_name: String,
+    #[serde(deserialize_with = "nullable")]
+    bytes: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -554,6 +589,10 @@ fn the_web_pages_routes_answer_exactly_what_the_document_says() {
         ("/v1/ui/sessions", "post"),
         ("/v1/ui/sessions/current", "delete"),
         ("/v1/resource-domains/{resourceDomainId}/summary", "get"),
+        (
+            "/v1/resource-domains/{resourceDomainId}/volume-usage",
+            "get",
+        ),
         (
             "/v1/resource-domains/{resourceDomainId}/instances/{key}/start",
             "post",
@@ -615,7 +654,27 @@ fn the_web_pages_routes_answer_exactly_what_the_document_says() {
     assert!(web.image.message.is_none() && web.image.reference == busybox_image());
     assert_eq!(web.endpoints.len(), 1, "{:?}", web.endpoints);
     assert_eq!(web.endpoints[0]["port"], 8080);
+    assert_eq!(web.connect.len(), 1);
+    assert_eq!(web.connect[0].port, 8080);
+    assert_eq!(
+        web.connect[0].url,
+        format!("127.0.0.1:{}", web.endpoints[0]["hostPort"])
+    );
+    assert!(web.last_failure.is_none() && web.branched_from.is_none());
     assert!(summary.workspaces.is_empty());
+    let usage: VolumeUsage = decode(
+        "the volume sizes",
+        &page
+            .get(&format!("/v1/resource-domains/{domain}/volume-usage"))
+            .expect(200),
+    );
+    assert!(is_time(&usage.measured_at), "{}", usage.measured_at);
+    assert_eq!(usage.instances.len(), 1);
+    assert_eq!(usage.instances[0].key, "web");
+    let data = &usage.instances[0].volumes[0];
+    assert_eq!(data.name, "data");
+    assert_eq!(data.docker_name, web.instance.volumes[0].docker_name);
+    assert!(data.bytes.is_some_and(|b| b < 1 << 20), "{data:?}");
 
     // A person's start after a stop, with no spec sent.
     api.post(

@@ -275,6 +275,27 @@ pub struct CopyEvent {
     pub message: Option<String>,
 }
 
+/// Where a branched instance's volumes came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BranchOrigin {
+    /// The instance copied, when the branch was from an instance.
+    pub instance_key: Option<String>,
+    /// The snapshot copied, when the branch was from a snapshot.
+    #[schema(value_type = Option<String>)]
+    pub snapshot_id: Option<SnapshotId>,
+    /// That snapshot's name; null when it was deleted since.
+    pub snapshot_name: Option<String>,
+    /// The key of the instance that snapshot was taken of; null when it was deleted since.
+    pub snapshot_instance_key: Option<String>,
+    /// When that snapshot was taken; null when it was deleted since.
+    pub snapshot_created_at: Option<Timestamp>,
+    /// When the branch was asked for.
+    pub at: Timestamp,
+    /// `copying`, `done` or `failed`: the branch's copy.
+    pub state: CopyState,
+}
+
 const SNAPSHOT_COLUMNS: &str = "id, domain_id, instance_id, instance_key, name, spec_digest, image,
     created_at, state, message, volumes, source_paused_ms";
 
@@ -506,6 +527,41 @@ impl Tx<'_> {
             .optional()?)
     }
 
+    /// Where an instance's volumes were branched from: the branch that made it (done, under
+    /// way or failed), with its source's key or snapshot; `None` for an instance no branch made.
+    pub fn branch_origin(&self, id: &InstanceId) -> Result<Option<BranchOrigin>, StoreError> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT c.state, c.created_at, src.key, c.snapshot_id, s.name, s.instance_key,
+                        s.created_at
+                   FROM copies c
+                   LEFT JOIN instances src ON src.id = c.source_instance_id
+                   LEFT JOIN snapshots s ON s.id = c.snapshot_id
+                  WHERE c.kind = 'branch' AND c.target_instance_id = ?1
+                  ORDER BY c.created_at DESC, c.id DESC LIMIT 1",
+                [id.as_str()],
+                |row| {
+                    let state: String = row.get(0)?;
+                    let snapshot: Option<String> = row.get(3)?;
+                    Ok(BranchOrigin {
+                        state: CopyState::parse(&state).ok_or_else(bad_row)?,
+                        at: Timestamp::from_millis(row.get(1)?),
+                        instance_key: row.get(2)?,
+                        snapshot_id: snapshot
+                            .map(|t| SnapshotId::parse(&t).ok_or_else(bad_row))
+                            .transpose()?,
+                        snapshot_name: row.get(4)?,
+                        snapshot_instance_key: row.get(5)?,
+                        snapshot_created_at: row
+                            .get::<_, Option<i64>>(6)?
+                            .map(Timestamp::from_millis),
+                    })
+                },
+            )
+            .optional()?)
+    }
+
     /// The copy under way that fills this instance (a branch or a restore), if any.
     pub fn copy_into_instance(&self, id: &InstanceId) -> Result<Option<CopyOp>, StoreError> {
         Ok(self
@@ -539,6 +595,37 @@ impl Berth {
         tx.snapshot(id)?
             .filter(|s| s.domain_id == *domain_id)
             .ok_or_else(|| Error::SnapshotNotFound(id.to_string()))
+    }
+
+    /// The spec of a branch's source: the instance's, or for a snapshot the spec of the
+    /// instance it was taken of as that instance has it now (archived or not). For a branch
+    /// that asks for the same service as its source.
+    pub async fn branch_source_spec(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        from: &BranchFrom,
+    ) -> Result<crate::spec::Spec, Error> {
+        self.domain(owner, domain_id)?;
+        let (domain, from) = (domain_id.clone(), from.clone());
+        self.store()
+            .read(move |tx| {
+                let instance = match &from {
+                    BranchFrom::Instance(key) => tx.instance(&domain, key)?,
+                    BranchFrom::Snapshot(id) => match tx.snapshot(id)? {
+                        Some(s) if s.domain_id == domain => tx.instance_by_id(&s.instance_id)?,
+                        _ => return Ok(Err(Error::SnapshotNotFound(id.to_string()))),
+                    },
+                };
+                Ok(instance.map(|i| i.spec).ok_or_else(|| match &from {
+                    BranchFrom::Instance(key) => Error::InstanceNotFound {
+                        domain: domain.to_string(),
+                        key: key.clone(),
+                    },
+                    BranchFrom::Snapshot(id) => Error::SnapshotNotFound(id.to_string()),
+                }))
+            })
+            .await?
     }
 
     fn ready_snapshot(

@@ -265,6 +265,9 @@ const MIGRATIONS: &[&str] = &[
         updated_at INTEGER NOT NULL
     );
     CREATE INDEX copies_by_state ON copies(state);",
+    // 11: an instance keeps its last failure's message and time after it recovers.
+    "ALTER TABLE instances ADD COLUMN last_failure_message TEXT;
+    ALTER TABLE instances ADD COLUMN last_failure_at INTEGER;",
 ];
 
 /// Runs `PRAGMA quick_check` (every page and index, without comparing index contents to their
@@ -974,9 +977,45 @@ impl<'a> Tx<'a> {
                 obs.generation,
             ],
         )?;
+        // A failure is kept past the recovery that replaces it in `state`.
+        if let InstanceState::Failed { at, message } = &obs.state {
+            self.conn.execute(
+                "UPDATE instances SET last_failure_message = ?2, last_failure_at = ?3 WHERE id = ?1",
+                params![obs.id.as_str(), message, at.millis()],
+            )?;
+        }
         self.touch_instance(&obs.id);
         Ok(())
     }
+
+    /// An instance's last failure (its message and when), kept after it recovers; `None` when
+    /// it never failed.
+    pub fn last_failure(&self, id: &InstanceId) -> Result<Option<LastFailure>, StoreError> {
+        let row: Option<(Option<String>, Option<i64>)> = self
+            .conn
+            .query_row(
+                "SELECT last_failure_message, last_failure_at FROM instances WHERE id = ?1",
+                [id.as_str()],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        Ok(match row {
+            Some((Some(message), Some(at))) => Some(LastFailure {
+                message,
+                at: Timestamp::from_millis(at),
+            }),
+            _ => None,
+        })
+    }
+}
+
+/// An instance's last failure, kept after it recovers.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct LastFailure {
+    /// What went wrong, as the failed state said it.
+    pub message: String,
+    /// When it failed.
+    pub at: Timestamp,
 }
 
 const INSTANCE_COLUMNS: &str = "id, domain_id, key, spec, spec_digest, desired, stop_reason, state,
@@ -1699,6 +1738,54 @@ mod tests {
         let change = event.change.instance().unwrap();
         assert_eq!(change.instance.state.kind(), "starting");
         assert_eq!(change.observed_generation, 1);
+
+        // A failure is kept, with its time, after the instance recovers; a later one replaces it.
+        async fn last(store: &Store, id: &InstanceId) -> Option<LastFailure> {
+            let id = id.clone();
+            store.read(move |tx| tx.last_failure(&id)).await.unwrap()
+        }
+        let id = instance.id.clone();
+        assert_eq!(last(&store, &id).await, None, "never failed");
+        for (at, state) in [
+            (
+                4,
+                InstanceState::Failed {
+                    at: Timestamp::from_millis(4),
+                    message: "the first".into(),
+                },
+            ),
+            (
+                5,
+                InstanceState::Running {
+                    since: Timestamp::from_millis(5),
+                },
+            ),
+        ] {
+            let mut obs = Observation::of(&instance);
+            obs.observed_at = Timestamp::from_millis(at);
+            obs.state = state;
+            store
+                .write(move |tx| tx.record_observation(&obs))
+                .await
+                .unwrap();
+        }
+        assert_eq!(
+            last(&store, &id).await,
+            Some(LastFailure {
+                message: "the first".into(),
+                at: Timestamp::from_millis(4),
+            })
+        );
+        let mut obs = Observation::of(&instance);
+        obs.state = InstanceState::Failed {
+            at: Timestamp::from_millis(6),
+            message: "the second".into(),
+        };
+        store
+            .write(move |tx| tx.record_observation(&obs))
+            .await
+            .unwrap();
+        assert_eq!(last(&store, &id).await.unwrap().message, "the second");
     }
 
     #[tokio::test]

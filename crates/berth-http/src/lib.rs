@@ -45,6 +45,8 @@ pub struct App {
     pub berth: Berth,
     /// Cancelled when berth begins to stop: streaming handlers (exec, followed logs) end on it.
     pub shutdown: CancellationToken,
+    /// The engine's last volume sizes, kept briefly (the web page asks for them on demand).
+    pub(crate) volume_sizes: routes::ui::SizeCache,
 }
 
 #[derive(OpenApi)]
@@ -99,7 +101,11 @@ pub fn router(
     doc.merge(health_doc);
     let (sessions, sessions_doc) = routes::ui::public_router().split_for_parts();
     doc.merge(sessions_doc);
-    let app = App { berth, shutdown };
+    let app = App {
+        berth,
+        shutdown,
+        volume_sizes: routes::ui::SizeCache::default(),
+    };
     let v1 = v1
         .layer(from_fn_with_state(keys.clone(), auth::require_key))
         .with_state(app.clone())
@@ -277,8 +283,13 @@ mod tests {
     }
 
     /// For a request type: the example decodes; without each property the document lists as
-    /// required, the decoder says it is missing; and a key the document does not list is refused.
-    fn schema_and_decoder_agree<T: extract::Decode>(name: &str, example: serde_json::Value) {
+    /// required, the decoder says it is missing; every other property is one of `optional`; and
+    /// a key the document does not list is refused.
+    fn schema_and_decoder_agree<T: extract::Decode>(
+        name: &str,
+        example: serde_json::Value,
+        optional: &[&str],
+    ) {
         use berth_core::decode::Problems;
         let doc = document();
         let schema = &doc["components"]["schemas"][name];
@@ -297,9 +308,13 @@ mod tests {
             .collect();
         assert_eq!(
             properties.len(),
-            required.len(),
-            "{name}: every field is required"
+            required.len() + optional.len(),
+            "{name}: every field is required but {optional:?}"
         );
+        for field in optional {
+            assert!(properties.contains_key(*field), "{name}.{field}");
+            assert!(!required.contains(field), "{name}.{field} is optional");
+        }
         for field in required {
             assert!(properties.contains_key(field), "{name}.{field}");
             let mut body = example.clone();
@@ -328,24 +343,75 @@ mod tests {
         schema_and_decoder_agree::<CreateDomainRequest>(
             "CreateDomainRequest",
             serde_json::json!({"name": "shop"}),
+            &[],
         );
-        schema_and_decoder_agree::<StopRequest>("StopRequest", serde_json::json!({"by": "ada"}));
+        schema_and_decoder_agree::<StopRequest>(
+            "StopRequest",
+            serde_json::json!({"by": "ada"}),
+            &[],
+        );
         schema_and_decoder_agree::<routes::snapshots::SnapshotRequest>(
             "SnapshotRequest",
             serde_json::json!({"name": "before-migration"}),
+            &[],
         );
         schema_and_decoder_agree::<routes::snapshots::RestoreRequest>(
             "RestoreRequest",
             serde_json::json!({"snapshotId": "snp:0a1b2c3d-0000-4000-8000-000000000000"}),
+            &[],
         );
         schema_and_decoder_agree::<routes::snapshots::BranchRequest>(
             "BranchRequest",
             serde_json::json!({"from": {"instanceKey": "db"}, "spec": crate::schema::example_spec(), "cause": "person"}),
+            &["spec", "worktreeKey"],
         );
         schema_and_decoder_agree::<routes::ui::SessionRequest>(
             "SessionRequest",
             serde_json::json!({"code": "0123abcd"}),
+            &[],
         );
+        // A branch may leave its spec out (the source's is used), and then only may it name a
+        // worktree key.
+        let branch = |v: serde_json::Value| {
+            let mut p = Problems::default();
+            let out = routes::snapshots::BranchRequest::decode(&v, &mut p);
+            p.finish(out).map_err(|p| p.joined())
+        };
+        let from = serde_json::json!({"snapshotId": "snp:0a1b2c3d-0000-4000-8000-000000000000"});
+        let bare = branch(serde_json::json!({"from": from, "cause": "person"})).expect("no spec");
+        assert!(bare.spec.is_none() && bare.worktree_key.is_none());
+        let null = branch(serde_json::json!({"from": from, "spec": null, "cause": "person"}))
+            .expect("a null spec");
+        assert!(null.spec.is_none());
+        // The document's pattern for it is the decoder's.
+        assert_eq!(
+            document()["components"]["schemas"]["BranchRequest"]["properties"]["worktreeKey"]["pattern"],
+            berth_core::spec::WORKTREE_KEY_PATTERN
+        );
+        let moved = branch(serde_json::json!({"from": from, "worktreeKey": "fix", "cause": "use"}))
+            .expect("a worktree key");
+        assert_eq!(moved.worktree_key, Some(Some("fix".to_owned())));
+        let shared = branch(serde_json::json!({"from": from, "worktreeKey": null, "cause": "use"}))
+            .expect("shared");
+        assert_eq!(shared.worktree_key, Some(None));
+        let bad =
+            branch(serde_json::json!({"from": from, "worktreeKey": "Not Valid!", "cause": "use"}))
+                .err()
+                .expect("a refusal");
+        assert!(bad.contains("body.worktreeKey must be"), "{bad}");
+        let both = branch(serde_json::json!({"from": from, "worktreeKey": "fix",
+            "spec": crate::schema::example_spec(), "cause": "use"}))
+        .err()
+        .expect("a refusal");
+        assert!(
+            both.contains("body.worktreeKey must be left out with body.spec"),
+            "{both}"
+        );
+        let no_cause = branch(serde_json::json!({"from": from}))
+            .err()
+            .expect("a refusal");
+        assert!(no_cause.contains("body.cause is missing"), "{no_cause}");
+
         // A rollback names what it expects in one of two ways, so not every field is required.
         let decode = |v: serde_json::Value| {
             let mut p = Problems::default();
@@ -398,7 +464,7 @@ mod tests {
         );
         let doc = document();
         let example = doc["components"]["schemas"]["UpRequest"]["example"].clone();
-        schema_and_decoder_agree::<UpRequest>("UpRequest", example);
+        schema_and_decoder_agree::<UpRequest>("UpRequest", example, &[]);
     }
 
     /// A check for the one shape the id pattern has: a prefix, then a canonical uuid.

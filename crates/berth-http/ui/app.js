@@ -3,7 +3,7 @@
 
 import * as api from './api.js';
 import {
-  h, replace, badge, when, ago, stateTime, shortDigest, imageName, connectString, stopReason,
+  h, replace, badge, when, ago, stateTime, shortDigest, imageName, stopReason, formatBytes,
   EVIDENCE,
 } from './view.js';
 
@@ -118,7 +118,10 @@ async function openLive(id) {
   if (live && live.id === id) return live;
   closeLive();
   const abort = new AbortController();
-  const model = { id, abort, domain: null, entries: new Map(), workspaces: [], refreshTimer: null };
+  const model = {
+    id, abort, domain: null, entries: new Map(), workspaces: [], refreshTimer: null,
+    sizes: null, sizesAt: null, sizesLoading: null,
+  };
   live = model;
   await loadSummary(model);
   api.streamEvents(id, {
@@ -143,6 +146,70 @@ async function loadSummary(model) {
   const entries = new Map();
   for (const entry of summary.instances) entries.set(entry.instance.key, entry);
   model.entries = entries;
+}
+
+// The engine's volume sizes, asked for once per view (and when a person asks again), never
+// per event: the engine walks every volume to measure them.
+function loadSizes(model) {
+  if (model.sizesLoading) return model.sizesLoading;
+  model.sizesLoading = (async () => {
+    try {
+      const usage = await api.get(`${api.domainPath(model.id)}/volume-usage`);
+      if (live !== model) return;
+      const sizes = new Map();
+      for (const i of usage.instances) sizes.set(i.key, new Map(i.volumes.map((v) => [v.name, v.bytes])));
+      model.sizes = sizes;
+      model.sizesAt = usage.measuredAt;
+      if (onChange) onChange({ full: true, sizes: true });
+    } catch (e) { failed(e); } finally { model.sizesLoading = null; }
+  })();
+  return model.sizesLoading;
+}
+
+// Whether a volume on screen has not been measured yet (none was, or it is newer).
+function needsSizes(model) {
+  if (!model.sizes) return true;
+  return [...model.entries.values()].some((e) => e.instance.volumes.some((v) => sizeOf(model, e.instance.key, v.name) === undefined));
+}
+
+function sizeOf(model, key, volume) {
+  const of = model.sizes && model.sizes.get(key);
+  return of && of.has(volume) ? of.get(volume) : undefined;
+}
+
+function volumeList(model, i, { docker = false } = {}) {
+  if (!i.volumes.length) return h('span', { class: 'muted' }, 'none');
+  return h('ul', { class: 'plain volumes' }, i.volumes.map((v) => {
+    const bytes = sizeOf(model, i.key, v.name);
+    return h('li', { title: v.dockerName, 'data-volume': v.name },
+      docker ? h('code', {}, v.name) : v.name,
+      bytes === undefined ? null
+        : h('span', { class: 'muted small size', 'data-bytes': bytes === null ? '' : String(bytes) },
+          ` ${bytes === null ? 'size unknown' : formatBytes(bytes)}`),
+      docker ? h('span', { class: 'muted small' }, ` Docker volume ${v.dockerName}`) : null);
+  }));
+}
+
+// What the instance's volumes were branched from, in words.
+function origin(entry, { prefix = true, id = null } = {}) {
+  const b = entry.branchedFrom;
+  if (!b) return null;
+  const source = b.instanceKey
+    ? ['instance ', h('code', {}, b.instanceKey)]
+    : ['snapshot ', h('code', { title: b.snapshotId }, b.snapshotName || b.snapshotId),
+      b.snapshotInstanceKey ? [' of ', h('code', {}, b.snapshotInstanceKey)] : ''];
+  const state = b.state === 'copying' ? ' (copying)' : b.state === 'failed' ? ' (its copy failed)' : '';
+  return h('span', { class: 'origin', id }, prefix ? 'branched from ' : '', source, prefix ? ' ' : ', ', when(b.at), state);
+}
+
+function lastFailure(entry, { long = false } = {}) {
+  const i = entry.instance;
+  if (i.state.kind === 'failed') {
+    return h('div', { class: 'failure small', role: long ? 'alert' : null }, h('strong', {}, 'Failed: '), i.state.message);
+  }
+  const f = entry.lastFailure;
+  if (!f) return null;
+  return h('div', { class: 'last-failure small muted' }, h('strong', {}, 'Last failure '), when(f.at), ': ', f.message);
 }
 
 // A summary read again after a change the stream's view does not carry (a new instance, a new
@@ -171,7 +238,7 @@ function applyChange(model, change) {
   if (!before) {
     model.entries.set(next.key, {
       instance: next, generation: change.generation, observedGeneration: change.observedGeneration,
-      restartCount: 0, endpoints: [], image: null,
+      restartCount: 0, endpoints: [], connect: [], image: null, lastFailure: null, branchedFrom: null,
     });
     scheduleRefresh(model);
     if (onChange) onChange({ full: true, key: next.key });
@@ -182,6 +249,8 @@ function applyChange(model, change) {
     && JSON.stringify(before.instance) === JSON.stringify(next)) {
     return;
   }
+  // A failure stays on screen, as the last one, after the instance recovers.
+  if (next.state.kind === 'failed') before.lastFailure = { message: next.state.message, at: next.state.at };
   const kindBefore = before.instance.state.kind;
   const digestBefore = before.instance.specDigest;
   const worktreeBefore = before.instance.worktreeKey;
@@ -209,6 +278,37 @@ function confirmAction(title, body, ok) {
     dialog.addEventListener('close', () => resolve(dialog.returnValue === 'ok'), { once: true });
     dialog.showModal();
     document.getElementById('confirm-cancel').focus();
+  });
+}
+
+// Enter in a field of the branch form branches (the form's first button is Cancel, which an
+// implicit submission would press).
+for (const field of ['branch-key', 'branch-worktree']) {
+  document.getElementById(field).addEventListener('keydown', (event) => {
+    if (event.key !== 'Enter') return;
+    event.preventDefault();
+    document.getElementById('branch-form').requestSubmit(document.getElementById('branch-ok'));
+  });
+}
+
+// Asks for a branch's new key and worktree key; resolves null when cancelled.
+function askBranch(source, worktreeKey, alias) {
+  const branchDialog = document.getElementById('branch');
+  const keyInput = document.getElementById('branch-key');
+  const worktreeInput = document.getElementById('branch-worktree');
+  document.getElementById('branch-title').textContent = `Branch a new instance from ${source}`;
+  document.getElementById('branch-body').textContent = `The new instance runs the same spec, on a copy of ${source}'s volumes; `
+    + `${source} is not changed.`;
+  document.getElementById('branch-worktree-help').textContent = `Empty: shared by every worktree. The alias stays ${alias}, `
+    + 'which two instances of one worktree (or two shared ones) cannot share.';
+  keyInput.value = '';
+  worktreeInput.value = worktreeKey || '';
+  return new Promise((resolve) => {
+    branchDialog.returnValue = '';
+    branchDialog.addEventListener('close', () => resolve(branchDialog.returnValue === 'ok'
+      ? { key: keyInput.value.trim(), worktreeKey: worktreeInput.value.trim() || null } : null), { once: true });
+    branchDialog.showModal();
+    keyInput.focus();
   });
 }
 
@@ -298,11 +398,12 @@ function endpointCell(entry) {
   const i = entry.instance;
   if (!entry.endpoints.length) return h('span', { class: 'muted' }, '—');
   return entry.endpoints.map((e) => {
-    const connect = connectString(e.port, e.host, e.hostPort);
+    const known = (entry.connect || []).find((c) => c.port === e.port);
+    const connect = known ? known.url : `${e.host}:${e.hostPort}`;
     return h('div', { class: 'endpoint' },
       h('code', {}, `${e.host}:${e.hostPort}`),
       copyButton(connect, `Copy connect string for ${i.key} port ${e.port}`),
-      connect !== `${e.host}:${e.hostPort}` ? h('div', { class: 'muted small mono' }, connect) : null,
+      connect !== `${e.host}:${e.hostPort}` ? h('div', { class: 'muted small mono connect' }, connect) : null,
       h('div', { class: 'muted small' }, `→ container port ${e.port}`));
   });
 }
@@ -364,18 +465,15 @@ async function showDomains() {
 function instanceRow(model, entry) {
   const i = entry.instance;
   const href = `#/d/${encodeURIComponent(model.id)}/i/${encodeURIComponent(i.key)}`;
-  const failure = i.state.kind === 'failed' ? i.state.message : null;
   return h('tr', { 'data-key': i.key, class: `state-${i.state.kind}` },
     h('th', { scope: 'row' },
       h('a', { href, class: 'key' }, i.key),
-      i.alias !== i.key ? h('div', { class: 'muted small' }, 'alias ', h('code', {}, i.alias)) : null),
-    h('td', { class: 'state' }, stateCell(i),
-      failure ? h('div', { class: 'failure small' }, h('strong', {}, 'Failed: '), failure) : null),
+      i.alias !== i.key ? h('div', { class: 'muted small' }, 'alias ', h('code', {}, i.alias)) : null,
+      entry.branchedFrom ? h('div', { class: 'muted small' }, origin(entry)) : null),
+    h('td', { class: 'state' }, stateCell(i), lastFailure(entry)),
     h('td', {}, imageCell(entry)),
     h('td', {}, endpointCell(entry)),
-    h('td', {}, i.volumes.length
-      ? h('ul', { class: 'plain' }, i.volumes.map((v) => h('li', { title: v.dockerName }, v.name)))
-      : h('span', { class: 'muted' }, 'none')),
+    h('td', {}, volumeList(model, i)),
     h('td', { class: 'num' }, String(entry.restartCount ?? 0)),
     h('td', { class: 'actions' }, actionButtons(model, entry),
       h('a', { href: `${href}/logs`, class: 'button ghost', 'aria-label': `Logs of ${i.key}` }, 'Logs')));
@@ -428,13 +526,25 @@ function renderDomain(model) {
       d.state !== 'active' ? badge(d.state) : null,
       h('p', { class: 'muted summary', id: 'counts' },
         `${entries.length} instance${entries.length === 1 ? '' : 's'} · ${running} running`
-        + (failedCount ? ` · ${failedCount} failed` : ''))),
+        + (failedCount ? ` · ${failedCount} failed` : '')),
+      entries.length ? sizesNote(model) : null),
     entries.length === 0
       ? h('div', { class: 'empty' },
         h('p', { class: 'big' }, `No instances in ${d.name} yet.`),
         h('p', {}, 'Add one to ', h('code', {}, 'berth.toml'), ' in the repository and run ',
           h('code', {}, 'berth up'), '. It appears here as it starts.'))
       : sections);
+}
+
+// When the volume sizes on screen were measured, and a button to measure them again.
+function sizesNote(model) {
+  const again = h('button', {
+    type: 'button', class: 'icon', 'data-action': 'measure',
+    onclick: () => act(again, 'Volume sizes measured again.', () => loadSizes(model)),
+  }, 'Measure again');
+  return h('p', { class: 'muted small sizes-note', id: 'sizes-note' },
+    model.sizesAt ? ['Volume sizes measured ', when(model.sizesAt), ' '] : 'Measuring volume sizes… ',
+    model.sizesAt ? again : null);
 }
 
 function updateRow(model, key) {
@@ -461,6 +571,7 @@ async function showDomain(id) {
   setCrumbs({ text: 'Projects', href: '#/' }, { text: model.domain.name });
   renderDomain(model);
   performance.mark('berth:domain-rendered');
+  if (needsSizes(model)) loadSizes(model);
   onChange = (what) => {
     const action = main.contains(document.activeElement) ? document.activeElement.getAttribute('data-action') : null;
     if (what.full || !updateRow(model, what.key)) { renderDomain(model); refocus(main, action); }
@@ -546,9 +657,11 @@ async function showInstance(id, key, focusLogs) {
     replace(header,
       h('div', { class: 'title-row' }, h('h1', {}, key), badge(i.state.kind),
         h('span', { class: 'muted' }, when(stateTime(i.state)))),
-      i.state.kind === 'failed' ? h('p', { class: 'failure', role: 'alert' }, h('strong', {}, 'Failed: '), i.state.message) : null,
+      i.state.kind === 'failed' ? lastFailure(entry, { long: true }) : null,
+      entry.branchedFrom ? h('p', { class: 'muted' }, origin(entry, { id: 'origin' })) : null,
       h('div', { class: 'row' }, actionButtons(model, entry, { withArchive: true }), rollback));
     refocus(header, focused);
+    const focusedDetail = detailsBox.contains(document.activeElement) ? document.activeElement.getAttribute('data-action') : null;
     const row = (label, ...value) => [h('dt', {}, label), h('dd', {}, ...value)];
     replace(detailsBox, h('dl', { class: 'details' },
       row('Alias', h('code', {}, i.alias)),
@@ -557,10 +670,15 @@ async function showInstance(id, key, focusLogs) {
       row('Image', entry.image ? h('code', { class: 'wrap' }, entry.image.reference) : '…'),
       row('Evidence', imageCell(entry)),
       row('Host endpoint', endpointCell(entry)),
-      row('Volumes', i.volumes.length ? h('ul', { class: 'plain' }, i.volumes.map((v) => h('li', {}, h('code', {}, v.name), h('span', { class: 'muted small' }, ` Docker volume ${v.dockerName}`)))) : 'none'),
+      row('Volumes', volumeList(model, i, { docker: true }), i.volumes.length ? sizesNote(model) : null),
       row('Restarts', String(entry.restartCount ?? 0)),
+      row('Last failure', entry.lastFailure
+        ? h('span', { id: 'last-failure' }, when(entry.lastFailure.at), ': ', entry.lastFailure.message)
+        : h('span', { class: 'muted' }, 'none')),
+      row('Branched from', entry.branchedFrom ? origin(entry, { prefix: false }) : h('span', { class: 'muted' }, 'not a branch')),
       row('Last reached', i.lastReachedAt ? when(i.lastReachedAt) : 'never'),
       row('Spec', h('code', { title: i.specDigest }, shortDigest(i.specDigest)))));
+    refocus(detailsBox, focusedDetail);
   };
 
   const loadReleases = async () => {
@@ -572,7 +690,7 @@ async function showInstance(id, key, focusLogs) {
       if (abort.signal.aborted) return;
       replace(releasesBox, releases.items.length === 0
         ? h('p', { class: 'muted' }, 'No release yet: one is recorded when a verified container of a spec starts.')
-        : h('div', { class: 'table-wrap' }, h('table', {},
+        : h('div', { class: 'table-wrap' }, h('table', { class: 'releases' },
           h('caption', { class: 'visually-hidden' }, `Releases of ${key}`),
           h('thead', {}, h('tr', {}, ['Spec', 'Image', 'First started', 'Ended'].map((t) => h('th', { scope: 'col' }, t)))),
           h('tbody', {}, releases.items.map((r) => h('tr', {},
@@ -584,77 +702,154 @@ async function showInstance(id, key, focusLogs) {
     } catch (e) { if (!abort.signal.aborted) failed(e); }
   };
 
+  // The key of a branch asked for from this page: its copy's progress is shown here too.
+  let branching = null;
+  const restore = (s, button) => async () => {
+    const sure = await confirmAction(`Restore ${s.name} into ${key}?`,
+      `What ${key}'s volumes hold now is kept first, as a before-restore snapshot listed here; then `
+      + `${s.name}'s contents are copied in and ${key} starts again on them (its container stops for the copy).`,
+      'Restore');
+    if (!sure) { button.focus(); return; }
+    act(button, `Restoring ${s.name} into ${key}…`, async () => {
+      const asking = `Restoring ${s.name}…`;
+      copyStatus.textContent = asking;
+      const answer = await api.post(`${api.instancePath(id, key)}/restore`, { snapshotId: s.snapshotId });
+      // The copy's own events may have said more already.
+      if (copyStatus.textContent === asking) {
+        copyStatus.textContent = `Restoring ${s.name}; what ${key} held is kept as ${answer.beforeRestore.name}.`;
+      }
+      loadSnapshots();
+    });
+  };
+  const branch = (s, button) => async () => {
+    const entry = model.entries.get(key);
+    const asked = await askBranch(`the snapshot ${s.name}`, entry ? entry.instance.worktreeKey : null,
+      entry ? entry.instance.alias : key);
+    if (!asked) { button.focus(); return; }
+    act(button, `Branching ${asked.key} from ${s.name}…`, async () => {
+      branching = asked.key;
+      copyStatus.textContent = `Branching ${asked.key} from ${s.name}…`;
+      await api.post(`${api.instancePath(id, asked.key)}/branch`, {
+        from: { snapshotId: s.snapshotId }, worktreeKey: asked.worktreeKey, cause: 'person',
+      });
+    });
+  };
   const loadSnapshots = async () => {
     try {
       const snapshots = await api.get(`${api.domainPath(id)}/snapshots?instanceKey=${encodeURIComponent(key)}`);
       if (abort.signal.aborted) return;
-      replace(snapshotsBox, snapshotTable(key, snapshots.items));
+      const focused = snapshotsBox.contains(document.activeElement) ? document.activeElement.getAttribute('data-action') : null;
+      replace(snapshotsBox, snapshotTable(key, snapshots.items, { restore, branch }));
+      refocus(snapshotsBox, focused);
     } catch (e) { if (!abort.signal.aborted) failed(e); }
   };
+  const snapshotName = h('input', {
+    id: 'snapshot-name', name: 'name', type: 'text', required: true, maxlength: '100', autocomplete: 'off',
+    spellcheck: 'false', 'aria-describedby': 'snapshot-help',
+  });
+  const takeButton = h('button', { type: 'submit', 'data-action': `snapshot:${key}` }, 'Take snapshot');
+  const takeForm = h('form', {
+    class: 'take-snapshot',
+    onsubmit: (event) => {
+      event.preventDefault();
+      const name = snapshotName.value.trim();
+      if (!name) return;
+      act(takeButton, `Taking the snapshot ${name}…`, async () => {
+        await api.post(`${api.instancePath(id, key)}/snapshots`, { name });
+        snapshotName.value = '';
+        loadSnapshots();
+      });
+    },
+  },
+  h('label', { for: 'snapshot-name' }, 'Snapshot name'),
+  h('div', { class: 'row' }, snapshotName, takeButton),
+  h('p', { id: 'snapshot-help', class: 'muted small' },
+    'Copies the volumes as they are now; a running instance is frozen only for the copy.'));
 
   replace(main, header,
     h('div', { class: 'split' },
       h('section', { 'aria-labelledby': 'details-h' }, h('h2', { id: 'details-h' }, 'Details'), detailsBox),
       h('section', { 'aria-labelledby': 'releases-h' }, h('h2', { id: 'releases-h' }, 'Releases'), releasesBox)),
-    h('section', { 'aria-labelledby': 'snapshots-h' }, h('h2', { id: 'snapshots-h' }, 'Snapshots'), copyStatus, snapshotsBox),
+    h('section', { 'aria-labelledby': 'snapshots-h' }, h('h2', { id: 'snapshots-h' }, 'Snapshots'), takeForm, copyStatus, snapshotsBox),
     h('section', { 'aria-labelledby': 'logs-h', class: 'log-section' },
       h('div', { class: 'title-row' }, h('h2', { id: 'logs-h' }, 'Logs'), followButton),
       logStatus, logBox));
   render();
   let digest = model.entries.get(key)?.instance.specDigest;
   let kind = model.entries.get(key)?.instance.state.kind;
+  let started = model.entries.get(key)?.instance.startedAt;
   onChange = () => {
     render();
     const entry = model.entries.get(key);
     if (entry && entry.instance.specDigest !== digest) { digest = entry.instance.specDigest; loadReleases(); }
     const k = entry?.instance.state.kind;
     if (k !== kind) {
-      // A container that starts again has new output to follow.
-      if ((k === 'starting' || k === 'running') && kind !== 'starting' && kind !== 'running' && following) openLogs();
+      // A spec's release is recorded when its container runs: the history is read again then.
+      if (k === 'running') loadReleases();
       kind = k;
+    }
+    // A container that started again (a start, a restore, a rollback) has new output to follow.
+    const s = entry?.instance.startedAt;
+    if (s && s !== started) {
+      started = s;
+      if (following && (k === 'starting' || k === 'running')) openLogs();
     }
   };
   // A copy of this instance's volumes (a snapshot of it, a branch or a restore into it) says
   // its progress on the stream; the list is read again when it ends.
   onCopy = (copy) => {
-    if (copy.instanceKey !== key) return;
+    const mine = copy.instanceKey === key;
+    const ours = branching !== null && copy.instanceKey === branching && copy.kind === 'branch';
+    if (!mine && !ours) return;
+    const what = ours ? `The branch ${copy.instanceKey}` : `The ${copy.kind}`;
     if (copy.state === 'copying') {
-      copyStatus.textContent = `A ${copy.kind} is copying: ${formatBytes(copy.bytesDone)}${copy.bytesTotal ? ` of ${formatBytes(copy.bytesTotal)}` : ''}.`;
+      copyStatus.textContent = `${ours ? `The branch ${copy.instanceKey}` : `A ${copy.kind}`} is copying: `
+        + `${formatBytes(copy.bytesDone)}${copy.bytesTotal ? ` of ${formatBytes(copy.bytesTotal)}` : ''}.`;
       return;
     }
-    copyStatus.textContent = copy.state === 'done' ? `The ${copy.kind} is done.` : `The ${copy.kind} failed: ${copy.message || 'no reason given'}.`;
-    loadSnapshots();
+    if (copy.state === 'done' && ours) {
+      replace(copyStatus, `${what} is done: `,
+        h('a', { href: `#/d/${encodeURIComponent(id)}/i/${encodeURIComponent(copy.instanceKey)}` }, `open ${copy.instanceKey}`), '.');
+    } else {
+      copyStatus.textContent = copy.state === 'done' ? `${what} is done.` : `${what} failed: ${copy.message || 'no reason given'}.`;
+    }
+    if (mine) loadSnapshots();
   };
   loadReleases();
   loadSnapshots();
+  if (needsSizes(model)) loadSizes(model);
   openLogs();
   if (focusLogs) logBox.focus(); else focusHeading();
 }
 
-// Bytes as a person reads them.
-function formatBytes(n) {
-  if (n == null) return 'unknown size';
-  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-  let v = n; let u = 0;
-  while (v >= 1024 && u < units.length - 1) { v /= 1024; u += 1; }
-  return `${u === 0 ? v : v.toFixed(1)} ${units[u]}`;
-}
-
 // An instance's snapshots, newest first, with what to run when there is none.
-function snapshotTable(key, items) {
+function snapshotTable(key, items, { restore, branch }) {
   if (!items.length) {
-    return h('p', { class: 'muted' }, 'No snapshot yet. ', h('code', {}, `berth snapshot ${key} before-migration`),
-      ' takes one (the volumes are copied; a running instance is frozen only for the copy), and ',
-      h('code', {}, `berth restore ${key} before-migration`), ' puts it back.');
+    return h('p', { class: 'muted' }, 'No snapshot yet. Take one above, or run ',
+      h('code', {}, `berth snapshot ${key} before-migration`),
+      '; a snapshot can be restored into this instance, or branched into a new one.');
   }
+  const actions = (s) => {
+    if (s.state !== 'ready') return h('span', { class: 'muted' }, '—');
+    const restoreButton = h('button', {
+      type: 'button', class: 'secondary', 'data-action': `restore:${s.snapshotId}`, 'aria-label': `Restore ${s.name} into ${key}`,
+    }, 'Restore…');
+    restoreButton.addEventListener('click', restore(s, restoreButton));
+    const branchButton = h('button', {
+      type: 'button', class: 'ghost', 'data-action': `branch:${s.snapshotId}`, 'aria-label': `Branch a new instance from ${s.name}`,
+    }, 'Branch…');
+    branchButton.addEventListener('click', branch(s, branchButton));
+    return [restoreButton, branchButton];
+  };
   return h('div', { class: 'table-wrap' }, h('table', {},
     h('caption', { class: 'visually-hidden' }, `Snapshots of ${key}`),
-    h('thead', {}, h('tr', {}, ['Name', 'State', 'Taken', 'Size'].map((t) => h('th', { scope: 'col' }, t)))),
-    h('tbody', {}, items.map((s) => h('tr', {},
+    h('thead', {}, h('tr', {}, ['Name', 'State', 'Taken', 'Size', 'Actions'].map((t) => h('th', { scope: 'col', class: t === 'Size' ? 'num' : null }, t)))),
+    h('tbody', {}, items.map((s) => h('tr', { 'data-snapshot': s.name },
       h('td', {}, h('code', { title: s.snapshotId }, s.name)),
       h('td', {}, s.state === 'failed' ? `failed: ${s.message || ''}` : s.state),
       h('td', {}, when(s.createdAt)),
-      h('td', { class: 'num' }, formatBytes(s.volumes.reduce((sum, v) => (v.bytes == null || sum == null ? null : sum + v.bytes), 0))))))));
+      h('td', { class: 'num' }, formatBytes(s.volumes.reduce((sum, v) => (v.bytes == null || sum == null ? null : sum + v.bytes), 0))),
+      h('td', { class: 'actions' }, actions(s)))))));
 }
 
 // An instance's image rollouts, newest first, where the API has them.

@@ -83,19 +83,13 @@ export function imageName(reference) {
   return name.split('/').slice(-1)[0];
 }
 
-// A connect string for the service a container port usually carries; host:port otherwise.
-export function connectString(port, host, hostPort) {
-  const at = `${host}:${hostPort}`;
-  switch (port) {
-    case 5432: return `postgres://postgres@${at}/postgres`;
-    case 6379: return `redis://${at}`;
-    case 3306: return `mysql://root@${at}`;
-    case 27017: return `mongodb://${at}`;
-    case 5672: return `amqp://${at}`;
-    case 11211: return `memcached://${at}`;
-    case 1025: return `smtp://${at}`;
-    default: return at;
-  }
+// Bytes as a person reads them.
+export function formatBytes(n) {
+  if (n == null) return 'unknown size';
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let v = n; let u = 0;
+  while (v >= 1024 && u < units.length - 1) { v /= 1024; u += 1; }
+  return `${u === 0 ? v : v.toFixed(1)} ${units[u]}`;
 }
 
 export function stopReason(state) {

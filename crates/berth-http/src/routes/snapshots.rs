@@ -8,7 +8,7 @@ use berth_core::decode::Problems;
 use berth_core::ids::SnapshotId;
 use berth_core::model::InstanceView;
 use berth_core::snapshots::{BranchFrom, MAX_SNAPSHOT_NAME, SnapshotView};
-use berth_core::spec::{KEY_EXPECTED, is_instance_key};
+use berth_core::spec::{KEY_EXPECTED, WORKTREE_KEY_EXPECTED, is_instance_key, is_worktree_key};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -82,12 +82,19 @@ pub struct BranchSource {
 /// `POST .../instances/{key}/branch`: where from, and the `spec` and `cause` an `up` takes.
 #[derive(ToSchema)]
 #[schema(example = json!({"from": {"instanceKey": "db-main"}, "spec": crate::schema::example_spec(), "cause": "person"}))]
+#[serde(rename_all = "camelCase")]
 pub struct BranchRequest {
     /// The source.
     pub from: BranchSource,
-    /// A resource-instance spec, as `up` takes it.
-    #[schema(value_type = crate::schema::SpecSchema)]
-    pub spec: serde_json::Value,
+    /// A resource-instance spec, as `up` takes it. Left out, the new instance asks for its
+    /// source's spec (for a snapshot, the spec the instance it was taken of has now), with
+    /// `worktreeKey` in place of the source's.
+    #[schema(value_type = Option<crate::schema::SpecSchema>)]
+    pub spec: Option<serde_json::Value>,
+    /// Only without `spec`: the new instance's worktree key (null: shared by the domain).
+    /// Left out, the source's.
+    #[schema(value_type = Option<String>, pattern = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")]
+    pub worktree_key: Option<Option<String>>,
     /// `use` or `person`, as for `up`.
     #[schema(value_type = String, pattern = "^(use|person)$")]
     pub cause: UpCause,
@@ -123,16 +130,49 @@ impl Decode for BranchRequest {
                 }
             }
         });
-        let mut rest = serde_json::Map::new();
-        for name in ["spec", "cause"] {
-            if let Some(value) = fields.optional(if name == "spec" { "spec" } else { "cause" }) {
-                rest.insert(name.to_owned(), value.clone());
+        // A null spec is a spec left out.
+        let spec = fields.optional("spec").filter(|v| !v.is_null()).cloned();
+        let mut bad = false;
+        let worktree_key = match fields.optional("worktreeKey") {
+            None => None,
+            Some(serde_json::Value::Null) => Some(None),
+            Some(serde_json::Value::String(k)) if is_worktree_key(k) => Some(Some(k.clone())),
+            Some(_) => {
+                p.push(
+                    "body.worktreeKey",
+                    &format!("{WORKTREE_KEY_EXPECTED}, or null"),
+                );
+                bad = true;
+                None
             }
-        }
+        };
+        let cause = fields.optional("cause").cloned();
         fields.finish(p);
+        if worktree_key.is_some() && spec.is_some() {
+            p.push(
+                "body.worktreeKey",
+                "must be left out with body.spec (the spec has its own worktreeKey)",
+            );
+            bad = true;
+        }
+        let mut rest = serde_json::Map::new();
+        // Without a spec, the up request is decoded with a placeholder object: the real one
+        // is the source's, read by the handler.
+        let given = spec.is_some();
+        rest.insert(
+            "spec".to_owned(),
+            spec.unwrap_or_else(|| serde_json::json!({})),
+        );
+        if let Some(cause) = cause {
+            rest.insert("cause".to_owned(), cause);
+        }
         let up = UpRequest::decode(&serde_json::Value::Object(rest), p);
         let up = up?;
+        if bad {
+            return None;
+        }
         Some(BranchRequest {
+            worktree_key,
             from: match from? {
                 BranchFrom::Instance(k) => BranchSource {
                     instance_key: Some(k),
@@ -143,7 +183,7 @@ impl Decode for BranchRequest {
                     snapshot_id: Some(s),
                 },
             },
-            spec: up.spec,
+            spec: given.then_some(up.spec),
             cause: up.cause,
         })
     }
@@ -334,16 +374,24 @@ async fn branch_instance(
         (None, Some(s)) => BranchFrom::Snapshot(s),
         (None, None) => return Err(ApiError::refused("body.from is missing its source")),
     };
+    let spec = match request.spec {
+        Some(spec) => spec,
+        None => {
+            let source = app
+                .berth
+                .branch_source_spec(&caller.owner, &domain, &from)
+                .await?;
+            let mut spec: serde_json::Value = serde_json::from_str(&source.canonical_json())
+                .map_err(|e| ApiError::Core(berth_core::Error::Internal(e.to_string())))?;
+            if let Some(worktree_key) = request.worktree_key {
+                spec["worktreeKey"] = serde_json::json!(worktree_key);
+            }
+            spec
+        }
+    };
     Ok(Json(
         app.berth
-            .branch(
-                &caller.owner,
-                &domain,
-                key,
-                from,
-                &request.spec,
-                request.cause,
-            )
+            .branch(&caller.owner, &domain, key, from, &spec, request.cause)
             .await?,
     ))
 }

@@ -10,6 +10,8 @@ use berth_core::controllers::endpoints::EndpointView;
 use berth_core::decode::Problems;
 use berth_core::evidence::{ImageEvidence, VerificationStatus};
 use berth_core::model::{Domain, InstanceView, WorkspaceView};
+use berth_core::snapshots::BranchOrigin;
+use berth_core::store::LastFailure;
 use berth_core::time::Timestamp;
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -90,6 +92,136 @@ pub struct InstanceSummary {
     pub image: ImageSummary,
     /// Its host endpoints (empty until it first started, or when berth runs no runtime).
     pub endpoints: Vec<EndpointView>,
+    /// A connect string for each host endpoint, in the same order (see [`connect_string`]).
+    pub connect: Vec<ConnectString>,
+    /// Its last failure, kept after it recovers; null when it never failed.
+    pub last_failure: Option<LastFailure>,
+    /// Where its volumes were branched from; null for an instance no branch made.
+    pub branched_from: Option<BranchOrigin>,
+}
+
+/// How to reach a host endpoint from a client.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectString {
+    /// The port in the container.
+    pub port: u16,
+    /// `postgres://USER:PASSWORD@127.0.0.1:PORT/DATABASE` for a 5432, `redis://...` for a
+    /// 6379 and so on, `host:port` otherwise. The user and database come from the spec's env
+    /// (`POSTGRES_USER`, `POSTGRES_DB`, ...); what the env does not say is an upper-case
+    /// placeholder, and a password is always the placeholder `PASSWORD`, never its value.
+    pub url: String,
+}
+
+/// Percent-encodes a value for a URL's user or path.
+fn url_part(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The connect string of a host endpoint: a URL for what the container port usually carries,
+/// with the user and database the spec's env gives (placeholders for what it does not, and
+/// never a password's value), or `host:port`.
+pub fn connect_string(
+    port: u16,
+    host: &str,
+    host_port: u16,
+    env: &std::collections::BTreeMap<String, String>,
+) -> String {
+    let at = format!("{host}:{host_port}");
+    let var = |name: &str| env.get(name).filter(|v| !v.is_empty()).map(|v| url_part(v));
+    match port {
+        5432 => {
+            let user = var("POSTGRES_USER");
+            let db = var("POSTGRES_DB").or_else(|| user.clone());
+            let trust = env.get("POSTGRES_HOST_AUTH_METHOD").map(String::as_str) == Some("trust");
+            format!(
+                "postgres://{}{}@{at}/{}",
+                user.as_deref().unwrap_or("USER"),
+                if trust { "" } else { ":PASSWORD" },
+                db.as_deref().unwrap_or("DATABASE")
+            )
+        }
+        6379 => {
+            if env.contains_key("REDIS_PASSWORD") {
+                format!("redis://:PASSWORD@{at}")
+            } else {
+                format!("redis://{at}")
+            }
+        }
+        3306 => {
+            let user = var("MYSQL_USER").or_else(|| var("MARIADB_USER"));
+            let db = var("MYSQL_DATABASE").or_else(|| var("MARIADB_DATABASE"));
+            format!(
+                "mysql://{}:PASSWORD@{at}/{}",
+                user.as_deref().unwrap_or("USER"),
+                db.as_deref().unwrap_or("DATABASE")
+            )
+        }
+        27017 => match var("MONGO_INITDB_ROOT_USERNAME") {
+            Some(user) => format!("mongodb://{user}:PASSWORD@{at}"),
+            None => format!("mongodb://{at}"),
+        },
+        5672 => format!("amqp://{at}"),
+        11211 => format!("memcached://{at}"),
+        _ => at,
+    }
+}
+
+/// The engine's volume sizes for the web page, measured on demand and kept for
+/// [`SIZE_CACHE_FOR`] when every one was measured: the engine walks every volume to measure
+/// them.
+#[derive(Clone, Default)]
+pub(crate) struct SizeCache(std::sync::Arc<tokio::sync::Mutex<Option<Measured>>>);
+
+/// One measurement: when (for its age, and for the answer), and each volume's size.
+type Measured = (
+    std::time::Instant,
+    Timestamp,
+    std::collections::BTreeMap<String, Option<u64>>,
+);
+
+/// How long measured volume sizes are reused.
+const SIZE_CACHE_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A domain's volume sizes.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeUsage {
+    /// When the engine measured them (they are reused for 10 seconds).
+    pub measured_at: Timestamp,
+    /// Each instance that is not archived, by key, with its volumes.
+    pub instances: Vec<InstanceVolumeUsage>,
+}
+
+/// One instance's volumes and their sizes.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceVolumeUsage {
+    /// The instance's key.
+    pub key: String,
+    /// Its volumes.
+    pub volumes: Vec<VolumeSize>,
+}
+
+/// A volume's size, as the engine reports it (`docker system df -v`).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeSize {
+    /// The volume's name in the instance.
+    pub name: String,
+    /// The engine volume.
+    pub docker_name: String,
+    /// Its size in bytes; null when the engine did not measure it (no runtime, not made yet,
+    /// or the engine refused its disk-usage report).
+    pub bytes: Option<u64>,
 }
 
 /// An instance's image, in short.
@@ -111,6 +243,7 @@ pub(crate) fn router() -> OpenApiRouter<App> {
         .routes(routes!(create_sign_in_link))
         .routes(routes!(sign_out))
         .routes(routes!(domain_summary))
+        .routes(routes!(volume_usage))
         .routes(routes!(start_instance))
 }
 
@@ -208,13 +341,28 @@ async fn domain_summary(
         .store()
         .read(move |tx| {
             ids.iter()
-                .map(|id| tx.evidence(id))
+                .map(|id| {
+                    Ok((
+                        tx.evidence(id)?,
+                        tx.last_failure(id)?,
+                        tx.branch_origin(id)?,
+                    ))
+                })
                 .collect::<Result<Vec<_>, _>>()
         })
         .await
         .map_err(|e| ApiError::Core(e.into()))?;
     let mut items = Vec::with_capacity(instances.len());
-    for ((instance, evidence), endpoints) in instances.iter().zip(evidence).zip(endpoints) {
+    for ((instance, (evidence, last_failure, branched_from)), endpoints) in
+        instances.iter().zip(evidence).zip(endpoints)
+    {
+        let connect = endpoints
+            .iter()
+            .map(|e| ConnectString {
+                port: e.port,
+                url: connect_string(e.port, &e.host, e.host_port, &instance.spec.env),
+            })
+            .collect();
         let evidence = evidence
             .filter(|e| e.spec_digest == instance.spec_digest)
             .unwrap_or_else(|| {
@@ -232,6 +380,9 @@ async fn domain_summary(
                 message: evidence.message,
             },
             endpoints,
+            connect,
+            last_failure,
+            branched_from,
         });
     }
     let workspaces = app
@@ -245,6 +396,72 @@ async fn domain_summary(
         domain,
         instances: items,
         workspaces,
+    }))
+}
+
+/// The sizes of a domain's volumes, as the engine reports them (`docker system df -v`), for
+/// each instance that is not archived. Measuring walks every volume on the engine, so the
+/// answer is reused for 10 seconds; the web page asks once per view, never per event.
+#[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}/volume-usage", tag = "resource-domains",
+    params(DomainPath),
+    responses((status = 200, body = VolumeUsage), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 500, body = ErrorBody)))]
+async fn volume_usage(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<DomainPath>,
+) -> Result<Json<VolumeUsage>, ApiError> {
+    let id = path.id()?;
+    app.berth.domain(&caller.owner, &id)?;
+    let instances = app.berth.store().instances(&id, false);
+    let names: Vec<String> = instances
+        .iter()
+        .flat_map(|i| i.volumes.iter().map(|v| v.docker_name.clone()))
+        .collect();
+    let (measured_at, sizes) = {
+        let mut cache = app.volume_sizes.0.lock().await;
+        match cache.as_ref() {
+            Some((when, at, sizes))
+                if when.elapsed() < SIZE_CACHE_FOR
+                    && names.iter().all(|n| sizes.contains_key(n)) =>
+            {
+                (*at, sizes.clone())
+            }
+            _ => {
+                let sizes = match app.berth.reconciler() {
+                    Some(r) if !names.is_empty() => {
+                        r.runtime().volume_bytes(&names).await.map_err(|e| {
+                            ApiError::Core(berth_core::Error::Runtime(e.to_string()))
+                        })?
+                    }
+                    _ => names.iter().map(|n| (n.clone(), None)).collect(),
+                };
+                let at = Timestamp::now();
+                // A size the engine did not give (it refused its report, busy with another) is
+                // not kept: the next ask measures again.
+                if sizes.values().all(Option::is_some) {
+                    *cache = Some((std::time::Instant::now(), at, sizes.clone()));
+                }
+                (at, sizes)
+            }
+        }
+    };
+    Ok(Json(VolumeUsage {
+        measured_at,
+        instances: instances
+            .iter()
+            .map(|i| InstanceVolumeUsage {
+                key: i.key.clone(),
+                volumes: i
+                    .volumes
+                    .iter()
+                    .map(|v| VolumeSize {
+                        name: v.name.clone(),
+                        docker_name: v.docker_name.clone(),
+                        bytes: sizes.get(&v.docker_name).copied().flatten(),
+                    })
+                    .collect(),
+            })
+            .collect(),
     }))
 }
 
@@ -281,4 +498,63 @@ async fn start_instance(
             )
             .await?,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::connect_string;
+    use std::collections::BTreeMap;
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_connect_string_takes_user_and_database_from_the_env_and_never_a_password() {
+        let e = env(&[
+            ("POSTGRES_USER", "app"),
+            ("POSTGRES_DB", "shop db"),
+            ("POSTGRES_PASSWORD", "hunter2"),
+        ]);
+        let url = connect_string(5432, "127.0.0.1", 40001, &e);
+        assert_eq!(url, "postgres://app:PASSWORD@127.0.0.1:40001/shop%20db");
+        assert!(!url.contains("hunter2"));
+        // The database defaults to the user, as the postgres image does; placeholders else.
+        assert_eq!(
+            connect_string(5432, "127.0.0.1", 1, &env(&[("POSTGRES_USER", "u")])),
+            "postgres://u:PASSWORD@127.0.0.1:1/u"
+        );
+        assert_eq!(
+            connect_string(5432, "127.0.0.1", 1, &env(&[])),
+            "postgres://USER:PASSWORD@127.0.0.1:1/DATABASE"
+        );
+        assert_eq!(
+            connect_string(
+                5432,
+                "127.0.0.1",
+                1,
+                &env(&[
+                    ("POSTGRES_HOST_AUTH_METHOD", "trust"),
+                    ("POSTGRES_USER", "a")
+                ])
+            ),
+            "postgres://a@127.0.0.1:1/a"
+        );
+        assert_eq!(
+            connect_string(6379, "127.0.0.1", 2, &env(&[])),
+            "redis://127.0.0.1:2"
+        );
+        assert_eq!(
+            connect_string(6379, "127.0.0.1", 2, &env(&[("REDIS_PASSWORD", "x")])),
+            "redis://:PASSWORD@127.0.0.1:2"
+        );
+        assert_eq!(connect_string(8080, "127.0.0.1", 3, &e), "127.0.0.1:3");
+        assert_eq!(
+            connect_string(5432, "127.0.0.1", 1, &env(&[("POSTGRES_USER", "a@b/c")])),
+            "postgres://a%40b%2Fc:PASSWORD@127.0.0.1:1/a%40b%2Fc"
+        );
+    }
 }
