@@ -265,7 +265,7 @@ const MIGRATIONS: &[&str] = &[
         updated_at INTEGER NOT NULL
     );
     CREATE INDEX copies_by_state ON copies(state);",
-    // 11: an instance keeps its last failure's message and time after it recovers.
+    // 10: an instance keeps its last failure's message and time after it recovers.
     "ALTER TABLE instances ADD COLUMN last_failure_message TEXT;
     ALTER TABLE instances ADD COLUMN last_failure_at INTEGER;",
 ];
