@@ -224,10 +224,17 @@ impl Browser {
         }
     }
 
+    /// The rendered text of the first element `selector` matches, found and read in one step
+    /// in the page (a row the page renders again between a find and a read would be stale).
     fn text(&self, selector: &str) -> String {
-        let el = block_on(self.wd.find(Locator::Css(selector)))
+        let script = "const el = document.querySelector(arguments[0]); \
+                      return el === null ? null : el.innerText;";
+        let found = block_on(self.wd.execute(script, vec![json!(selector)]))
             .unwrap_or_else(|e| panic!("{selector}: {e}"));
-        block_on(el.text()).expect("text")
+        match found {
+            Value::String(text) => text,
+            other => panic!("no element matches {selector} ({other})"),
+        }
     }
 
     fn click(&self, selector: &str) {
