@@ -55,6 +55,20 @@ pub struct CopyPlan {
     pub to: String,
     /// The helper's labels.
     pub labels: Labels,
+    /// A running container to freeze (pause) while the bytes move: after the helpers are made
+    /// and until the last byte is written, so it is frozen for no longer than the copy itself.
+    /// `None`: the copy freezes nothing (the caller may hold a freeze of its own around it).
+    pub freeze: Option<String>,
+}
+
+/// What a copy did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Copied {
+    /// The bytes it knows it moved: 0 when the way of copying does not count them.
+    pub bytes: u64,
+    /// How long it held [`CopyPlan::freeze`] paused; `None` when it froze nothing (none was
+    /// asked, or the container had stopped, so nothing wrote to the source).
+    pub frozen: Option<std::time::Duration>,
 }
 
 /// Why an image could not be made ready; the names follow the seed's mismatch reasons.
@@ -415,12 +429,14 @@ pub trait Runtime: Send + Sync + 'static {
     /// directories get the same owner and mode. Works for any image, with or without a shell.
     /// `progress` is told the bytes moved so far as the copy goes, where the way of copying
     /// can say. Answers the bytes it knows it moved (0 when the way of copying does not say:
-    /// the caller measures the volumes).
+    /// the caller measures the volumes) and how long it froze `plan.freeze`. A copy that
+    /// fails thaws what it froze; one that is dropped part way may leave it frozen (the caller
+    /// thaws it).
     async fn copy_volume(
         &self,
         plan: &CopyPlan,
         progress: &(dyn Fn(u64) + Send + Sync),
-    ) -> Result<u64, RuntimeError>;
+    ) -> Result<Copied, RuntimeError>;
 
     /// A container's output: its last `tail` lines (all when `None`), then, with `follow`, what
     /// it writes next until it stops or the stream is dropped.

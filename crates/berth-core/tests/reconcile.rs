@@ -318,22 +318,41 @@ impl Runtime for Fake {
         &self,
         plan: &CopyPlan,
         progress: &(dyn Fn(u64) + Send + Sync),
-    ) -> Result<u64, RuntimeError> {
+    ) -> Result<Copied, RuntimeError> {
         let gate = self.world().copy_gate.clone();
         if let Some(gate) = gate {
             gate.acquire().await.unwrap().forget();
         }
-        let mut w = self.world();
-        w.calls.push(format!("copy {} -> {}", plan.from, plan.to));
-        if let Some(e) = &w.copy_error {
-            return Err(RuntimeError::Engine(e.clone()));
+        // As the engine's runtime does: the container to freeze is paused only while the bytes
+        // move, and thawed whatever happens.
+        if let Some(id) = &plan.freeze {
+            self.pause_container(id).await?;
         }
-        let data = w.contents.get(&plan.from).cloned().unwrap_or_default();
-        let bytes = data.len() as u64;
-        w.contents.insert(plan.to.clone(), data);
-        drop(w);
+        let copied = {
+            let mut w = self.world();
+            w.calls.push(format!("copy {} -> {}", plan.from, plan.to));
+            match w.copy_error.clone() {
+                Some(e) => Err(RuntimeError::Engine(e)),
+                None => {
+                    let data = w.contents.get(&plan.from).cloned().unwrap_or_default();
+                    let bytes = data.len() as u64;
+                    w.contents.insert(plan.to.clone(), data);
+                    Ok(bytes)
+                }
+            }
+        };
+        if let Some(id) = &plan.freeze {
+            self.unpause_container(id).await?;
+        }
+        let bytes = copied?;
         progress(bytes);
-        Ok(bytes)
+        Ok(Copied {
+            bytes,
+            frozen: plan
+                .freeze
+                .as_ref()
+                .map(|_| std::time::Duration::from_millis(1)),
+        })
     }
 }
 

@@ -19,9 +19,9 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use berth_core::runtime::{CopyPlan, RuntimeError};
+use berth_core::runtime::{Copied, CopyPlan, RuntimeError};
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
 use bollard::query_parameters::{
@@ -55,17 +55,18 @@ const REPORT_EVERY: Duration = Duration::from_millis(50);
 const IN_FLIGHT: usize = 16;
 
 /// Copies `plan.from` into `plan.to`: with the image's `cp` when it has one, else through the
-/// archive API. Answers the bytes it knows it moved: the archive's, or 0 from `cp`, which does
-/// not say (the caller measures the volumes).
+/// archive API. Answers the bytes it knows it moved (the archive's, or 0 from `cp`, which does
+/// not say: the caller measures the volumes) and how long it froze `plan.freeze`.
 pub(crate) async fn copy_volume(
     docker: &Docker,
     plan: &CopyPlan,
     progress: &(dyn Fn(u64) + Send + Sync),
-) -> Result<u64, RuntimeError> {
+) -> Result<Copied, RuntimeError> {
     progress(0);
-    match copy_with_image_cp(docker, plan).await? {
-        ImageCp::Copied => Ok(0),
-        ImageCp::NoCp => copy_through_archive(docker, plan, progress).await,
+    let mut freezer = Freezer::new(docker, plan.freeze.as_deref());
+    let bytes = match copy_with_image_cp(docker, plan, &mut freezer).await? {
+        ImageCp::Copied => 0,
+        ImageCp::NoCp => copy_through_archive(docker, plan, progress, &mut freezer).await?,
         ImageCp::Failed(why) => {
             tracing::warn!(
                 from = %plan.from,
@@ -73,8 +74,55 @@ pub(crate) async fn copy_volume(
                 %why,
                 "the image's cp could not copy the volume; copying it through the archive API"
             );
-            copy_through_archive(docker, plan, progress).await
+            copy_through_archive(docker, plan, progress, &mut freezer).await?
         }
+    };
+    Ok(Copied {
+        bytes,
+        frozen: freezer.total,
+    })
+}
+
+/// Holds a container paused for exactly as long as bytes move, and adds up how long.
+struct Freezer<'a> {
+    docker: &'a Docker,
+    container: Option<&'a str>,
+    since: Option<Instant>,
+    total: Option<Duration>,
+}
+
+impl<'a> Freezer<'a> {
+    fn new(docker: &'a Docker, container: Option<&'a str>) -> Self {
+        Self {
+            docker,
+            container,
+            since: None,
+            total: None,
+        }
+    }
+
+    /// Pauses the container; one that stopped meanwhile has nothing to freeze (nothing writes).
+    async fn freeze(&mut self) -> Result<(), RuntimeError> {
+        let Some(id) = self.container else {
+            return Ok(());
+        };
+        match crate::containers::pause(self.docker, id).await {
+            Ok(()) => {
+                self.since = Some(Instant::now());
+                Ok(())
+            }
+            Err(RuntimeError::Conflict(_) | RuntimeError::NotFound(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Thaws what [`Freezer::freeze`] paused.
+    async fn thaw(&mut self) -> Result<(), RuntimeError> {
+        let (Some(id), Some(since)) = (self.container, self.since.take()) else {
+            return Ok(());
+        };
+        self.total = Some(self.total.unwrap_or_default() + since.elapsed());
+        crate::containers::unpause(self.docker, id).await
     }
 }
 
@@ -95,7 +143,11 @@ fn no_such_command(message: &str) -> bool {
         || m.contains("not found in $path")
 }
 
-async fn copy_with_image_cp(docker: &Docker, plan: &CopyPlan) -> Result<ImageCp, RuntimeError> {
+async fn copy_with_image_cp(
+    docker: &Docker,
+    plan: &CopyPlan,
+    freezer: &mut Freezer<'_>,
+) -> Result<ImageCp, RuntimeError> {
     let name = format!("{}-c", plan.helper);
     let mount = |volume: &str, path: &str, read_only: bool| Mount {
         target: Some(path.to_owned()),
@@ -148,7 +200,7 @@ async fn copy_with_image_cp(docker: &Docker, plan: &CopyPlan) -> Result<ImageCp,
         }
         Err(e) => return Err(error::map(e, &what)),
     };
-    let ran = run_to_exit(docker, &id, &what).await;
+    let ran = run_to_exit(docker, &id, &what, freezer).await;
     let removed = crate::containers::remove(docker, &id).await;
     let ran = ran?;
     removed?;
@@ -156,25 +208,18 @@ async fn copy_with_image_cp(docker: &Docker, plan: &CopyPlan) -> Result<ImageCp,
 }
 
 /// Starts helper `id` and waits for it to exit.
-async fn run_to_exit(docker: &Docker, id: &str, what: &str) -> Result<ImageCp, RuntimeError> {
-    if let Err(e) = docker.start_container(id, None).await {
-        let message = error::message(&e);
-        if no_such_command(&message) {
-            return Ok(ImageCp::NoCp);
-        }
-        return Err(error::map(e, what));
-    }
-    let client = docker.clone().with_timeout(COPY_TIMEOUT);
-    let mut waited = std::pin::pin!(client.wait_container(id, None::<WaitContainerOptions>));
-    let code = match waited.next().await {
-        Some(Ok(exit)) => exit.status_code,
-        Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => code,
-        Some(Err(e)) => return Err(error::map(e, what)),
-        None => {
-            return Err(RuntimeError::Engine(format!(
-                "{what}: the wait ended early"
-            )));
-        }
+async fn run_to_exit(
+    docker: &Docker,
+    id: &str,
+    what: &str,
+    freezer: &mut Freezer<'_>,
+) -> Result<ImageCp, RuntimeError> {
+    freezer.freeze().await?;
+    let code = start_and_wait(docker, id, what).await;
+    freezer.thaw().await?;
+    let code = match code? {
+        Some(code) => code,
+        None => return Ok(ImageCp::NoCp),
     };
     if code == 0 {
         return Ok(ImageCp::Copied);
@@ -198,10 +243,36 @@ async fn run_to_exit(docker: &Docker, id: &str, what: &str) -> Result<ImageCp, R
     Ok(ImageCp::Failed(format!("cp exited with {code}: {said}")))
 }
 
+/// Starts helper `id` and waits for its exit code; `None` when its command does not exist.
+async fn start_and_wait(
+    docker: &Docker,
+    id: &str,
+    what: &str,
+) -> Result<Option<i64>, RuntimeError> {
+    if let Err(e) = docker.start_container(id, None).await {
+        let message = error::message(&e);
+        if no_such_command(&message) {
+            return Ok(None);
+        }
+        return Err(error::map(e, what));
+    }
+    let client = docker.clone().with_timeout(COPY_TIMEOUT);
+    let mut waited = std::pin::pin!(client.wait_container(id, None::<WaitContainerOptions>));
+    match waited.next().await {
+        Some(Ok(exit)) => Ok(Some(exit.status_code)),
+        Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => Ok(Some(code)),
+        Some(Err(e)) => Err(error::map(e, what)),
+        None => Err(RuntimeError::Engine(format!(
+            "{what}: the wait ended early"
+        ))),
+    }
+}
+
 async fn copy_through_archive(
     docker: &Docker,
     plan: &CopyPlan,
     progress: &(dyn Fn(u64) + Send + Sync),
+    freezer: &mut Freezer<'_>,
 ) -> Result<u64, RuntimeError> {
     let what = format!("the copy of volume {} into {}", plan.from, plan.to);
     // Two helpers: the engine holds a container's lock for as long as an archive read from it
@@ -217,8 +288,14 @@ async fn copy_through_archive(
             return Err(e);
         }
     };
-    let copied = transfer(docker, &reader, &writer, progress)
-        .await
+    let frozen = freezer.freeze().await;
+    let copied = match frozen {
+        Ok(()) => transfer(docker, &reader, &writer, progress).await,
+        Err(e) => Err(e),
+    };
+    let thawed = freezer.thaw().await;
+    let copied = copied
+        .and_then(|bytes| thawed.map(|()| bytes))
         .map_err(|e| match e {
             RuntimeError::Engine(m) => RuntimeError::Engine(format!("{m} ({what})")),
             other => other,

@@ -56,8 +56,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use berth_core::image::PinnedImage;
 use berth_core::runtime::{
-    ContainerFacts, ContainerPlan, CopyPlan, ExecOutcome, ExecRequest, ExecStdin, ImageFacts,
-    LABEL_PREFIX, Labels, LogStream, RegistryManifest, Runtime, RuntimeError, RuntimeEvent,
+    ContainerFacts, ContainerPlan, Copied, CopyPlan, ExecOutcome, ExecRequest, ExecStdin,
+    ImageFacts, LABEL_PREFIX, Labels, LogStream, RegistryManifest, Runtime, RuntimeError,
+    RuntimeEvent,
 };
 use berth_core::spec::Ready;
 use bollard::Docker;
@@ -359,13 +360,13 @@ impl Runtime for DockerRuntime {
         volumes::remove_labelled(&self.docker, name, label, value).await
     }
 
-    /// Through the archive API on a helper container that mounts both volumes and never runs
-    /// (see the `copy` module).
+    /// With the image's `cp` in a helper, or through the archive API on helpers that never
+    /// run (see the `copy` module).
     async fn copy_volume(
         &self,
         plan: &CopyPlan,
         progress: &(dyn Fn(u64) + Send + Sync),
-    ) -> Result<u64, RuntimeError> {
+    ) -> Result<Copied, RuntimeError> {
         copy::copy_volume(&self.docker, plan, progress).await
     }
 

@@ -42,9 +42,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use berth_core::image::PinnedImage;
 use berth_core::runtime::{
-    ContainerFacts, ContainerPlan, CopyPlan, ExecOutcome, ExecRequest, ExecStdin, ImageFacts,
-    LABEL_MANAGED, LABEL_PREFIX, Labels, LogStream, RegistryManifest, Runtime, RuntimeError,
-    RuntimeEvent,
+    ContainerFacts, ContainerPlan, Copied, CopyPlan, ExecOutcome, ExecRequest, ExecStdin,
+    ImageFacts, LABEL_MANAGED, LABEL_PREFIX, Labels, LogStream, RegistryManifest, Runtime,
+    RuntimeError, RuntimeEvent,
 };
 use berth_core::spec::Ready;
 use berth_docker::{DockerConfig, DockerRuntime, engine_error};
@@ -951,12 +951,29 @@ impl Runtime for SwarmRuntime {
     }
 
     /// Copies through this node's engine, where every instance's volumes are.
+    /// On this node's engine. What is frozen is a service, paused through its running task,
+    /// so the freeze is held around the whole copy here.
     async fn copy_volume(
         &self,
         plan: &CopyPlan,
         progress: &(dyn Fn(u64) + Send + Sync),
-    ) -> Result<u64, RuntimeError> {
-        self.node.copy_volume(plan, progress).await
+    ) -> Result<Copied, RuntimeError> {
+        let Some(service) = &plan.freeze else {
+            return self.node.copy_volume(plan, progress).await;
+        };
+        let frozen_at = match self.pause_container(service).await {
+            Ok(()) => Some(std::time::Instant::now()),
+            Err(RuntimeError::Conflict(_) | RuntimeError::NotFound(_)) => None,
+            Err(e) => return Err(e),
+        };
+        let mut on_node = plan.clone();
+        on_node.freeze = None;
+        let copied = self.node.copy_volume(&on_node, progress).await;
+        let frozen = frozen_at.map(|at| at.elapsed());
+        if frozen.is_some() {
+            self.unpause_container(service).await?;
+        }
+        Ok(Copied { frozen, ..copied? })
     }
 
     /// The service's logs: every task's output, from whichever node ran it.

@@ -9,8 +9,10 @@
 //! never used.
 //!
 //! A running source is frozen (`pause`) for exactly as long as its volumes are copied, which
-//! leaves them as a power cut would (crash-consistent); its state stays `running`. Copies run
-//! one at a time.
+//! leaves them as a power cut would (crash-consistent); its state stays `running`. With one
+//! volume, the runtime holds the freeze only while the bytes move (its helpers are made before
+//! and removed after); with several, one freeze is held around them all, so they agree with each
+//! other. Copies run one at a time.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -545,7 +547,17 @@ impl CopyController {
                 .filter(|c| c.running),
             None => None,
         };
-        let frozen_at = match &container {
+        // One volume to copy: the runtime freezes the source only while the bytes move (after
+        // it has made its helpers, before it removes them). Several: berth holds one freeze
+        // around all of them, so they are consistent with each other.
+        let copied_volumes = pairs.iter().filter(|p| p.from.is_some()).count();
+        let freeze_each = container.as_ref().filter(|_| copied_volumes == 1);
+        if let Some(c) = freeze_each {
+            // Thawed after the attempt whatever happens to the copy (a copy cut off by a
+            // shutdown cannot thaw it itself).
+            *self.paused.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.id.clone());
+        }
+        let frozen_at = match container.as_ref().filter(|_| copied_volumes > 1) {
             Some(c) => match self.ctx.runtime.pause_container(&c.id).await {
                 Ok(()) => {
                     *self.paused.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.id.clone());
@@ -557,6 +569,7 @@ impl CopyController {
             },
             None => None,
         };
+        let mut frozen_by_runtime: Option<Duration> = None;
         let moved_before = Arc::new(AtomicU64::new(0));
         let last = Mutex::new(Instant::now());
         let mut helper_labels = labels.clone();
@@ -571,6 +584,7 @@ impl CopyController {
                 from: from.clone(),
                 to: pair.to.clone(),
                 labels: helper_labels.clone(),
+                freeze: freeze_each.map(|c| c.id.clone()),
             };
             let base = moved_before.load(Ordering::Relaxed);
             let report = |bytes: u64| {
@@ -583,11 +597,14 @@ impl CopyController {
                 }
             };
             match self.ctx.runtime.copy_volume(&plan, &report).await {
-                Ok(bytes) => {
-                    moved_before.fetch_add(bytes, Ordering::Relaxed);
+                Ok(copied) => {
+                    moved_before.fetch_add(copied.bytes, Ordering::Relaxed);
                     // 0: the way of copying does not count (the image's `cp`).
-                    if bytes > 0 {
-                        streamed.insert(from.clone(), bytes);
+                    if copied.bytes > 0 {
+                        streamed.insert(from.clone(), copied.bytes);
+                    }
+                    if copied.frozen.is_some() {
+                        frozen_by_runtime = copied.frozen;
                     }
                 }
                 Err(e) => {
@@ -596,14 +613,15 @@ impl CopyController {
                 }
             }
         }
-        let paused_ms = match frozen_at {
+        let frozen = match frozen_at {
             Some(at) => {
                 let elapsed = at.elapsed();
                 self.thaw().await;
-                Some(i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX))
+                Some(elapsed)
             }
-            None => None,
+            None => frozen_by_runtime,
         };
+        let paused_ms = frozen.map(|f| i64::try_from(f.as_millis()).unwrap_or(i64::MAX));
         if result.is_err() {
             measuring.abort();
         }

@@ -234,6 +234,27 @@ async fn a_copy_keeps_owners_modes_links_and_empty_dirs_both_ways_and_only_a_lab
         .as_secs() as i64
         - 1;
 
+    // A running container the copy freezes while the bytes move.
+    let frozen_name = scope.name("frozen");
+    let out = std::process::Command::new("docker")
+        .args([
+            "run",
+            "-d",
+            "--name",
+            &frozen_name,
+            &reference,
+            "sleep",
+            "600",
+        ])
+        .output()
+        .expect("docker runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let frozen_id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+
     // An image with `cp` (busybox): the copy runs it in a helper, and counts no bytes.
     let plan = CopyPlan {
         helper: scope.name("copy"),
@@ -241,12 +262,28 @@ async fn a_copy_keeps_owners_modes_links_and_empty_dirs_both_ways_and_only_a_lab
         from: from.clone(),
         to: to.clone(),
         labels: labels.clone(),
+        freeze: Some(frozen_id.clone()),
     };
-    let moved = rt
+    let copied = rt
         .copy_volume(&plan, &|_| {})
         .await
         .expect("the copy with the image's cp");
-    assert_eq!(moved, 0, "cp does not count what it copies");
+    assert_eq!(copied.bytes, 0, "cp does not count what it copies");
+    assert!(copied.frozen.is_some(), "{copied:?}");
+    let actions = container_actions(&frozen_name, since).await;
+    assert_eq!(
+        actions,
+        ["create", "start", "pause", "unpause"],
+        "frozen once, thawed"
+    );
+    let state = common::docker()
+        .inspect_container(&frozen_id, None)
+        .await
+        .expect("inspect")
+        .state
+        .expect("a state");
+    assert_eq!(state.paused, Some(false));
+    assert_eq!(state.running, Some(true));
     assert_eq!(in_volume(&reference, &to, listing), expected);
     let ran = container_actions(&format!("{}-c", plan.helper), since).await;
     assert!(
@@ -267,6 +304,7 @@ async fn a_copy_keeps_owners_modes_links_and_empty_dirs_both_ways_and_only_a_lab
         from: from.clone(),
         to: to_archive.clone(),
         labels: labels.clone(),
+        freeze: None,
     };
     let moved = rt
         .copy_volume(&archive_plan, &|bytes| {
@@ -276,6 +314,8 @@ async fn a_copy_keeps_owners_modes_links_and_empty_dirs_both_ways_and_only_a_lab
         })
         .await
         .expect("the copy through the archive API");
+    assert_eq!(moved.frozen, None, "nothing to freeze");
+    let moved = moved.bytes;
     assert!(moved > 3_000_000, "{moved}");
     assert_eq!(*seen.lock().unwrap(), moved);
     assert_eq!(in_volume(&reference, &to_archive, listing), expected);
