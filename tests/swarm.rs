@@ -603,7 +603,7 @@ fn an_instance_placed_on_a_second_node_runs_there_and_a_workspace_on_the_first_r
     let (swarm, node2) = Swarm::with_second_node(&prefix);
     let args = second_node_args(&swarm, &node2, "db");
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let daemon = Daemon::start_with(&args);
+    let mut daemon = Daemon::start_with(&args);
     let api = daemon.client();
     let domain = api.create_domain("swarm-two");
 
@@ -708,6 +708,32 @@ fn an_instance_placed_on_a_second_node_runs_there_and_a_workspace_on_the_first_r
         who_from(&executor, "db").as_deref() == Some("from-node2")
     });
 
+    // berth killed and started again adopts the task on the second node: the same runs on.
+    // (Linking the workspace attached db to the worktree's view, which replaced its task.)
+    let task_before = swarm.second().docker(&[
+        "ps",
+        "-q",
+        "--filter",
+        &format!("label=com.docker.swarm.service.name={name}"),
+    ]);
+    assert_eq!(task_before.split_whitespace().count(), 1, "{task_before}");
+    daemon.kill9();
+    daemon.start_again();
+    let api = daemon.client();
+    api.settled(&domain, "db", &["running"], READY);
+    let task_after = swarm.second().docker(&[
+        "ps",
+        "-q",
+        "--filter",
+        &format!("label=com.docker.swarm.service.name={name}"),
+    ]);
+    assert_eq!(
+        task_after, task_before,
+        "the task was adopted, not replaced"
+    );
+    let out = exec(&api, &domain, "db", &["cat", "/srv/data/mark"]);
+    assert_eq!(out["stdout"], "kept\n", "{out}");
+
     // Drained: the swarm ends the task and cannot place it anywhere else (its volume is on
     // that node); berth reports the instance failed, naming the node, and never moves it.
     docker(&["node", "update", "--availability", "drain", &node2]);
@@ -716,6 +742,44 @@ fn an_instance_placed_on_a_second_node_runs_there_and_a_workspace_on_the_first_r
     assert!(
         message.contains(&node2) && message.contains("drain"),
         "the failure names the drained node: {failed}"
+    );
+    assert_eq!(
+        service(&name)["Spec"]["TaskTemplate"]["Placement"]["Constraints"],
+        json!([format!("node.id=={node2}")]),
+        "the instance stays placed on its volume's node"
+    );
+    assert!(
+        running_tasks(&name).is_empty(),
+        "nothing of db started on the manager"
+    );
+}
+
+#[test]
+fn an_instance_whose_nodes_engine_is_killed_is_reported_failed_and_never_moved() {
+    let prefix = support::run_prefix();
+    let (mut swarm, node2) = Swarm::with_second_node(&prefix);
+    let args = second_node_args(&swarm, &node2, "db");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let daemon = Daemon::start_with(&args);
+    let api = daemon.client();
+    let domain = api.create_domain("swarm-lost");
+    api.up(&domain, "db", &who_spec("from-node2"), "use")
+        .expect(200);
+    api.wait_state(&domain, "db", "running", READY);
+    let name = service_of(&daemon.prefix, "db");
+
+    // The node's engine dies at once; the swarm marks the node down when its heartbeats stop,
+    // and berth, told by the swarm's node event, reports the instance failed, naming the node.
+    swarm
+        .second
+        .as_mut()
+        .expect("the second node")
+        .kill_engine();
+    let failed = api.wait_state(&domain, "db", "failed", READY);
+    let message = failed["state"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&node2) && message.contains("not answering the swarm"),
+        "the failure names the lost node: {failed}"
     );
     assert_eq!(
         service(&name)["Spec"]["TaskTemplate"]["Placement"]["Constraints"],

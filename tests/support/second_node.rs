@@ -238,6 +238,16 @@ impl SecondNode {
     }
 }
 
+/// Polls `done` for up to 30 s (for processes that end: nothing announces it).
+fn support_wait(mut done: impl FnMut() -> bool) {
+    for _ in 0..300 {
+        if done() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Copies both ways between two connections until each side has ended.
 fn pipe(a: TcpStream, b: TcpStream) {
     let (Ok(a2), Ok(b2)) = (a.try_clone(), b.try_clone()) else {
@@ -299,6 +309,26 @@ impl Drop for SecondNode {
                 let _ = child.kill();
                 let _ = child.wait();
             }
+        }
+        // Whatever still runs in the namespace (a killed engine's containerd, its shims and
+        // containers) goes with it.
+        let left = run("ip", &["netns", "pids", &self.netns]).unwrap_or_default();
+        for pid in left
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+        {
+            // SAFETY: a signal to a process of the namespace this node made.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+        if !left.trim().is_empty() {
+            support_wait(|| {
+                run("ip", &["netns", "pids", &self.netns])
+                    .unwrap_or_default()
+                    .trim()
+                    .is_empty()
+            });
         }
         // What a killed engine may have left mounted under its directories.
         if let Some(dir) = &self.dir {

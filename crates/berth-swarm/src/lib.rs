@@ -71,6 +71,9 @@ const TASK_LOOK: Duration = Duration::from_millis(200);
 /// How long a start waits for the swarm to make a task before it asks it to look again.
 const NUDGE_AFTER: Duration = Duration::from_secs(2);
 
+/// How long the node watch waits before it subscribes again after its stream ended.
+const NODE_WATCH_AGAIN: Duration = Duration::from_secs(1);
+
 /// How long after a stop's own timeout this runtime waits for the task's container to end.
 const STOP_MARGIN: Duration = Duration::from_secs(10);
 
@@ -260,13 +263,22 @@ impl SwarmRuntime {
     /// Refuses to start a task on a node that is drained, paused, down or gone, naming it: the
     /// swarm would leave the task pending, and berth never moves an instance from its volumes.
     async fn check_node(&self, service: &str, node: &str) -> Result<(), RuntimeError> {
+        match self.node_unfit(&format!("service {service}"), node).await? {
+            Some(why) => Err(RuntimeError::Engine(why)),
+            None => Ok(()),
+        }
+    }
+
+    /// Why `what` (placed on `node`) cannot run there now: the node drained, paused, down or
+    /// gone, in a sentence that names it; `None` when the node is ready and active.
+    async fn node_unfit(&self, what: &str, node: &str) -> Result<Option<String>, RuntimeError> {
         let found = match self.docker().inspect_node(node).await {
             Ok(found) => found,
             Err(e) if is_status(&e, 404) => {
-                return Err(RuntimeError::Engine(format!(
-                    "service {service} is placed on swarm node {node}, which is no longer in the \
-                     swarm; its volumes were there, and berth does not move an instance away \
-                     from them: archive it and up it again to start it empty on another node"
+                return Ok(Some(format!(
+                    "{what} is placed on swarm node {node}, which is no longer in the swarm; its \
+                     volumes were there, and berth does not move an instance away from them: \
+                     archive it and up it again to start it empty on another node"
                 )));
             }
             Err(e) => return Err(engine_error(e, &format!("swarm node {node}"))),
@@ -294,11 +306,11 @@ impl SwarmRuntime {
         } else if state != NodeState::READY {
             format!("is {state} (its engine or machine is not answering the swarm)")
         } else {
-            return Ok(());
+            return Ok(None);
         };
-        Err(RuntimeError::Engine(format!(
-            "service {service} is placed on swarm node {node} ({host}), which {why}; the \
-             instance's volumes are on that node, and berth does not move it away from them"
+        Ok(Some(format!(
+            "{what} is placed on swarm node {node} ({host}), which {why}; the instance's volumes \
+             are on that node, and berth does not move it away from them"
         )))
     }
 
@@ -609,7 +621,22 @@ impl SwarmRuntime {
         let deadline = tokio::time::Instant::now() + bound;
         let nudge_at = tokio::time::Instant::now() + NUDGE_AFTER;
         let mut nudged = false;
+        let node = self
+            .service(id)
+            .await?
+            .and_then(|found| found.spec)
+            .as_ref()
+            .and_then(placed_node);
+        let mut node_checked = tokio::time::Instant::now();
         loop {
+            // A node that goes down or is drained while the task waits for it would leave the
+            // task pending for the whole bound: look at the node every few seconds.
+            if let Some(node) = &node
+                && node_checked.elapsed() >= NUDGE_AFTER
+            {
+                node_checked = tokio::time::Instant::now();
+                self.check_node(service, node).await?;
+            }
             let tasks = self.tasks(&[id]).await?;
             let wanted = tasks
                 .iter()
@@ -673,6 +700,41 @@ impl SwarmRuntime {
                     )));
                 }
             }
+        }
+    }
+}
+
+/// Sends a resync for every event of the swarm's nodes, until the receiver goes; reconnects
+/// after a second when the manager's stream ends (the container watch says when the engine
+/// itself is away).
+async fn watch_nodes(docker: Docker, tx: mpsc::Sender<RuntimeEvent>) {
+    loop {
+        let options = EventsOptions {
+            since: None,
+            until: None,
+            filters: Some(HashMap::from([(
+                "type".to_owned(),
+                vec!["node".to_owned()],
+            )])),
+        };
+        let mut events = docker.events(Some(options));
+        loop {
+            tokio::select! {
+                () = tx.closed() => return,
+                item = events.next() => match item {
+                    Some(Ok(_)) => {
+                        tracing::debug!("a swarm node changed; looking again at every instance");
+                        if tx.send(RuntimeEvent::Resync).await.is_err() {
+                            return;
+                        }
+                    }
+                    _ => break,
+                },
+            }
+        }
+        tokio::select! {
+            () = tx.closed() => return,
+            () = tokio::time::sleep(NODE_WATCH_AGAIN) => {}
         }
     }
 }
@@ -922,10 +984,25 @@ impl Runtime for SwarmRuntime {
     }
 
     /// On the node the instance is placed on.
+    /// A node's engine that does not answer is asked about through the swarm: a node the
+    /// swarm says is down, drained or gone is the instance's failure, naming the node (the
+    /// volume cannot be made anywhere else); otherwise the engine is only away for now.
     async fn ensure_volume(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError> {
-        self.engine_placed(labels)?
+        match self
+            .engine_placed(labels)?
             .ensure_volume(name, labels)
             .await
+        {
+            Err(RuntimeError::Unavailable(away)) => {
+                if let Some(node) = labels.get(LABEL_PLACEMENT).filter(|n| **n != self.node_id)
+                    && let Some(why) = self.node_unfit(&format!("volume {name}"), node).await?
+                {
+                    return Err(RuntimeError::Foreign(why));
+                }
+                Err(RuntimeError::Unavailable(away))
+            }
+            other => other,
+        }
     }
 
     async fn remove_network(&self, name: &str, prefix: &str) -> Result<(), RuntimeError> {
@@ -1253,12 +1330,12 @@ impl Runtime for SwarmRuntime {
 
     /// The engine's container events: a task's container carries its instance's labels, so
     /// core tells its instances' changes apart as on a single engine.
-    /// Every node's engine berth has is watched, and their events merged.
+    /// Every node's engine berth has is watched, and their events merged; a change of a
+    /// swarm node (drained, down, back) is a resync, since the tasks on it change without an
+    /// event from an engine berth hears (a lost node's engine says nothing).
     fn watch(&self, prefix: &str) -> mpsc::Receiver<RuntimeEvent> {
-        if self.others.is_empty() {
-            return self.node.watch(prefix);
-        }
         let (tx, rx) = mpsc::channel(256);
+        tokio::spawn(watch_nodes(self.docker().clone(), tx.clone()));
         let streams = std::iter::once(&self.node)
             .chain(self.others.values())
             .map(|engine| engine.watch(prefix));
