@@ -663,9 +663,56 @@ fn an_instance_placed_on_a_second_node_runs_there_and_a_workspace_on_the_first_r
         "no volume of db on the manager: {volumes1}"
     );
 
-    // Its rollout is verified from the container on the second node.
+    // Its rollout is verified from the container on the second node, and reported by that
+    // node's reporter (the evidence read through its engine) alone.
     let rollout = newest_rollout(&api, &domain, "db", &up["specDigest"]);
     assert_eq!(rollout["status"]["status"], "succeeded", "{rollout}");
+    let reporters = rollout["status"]["reporters"]
+        .as_array()
+        .expect("the rollout's reporters");
+    assert_eq!(reporters.len(), 1, "{rollout}");
+    assert_eq!(
+        reporters[0]["reporterNodeNames"],
+        json!([node2]),
+        "{rollout}"
+    );
+    assert!(
+        reporters[0]["reporterId"]
+            .as_str()
+            .is_some_and(|id| id.ends_with(&format!("/{node2}"))),
+        "the second node's reporter: {rollout}"
+    );
+    assert_eq!(reporters[0]["verifiedReplicaCount"], 1, "{rollout}");
+    let reports = api
+        .get(&format!(
+            "/v1/resource-domains/{domain}/instances/db/rollouts/{}/reports",
+            rollout["plan"]["rolloutId"].as_str().expect("a rollout id")
+        ))
+        .expect(200)["items"]
+        .clone();
+    // The node's reporter holds the replica; the daemon's own report, made as it began to act
+    // before the instance was placed, observed none.
+    let (node_reports, others): (Vec<&Value>, Vec<&Value>) = reports
+        .as_array()
+        .expect("the reports")
+        .iter()
+        .partition(|r| {
+            r["reporterId"]
+                .as_str()
+                .is_some_and(|id| id.ends_with(&format!("/{node2}")))
+        });
+    assert_eq!(node_reports.len(), 1, "{reports}");
+    let envelope = &node_reports[0]["envelope"];
+    assert_eq!(envelope["reporterNodeIds"], json!([node2]), "{reports}");
+    assert_eq!(
+        envelope["reporterSessionId"], reporters[0]["reporterSessionId"],
+        "{reports}"
+    );
+    assert_eq!(node_reports[0]["verifiedReplicaCount"], 1, "{reports}");
+    assert!(
+        others.iter().all(|r| r["observedReplicaCount"] == 0),
+        "{reports}"
+    );
 
     // A workspace container on the first node reaches db on the second by its alias, over
     // the overlay network.

@@ -267,9 +267,25 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX copies_by_state ON copies(state);",
     // 10: where the runtime placed an instance (the swarm runtime's node): an opaque value the
     // runtime chose once, handed back to it on every later call for the instance.
+    //     Also each reporter's latest report on a rollout, one row per reporter and session (a
+    //     reporter per placement: the node whose engine the evidence was read through).
     "CREATE TABLE instance_placements (
         instance_id TEXT PRIMARY KEY REFERENCES instances(id),
         placement TEXT NOT NULL
+    );
+    CREATE TABLE rollout_reports (
+        rollout_id TEXT NOT NULL REFERENCES rollouts(id),
+        reporter_id TEXT NOT NULL,
+        reporter_session_id TEXT NOT NULL,
+        node_name TEXT NOT NULL,
+        report_sequence INTEGER NOT NULL,
+        reported_at INTEGER NOT NULL,
+        observed INTEGER NOT NULL,
+        healthy INTEGER NOT NULL,
+        verified INTEGER NOT NULL,
+        failed INTEGER NOT NULL,
+        mismatch_reason TEXT,
+        PRIMARY KEY (rollout_id, reporter_id, reporter_session_id)
     );",
 ];
 

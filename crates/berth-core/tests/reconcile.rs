@@ -20,6 +20,10 @@ use tokio::sync::{Notify, mpsc};
 
 #[derive(Default)]
 struct World {
+    /// Where [`Runtime::place`] places a new instance (a runtime with more than one place).
+    placement: Option<String>,
+    /// How many times an instance was placed.
+    placed: u32,
     containers: BTreeMap<String, ContainerFacts>,
     volumes: BTreeMap<String, Labels>,
     networks: BTreeMap<String, Labels>,
@@ -66,6 +70,11 @@ impl Fake {
 impl Runtime for Fake {
     fn kind(&self) -> &'static str {
         "fake"
+    }
+    async fn place(&self, _labels: &Labels) -> Result<Option<String>, RuntimeError> {
+        let mut world = self.world();
+        world.placed += 1;
+        Ok(world.placement.clone())
     }
     async fn ensure_image(&self, image: &PinnedImage) -> Result<ImageFacts, RuntimeError> {
         let gate = self.world().pull_gate.take();
@@ -1510,4 +1519,63 @@ async fn a_restore_keeps_the_replaced_volumes_as_a_snapshot_and_mounts_the_copie
         .unwrap();
     assert!(!s.fake.world().volumes.contains_key(&volume));
     assert!(s.fake.world().volumes.contains_key(&mounted));
+}
+
+#[tokio::test]
+async fn a_placed_instance_is_reported_by_its_nodes_reporter_and_placed_once() {
+    let s = setup().await;
+    s.fake.world().ready = true;
+    s.fake.world().placement = Some("node-b".into());
+    let id = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
+        .await
+        .unwrap()
+        .resource_instance_id;
+    converge(&s, &id).await;
+    assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
+    let rollout = rollouts_of(&s).remove(0);
+    assert_eq!(
+        rollout.status.status,
+        RolloutStatus::Succeeded,
+        "{rollout:?}"
+    );
+    let reporters = &rollout.status.reporters;
+    assert_eq!(reporters.len(), 1, "{reporters:?}");
+    assert!(
+        reporters[0].reporter_id.ends_with("/node-b"),
+        "{reporters:?}"
+    );
+    assert_eq!(reporters[0].reporter_node_names, ["node-b".to_owned()]);
+    assert_eq!(reporters[0].verified_replica_count, 1);
+    let reports = s
+        .berth
+        .rollout_reports("owner", &s.domain, "db", &rollout.plan.rollout_id)
+        .await
+        .unwrap();
+    // The node's reporter holds the replica; the daemon's own report, made as it began to act
+    // before the runtime placed the instance, observed none and is not aggregated.
+    let (node, others): (Vec<_>, Vec<_>) = reports
+        .iter()
+        .partition(|r| r.reporter_id.ends_with("/node-b"));
+    assert_eq!(node.len(), 1, "{reports:?}");
+    assert_eq!(node[0].envelope.reporter_node_ids, ["node-b".to_owned()]);
+    assert_eq!(
+        node[0].envelope.reporter_session_id,
+        reporters[0].reporter_session_id
+    );
+    assert!(node[0].envelope.reporter_session_id.ends_with("/node-b"));
+    assert!(
+        others.iter().all(|r| r.observed_replica_count == 0),
+        "{reports:?}"
+    );
+    // Later reconciles hand the stored placement back, never ask again.
+    s.fake.world().placement = Some("node-c".into());
+    s.reconciler.resync().await;
+    converge(&s, &id).await;
+    assert_eq!(s.fake.world().placed, 1);
+    assert_eq!(
+        rollouts_of(&s)[0].status.reporters[0].reporter_node_names,
+        ["node-b".to_owned()]
+    );
 }
