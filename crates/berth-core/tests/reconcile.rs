@@ -1579,3 +1579,104 @@ async fn a_placed_instance_is_reported_by_its_nodes_reporter_and_placed_once() {
         ["node-b".to_owned()]
     );
 }
+
+#[tokio::test]
+async fn a_reporters_newer_session_supersedes_its_earlier_one_which_is_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("berth.db");
+    let fake = Fake::default();
+    fake.world().placement = Some("node-b".into());
+    let daemon = |store: Arc<Store>| {
+        let reconciler = Reconciler::new(
+            store.clone(),
+            Arc::new(fake.clone()),
+            ReconcileConfig::default(),
+        );
+        (
+            Berth::new(store, Some(reconciler.clone()), "fake"),
+            reconciler,
+        )
+    };
+
+    // The first daemon starts the instance; it is not ready yet, so its rollout is verifying.
+    let first = Arc::new(Store::open(&path).unwrap());
+    let first_session = first.reporter().session_id.clone();
+    let (berth, reconciler) = daemon(first.clone());
+    let domain = berth
+        .create_domain("owner", "p".into())
+        .await
+        .unwrap()
+        .resource_domain_id;
+    let id = berth
+        .up("owner", &domain, "db", &spec(), UpCause::Person)
+        .await
+        .unwrap()
+        .resource_instance_id;
+    for _ in 0..3 {
+        reconciler.reconcile(&id).await.unwrap();
+    }
+    let rollout = berth
+        .rollouts("owner", &domain, "db")
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        rollout.status.status,
+        RolloutStatus::Verifying,
+        "{rollout:?}"
+    );
+    assert_eq!(
+        rollout.status.reporters[0].reporter_session_id,
+        format!("{first_session}/node-b")
+    );
+    reconciler.shutdown(Duration::from_secs(1)).await;
+    drop((berth, reconciler, first));
+
+    // A second daemon on the same store (a new session) sees it ready: its node's reporter of
+    // the new session reports, and the earlier session's report is stale and not aggregated.
+    fake.world().ready = true;
+    let second = Arc::new(Store::open(&path).unwrap());
+    let second_session = second.reporter().session_id.clone();
+    assert_ne!(second_session, first_session);
+    let (berth, reconciler) = daemon(second);
+    let mut last = Next::Done;
+    for _ in 0..10 {
+        last = reconciler.reconcile(&id).await.unwrap();
+        if matches!(
+            berth.get("owner", &domain, "db").unwrap().state,
+            InstanceState::Running { .. }
+        ) {
+            break;
+        }
+    }
+    let rollout = berth
+        .rollouts("owner", &domain, "db")
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        rollout.status.status,
+        RolloutStatus::Succeeded,
+        "{rollout:?} {last:?}"
+    );
+    let sessions: Vec<&str> = rollout
+        .status
+        .reporters
+        .iter()
+        .map(|r| r.reporter_session_id.as_str())
+        .collect();
+    assert_eq!(sessions, [format!("{second_session}/node-b")]);
+    let reports = berth
+        .rollout_reports("owner", &domain, "db", &rollout.plan.rollout_id)
+        .await
+        .unwrap();
+    let earlier = reports
+        .iter()
+        .find(|r| r.envelope.reporter_session_id == format!("{first_session}/node-b"))
+        .expect("the earlier session's report is kept");
+    assert_eq!(
+        earlier.mismatch_reason,
+        Some(MismatchReason::StaleRolloutReport)
+    );
+    reconciler.shutdown(Duration::from_secs(1)).await;
+}
