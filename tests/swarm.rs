@@ -799,6 +799,29 @@ fn an_instance_placed_on_a_second_node_runs_there_and_a_workspace_on_the_first_r
         running_tasks(&name).is_empty(),
         "nothing of db started on the manager"
     );
+    assert_eq!(
+        service(&name)["Spec"]["Mode"]["Replicated"]["Replicas"],
+        0,
+        "a failed instance's service is held at 0 replicas"
+    );
+
+    // The node active again: the swarm starts nothing by itself (berth said failed); a
+    // person's start runs db again on the second node, on its volume.
+    docker(&["node", "update", "--availability", "active", &node2]);
+    api.raw(
+        "POST",
+        &format!("/v1/resource-domains/{domain}/instances/db/start"),
+        Some(b"{}".to_vec()),
+        &[],
+    )
+    .expect(200);
+    api.wait_state(&domain, "db", "running", READY);
+    assert_eq!(
+        service(&name)["Spec"]["TaskTemplate"]["Placement"]["Constraints"],
+        json!([format!("node.id=={node2}")])
+    );
+    let out = exec(&api, &domain, "db", &["cat", "/srv/data/mark"]);
+    assert_eq!(out["stdout"], "kept\n", "{out}");
 }
 
 #[test]
@@ -836,5 +859,10 @@ fn an_instance_whose_nodes_engine_is_killed_is_reported_failed_and_never_moved()
     assert!(
         running_tasks(&name).is_empty(),
         "nothing of db started on the manager"
+    );
+    assert_eq!(
+        service(&name)["Spec"]["Mode"]["Replicated"]["Replicas"],
+        0,
+        "a failed instance's service is held at 0 replicas, not started when the node is back"
     );
 }

@@ -43,8 +43,8 @@ use async_trait::async_trait;
 use berth_core::image::PinnedImage;
 use berth_core::runtime::{
     ContainerFacts, ContainerPlan, CopyPlan, ExecOutcome, ExecRequest, ExecStdin, ImageFacts,
-    LABEL_KEY, LABEL_MANAGED, LABEL_PLACEMENT, LABEL_PREFIX, Labels, LogStream, RegistryManifest,
-    Runtime, RuntimeError, RuntimeEvent,
+    LABEL_INSTANCE, LABEL_KEY, LABEL_MANAGED, LABEL_PLACEMENT, LABEL_PREFIX, Labels, LogStream,
+    RegistryManifest, Runtime, RuntimeError, RuntimeEvent,
 };
 use berth_core::spec::Ready;
 use berth_docker::{DockerConfig, DockerRuntime, engine_error};
@@ -262,10 +262,47 @@ impl SwarmRuntime {
 
     /// Refuses to start a task on a node that is drained, paused, down or gone, naming it: the
     /// swarm would leave the task pending, and berth never moves an instance from its volumes.
+    /// The service is held at 0 replicas first, so that the swarm does not start it behind
+    /// berth's back when the node comes back (berth reports the instance failed; a person's
+    /// start or up starts it again).
     async fn check_node(&self, service: &str, node: &str) -> Result<(), RuntimeError> {
         match self.node_unfit(&format!("service {service}"), node).await? {
-            Some(why) => Err(RuntimeError::Engine(why)),
+            Some(why) => {
+                self.hold(service).await;
+                Err(RuntimeError::Engine(why))
+            }
             None => Ok(()),
+        }
+    }
+
+    /// Sets the service to 0 replicas, as far as the manager lets it (a failure is only logged:
+    /// the caller is already reporting a failure of its own).
+    async fn hold(&self, service: &str) {
+        if let Err(e) = self.update(service, |spec| set_replicas(spec, 0)).await {
+            tracing::warn!(service = %service, error = %e,
+                "could not hold the service at 0 replicas");
+        }
+    }
+
+    /// Holds at 0 replicas every service of the instance these labels name.
+    async fn hold_instance(&self, labels: &Labels) {
+        let Some(instance) = labels.get(LABEL_INSTANCE) else {
+            return;
+        };
+        let options = ListServicesOptions {
+            filters: Some(HashMap::from([(
+                "label".to_owned(),
+                vec![format!("{LABEL_INSTANCE}={instance}")],
+            )])),
+            status: None,
+        };
+        match self.docker().list_services(Some(options)).await {
+            Ok(services) => {
+                for id in services.iter().filter_map(|s| s.id.as_deref()) {
+                    self.hold(id).await;
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not list the instance's services"),
         }
     }
 
@@ -997,6 +1034,9 @@ impl Runtime for SwarmRuntime {
                 if let Some(node) = labels.get(LABEL_PLACEMENT).filter(|n| **n != self.node_id)
                     && let Some(why) = self.node_unfit(&format!("volume {name}"), node).await?
                 {
+                    // The instance is reported failed: the swarm must not start its task when
+                    // the node comes back.
+                    self.hold_instance(labels).await;
                     return Err(RuntimeError::Foreign(why));
                 }
                 Err(RuntimeError::Unavailable(away))
