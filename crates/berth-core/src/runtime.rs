@@ -109,6 +109,9 @@ pub enum RuntimeError {
         message: String,
     },
     /// An object exists under berth's name but without berth's labels: berth will not adopt it.
+    /// Also what a runtime answers when it cannot act on an instance where it is placed for a
+    /// reason only a person can change (a swarm node drained or lost): core fails the instance
+    /// at once with the message, without retrying.
     #[error("{0}")]
     Foreign(String),
     /// The engine refused the request.

@@ -39,6 +39,9 @@ struct World {
     panics: u32,
     /// Every start fails, as the engine does for a mount path that is a file in the image.
     start_error: Option<String>,
+    /// Every start fails with this, as a runtime answers when the instance's place cannot run
+    /// it until a person acts (a swarm node drained).
+    start_foreign: Option<String>,
     /// Every create fails, as an engine that checks mounts at create (Docker 20.10) does.
     create_error: Option<String>,
     /// Inspects under way now, and the most seen at once.
@@ -215,6 +218,9 @@ impl Runtime for Fake {
         w.calls.push(format!("start {id}"));
         if let Some(e) = &w.start_error {
             return Err(RuntimeError::Engine(e.clone()));
+        }
+        if let Some(e) = &w.start_foreign {
+            return Err(RuntimeError::Foreign(e.clone()));
         }
         let c = w
             .containers
@@ -1679,4 +1685,36 @@ async fn a_reporters_newer_session_supersedes_its_earlier_one_which_is_stale() {
         Some(MismatchReason::StaleRolloutReport)
     );
     reconciler.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn a_start_the_runtime_says_only_a_person_can_unblock_fails_at_once_with_its_sentence() {
+    let s = setup().await;
+    let why = "service db is placed on swarm node n2 (host2), which is drain";
+    s.fake.world().start_foreign = Some(why.to_owned());
+    let id = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
+        .await
+        .unwrap()
+        .resource_instance_id;
+    converge(&s, &id).await;
+    let InstanceState::Failed { message, .. } = state(&s, "db") else {
+        panic!("not failed: {:?}", state(&s, "db"));
+    };
+    assert_eq!(message, why);
+    let starts = s
+        .fake
+        .world()
+        .calls
+        .iter()
+        .filter(|c| c.starts_with("start "))
+        .count();
+    assert_eq!(starts, 1, "no retry");
+    let rollout = rollouts_of(&s).remove(0);
+    assert_eq!(rollout.status.status, RolloutStatus::Failed);
+    assert_eq!(
+        rollout.status.mismatch_reason,
+        Some(MismatchReason::ReplicaFailed)
+    );
 }

@@ -269,7 +269,7 @@ impl SwarmRuntime {
         match self.node_unfit(&format!("service {service}"), node).await? {
             Some(why) => {
                 self.hold(service).await;
-                Err(RuntimeError::Engine(why))
+                Err(RuntimeError::Foreign(why))
             }
             None => Ok(()),
         }

@@ -631,6 +631,13 @@ impl InstanceController {
     /// queue's back-off, and after [`START_ATTEMPTS`] refusals in a row the instance is `failed`
     /// with the engine's reason.
     async fn refused(&self, instance: &Instance, e: RuntimeError) -> Result<Next, ReconcileError> {
+        if let RuntimeError::Foreign(message) = e {
+            // Nothing a retry changes (the instance's node drained or lost, on a runtime with
+            // several): failed at once, with the runtime's sentence.
+            self.forget_start(&instance.id);
+            self.fail(instance, message).await?;
+            return Ok(Next::Done);
+        }
         let failures = self.with_start(&instance.id, |s| {
             s.start_failures += 1;
             s.start_failures
