@@ -714,6 +714,31 @@ fn an_instance_placed_on_a_second_node_runs_there_and_a_workspace_on_the_first_r
         "{reports}"
     );
 
+    // `web`, placed on the manager, is reported by the manager node's reporter: one reporter
+    // per node that runs a task.
+    let manager = docker(&["info", "--format", "{{.Swarm.NodeID}}"]);
+    let manager = manager.trim();
+    let web_up = api
+        .up(&domain, "web", &spec(&busybox_image(), "web"), "use")
+        .expect(200);
+    let web = newest_rollout(&api, &domain, "web", &web_up["specDigest"]);
+    assert_eq!(web["status"]["status"], "succeeded", "{web}");
+    assert_eq!(
+        web["status"]["reporters"][0]["reporterNodeNames"],
+        json!([manager]),
+        "{web}"
+    );
+    assert!(
+        web["status"]["reporters"][0]["reporterId"]
+            .as_str()
+            .is_some_and(|id| id.ends_with(&format!("/{manager}"))),
+        "the manager node's reporter: {web}"
+    );
+    assert_ne!(
+        web["status"]["reporters"][0]["reporterId"], reporters[0]["reporterId"],
+        "two reporters, one per node"
+    );
+
     // A workspace container on the first node reaches db on the second by its alias, over
     // the overlay network.
     let me = api.get("/v1/whoami").expect(200);
