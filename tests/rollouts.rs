@@ -630,6 +630,29 @@ fn a_to_b_to_a_rolls_out_numbered_and_rolls_back_only_to_what_ran_verified() {
     assert_eq!(first["plan"]["rolloutGeneration"], 1);
     assert_eq!(first["plan"]["mode"], "automatic");
     assert_eq!(first["status"]["reporters"][0]["verifiedReplicaCount"], 1);
+    // The daemon's report, in the contract's envelope, for this host.
+    let reports = api.get(&format!(
+        "/v1/resource-domains/{domain}/instances/web/rollouts/{}/reports",
+        first["plan"]["rolloutId"].as_str().unwrap()
+    ));
+    let reports = reports.expect(200)["items"].clone();
+    assert_eq!(reports.as_array().map(Vec::len), Some(1), "{reports}");
+    let envelope = &reports[0]["envelope"];
+    assert_eq!(envelope["rolloutId"], first["plan"]["rolloutId"]);
+    assert_eq!(envelope["rolloutGeneration"], 1);
+    assert_eq!(
+        envelope["reporterSessionId"],
+        first["status"]["reporters"][0]["reporterSessionId"]
+    );
+    assert_eq!(
+        envelope["reporterNodeNames"],
+        first["status"]["reporters"][0]["reporterNodeNames"]
+    );
+    assert_eq!(
+        envelope["reporterCapabilities"]["immutableImageDeploymentVersion"],
+        1
+    );
+    assert_eq!(reports[0]["verifiedReplicaCount"], 1);
     let e = rollout_evidence(&api, &domain, "web", &first["plan"]["rolloutId"]);
     assert_eq!(e["verificationStatus"], "verified", "{e}");
     assert_eq!(e["evidenceSource"], "local-container-inspect");

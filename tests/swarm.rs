@@ -15,6 +15,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use support::second_node::{self, SecondNode};
 use support::{Daemon, busybox_image, docker, spec, who_from};
 
 const READY: Duration = Duration::from_secs(90);
@@ -23,10 +24,37 @@ const READY: Duration = Duration::from_secs(90);
 struct Swarm {
     had_gateway_bridge: bool,
     prefix: String,
+    /// A second engine joined as a worker, when the test asked for one.
+    second: Option<SecondNode>,
 }
 
 impl Swarm {
     fn init(prefix: &str) -> Swarm {
+        Self::make(prefix, "127.0.0.1")
+    }
+
+    /// A swarm of two nodes: this engine (the manager, advertising its end of the veth pair)
+    /// and a second engine in a network namespace, joined as a worker that pulls the fixtures
+    /// through a forwarder to the test registry. Answers the swarm and the worker's node id.
+    fn with_second_node(prefix: &str) -> (Swarm, String) {
+        let mut swarm = Self::make(prefix, second_node::HOST_ADDR);
+        let token = docker(&["swarm", "join-token", "-q", "worker"]);
+        let second = swarm.second.as_mut().expect("the second node");
+        let id = second.join(token.trim());
+        second.forward_loopback(registry_port());
+        // The manager hears of the new node's readiness from its agent, not by an event.
+        support::wait_until(READY, "the second node is ready", || {
+            command_out(&["node", "inspect", &id, "--format", "{{.Status.State}}"]).trim()
+                == "ready"
+        });
+        (swarm, id)
+    }
+
+    fn second(&self) -> &SecondNode {
+        self.second.as_ref().expect("a swarm with a second node")
+    }
+
+    fn make(prefix: &str, advertise: &str) -> Swarm {
         let state = docker(&["info", "--format", "{{.Swarm.LocalNodeState}}"]);
         assert_eq!(
             state.trim(),
@@ -36,11 +64,17 @@ impl Swarm {
              they did not make: run them on an engine outside any swarm"
         );
         let had_gateway_bridge = network_exists("docker_gwbridge");
-        docker(&["swarm", "init", "--advertise-addr", "127.0.0.1"]);
-        Swarm {
+        let mut swarm = Swarm {
             had_gateway_bridge,
             prefix: prefix.to_owned(),
+            second: None,
+        };
+        if advertise != "127.0.0.1" {
+            // The veth pair the manager advertises comes with the second node.
+            swarm.second = Some(SecondNode::start(prefix));
         }
+        docker(&["swarm", "init", "--advertise-addr", advertise]);
+        swarm
     }
 }
 
@@ -57,6 +91,8 @@ impl Drop for Swarm {
         for id in services.split_whitespace() {
             let _ = command_out(&["service", "rm", id]);
         }
+        // The worker leaves and its engine, namespace and files go, then the manager leaves.
+        drop(self.second.take());
         let _ = command_out(&["swarm", "leave", "--force"]);
         if !self.had_gateway_bridge {
             // Its containers' endpoints go as their tasks end.
@@ -89,6 +125,16 @@ fn command_out(args: &[&str]) -> String {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default()
+}
+
+/// The fixture registry's port on loopback, from the pinned busybox reference.
+fn registry_port() -> u16 {
+    let image = busybox_image();
+    image
+        .strip_prefix("127.0.0.1:")
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|port| port.parse().ok())
+        .unwrap_or_else(|| panic!("the fixtures are pinned as 127.0.0.1:<port>/...: {image}"))
 }
 
 fn network_exists(name: &str) -> bool {
@@ -510,4 +556,338 @@ fn other_addresses() -> Vec<std::net::IpAddr> {
         })
         .filter(|ip: &std::net::IpAddr| !ip.is_loopback())
         .collect()
+}
+
+/// The swarm node a service's running task is on.
+fn task_node(service: &str) -> String {
+    command_out(&[
+        "service",
+        "ps",
+        service,
+        "--filter",
+        "desired-state=running",
+        "--format",
+        "{{.Node}} {{.CurrentState}}",
+        "--no-trunc",
+    ])
+}
+
+/// The arguments that give a daemon the second node's engine and place `key` there.
+fn second_node_args(swarm: &Swarm, node: &str, key: &str) -> Vec<String> {
+    vec![
+        "--runtime".to_owned(),
+        "swarm".to_owned(),
+        "--swarm-node-engine".to_owned(),
+        format!("{node}={}", swarm.second().host),
+        "--swarm-place".to_owned(),
+        format!("{key}={node}"),
+    ]
+}
+
+/// A spec whose httpd answers `/who` with `who`, ready by an exec check (a tcp check connects
+/// from berth's machine, which cannot reach a task on another node).
+fn who_spec(who: &str) -> Value {
+    let mut s = spec(&busybox_image(), "db");
+    s["command"] = json!([
+        "sh",
+        "-c",
+        format!("echo {who} > /www/who && exec httpd -f -p 8080 -h /www")
+    ]);
+    s["ready"] = json!({"kind": "exec", "argv": ["wget", "-q", "-O", "/dev/null", "http://127.0.0.1:8080/who"], "user": null});
+    s
+}
+
+#[test]
+fn an_instance_placed_on_a_second_node_runs_there_and_a_workspace_on_the_first_reaches_it() {
+    let prefix = support::run_prefix();
+    let (swarm, node2) = Swarm::with_second_node(&prefix);
+    let args = second_node_args(&swarm, &node2, "db");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut daemon = Daemon::start_with(&args);
+    let api = daemon.client();
+    let domain = api.create_domain("swarm-two");
+
+    // `db` is placed on the second node by --swarm-place; `web` on the manager.
+    let up = api
+        .up(&domain, "db", &who_spec("from-node2"), "use")
+        .expect(200);
+    api.wait_state(&domain, "db", "running", READY);
+    let name = service_of(&daemon.prefix, "db");
+    assert_eq!(
+        service(&name)["Spec"]["TaskTemplate"]["Placement"]["Constraints"],
+        json!([format!("node.id=={node2}")]),
+        "the service is pinned to the node berth chose"
+    );
+    assert!(
+        task_node(&name).contains("Running"),
+        "the swarm runs its task: {}",
+        task_node(&name)
+    );
+    assert!(
+        running_tasks(&name).is_empty(),
+        "no task of db runs on the manager's engine"
+    );
+    let on_node2 = swarm.second().docker(&[
+        "ps",
+        "-q",
+        "--filter",
+        &format!("label=com.docker.swarm.service.name={name}"),
+    ]);
+    assert_eq!(
+        on_node2.split_whitespace().count(),
+        1,
+        "db's task runs on the second node's engine"
+    );
+
+    // Exec goes through the second node's engine, into the task there; the volume is there.
+    let out = exec(
+        &api,
+        &domain,
+        "db",
+        &["sh", "-c", "echo kept > /srv/data/mark; cat /www/who"],
+    );
+    assert_eq!(out["exitCode"], 0, "{out}");
+    assert_eq!(out["stdout"], "from-node2\n");
+    let label = format!("label=berth.prefix={}", daemon.prefix);
+    let volumes2 = swarm
+        .second()
+        .docker(&["volume", "ls", "-q", "--filter", &label]);
+    assert_eq!(
+        volumes2.split_whitespace().count(),
+        1,
+        "db's volume is on the second node"
+    );
+    let volumes1 = docker(&["volume", "ls", "-q", "--filter", &label]);
+    assert!(
+        volumes1.trim().is_empty(),
+        "no volume of db on the manager: {volumes1}"
+    );
+
+    // Its rollout is verified from the container on the second node, and reported by that
+    // node's reporter (the evidence read through its engine) alone.
+    let rollout = newest_rollout(&api, &domain, "db", &up["specDigest"]);
+    assert_eq!(rollout["status"]["status"], "succeeded", "{rollout}");
+    let reporters = rollout["status"]["reporters"]
+        .as_array()
+        .expect("the rollout's reporters");
+    assert_eq!(reporters.len(), 1, "{rollout}");
+    assert_eq!(
+        reporters[0]["reporterNodeNames"],
+        json!([node2]),
+        "{rollout}"
+    );
+    assert!(
+        reporters[0]["reporterId"]
+            .as_str()
+            .is_some_and(|id| id.ends_with(&format!("/{node2}"))),
+        "the second node's reporter: {rollout}"
+    );
+    assert_eq!(reporters[0]["verifiedReplicaCount"], 1, "{rollout}");
+    let reports = api
+        .get(&format!(
+            "/v1/resource-domains/{domain}/instances/db/rollouts/{}/reports",
+            rollout["plan"]["rolloutId"].as_str().expect("a rollout id")
+        ))
+        .expect(200)["items"]
+        .clone();
+    // The node's reporter holds the replica; the daemon's own report, made as it began to act
+    // before the instance was placed, observed none.
+    let (node_reports, others): (Vec<&Value>, Vec<&Value>) = reports
+        .as_array()
+        .expect("the reports")
+        .iter()
+        .partition(|r| {
+            r["reporterId"]
+                .as_str()
+                .is_some_and(|id| id.ends_with(&format!("/{node2}")))
+        });
+    assert_eq!(node_reports.len(), 1, "{reports}");
+    let envelope = &node_reports[0]["envelope"];
+    assert_eq!(envelope["reporterNodeIds"], json!([node2]), "{reports}");
+    assert_eq!(
+        envelope["reporterSessionId"], reporters[0]["reporterSessionId"],
+        "{reports}"
+    );
+    assert_eq!(node_reports[0]["verifiedReplicaCount"], 1, "{reports}");
+    assert!(
+        others.iter().all(|r| r["observedReplicaCount"] == 0),
+        "{reports}"
+    );
+
+    // `web`, placed on the manager, is reported by the manager node's reporter: one reporter
+    // per node that runs a task.
+    let manager = docker(&["info", "--format", "{{.Swarm.NodeID}}"]);
+    let manager = manager.trim();
+    let web_up = api
+        .up(&domain, "web", &spec(&busybox_image(), "web"), "use")
+        .expect(200);
+    let web = newest_rollout(&api, &domain, "web", &web_up["specDigest"]);
+    assert_eq!(web["status"]["status"], "succeeded", "{web}");
+    assert_eq!(
+        web["status"]["reporters"][0]["reporterNodeNames"],
+        json!([manager]),
+        "{web}"
+    );
+    assert!(
+        web["status"]["reporters"][0]["reporterId"]
+            .as_str()
+            .is_some_and(|id| id.ends_with(&format!("/{manager}"))),
+        "the manager node's reporter: {web}"
+    );
+    assert_ne!(
+        web["status"]["reporters"][0]["reporterId"], reporters[0]["reporterId"],
+        "two reporters, one per node"
+    );
+
+    // A workspace container on the first node reaches db on the second by its alias, over
+    // the overlay network.
+    let me = api.get("/v1/whoami").expect(200);
+    let consent = format!(
+        "berth.workspace={}/ws",
+        me["keyId"].as_str().expect("a key id")
+    );
+    let executor = format!("{}-executor", daemon.prefix);
+    docker(&[
+        "run",
+        "-d",
+        "--name",
+        &executor,
+        "--label",
+        &consent,
+        &busybox_image(),
+        "sleep",
+        "3600",
+    ]);
+    api.raw(
+        "PUT",
+        "/v1/workspaces/ws",
+        Some(
+            json!({"containers": [executor], "selector": null})
+                .to_string()
+                .into_bytes(),
+        ),
+        &[],
+    )
+    .expect(200);
+    api.raw(
+        "PUT",
+        &format!("/v1/resource-domains/{domain}/workspace-links/ws"),
+        Some(json!({"worktreeKey": "k1"}).to_string().into_bytes()),
+        &[],
+    )
+    .expect(200);
+    support::wait_until(READY, "the executor on node 1 reaches db on node 2", || {
+        who_from(&executor, "db").as_deref() == Some("from-node2")
+    });
+
+    // berth killed and started again adopts the task on the second node: the same runs on.
+    // (Linking the workspace attached db to the worktree's view, which replaced its task.)
+    let task_before = swarm.second().docker(&[
+        "ps",
+        "-q",
+        "--filter",
+        &format!("label=com.docker.swarm.service.name={name}"),
+    ]);
+    assert_eq!(task_before.split_whitespace().count(), 1, "{task_before}");
+    daemon.kill9();
+    daemon.start_again();
+    let api = daemon.client();
+    api.settled(&domain, "db", &["running"], READY);
+    let task_after = swarm.second().docker(&[
+        "ps",
+        "-q",
+        "--filter",
+        &format!("label=com.docker.swarm.service.name={name}"),
+    ]);
+    assert_eq!(
+        task_after, task_before,
+        "the task was adopted, not replaced"
+    );
+    let out = exec(&api, &domain, "db", &["cat", "/srv/data/mark"]);
+    assert_eq!(out["stdout"], "kept\n", "{out}");
+
+    // Drained: the swarm ends the task and cannot place it anywhere else (its volume is on
+    // that node); berth reports the instance failed, naming the node, and never moves it.
+    docker(&["node", "update", "--availability", "drain", &node2]);
+    let failed = api.wait_state(&domain, "db", "failed", READY);
+    let message = failed["state"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&node2) && message.contains("drain"),
+        "the failure names the drained node: {failed}"
+    );
+    assert_eq!(
+        service(&name)["Spec"]["TaskTemplate"]["Placement"]["Constraints"],
+        json!([format!("node.id=={node2}")]),
+        "the instance stays placed on its volume's node"
+    );
+    assert!(
+        running_tasks(&name).is_empty(),
+        "nothing of db started on the manager"
+    );
+    assert_eq!(
+        service(&name)["Spec"]["Mode"]["Replicated"]["Replicas"],
+        0,
+        "a failed instance's service is held at 0 replicas"
+    );
+
+    // The node active again: the swarm starts nothing by itself (berth said failed); a
+    // person's start runs db again on the second node, on its volume.
+    docker(&["node", "update", "--availability", "active", &node2]);
+    api.raw(
+        "POST",
+        &format!("/v1/resource-domains/{domain}/instances/db/start"),
+        Some(b"{}".to_vec()),
+        &[],
+    )
+    .expect(200);
+    api.wait_state(&domain, "db", "running", READY);
+    assert_eq!(
+        service(&name)["Spec"]["TaskTemplate"]["Placement"]["Constraints"],
+        json!([format!("node.id=={node2}")])
+    );
+    let out = exec(&api, &domain, "db", &["cat", "/srv/data/mark"]);
+    assert_eq!(out["stdout"], "kept\n", "{out}");
+}
+
+#[test]
+fn an_instance_whose_nodes_engine_is_killed_is_reported_failed_and_never_moved() {
+    let prefix = support::run_prefix();
+    let (mut swarm, node2) = Swarm::with_second_node(&prefix);
+    let args = second_node_args(&swarm, &node2, "db");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let daemon = Daemon::start_with(&args);
+    let api = daemon.client();
+    let domain = api.create_domain("swarm-lost");
+    api.up(&domain, "db", &who_spec("from-node2"), "use")
+        .expect(200);
+    api.wait_state(&domain, "db", "running", READY);
+    let name = service_of(&daemon.prefix, "db");
+
+    // The node's engine dies at once; the swarm marks the node down when its heartbeats stop,
+    // and berth, told by the swarm's node event, reports the instance failed, naming the node.
+    swarm
+        .second
+        .as_mut()
+        .expect("the second node")
+        .kill_engine();
+    let failed = api.wait_state(&domain, "db", "failed", READY);
+    let message = failed["state"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&node2) && message.contains("not answering the swarm"),
+        "the failure names the lost node: {failed}"
+    );
+    assert_eq!(
+        service(&name)["Spec"]["TaskTemplate"]["Placement"]["Constraints"],
+        json!([format!("node.id=={node2}")]),
+        "the instance stays placed on its volume's node"
+    );
+    assert!(
+        running_tasks(&name).is_empty(),
+        "nothing of db started on the manager"
+    );
+    assert_eq!(
+        service(&name)["Spec"]["Mode"]["Replicated"]["Replicas"],
+        0,
+        "a failed instance's service is held at 0 replicas, not started when the node is back"
+    );
 }

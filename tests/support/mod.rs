@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod registry;
+pub mod second_node;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -532,6 +532,24 @@ impl Client {
         .await
     }
 
+    /// `GET .../instances/{key}/rollouts/{rolloutId}/reports`: the latest report of each
+    /// reporter and session, oldest first.
+    pub async fn rollout_reports(
+        &self,
+        domain: &str,
+        key: &str,
+        rollout_id: &str,
+    ) -> Result<Vec<RolloutReport>, ClientError> {
+        let list: Items<RolloutReport> = self
+            .get(&instance_path(
+                domain,
+                key,
+                &format!("/rollouts/{}/reports", seg(rollout_id)),
+            ))
+            .await?;
+        Ok(list.items)
+    }
+
     /// `POST .../instances/{key}/rollback` checked against the instance's newest rollout
     /// generation (0 before any): to `release_id`, or without one to the previous image
     /// release that ran verified. A stale generation is `ResourceInstanceRolloutConflictError`

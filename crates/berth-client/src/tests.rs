@@ -353,4 +353,17 @@ fn a_rollout_its_evidence_and_an_image_release_decode_and_encode_back() {
     let typed: ImageRelease = serde_json::from_value(release.clone()).unwrap();
     assert_eq!(typed.data.accepted_at, Some(2));
     assert_eq!(serde_json::to_value(&typed).unwrap(), release);
+
+    let report = json!({
+        "reporterId": "brp:1/n2", "reportedAt": 1_700_000_000_003_i64,
+        "envelope": {"rolloutId": "rol:1", "rolloutGeneration": 3,
+            "reporterSessionId": "brs:1/n2", "reportSequence": 2,
+            "reporterCapabilities": {"immutableImageDeploymentVersion": 1},
+            "reporterNodeIds": ["n2"], "reporterNodeNames": ["n2"]},
+        "observedReplicaCount": 1, "healthyReplicaCount": 1, "verifiedReplicaCount": 1,
+        "failedReplicaCount": 0, "mismatchReason": "stale-rollout-report"
+    });
+    let typed: RolloutReport = serde_json::from_value(report.clone()).unwrap();
+    assert_eq!(typed.envelope.reporter_node_ids, ["n2".to_owned()]);
+    assert_eq!(serde_json::to_value(&typed).unwrap(), report);
 }

@@ -453,7 +453,7 @@ pub struct TargetScope {
     pub required_replica_count: i64,
 }
 
-/// The daemon's latest report on a rollout.
+/// A reporter's latest report on a rollout (the daemon's, or on a swarm the node's).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReporterStatus {
@@ -518,6 +518,58 @@ pub struct RolloutStatus {
     pub updated_at: i64,
     /// The daemon's last report (none before the first).
     pub reporters: Vec<ReporterStatus>,
+}
+
+/// What a reporter can do (the contract's `ICoreflowRuntimeCapabilities`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReporterCapabilities {
+    /// 1.
+    pub immutable_image_deployment_version: i64,
+}
+
+/// A report's envelope (the contract's `IImmutableRolloutReportEnvelope`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutReportEnvelope {
+    /// The rollout it reports on.
+    pub rollout_id: String,
+    /// Its generation.
+    pub rollout_generation: i64,
+    /// The reporter's session.
+    pub reporter_session_id: String,
+    /// How many reports of this reporter and session were recorded on the rollout.
+    pub report_sequence: i64,
+    /// What the reporter can do.
+    pub reporter_capabilities: ReporterCapabilities,
+    /// The node it reported for (a swarm node's id, or the host's name on one engine).
+    pub reporter_node_ids: Vec<String>,
+    /// The same node by name.
+    pub reporter_node_names: Vec<String>,
+}
+
+/// One report on a rollout (`GET .../rollouts/{rolloutId}/reports`): the latest of its
+/// reporter and session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutReport {
+    /// The reporter.
+    pub reporter_id: String,
+    /// Milliseconds since the epoch.
+    pub reported_at: i64,
+    /// The envelope.
+    pub envelope: RolloutReportEnvelope,
+    /// Containers observed.
+    pub observed_replica_count: i64,
+    /// Containers ready.
+    pub healthy_replica_count: i64,
+    /// Containers verified.
+    pub verified_replica_count: i64,
+    /// Containers failed.
+    pub failed_replica_count: i64,
+    /// The reason it gave (`stale-rollout-report` for a superseded session).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mismatch_reason: Option<String>,
 }
 
 /// A rollout's runtime evidence (`GET .../rollouts/{rolloutId}/evidence`; the contract's

@@ -65,6 +65,9 @@ pub enum MismatchReason {
     StaleRolloutReport,
     /// A rollback named an image release that never ran verified.
     RollbackTargetNotAccepted,
+    /// No reporter observed the rollout's required replica within the report deadline (the
+    /// node it is placed on never reported; docs/images.md).
+    RequiredReplicaMissing,
 }
 
 impl MismatchReason {
@@ -85,6 +88,7 @@ impl MismatchReason {
             Self::ReplicaFailed => "replica-failed",
             Self::StaleRolloutReport => "stale-rollout-report",
             Self::RollbackTargetNotAccepted => "rollback-target-not-accepted",
+            Self::RequiredReplicaMissing => "required-replica-missing",
         }
     }
 

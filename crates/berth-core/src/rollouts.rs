@@ -4,6 +4,8 @@
 //! and its runtime evidence). See `docs/images.md` for the mapping onto one engine and the
 //! status transitions.
 
+use std::time::Duration;
+
 use rusqlite::{OptionalExtension, Row, params};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
@@ -534,6 +536,9 @@ impl Tx<'_> {
                      WHERE id = ?1",
                     params![about.id, reporter.session_id, now],
                 )?;
+                let counts = [about.observed, about.healthy, about.verified, about.failed];
+                let stale = Some(MismatchReason::StaleRolloutReport);
+                self.record_rollout_report(&about.id, id, reporter, counts, stale, now)?;
             }
             return Ok(());
         }
@@ -566,7 +571,88 @@ impl Tx<'_> {
                     .map_err(|e| StoreError::Corrupt(e.to_string()))?,
             ],
         )?;
+        let counts = [next.observed, next.healthy, next.verified, next.failed];
+        self.record_rollout_report(&newest.id, id, reporter, counts, next.reason, now)
+    }
+
+    /// Records a report as the latest of its reporter and session on the rollout: the
+    /// reporter of the instance's placement when the runtime gave one (the node whose engine
+    /// the evidence was read through: reporter `<reporter id>/<placement>`, session
+    /// `<session id>/<placement>`), else the daemon's own.
+    fn record_rollout_report(
+        &self,
+        rollout: &str,
+        instance: &InstanceId,
+        reporter: &Reporter,
+        [observed, healthy, verified, failed]: [i64; 4],
+        reason: Option<MismatchReason>,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let (reporter_id, session, node) = match self.placement(instance)? {
+            Some(placed) => (
+                format!("{}/{placed}", reporter.id),
+                format!("{}/{placed}", reporter.session_id),
+                placed,
+            ),
+            None => (
+                reporter.id.clone(),
+                reporter.session_id.clone(),
+                String::new(),
+            ),
+        };
+        // This reporter's reports of earlier sessions are superseded by this one.
+        self.conn.execute(
+            "UPDATE rollout_reports SET mismatch_reason = 'stale-rollout-report'
+             WHERE rollout_id = ?1 AND reporter_id = ?2 AND reporter_session_id != ?3",
+            params![rollout, reporter_id, session],
+        )?;
+        self.conn.execute(
+            "INSERT INTO rollout_reports (rollout_id, reporter_id, reporter_session_id,
+                node_name, report_sequence, reported_at, observed, healthy, verified, failed,
+                mismatch_reason)
+             VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8, ?9, ?10)
+             ON CONFLICT (rollout_id, reporter_id, reporter_session_id) DO UPDATE SET
+                report_sequence = report_sequence + 1, reported_at = ?5, observed = ?6,
+                healthy = ?7, verified = ?8, failed = ?9, mismatch_reason = ?10",
+            params![
+                rollout,
+                reporter_id,
+                session,
+                node,
+                now,
+                observed,
+                healthy,
+                verified,
+                failed,
+                reason.map(MismatchReason::as_str),
+            ],
+        )?;
         Ok(())
+    }
+
+    /// Every reporter's latest report on the rollout, one per reporter and session, oldest
+    /// first.
+    pub fn rollout_reports(&self, rollout: &str) -> Result<Vec<RolloutReport>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT reporter_id, reporter_session_id, node_name, report_sequence, reported_at,
+                observed, healthy, verified, failed, mismatch_reason
+             FROM rollout_reports WHERE rollout_id = ?1 ORDER BY reported_at, reporter_id",
+        )?;
+        let rows = stmt.query_map([rollout], |row| {
+            Ok(RolloutReport {
+                reporter_id: row.get(0)?,
+                reporter_session_id: row.get(1)?,
+                node_name: row.get(2)?,
+                report_sequence: row.get(3)?,
+                reported_at: Timestamp::from_millis(row.get(4)?),
+                observed: row.get(5)?,
+                healthy: row.get(6)?,
+                verified: row.get(7)?,
+                failed: row.get(8)?,
+                mismatch_reason: reason_of(row.get(9)?, "mismatch_reason")?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     /// Records that berth observed the instance's image in the registry (through the engine):
@@ -762,6 +848,117 @@ pub struct ReporterStatus {
     pub mismatch_reason: Option<MismatchReason>,
 }
 
+/// One reporter's latest report on a rollout in one of its sessions, as stored
+/// ([`Tx::rollout_reports`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RolloutReport {
+    /// The daemon's reporter id, or `<that id>/<placement>` for an instance the runtime placed
+    /// (the node whose engine its evidence was read through).
+    pub reporter_id: String,
+    /// The daemon start that reported (with the placement, for a placed node's reporter).
+    pub reporter_session_id: String,
+    /// The placement (the node) it reported for; empty for the daemon's own host.
+    pub node_name: String,
+    /// How many reports of this reporter and session were recorded.
+    pub report_sequence: i64,
+    /// When the last one was.
+    pub reported_at: Timestamp,
+    /// Containers observed.
+    pub observed: i64,
+    /// Containers ready.
+    pub healthy: i64,
+    /// Containers verified.
+    pub verified: i64,
+    /// Containers failed.
+    pub failed: i64,
+    /// The reason it gave.
+    pub mismatch_reason: Option<MismatchReason>,
+}
+
+/// What a reporter can do (`ICoreflowRuntimeCapabilities`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReporterCapabilities {
+    /// 1: it verifies digest-pinned images.
+    pub immutable_image_deployment_version: i64,
+}
+
+/// A report's envelope (`IImmutableRolloutReportEnvelope`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutReportEnvelope {
+    /// The rollout it reports on.
+    pub rollout_id: String,
+    /// Its generation.
+    pub rollout_generation: i64,
+    /// The reporter's session.
+    pub reporter_session_id: String,
+    /// How many reports of this reporter and session were recorded on the rollout.
+    pub report_sequence: i64,
+    /// What the reporter can do.
+    pub reporter_capabilities: ReporterCapabilities,
+    /// The node it reported for: the swarm node's id, or this host's name on one engine.
+    pub reporter_node_ids: Vec<String>,
+    /// The same node, by the name berth has for it.
+    pub reporter_node_names: Vec<String>,
+}
+
+/// One stored report on a rollout (`GET .../rollouts/{rolloutId}/reports`): the latest of its
+/// reporter and session, in its envelope, with what it observed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutReportView {
+    /// The reporter.
+    pub reporter_id: String,
+    /// When the last report of this reporter and session was recorded.
+    pub reported_at: i64,
+    /// The envelope.
+    pub envelope: RolloutReportEnvelope,
+    /// Containers observed.
+    pub observed_replica_count: i64,
+    /// Containers ready.
+    pub healthy_replica_count: i64,
+    /// Containers verified.
+    pub verified_replica_count: i64,
+    /// Containers failed.
+    pub failed_replica_count: i64,
+    /// The reason it gave; `stale-rollout-report` for a session a newer one of the same
+    /// reporter superseded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mismatch_reason: Option<MismatchReason>,
+}
+
+impl RolloutReport {
+    /// The report as the API shows it, on `rollout`.
+    pub fn view(&self, rollout: &Rollout, site: &Site) -> RolloutReportView {
+        let node = if self.node_name.is_empty() {
+            site.node_name.clone()
+        } else {
+            self.node_name.clone()
+        };
+        RolloutReportView {
+            reporter_id: self.reporter_id.clone(),
+            reported_at: self.reported_at.millis(),
+            envelope: RolloutReportEnvelope {
+                rollout_id: rollout.id.clone(),
+                rollout_generation: rollout.generation,
+                reporter_session_id: self.reporter_session_id.clone(),
+                report_sequence: self.report_sequence,
+                reporter_capabilities: ReporterCapabilities {
+                    immutable_image_deployment_version: 1,
+                },
+                reporter_node_ids: vec![node.clone()],
+                reporter_node_names: vec![node],
+            },
+            observed_replica_count: self.observed,
+            healthy_replica_count: self.healthy,
+            verified_replica_count: self.verified,
+            failed_replica_count: self.failed,
+            mismatch_reason: self.mismatch_reason,
+        }
+    }
+}
+
 /// A rollout's aggregate status (`IImageRolloutStatus`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -899,6 +1096,11 @@ pub struct ImageReleaseData {
     pub promotion_count: Option<i64>,
 }
 
+/// How long after a rollout is made its required replica may go unobserved by every
+/// reporter before the rollout is answered `failed` with `required-replica-missing`: longer
+/// than the default pull timeout (10 minutes) and a ready timeout together.
+pub const REPORT_DEADLINE: Duration = Duration::from_secs(15 * 60);
+
 /// What berth's answers about rollouts need to know of the daemon.
 #[derive(Debug, Clone)]
 pub struct Site {
@@ -906,6 +1108,8 @@ pub struct Site {
     pub reporter: Reporter,
     /// This host's name.
     pub node_name: String,
+    /// See [`REPORT_DEADLINE`].
+    pub report_deadline: Duration,
 }
 
 impl Site {
@@ -914,6 +1118,7 @@ impl Site {
         Self {
             reporter,
             node_name: node_name(),
+            report_deadline: REPORT_DEADLINE,
         }
     }
 
@@ -970,8 +1175,79 @@ impl Rollout {
             .unwrap_or_default()
     }
 
-    /// Its status: the aggregate, and the daemon's one report once there is one.
-    pub fn status(&self, site: &Site) -> RolloutStatusView {
+    /// Its status: the aggregate, and the latest report of each reporter and session
+    /// ([`Tx::rollout_reports`]), now.
+    pub fn status(&self, site: &Site, reports: &[RolloutReport]) -> RolloutStatusView {
+        self.status_at(site, reports, Timestamp::now())
+    }
+
+    /// Its status at `now`. The reporters are the newest session's report of each reporter
+    /// (a reporter's older sessions were marked `stale-rollout-report` when a newer one
+    /// reported, and are not aggregated); the daemon's own report, made before the runtime
+    /// placed the instance, gives way to the placed node's reporter. A rollout still in
+    /// progress whose required replica no reporter has observed [`Site::report_deadline`]
+    /// after it was made is `failed` (`required-replica-missing`); a later report of the
+    /// replica still counts.
+    pub fn status_at(
+        &self,
+        site: &Site,
+        reports: &[RolloutReport],
+        now: Timestamp,
+    ) -> RolloutStatusView {
+        let mut view = self.status_of_row(site);
+        let placed_prefix = format!("{}/", site.reporter.id);
+        let placed = reports
+            .iter()
+            .any(|r| r.reporter_id.starts_with(&placed_prefix));
+        let current: Vec<&RolloutReport> = reports
+            .iter()
+            .filter(|r| !(placed && r.reporter_id == site.reporter.id))
+            .filter(|r| {
+                !reports.iter().any(|other| {
+                    other.reporter_id == r.reporter_id
+                        && other.reporter_session_id != r.reporter_session_id
+                        && other.reported_at > r.reported_at
+                })
+            })
+            .collect();
+        if !current.is_empty() {
+            view.reporters = current
+                .into_iter()
+                .map(|r| ReporterStatus {
+                    reporter_id: r.reporter_id.clone(),
+                    reporter_session_id: r.reporter_session_id.clone(),
+                    cluster_id: site.reporter.id.clone(),
+                    reporter_node_names: vec![if r.node_name.is_empty() {
+                        site.node_name.clone()
+                    } else {
+                        r.node_name.clone()
+                    }],
+                    rollout_id: self.id.clone(),
+                    rollout_generation: self.generation,
+                    report_sequence: r.report_sequence,
+                    reported_at: r.reported_at.millis(),
+                    required_replica_count: 1,
+                    observed_replica_count: r.observed,
+                    healthy_replica_count: r.healthy,
+                    verified_replica_count: r.verified,
+                    failed_replica_count: r.failed,
+                    mismatch_reason: r.mismatch_reason,
+                })
+                .collect();
+        }
+        if self.status.in_progress()
+            && self.observed == 0
+            && now.since(self.created_at) >= site.report_deadline
+        {
+            view.status = RolloutStatus::Failed;
+            view.mismatch_reason = Some(MismatchReason::RequiredReplicaMissing);
+        }
+        view
+    }
+
+    /// Its status as its row has it, with the daemon's one report once there is one (a
+    /// rollout reported before reports were kept per reporter).
+    fn status_of_row(&self, site: &Site) -> RolloutStatusView {
         let reporters = match (&self.reporter_session, self.reported_at) {
             (Some(session), Some(at)) => vec![ReporterStatus {
                 reporter_id: site.reporter.id.clone(),
@@ -1324,6 +1600,7 @@ mod tests {
                 session_id: "brs:1".into(),
             },
             node_name: "node".into(),
+            report_deadline: REPORT_DEADLINE,
         }
     }
 
@@ -1567,7 +1844,7 @@ mod tests {
                     reports.extend(states.iter().map(Report::State));
                     for report in reports {
                         if let Some(after) = apply(r, report, Some(&verified)) {
-                            let view = after.status(&site());
+                            let view = after.status_at(&site(), &[], after.created_at);
                             assert_eq!(validate(&view), Vec::<&str>::new(), "{view:?}");
                             seen.insert(after.status.as_str());
                             next.push(after);
@@ -1589,9 +1866,97 @@ mod tests {
         .into();
         assert_eq!(seen, expected);
         // The pending status before any report, and a superseded one, hold it too.
-        let pending = rollout(Pending, None, RolloutMode::Promotion).status(&site());
-        assert!(validate(&pending).is_empty());
+        let pending = rollout(Pending, None, RolloutMode::Promotion);
+        assert!(validate(&pending.status_at(&site(), &[], pending.created_at)).is_empty());
         let superseded = rollout(Failed, Some(StaleRolloutReport), RolloutMode::Promotion);
-        assert!(validate(&superseded.status(&site())).is_empty());
+        assert!(validate(&superseded.status_at(&site(), &[], superseded.created_at)).is_empty());
+    }
+
+    fn report_of(reporter: &str, session: &str, node: &str, at: i64) -> RolloutReport {
+        RolloutReport {
+            reporter_id: reporter.into(),
+            reporter_session_id: session.into(),
+            node_name: node.into(),
+            report_sequence: 2,
+            reported_at: Timestamp::from_millis(at),
+            observed: 1,
+            healthy: 1,
+            verified: 1,
+            failed: 0,
+            mismatch_reason: None,
+        }
+    }
+
+    #[test]
+    fn the_newest_session_of_each_reporter_is_aggregated_and_a_placed_node_reports_the_replica() {
+        let mut r = rollout(RolloutStatus::Succeeded, None, RolloutMode::Promotion);
+        (r.observed, r.healthy, r.verified) = (1, 1, 1);
+        let at = r.created_at.millis();
+        let mut acting = report_of("brp:1", "brs:old", "", at + 1);
+        (acting.observed, acting.healthy, acting.verified) = (0, 0, 0);
+        let mut old = report_of("brp:1/node-b", "brs:old", "node-b", at + 2);
+        old.mismatch_reason = Some(MismatchReason::StaleRolloutReport);
+        let reports = [
+            acting,
+            old,
+            report_of("brp:1/node-b", "brs:new", "node-b", at + 3),
+        ];
+        let view = r.status_at(&site(), &reports, r.created_at);
+        assert_eq!(validate(&view), Vec::<&str>::new(), "{view:?}");
+        let listed: Vec<(&str, &str, &[String])> = view
+            .reporters
+            .iter()
+            .map(|p| {
+                (
+                    p.reporter_id.as_str(),
+                    p.reporter_session_id.as_str(),
+                    &p.reporter_node_names[..],
+                )
+            })
+            .collect();
+        let node_b = ["node-b".to_owned()];
+        assert_eq!(listed, [("brp:1/node-b", "brs:new", &node_b[..])]);
+        assert_eq!(view.reporters[0].mismatch_reason, None);
+
+        // On one engine (no placement), the daemon's own report, named by the host.
+        let own = [report_of("brp:1", "brs:new", "", at + 3)];
+        let view = r.status_at(&site(), &own, r.created_at);
+        assert_eq!(validate(&view), Vec::<&str>::new(), "{view:?}");
+        assert_eq!(view.reporters[0].reporter_id, "brp:1");
+        assert_eq!(view.reporters[0].reporter_node_names, ["node".to_owned()]);
+    }
+
+    #[test]
+    fn a_rollout_whose_replica_no_reporter_observed_by_the_deadline_is_required_replica_missing() {
+        let deploying = rollout(RolloutStatus::Deploying, None, RolloutMode::Promotion);
+        let site = site();
+        let before = Timestamp::from_millis(
+            deploying.created_at.millis() + site.report_deadline.as_millis() as i64 - 1,
+        );
+        let at = Timestamp::from_millis(
+            deploying.created_at.millis() + site.report_deadline.as_millis() as i64,
+        );
+        let view = deploying.status_at(&site, &[], before);
+        assert_eq!(view.status, RolloutStatus::Deploying);
+        assert_eq!(view.mismatch_reason, None);
+        let view = deploying.status_at(&site, &[], at);
+        assert_eq!(view.status, RolloutStatus::Failed);
+        assert_eq!(
+            view.mismatch_reason,
+            Some(MismatchReason::RequiredReplicaMissing)
+        );
+        assert_eq!(validate(&view), Vec::<&str>::new(), "{view:?}");
+        // A replica observed (verifying) and a finished rollout are left as they are.
+        let mut verifying = rollout(RolloutStatus::Verifying, None, RolloutMode::Promotion);
+        (verifying.observed, verifying.verified) = (1, 1);
+        assert_eq!(
+            verifying.status_at(&site, &[], at).status,
+            RolloutStatus::Verifying
+        );
+        let done = rollout(RolloutStatus::Succeeded, None, RolloutMode::Promotion);
+        assert_eq!(
+            done.status_at(&site, &[], at).status,
+            RolloutStatus::Succeeded
+        );
     }
 }

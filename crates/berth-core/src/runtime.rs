@@ -36,6 +36,9 @@ pub const LABEL_SPEC_DIGEST: &str = "berth.spec-digest";
 pub const LABEL_PLAN_DIGEST: &str = "berth.plan-digest";
 /// A volume's name in its instance's spec.
 pub const LABEL_VOLUME: &str = "berth.volume";
+/// Where the runtime placed the instance ([`Runtime::place`]), on the labels core hands to
+/// every volume and container call for it, when the runtime gave a placement.
+pub const LABEL_PLACEMENT: &str = "berth.placement";
 
 /// A snapshot's id, on the volumes that hold it.
 pub const LABEL_SNAPSHOT: &str = "berth.snapshot";
@@ -120,6 +123,9 @@ pub enum RuntimeError {
         message: String,
     },
     /// An object exists under berth's name but without berth's labels: berth will not adopt it.
+    /// Also what a runtime answers when it cannot act on an instance where it is placed for a
+    /// reason only a person can change (a swarm node drained or lost): core fails the instance
+    /// at once with the message, without retrying.
     #[error("{0}")]
     Foreign(String),
     /// The engine refused the request.
@@ -324,6 +330,15 @@ pub struct ExecOutcome {
 pub trait Runtime: Send + Sync + 'static {
     /// The engine's name, for messages (`docker`).
     fn kind(&self) -> &'static str;
+
+    /// Where a new instance runs, on a runtime with more than one place (the swarm runtime's
+    /// nodes), from the labels its objects will carry. Asked once per instance, before its
+    /// first volume: core stores the answer, an opaque value, and hands it back on every later
+    /// volume and container call for the instance as the label [`LABEL_PLACEMENT`]. Moving an
+    /// instance is never done by asking again. `None` (the default): one place, nothing stored.
+    async fn place(&self, _labels: &Labels) -> Result<Option<String>, RuntimeError> {
+        Ok(None)
+    }
 
     /// Makes the pinned image present and verified: inspect locally first, pull by digest only
     /// when missing, then require that its `RepoDigests` holds exactly the pinned repo digest.

@@ -17,8 +17,8 @@ use crate::model::{
 };
 use crate::names;
 use crate::rollouts::{
-    ImageRelease, ImageReleaseView, Rollout, RolloutMode, RolloutView, RuntimeEvidence, Site,
-    release_id,
+    ImageRelease, ImageReleaseView, Rollout, RolloutMode, RolloutReport, RolloutReportView,
+    RolloutView, RuntimeEvidence, Site, release_id,
 };
 use crate::runtime::{ExecRequest, ExecStdin, RuntimeError};
 use crate::spec::Spec;
@@ -614,18 +614,28 @@ impl Berth {
         let id = instance.id.clone();
         let (rollouts, releases) = self
             .store
-            .read(move |tx| Ok::<_, StoreError>((tx.rollouts(&id)?, tx.image_releases(&id)?)))
+            .read(move |tx| {
+                let rollouts = tx
+                    .rollouts(&id)?
+                    .into_iter()
+                    .map(|r| {
+                        let reports = tx.rollout_reports(&r.id)?;
+                        Ok::<_, StoreError>((r, reports))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok::<_, StoreError>((rollouts, tx.image_releases(&id)?))
+            })
             .await?;
         Ok(rollouts
             .iter()
-            .map(|r| {
+            .map(|(r, reports)| {
                 let media = releases
                     .iter()
                     .find(|rel| rel.id == r.release_id)
                     .and_then(|rel| rel.media_type.as_deref());
                 RolloutView {
                     plan: r.plan(&self.site, media),
-                    status: r.status(&self.site),
+                    status: r.status(&self.site, reports),
                 }
             })
             .collect())
@@ -637,7 +647,7 @@ impl Berth {
         domain_id: &DomainId,
         key: &str,
         rollout_id: &str,
-    ) -> Result<(Rollout, Option<ImageRelease>), Error> {
+    ) -> Result<(Rollout, Option<ImageRelease>, Vec<RolloutReport>), Error> {
         let instance = self.instance(owner, domain_id, key)?;
         let (id, wanted) = (instance.id.clone(), rollout_id.to_owned());
         let found = self
@@ -647,7 +657,8 @@ impl Berth {
                     return Ok::<_, StoreError>(None);
                 };
                 let release = tx.image_release(&id, &rollout.release_id)?;
-                Ok(Some((rollout, release)))
+                let reports = tx.rollout_reports(&rollout.id)?;
+                Ok(Some((rollout, release, reports)))
             })
             .await?;
         found.ok_or_else(|| Error::RolloutNotFound {
@@ -663,14 +674,31 @@ impl Berth {
         key: &str,
         rollout_id: &str,
     ) -> Result<RolloutView, Error> {
-        let (rollout, release) = self.rollout_of(owner, domain_id, key, rollout_id).await?;
+        let (rollout, release, reports) =
+            self.rollout_of(owner, domain_id, key, rollout_id).await?;
         Ok(RolloutView {
             plan: rollout.plan(
                 &self.site,
                 release.as_ref().and_then(|r| r.media_type.as_deref()),
             ),
-            status: rollout.status(&self.site),
+            status: rollout.status(&self.site, &reports),
         })
+    }
+
+    /// Every stored report on one rollout (the latest of each reporter and session), oldest
+    /// first, in its envelope.
+    pub async fn rollout_reports(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+        rollout_id: &str,
+    ) -> Result<Vec<RolloutReportView>, Error> {
+        let (rollout, _, reports) = self.rollout_of(owner, domain_id, key, rollout_id).await?;
+        Ok(reports
+            .iter()
+            .map(|r| r.view(&rollout, &self.site))
+            .collect())
     }
 
     /// The runtime evidence of one rollout.
@@ -681,7 +709,7 @@ impl Berth {
         key: &str,
         rollout_id: &str,
     ) -> Result<RuntimeEvidence, Error> {
-        let (rollout, release) = self.rollout_of(owner, domain_id, key, rollout_id).await?;
+        let (rollout, release, _) = self.rollout_of(owner, domain_id, key, rollout_id).await?;
         Ok(rollout.runtime_evidence(release.as_ref()))
     }
 

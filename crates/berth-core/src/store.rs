@@ -268,6 +268,28 @@ const MIGRATIONS: &[&str] = &[
     // 10: an instance keeps its last failure's message and time after it recovers.
     "ALTER TABLE instances ADD COLUMN last_failure_message TEXT;
     ALTER TABLE instances ADD COLUMN last_failure_at INTEGER;",
+    // 11: where the runtime placed an instance (the swarm runtime's node): an opaque value the
+    // runtime chose once, handed back to it on every later call for the instance.
+    //     Also each reporter's latest report on a rollout, one row per reporter and session (a
+    //     reporter per placement: the node whose engine the evidence was read through).
+    "CREATE TABLE instance_placements (
+        instance_id TEXT PRIMARY KEY REFERENCES instances(id),
+        placement TEXT NOT NULL
+    );
+    CREATE TABLE rollout_reports (
+        rollout_id TEXT NOT NULL REFERENCES rollouts(id),
+        reporter_id TEXT NOT NULL,
+        reporter_session_id TEXT NOT NULL,
+        node_name TEXT NOT NULL,
+        report_sequence INTEGER NOT NULL,
+        reported_at INTEGER NOT NULL,
+        observed INTEGER NOT NULL,
+        healthy INTEGER NOT NULL,
+        verified INTEGER NOT NULL,
+        failed INTEGER NOT NULL,
+        mismatch_reason TEXT,
+        PRIMARY KEY (rollout_id, reporter_id, reporter_session_id)
+    );",
 ];
 
 /// Runs `PRAGMA quick_check` (every page and index, without comparing index contents to their
@@ -686,6 +708,26 @@ impl Store {
         self.write(move |tx| tx.record_volumes(&id, &volumes)).await
     }
 
+    /// Where the runtime placed the instance, when it gave a placement ([`Runtime::place`]).
+    ///
+    /// [`Runtime::place`]: crate::runtime::Runtime::place
+    pub async fn placement(&self, id: &InstanceId) -> Result<Option<String>, StoreError> {
+        let id = id.clone();
+        self.read(move |tx| tx.placement(&id)).await
+    }
+
+    /// Records the instance's placement, once: a placement already recorded stays (moving an
+    /// instance is never a second placement). Answers the placement that holds.
+    pub async fn record_placement(
+        &self,
+        id: &InstanceId,
+        placement: &str,
+    ) -> Result<String, StoreError> {
+        let (id, placement) = (id.clone(), placement.to_owned());
+        self.write(move |tx| tx.record_placement(&id, &placement))
+            .await
+    }
+
     /// Records what the reconciler observed, leaving every desired field as it is.
     pub async fn record_observation(&self, obs: &Observation) -> Result<(), StoreError> {
         let obs = obs.clone();
@@ -958,6 +1000,27 @@ impl<'a> Tx<'a> {
         )?;
         self.touch_instance(id);
         Ok(())
+    }
+
+    /// Where the runtime placed the instance, if it did.
+    pub fn placement(&self, id: &InstanceId) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT placement FROM instance_placements WHERE instance_id = ?1",
+                params![id.as_str()],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    /// Records the instance's placement unless one is recorded; answers the one that holds.
+    pub fn record_placement(&self, id: &InstanceId, placement: &str) -> Result<String, StoreError> {
+        self.conn.execute(
+            "INSERT OR IGNORE INTO instance_placements (instance_id, placement) VALUES (?1, ?2)",
+            params![id.as_str(), placement],
+        )?;
+        Ok(self.placement(id)?.unwrap_or_else(|| placement.to_owned()))
     }
 
     /// Records what the reconciler observed, leaving every desired field as it is.

@@ -20,6 +20,10 @@ use tokio::sync::{Notify, mpsc};
 
 #[derive(Default)]
 struct World {
+    /// Where [`Runtime::place`] places a new instance (a runtime with more than one place).
+    placement: Option<String>,
+    /// How many times an instance was placed.
+    placed: u32,
     containers: BTreeMap<String, ContainerFacts>,
     volumes: BTreeMap<String, Labels>,
     networks: BTreeMap<String, Labels>,
@@ -35,6 +39,9 @@ struct World {
     panics: u32,
     /// Every start fails, as the engine does for a mount path that is a file in the image.
     start_error: Option<String>,
+    /// Every start fails with this, as a runtime answers when the instance's place cannot run
+    /// it until a person acts (a swarm node drained).
+    start_foreign: Option<String>,
     /// Every create fails, as an engine that checks mounts at create (Docker 20.10) does.
     create_error: Option<String>,
     /// Inspects under way now, and the most seen at once.
@@ -66,6 +73,11 @@ impl Fake {
 impl Runtime for Fake {
     fn kind(&self) -> &'static str {
         "fake"
+    }
+    async fn place(&self, _labels: &Labels) -> Result<Option<String>, RuntimeError> {
+        let mut world = self.world();
+        world.placed += 1;
+        Ok(world.placement.clone())
     }
     async fn ensure_image(&self, image: &PinnedImage) -> Result<ImageFacts, RuntimeError> {
         let gate = self.world().pull_gate.take();
@@ -206,6 +218,9 @@ impl Runtime for Fake {
         w.calls.push(format!("start {id}"));
         if let Some(e) = &w.start_error {
             return Err(RuntimeError::Engine(e.clone()));
+        }
+        if let Some(e) = &w.start_foreign {
+            return Err(RuntimeError::Foreign(e.clone()));
         }
         let c = w
             .containers
@@ -1529,4 +1544,196 @@ async fn a_restore_keeps_the_replaced_volumes_as_a_snapshot_and_mounts_the_copie
         .unwrap();
     assert!(!s.fake.world().volumes.contains_key(&volume));
     assert!(s.fake.world().volumes.contains_key(&mounted));
+}
+
+#[tokio::test]
+async fn a_placed_instance_is_reported_by_its_nodes_reporter_and_placed_once() {
+    let s = setup().await;
+    s.fake.world().ready = true;
+    s.fake.world().placement = Some("node-b".into());
+    let id = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
+        .await
+        .unwrap()
+        .resource_instance_id;
+    converge(&s, &id).await;
+    assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
+    let rollout = rollouts_of(&s).remove(0);
+    assert_eq!(
+        rollout.status.status,
+        RolloutStatus::Succeeded,
+        "{rollout:?}"
+    );
+    let reporters = &rollout.status.reporters;
+    assert_eq!(reporters.len(), 1, "{reporters:?}");
+    assert!(
+        reporters[0].reporter_id.ends_with("/node-b"),
+        "{reporters:?}"
+    );
+    assert_eq!(reporters[0].reporter_node_names, ["node-b".to_owned()]);
+    assert_eq!(reporters[0].verified_replica_count, 1);
+    let reports = s
+        .berth
+        .rollout_reports("owner", &s.domain, "db", &rollout.plan.rollout_id)
+        .await
+        .unwrap();
+    // The node's reporter holds the replica; the daemon's own report, made as it began to act
+    // before the runtime placed the instance, observed none and is not aggregated.
+    let (node, others): (Vec<_>, Vec<_>) = reports
+        .iter()
+        .partition(|r| r.reporter_id.ends_with("/node-b"));
+    assert_eq!(node.len(), 1, "{reports:?}");
+    assert_eq!(node[0].envelope.reporter_node_ids, ["node-b".to_owned()]);
+    assert_eq!(
+        node[0].envelope.reporter_session_id,
+        reporters[0].reporter_session_id
+    );
+    assert!(node[0].envelope.reporter_session_id.ends_with("/node-b"));
+    assert!(
+        others.iter().all(|r| r.observed_replica_count == 0),
+        "{reports:?}"
+    );
+    // Later reconciles hand the stored placement back, never ask again.
+    s.fake.world().placement = Some("node-c".into());
+    s.reconciler.resync().await;
+    converge(&s, &id).await;
+    assert_eq!(s.fake.world().placed, 1);
+    assert_eq!(
+        rollouts_of(&s)[0].status.reporters[0].reporter_node_names,
+        ["node-b".to_owned()]
+    );
+}
+
+#[tokio::test]
+async fn a_reporters_newer_session_supersedes_its_earlier_one_which_is_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("berth.db");
+    let fake = Fake::default();
+    fake.world().placement = Some("node-b".into());
+    let daemon = |store: Arc<Store>| {
+        let reconciler = Reconciler::new(
+            store.clone(),
+            Arc::new(fake.clone()),
+            ReconcileConfig::default(),
+        );
+        (
+            Berth::new(store, Some(reconciler.clone()), "fake"),
+            reconciler,
+        )
+    };
+
+    // The first daemon starts the instance; it is not ready yet, so its rollout is verifying.
+    let first = Arc::new(Store::open(&path).unwrap());
+    let first_session = first.reporter().session_id.clone();
+    let (berth, reconciler) = daemon(first.clone());
+    let domain = berth
+        .create_domain("owner", "p".into())
+        .await
+        .unwrap()
+        .resource_domain_id;
+    let id = berth
+        .up("owner", &domain, "db", &spec(), UpCause::Person)
+        .await
+        .unwrap()
+        .resource_instance_id;
+    for _ in 0..3 {
+        reconciler.reconcile(&id).await.unwrap();
+    }
+    let rollout = berth
+        .rollouts("owner", &domain, "db")
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        rollout.status.status,
+        RolloutStatus::Verifying,
+        "{rollout:?}"
+    );
+    assert_eq!(
+        rollout.status.reporters[0].reporter_session_id,
+        format!("{first_session}/node-b")
+    );
+    reconciler.shutdown(Duration::from_secs(1)).await;
+    drop((berth, reconciler, first));
+
+    // A second daemon on the same store (a new session) sees it ready: its node's reporter of
+    // the new session reports, and the earlier session's report is stale and not aggregated.
+    fake.world().ready = true;
+    let second = Arc::new(Store::open(&path).unwrap());
+    let second_session = second.reporter().session_id.clone();
+    assert_ne!(second_session, first_session);
+    let (berth, reconciler) = daemon(second);
+    let mut last = Next::Done;
+    for _ in 0..10 {
+        last = reconciler.reconcile(&id).await.unwrap();
+        if matches!(
+            berth.get("owner", &domain, "db").unwrap().state,
+            InstanceState::Running { .. }
+        ) {
+            break;
+        }
+    }
+    let rollout = berth
+        .rollouts("owner", &domain, "db")
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        rollout.status.status,
+        RolloutStatus::Succeeded,
+        "{rollout:?} {last:?}"
+    );
+    let sessions: Vec<&str> = rollout
+        .status
+        .reporters
+        .iter()
+        .map(|r| r.reporter_session_id.as_str())
+        .collect();
+    assert_eq!(sessions, [format!("{second_session}/node-b")]);
+    let reports = berth
+        .rollout_reports("owner", &domain, "db", &rollout.plan.rollout_id)
+        .await
+        .unwrap();
+    let earlier = reports
+        .iter()
+        .find(|r| r.envelope.reporter_session_id == format!("{first_session}/node-b"))
+        .expect("the earlier session's report is kept");
+    assert_eq!(
+        earlier.mismatch_reason,
+        Some(MismatchReason::StaleRolloutReport)
+    );
+    reconciler.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn a_start_the_runtime_says_only_a_person_can_unblock_fails_at_once_with_its_sentence() {
+    let s = setup().await;
+    let why = "service db is placed on swarm node n2 (host2), which is drain";
+    s.fake.world().start_foreign = Some(why.to_owned());
+    let id = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
+        .await
+        .unwrap()
+        .resource_instance_id;
+    converge(&s, &id).await;
+    let InstanceState::Failed { message, .. } = state(&s, "db") else {
+        panic!("not failed: {:?}", state(&s, "db"));
+    };
+    assert_eq!(message, why);
+    let starts = s
+        .fake
+        .world()
+        .calls
+        .iter()
+        .filter(|c| c.starts_with("start "))
+        .count();
+    assert_eq!(starts, 1, "no retry");
+    let rollout = rollouts_of(&s).remove(0);
+    assert_eq!(rollout.status.status, RolloutStatus::Failed);
+    assert_eq!(
+        rollout.status.mismatch_reason,
+        Some(MismatchReason::ReplicaFailed)
+    );
 }

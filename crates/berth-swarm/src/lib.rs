@@ -43,17 +43,18 @@ use async_trait::async_trait;
 use berth_core::image::PinnedImage;
 use berth_core::runtime::{
     ContainerFacts, ContainerPlan, Copied, CopyPlan, ExecOutcome, ExecRequest, ExecStdin,
-    ImageFacts, LABEL_MANAGED, LABEL_PREFIX, Labels, LogStream, RegistryManifest, Runtime,
-    RuntimeError, RuntimeEvent,
+    ImageFacts, LABEL_INSTANCE, LABEL_KEY, LABEL_MANAGED, LABEL_PLACEMENT, LABEL_PREFIX, Labels,
+    LogStream, RegistryManifest, Runtime, RuntimeError, RuntimeEvent,
 };
 use berth_core::spec::Ready;
 use berth_docker::{DockerConfig, DockerRuntime, engine_error};
 use bollard::Docker;
 use bollard::models::{
     EndpointSpec, EndpointSpecModeEnum, LocalNodeState, Mount, MountType, NetworkAttachmentConfig,
-    NetworkCreateRequest, ObjectVersion, Service, ServiceSpec, ServiceSpecMode,
-    ServiceSpecModeReplicated, Task, TaskSpec, TaskSpecContainerSpec, TaskSpecPlacement,
-    TaskSpecResources, TaskSpecRestartPolicy, TaskSpecRestartPolicyConditionEnum, TaskState,
+    NetworkCreateRequest, NodeSpecAvailabilityEnum, NodeState, ObjectVersion, Service, ServiceSpec,
+    ServiceSpecMode, ServiceSpecModeReplicated, Task, TaskSpec, TaskSpecContainerSpec,
+    TaskSpecPlacement, TaskSpecResources, TaskSpecRestartPolicy,
+    TaskSpecRestartPolicyConditionEnum, TaskState,
 };
 use bollard::query_parameters::{
     EventsOptions, ListServicesOptions, ListTasksOptions, LogsOptions, UpdateServiceOptions,
@@ -70,6 +71,9 @@ const TASK_LOOK: Duration = Duration::from_millis(200);
 /// How long a start waits for the swarm to make a task before it asks it to look again.
 const NUDGE_AFTER: Duration = Duration::from_secs(2);
 
+/// How long the node watch waits before it subscribes again after its stream ended.
+const NODE_WATCH_AGAIN: Duration = Duration::from_secs(1);
+
 /// How long after a stop's own timeout this runtime waits for the task's container to end.
 const STOP_MARGIN: Duration = Duration::from_secs(10);
 
@@ -84,12 +88,28 @@ pub const LIMITATIONS: &[&str] = &[
      the instance restarts",
 ];
 
+/// Settings of the swarm runtime beyond the manager's own engine.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SwarmConfig {
+    /// The engine of each other node instances may be placed on, by node id
+    /// (`--swarm-node-engine NODE_ID=unix:///...` or `tcp://...`): exec, probes, volumes and
+    /// evidence of a task on that node go through it.
+    pub node_engines: Vec<(String, String)>,
+    /// Which instance key is placed on which node, by node id or host name
+    /// (`--swarm-place KEY=NODE`); every other instance is placed on the manager.
+    pub placements: Vec<(String, String)>,
+}
+
 /// The [`Runtime`] on a swarm manager. Images, volumes, exec, probes and events go through the
 /// same engine's container API (see [`DockerRuntime`]); services, tasks and overlay networks
 /// through its swarm API.
 pub struct SwarmRuntime {
     node: DockerRuntime,
     node_id: String,
+    /// The other nodes' engines, by node id.
+    others: HashMap<String, DockerRuntime>,
+    /// Instance key → node id or host name.
+    placements: HashMap<String, String>,
     network_create: Mutex<()>,
     network_names: Arc<std::sync::Mutex<HashMap<String, String>>>,
 }
@@ -105,11 +125,48 @@ impl std::fmt::Debug for SwarmRuntime {
 impl SwarmRuntime {
     /// Connects to the engine `DOCKER_HOST` names and requires it to be an active swarm
     /// manager: anything else is [`RuntimeError::Unavailable`] with the command that fixes it.
-    pub async fn connect(config: DockerConfig) -> Result<Self, RuntimeError> {
-        Self::over(DockerRuntime::connect(config).await?).await
+    ///
+    /// Each engine of `swarm.node_engines` is connected too, and must be the node its entry
+    /// names, in this swarm: a map entry that names the wrong engine is refused, so that no
+    /// instance's exec or volume goes to a machine it does not run on.
+    pub async fn connect(config: DockerConfig, swarm: SwarmConfig) -> Result<Self, RuntimeError> {
+        let mut runtime = Self::over(DockerRuntime::connect(config.clone()).await?).await?;
+        for (node, address) in &swarm.node_engines {
+            let engine = DockerRuntime::connect_to(address, config.clone()).await?;
+            let info = engine
+                .engine()
+                .info()
+                .await
+                .map_err(|e| engine_error(e, &format!("the engine at {address}")))?;
+            let actual = info
+                .swarm
+                .and_then(|s| s.node_id)
+                .filter(|id| !id.is_empty());
+            if actual.as_deref() != Some(node.as_str()) {
+                return Err(RuntimeError::Unavailable(format!(
+                    "--swarm-node-engine {node}={address}: the engine there is {}, not swarm \
+                     node {node}; give each node's id (`docker node ls` on the manager) with \
+                     the address of that node's own engine",
+                    actual.map_or_else(|| "in no swarm".to_owned(), |a| format!("node {a}"))
+                )));
+            }
+            match runtime.docker().inspect_node(node).await {
+                Ok(_) => {}
+                Err(e) if is_status(&e, 404) => {
+                    return Err(RuntimeError::Unavailable(format!(
+                        "--swarm-node-engine {node}={address}: this swarm's manager knows no \
+                         node {node}"
+                    )));
+                }
+                Err(e) => return Err(engine_error(e, &format!("swarm node {node}"))),
+            }
+            runtime.others.insert(node.clone(), engine);
+        }
+        runtime.placements = swarm.placements.into_iter().collect();
+        Ok(runtime)
     }
 
-    /// The swarm runtime over an engine already connected.
+    /// The swarm runtime over an engine already connected, placing every instance on it.
     pub async fn over(node: DockerRuntime) -> Result<Self, RuntimeError> {
         let info = node
             .engine()
@@ -140,14 +197,158 @@ impl SwarmRuntime {
         Ok(Self {
             node,
             node_id,
+            others: HashMap::new(),
+            placements: HashMap::new(),
             network_create: Mutex::new(()),
             network_names: Arc::default(),
         })
     }
 
-    /// The id of the node every instance is placed on (the node berth's engine is).
+    /// The id of the manager's node (the node berth's engine is), where instances are placed
+    /// unless `--swarm-place` names another.
     pub fn node_id(&self) -> &str {
         &self.node_id
+    }
+
+    /// The engine of a node: the manager's own, or one given by `--swarm-node-engine`.
+    fn engine_of(&self, node: &str) -> Option<&DockerRuntime> {
+        if node == self.node_id {
+            Some(&self.node)
+        } else {
+            self.others.get(node)
+        }
+    }
+
+    /// The engine of the node the labels' placement names (the manager's when none).
+    fn engine_placed(&self, labels: &Labels) -> Result<&DockerRuntime, RuntimeError> {
+        match labels.get(LABEL_PLACEMENT) {
+            None => Ok(&self.node),
+            Some(node) => self.engine_of(node).ok_or_else(|| no_engine(node)),
+        }
+    }
+
+    /// The id of the node `wanted` names (an id, or a host name that one node has).
+    async fn resolve_node(&self, key: &str, wanted: &str) -> Result<String, RuntimeError> {
+        let nodes = self
+            .docker()
+            .list_nodes(None)
+            .await
+            .map_err(|e| engine_error(e, "the swarm's nodes"))?;
+        if let Some(id) = nodes
+            .iter()
+            .filter_map(|n| n.id.as_deref())
+            .find(|id| *id == wanted)
+        {
+            return Ok(id.to_owned());
+        }
+        let named: Vec<&str> = nodes
+            .iter()
+            .filter(|n| n.description.as_ref().and_then(|d| d.hostname.as_deref()) == Some(wanted))
+            .filter_map(|n| n.id.as_deref())
+            .collect();
+        match named.as_slice() {
+            [one] => Ok((*one).to_owned()),
+            [] => Err(RuntimeError::Foreign(format!(
+                "--swarm-place {key}={wanted}: no node of this swarm has that id or host name \
+                 (`docker node ls` lists them)"
+            ))),
+            many => Err(RuntimeError::Foreign(format!(
+                "--swarm-place {key}={wanted}: {} nodes have that host name; name the node by \
+                 its id (`docker node ls`)",
+                many.len()
+            ))),
+        }
+    }
+
+    /// Refuses to start a task on a node that is drained, paused, down or gone, naming it: the
+    /// swarm would leave the task pending, and berth never moves an instance from its volumes.
+    /// The service is held at 0 replicas first, so that the swarm does not start it behind
+    /// berth's back when the node comes back (berth reports the instance failed; a person's
+    /// start or up starts it again).
+    async fn check_node(&self, service: &str, node: &str) -> Result<(), RuntimeError> {
+        match self.node_unfit(&format!("service {service}"), node).await? {
+            Some(why) => {
+                self.hold(service).await;
+                Err(RuntimeError::Foreign(why))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Sets the service to 0 replicas, as far as the manager lets it (a failure is only logged:
+    /// the caller is already reporting a failure of its own).
+    async fn hold(&self, service: &str) {
+        if let Err(e) = self.update(service, |spec| set_replicas(spec, 0)).await {
+            tracing::warn!(service = %service, error = %e,
+                "could not hold the service at 0 replicas");
+        }
+    }
+
+    /// Holds at 0 replicas every service of the instance these labels name.
+    async fn hold_instance(&self, labels: &Labels) {
+        let Some(instance) = labels.get(LABEL_INSTANCE) else {
+            return;
+        };
+        let options = ListServicesOptions {
+            filters: Some(HashMap::from([(
+                "label".to_owned(),
+                vec![format!("{LABEL_INSTANCE}={instance}")],
+            )])),
+            status: None,
+        };
+        match self.docker().list_services(Some(options)).await {
+            Ok(services) => {
+                for id in services.iter().filter_map(|s| s.id.as_deref()) {
+                    self.hold(id).await;
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not list the instance's services"),
+        }
+    }
+
+    /// Why `what` (placed on `node`) cannot run there now: the node drained, paused, down or
+    /// gone, in a sentence that names it; `None` when the node is ready and active.
+    async fn node_unfit(&self, what: &str, node: &str) -> Result<Option<String>, RuntimeError> {
+        let found = match self.docker().inspect_node(node).await {
+            Ok(found) => found,
+            Err(e) if is_status(&e, 404) => {
+                return Ok(Some(format!(
+                    "{what} is placed on swarm node {node}, which is no longer in the swarm; its \
+                     volumes were there, and berth does not move an instance away from them: \
+                     archive it and up it again to start it empty on another node"
+                )));
+            }
+            Err(e) => return Err(engine_error(e, &format!("swarm node {node}"))),
+        };
+        let host = found
+            .description
+            .as_ref()
+            .and_then(|d| d.hostname.clone())
+            .unwrap_or_default();
+        let availability = found
+            .spec
+            .as_ref()
+            .and_then(|s| s.availability)
+            .unwrap_or(NodeSpecAvailabilityEnum::ACTIVE);
+        let state = found
+            .status
+            .as_ref()
+            .and_then(|s| s.state)
+            .unwrap_or(NodeState::UNKNOWN);
+        let why = if availability != NodeSpecAvailabilityEnum::ACTIVE {
+            format!(
+                "is {availability} (`docker node update --availability active {node}` makes it \
+                 take tasks again)"
+            )
+        } else if state != NodeState::READY {
+            format!("is {state} (its engine or machine is not answering the swarm)")
+        } else {
+            return Ok(None);
+        };
+        Ok(Some(format!(
+            "{what} is placed on swarm node {node} ({host}), which {why}; the instance's volumes \
+             are on that node, and berth does not move it away from them"
+        )))
     }
 
     /// What this runtime cannot enforce that the single-engine runtime does.
@@ -275,12 +476,18 @@ impl SwarmRuntime {
         };
         let state = task_state(task);
         let container_id = task_container(task);
-        let local = match &container_id {
-            Some(id) => self.node.inspect_container(id).await?,
-            None => None,
+        let node = task.node_id.clone().unwrap_or_default();
+        let on_manager = node == self.node_id;
+        let engine = self.engine_of(&node);
+        let local = match (&container_id, engine) {
+            (Some(id), Some(_)) if on_manager => self.node.inspect_container(id).await?,
+            // Another node's engine that does not answer (killed, machine lost): its container
+            // is not known to run; the swarm says what became of the task.
+            (Some(id), Some(engine)) => engine.inspect_container(id).await.ok().flatten(),
+            _ => None,
         };
-        // Running as soon as its container runs on this engine, which is before the node's
-        // agent has told the manager so.
+        // Running as soon as its container runs on its node's engine, which is before the
+        // node's agent has told the manager so.
         facts.running = task.desired_state == Some(TaskState::RUNNING)
             && !is_final(state)
             && local.as_ref().is_some_and(|c| c.running);
@@ -290,7 +497,9 @@ impl SwarmRuntime {
             facts.exit_code = local.exit_code;
             facts.image_id = local.image_id;
             facts.config_image = local.config_image;
+            // Only this machine's gateway bridge is reachable from it.
             if facts.running
+                && on_manager
                 && let Some(ip) = gateways.get(&local.id)
             {
                 for network in facts.networks.keys() {
@@ -315,16 +524,29 @@ impl SwarmRuntime {
         self.facts(service, &tasks, &gateways).await
     }
 
-    /// The container of the service's wanted task on this node.
-    async fn running_container(&self, found: &Service) -> Result<Option<String>, RuntimeError> {
+    /// The container of the service's wanted task, with the engine of the node it is on.
+    async fn running_container(
+        &self,
+        found: &Service,
+    ) -> Result<Option<(&DockerRuntime, String)>, RuntimeError> {
         let id = found.id.clone().unwrap_or_default();
         let tasks = self.tasks(&[&id]).await?;
         let tasks: Vec<&Task> = tasks.iter().collect();
         // The wanted task's container, once it has one: it may run before the manager has
         // heard so (see `facts`); the engine refuses an exec in one that does not run.
-        Ok(current_task(&tasks)
+        let Some(task) = current_task(&tasks)
             .filter(|t| t.desired_state == Some(TaskState::RUNNING) && !is_final(task_state(t)))
-            .and_then(task_container))
+        else {
+            return Ok(None);
+        };
+        let Some(container) = task_container(task) else {
+            return Ok(None);
+        };
+        let node = task.node_id.clone().unwrap_or_default();
+        match self.engine_of(&node) {
+            Some(engine) => Ok(Some((engine, container))),
+            None => Err(no_engine(&node)),
+        }
     }
 
     /// Applies `change` to the service's spec, with the version the engine holds (retried once
@@ -436,7 +658,22 @@ impl SwarmRuntime {
         let deadline = tokio::time::Instant::now() + bound;
         let nudge_at = tokio::time::Instant::now() + NUDGE_AFTER;
         let mut nudged = false;
+        let node = self
+            .service(id)
+            .await?
+            .and_then(|found| found.spec)
+            .as_ref()
+            .and_then(placed_node);
+        let mut node_checked = tokio::time::Instant::now();
         loop {
+            // A node that goes down or is drained while the task waits for it would leave the
+            // task pending for the whole bound: look at the node every few seconds.
+            if let Some(node) = &node
+                && node_checked.elapsed() >= NUDGE_AFTER
+            {
+                node_checked = tokio::time::Instant::now();
+                self.check_node(service, node).await?;
+            }
             let tasks = self.tasks(&[id]).await?;
             let wanted = tasks
                 .iter()
@@ -451,10 +688,13 @@ impl SwarmRuntime {
                 // has started: the container itself, on this engine, says it first.
                 if !is_final(state)
                     && let Some(container) = task_container(task)
-                    && self
-                        .node
+                    && let Some(engine) =
+                        self.engine_of(task.node_id.as_deref().unwrap_or_default())
+                    && engine
                         .inspect_container(&container)
-                        .await?
+                        .await
+                        .ok()
+                        .flatten()
                         .is_some_and(|c| c.running)
                 {
                     return Ok(());
@@ -499,6 +739,62 @@ impl SwarmRuntime {
             }
         }
     }
+}
+
+/// Sends a resync for every event of the swarm's nodes, until the receiver goes; reconnects
+/// after a second when the manager's stream ends (the container watch says when the engine
+/// itself is away).
+async fn watch_nodes(docker: Docker, tx: mpsc::Sender<RuntimeEvent>) {
+    loop {
+        let options = EventsOptions {
+            since: None,
+            until: None,
+            filters: Some(HashMap::from([(
+                "type".to_owned(),
+                vec!["node".to_owned()],
+            )])),
+        };
+        let mut events = docker.events(Some(options));
+        loop {
+            tokio::select! {
+                () = tx.closed() => return,
+                item = events.next() => match item {
+                    Some(Ok(_)) => {
+                        tracing::debug!("a swarm node changed; looking again at every instance");
+                        if tx.send(RuntimeEvent::Resync).await.is_err() {
+                            return;
+                        }
+                    }
+                    _ => break,
+                },
+            }
+        }
+        tokio::select! {
+            () = tx.closed() => return,
+            () = tokio::time::sleep(NODE_WATCH_AGAIN) => {}
+        }
+    }
+}
+
+/// An instance placed on a node berth has no engine for.
+fn no_engine(node: &str) -> RuntimeError {
+    RuntimeError::Foreign(format!(
+        "the instance is placed on swarm node {node}, and berth has no address for that node's \
+         engine: give it with --swarm-node-engine {node}=<engine address> (docs/swarm.md); \
+         berth does not move an instance away from the node its volumes are on"
+    ))
+}
+
+/// The node a service's placement constraint names.
+fn placed_node(spec: &ServiceSpec) -> Option<String> {
+    spec.task_template
+        .as_ref()
+        .and_then(|t| t.placement.as_ref())
+        .and_then(|p| p.constraints.as_ref())
+        .and_then(|c| {
+            c.iter()
+                .find_map(|c| c.strip_prefix("node.id==").map(str::to_owned))
+        })
 }
 
 fn humanise(d: Duration) -> String {
@@ -647,6 +943,23 @@ impl Runtime for SwarmRuntime {
         "swarm"
     }
 
+    /// The node named for the instance's key by `--swarm-place`, else the manager's.
+    async fn place(&self, labels: &Labels) -> Result<Option<String>, RuntimeError> {
+        let key = labels
+            .get(LABEL_KEY)
+            .map(String::as_str)
+            .unwrap_or_default();
+        let Some(wanted) = self.placements.get(key) else {
+            return Ok(Some(self.node_id.clone()));
+        };
+        let node = self.resolve_node(key, wanted).await?;
+        if self.engine_of(&node).is_none() {
+            return Err(no_engine(&node));
+        }
+        tracing::info!(key = %key, node = %node, "instance placed on another node");
+        Ok(Some(node))
+    }
+
     async fn ensure_image(&self, image: &PinnedImage) -> Result<ImageFacts, RuntimeError> {
         self.node.ensure_image(image).await
     }
@@ -707,8 +1020,29 @@ impl Runtime for SwarmRuntime {
         }
     }
 
+    /// On the node the instance is placed on.
+    /// A node's engine that does not answer is asked about through the swarm: a node the
+    /// swarm says is down, drained or gone is the instance's failure, naming the node (the
+    /// volume cannot be made anywhere else); otherwise the engine is only away for now.
     async fn ensure_volume(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError> {
-        self.node.ensure_volume(name, labels).await
+        match self
+            .engine_placed(labels)?
+            .ensure_volume(name, labels)
+            .await
+        {
+            Err(RuntimeError::Unavailable(away)) => {
+                if let Some(node) = labels.get(LABEL_PLACEMENT).filter(|n| **n != self.node_id)
+                    && let Some(why) = self.node_unfit(&format!("volume {name}"), node).await?
+                {
+                    // The instance is reported failed: the swarm must not start its task when
+                    // the node comes back.
+                    self.hold_instance(labels).await;
+                    return Err(RuntimeError::Foreign(why));
+                }
+                Err(RuntimeError::Unavailable(away))
+            }
+            other => other,
+        }
     }
 
     async fn remove_network(&self, name: &str, prefix: &str) -> Result<(), RuntimeError> {
@@ -782,10 +1116,18 @@ impl Runtime for SwarmRuntime {
     }
 
     async fn create_container(&self, plan: &ContainerPlan) -> Result<String, RuntimeError> {
-        tracing::debug!(service = %plan.name, node = %self.node_id, "creating service");
+        let node = plan
+            .labels
+            .get(LABEL_PLACEMENT)
+            .cloned()
+            .unwrap_or_else(|| self.node_id.clone());
+        if self.engine_of(&node).is_none() {
+            return Err(no_engine(&node));
+        }
+        tracing::debug!(service = %plan.name, node = %node, "creating service");
         match self
             .docker()
-            .create_service(service_spec(plan, &self.node_id), None)
+            .create_service(service_spec(plan, &node), None)
             .await
         {
             Ok(created) => Ok(created.id.unwrap_or_default()),
@@ -806,6 +1148,9 @@ impl Runtime for SwarmRuntime {
         });
         if replicas(&spec) == 1 && live {
             return Ok(());
+        }
+        if let Some(node) = placed_node(&spec) {
+            self.check_node(id, &node).await?;
         }
         let ended = replicas(&spec) == 1;
         tracing::debug!(service = %id, replace = ended, "starting service");
@@ -854,19 +1199,37 @@ impl Runtime for SwarmRuntime {
         budget: Duration,
     ) -> Result<bool, RuntimeError> {
         match ready {
-            Ready::Tcp { .. } => self.node.probe(container, network, ready, budget).await,
+            Ready::Tcp { port } => {
+                if container.running && !container.addresses.contains_key(network) {
+                    // Running with no address this machine reaches: on another node.
+                    let found = self.service(&container.id).await?;
+                    if let Some(node) = found
+                        .and_then(|f| f.spec)
+                        .as_ref()
+                        .and_then(placed_node)
+                        .filter(|n| *n != self.node_id)
+                    {
+                        return Err(RuntimeError::Engine(format!(
+                            "a tcp ready check (port {port}) connects from the machine berth runs \
+                             on, which cannot reach a task on swarm node {node}; give an instance \
+                             placed on another node an exec ready check (docs/swarm.md)"
+                        )));
+                    }
+                }
+                self.node.probe(container, network, ready, budget).await
+            }
             Ready::Exec { .. } => {
                 let Some(found) = self.service(&container.id).await? else {
                     return Ok(false);
                 };
-                let Some(task_container) = self.running_container(&found).await? else {
+                let Some((engine, task_container)) = self.running_container(&found).await? else {
                     return Ok(false);
                 };
                 let facts = ContainerFacts {
                     id: task_container,
                     ..container.clone()
                 };
-                self.node.probe(&facts, network, ready, budget).await
+                engine.probe(&facts, network, ready, budget).await
             }
         }
     }
@@ -916,7 +1279,7 @@ impl Runtime for SwarmRuntime {
             return self.node.pause_container(id).await;
         };
         match self.running_container(&found).await? {
-            Some(container) => self.node.pause_container(&container).await,
+            Some((engine, container)) => engine.pause_container(&container).await,
             None => Err(RuntimeError::Conflict(format!(
                 "service {id} has no running task"
             ))),
@@ -928,7 +1291,7 @@ impl Runtime for SwarmRuntime {
             return self.node.unpause_container(id).await;
         };
         match self.running_container(&found).await? {
-            Some(container) => self.node.unpause_container(&container).await,
+            Some((engine, container)) => engine.unpause_container(&container).await,
             None => Ok(()),
         }
     }
@@ -950,14 +1313,22 @@ impl Runtime for SwarmRuntime {
         self.node.remove_volume(name, label, value).await
     }
 
-    /// Copies through this node's engine, where every instance's volumes are.
-    /// On this node's engine. What is frozen is a service, paused through its running task,
-    /// so the freeze is held around the whole copy here.
+    /// Copies through the manager's engine: snapshots and branches are for instances placed
+    /// on the manager's node, and a volume that is not there is refused (a copy through this
+    /// engine would read an empty volume of the same name). What is frozen is a service,
+    /// paused through its running task, so the freeze is held around the whole copy here.
     async fn copy_volume(
         &self,
         plan: &CopyPlan,
         progress: &(dyn Fn(u64) + Send + Sync),
     ) -> Result<Copied, RuntimeError> {
+        if self.node.volume_labels(&plan.from).await?.is_none() {
+            return Err(RuntimeError::Conflict(format!(
+                "the volume {} is not on the swarm manager's node: on the swarm runtime, \
+                 snapshots and branches are made for instances placed on the manager's node only",
+                plan.from
+            )));
+        }
         let Some(service) = &plan.freeze else {
             return self.node.copy_volume(plan, progress).await;
         };
@@ -1006,7 +1377,7 @@ impl Runtime for SwarmRuntime {
             return self.node.exec(container_id, request, stdin).await;
         };
         match self.running_container(&found).await? {
-            Some(task_container) => self.node.exec(&task_container, request, stdin).await,
+            Some((engine, task_container)) => engine.exec(&task_container, request, stdin).await,
             None => Err(RuntimeError::Conflict(format!(
                 "service {container_id} has no running task"
             ))),
@@ -1015,7 +1386,25 @@ impl Runtime for SwarmRuntime {
 
     /// The engine's container events: a task's container carries its instance's labels, so
     /// core tells its instances' changes apart as on a single engine.
+    /// Every node's engine berth has is watched, and their events merged; a change of a
+    /// swarm node (drained, down, back) is a resync, since the tasks on it change without an
+    /// event from an engine berth hears (a lost node's engine says nothing).
     fn watch(&self, prefix: &str) -> mpsc::Receiver<RuntimeEvent> {
-        self.node.watch(prefix)
+        let (tx, rx) = mpsc::channel(256);
+        tokio::spawn(watch_nodes(self.docker().clone(), tx.clone()));
+        let streams = std::iter::once(&self.node)
+            .chain(self.others.values())
+            .map(|engine| engine.watch(prefix));
+        for mut events in streams {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                while let Some(event) = events.recv().await {
+                    if tx.send(event).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        rx
     }
 }

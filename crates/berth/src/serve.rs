@@ -17,7 +17,7 @@ use berth_core::runtime::Runtime;
 use berth_core::store::{Store, StoreError};
 use berth_docker::{DockerConfig, DockerRuntime};
 use berth_http::{AllowedHosts, ServiceKeys};
-use berth_swarm::SwarmRuntime;
+use berth_swarm::{SwarmConfig, SwarmRuntime};
 use clap::{Args, ValueEnum};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -83,10 +83,35 @@ pub struct ServeArgs {
     #[arg(long, env = "BERTH_PULL_TIMEOUT", default_value = "10m", value_parser = humantime::parse_duration)]
     pull_timeout: Duration,
 
+    /// With --runtime swarm: the engine of another node of the swarm, as NODE_ID=ADDRESS
+    /// (`unix:///path` or `tcp://host:port`; repeat, or comma-separate in the variable). Exec,
+    /// ready checks, volumes and evidence of an instance placed on that node go through it.
+    #[arg(long = "swarm-node-engine", env = "BERTH_SWARM_NODE_ENGINES", value_delimiter = ',', value_parser = node_pair("--swarm-node-engine", "NODE_ID=ADDRESS"))]
+    swarm_node_engines: Vec<(String, String)>,
+
+    /// With --runtime swarm: place the instances of this key on this node, as KEY=NODE (a node
+    /// id or host name; repeat, or comma-separate in the variable). Every other instance is
+    /// placed on the manager's node. The node is chosen once, when the instance is first made.
+    #[arg(long = "swarm-place", env = "BERTH_SWARM_PLACE", value_delimiter = ',', value_parser = node_pair("--swarm-place", "KEY=NODE"))]
+    swarm_place: Vec<(String, String)>,
+
     /// Host names, besides loopback ones and the listen address, that requests may carry in
     /// their Host header (comma-separated).
     #[arg(long, env = "BERTH_ALLOWED_HOSTS", value_delimiter = ',')]
     allowed_hosts: Vec<String>,
+}
+
+/// A parser of `NAME=VALUE` for `flag`, both sides non-empty, with an error naming the flag.
+fn node_pair(
+    flag: &'static str,
+    shape: &'static str,
+) -> impl Fn(&str) -> Result<(String, String), String> + Clone + Send + Sync + 'static {
+    move |text: &str| match text.split_once('=') {
+        Some((name, value)) if !name.trim().is_empty() && !value.trim().is_empty() => {
+            Ok((name.trim().to_owned(), value.trim().to_owned()))
+        }
+        _ => Err(format!("{flag} takes {shape}, not {text:?}")),
+    }
 }
 
 /// The default data directory: `$XDG_DATA_HOME/berth` or its platform equivalent.
@@ -145,6 +170,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         pull_timeout: args.pull_timeout,
         ..DockerConfig::default()
     };
+    if args.runtime != RuntimeKind::Swarm
+        && !(args.swarm_node_engines.is_empty() && args.swarm_place.is_empty())
+    {
+        anyhow::bail!(
+            "--swarm-node-engine and --swarm-place (BERTH_SWARM_NODE_ENGINES, BERTH_SWARM_PLACE) \
+             only apply with --runtime swarm"
+        );
+    }
     let runtime: Option<Arc<dyn Runtime>> = match args.runtime {
         RuntimeKind::None => None,
         RuntimeKind::Docker => Some(Arc::new(
@@ -153,7 +186,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             )?,
         )),
         RuntimeKind::Swarm => {
-            let swarm = SwarmRuntime::connect(docker_config)
+            let swarm_config = SwarmConfig {
+                node_engines: args.swarm_node_engines.clone(),
+                placements: args.swarm_place.clone(),
+            };
+            let swarm = SwarmRuntime::connect(docker_config, swarm_config)
                 .await
                 .context("berth runs instances as swarm services (--runtime swarm)")?;
             for limit in SwarmRuntime::limitations() {

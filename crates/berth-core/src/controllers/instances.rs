@@ -24,8 +24,8 @@ use crate::names;
 use crate::queue::{Action, WorkQueue, backoff};
 use crate::runtime::{
     ContainerFacts, ContainerPlan, ImageFacts, ImageFailure, LABEL_DOMAIN, LABEL_INSTANCE,
-    LABEL_KEY, LABEL_MANAGED, LABEL_PLAN_DIGEST, LABEL_PREFIX, LABEL_SPEC_DIGEST, LABEL_VOLUME,
-    Labels, Mount, RuntimeError,
+    LABEL_KEY, LABEL_MANAGED, LABEL_PLACEMENT, LABEL_PLAN_DIGEST, LABEL_PREFIX, LABEL_SPEC_DIGEST,
+    LABEL_VOLUME, Labels, Mount, RuntimeError,
 };
 use crate::snapshots::CopyKind;
 use crate::spec::Ready;
@@ -388,7 +388,29 @@ impl InstanceController {
         }
         let ports = EndpointController::service_ports(instance, &image.exposed_tcp_ports);
         self.endpoints.ensure_endpoints(instance, &ports).await?;
-        let labels = self.labels(instance);
+        let mut labels = self.labels(instance);
+        // Where the instance runs, on a runtime with more than one place: chosen by the runtime
+        // once, stored, and handed back on every later call.
+        let placement = match self.ctx.store.placement(&instance.id).await? {
+            Some(placed) => Some(placed),
+            None => match runtime.place(&labels).await {
+                Ok(Some(chosen)) => Some(
+                    self.ctx
+                        .store
+                        .record_placement(&instance.id, &chosen)
+                        .await?,
+                ),
+                Ok(None) => None,
+                Err(e @ RuntimeError::Foreign(_)) => {
+                    self.fail(instance, e.to_string()).await?;
+                    return Ok(Next::Done);
+                }
+                Err(e) => return Err(e.into()),
+            },
+        };
+        if let Some(placed) = placement {
+            labels.insert(LABEL_PLACEMENT.to_owned(), placed);
+        }
         for volume in &obs.volumes {
             let mut volume_labels = labels.clone();
             volume_labels.insert(LABEL_VOLUME.to_owned(), volume.name.clone());
@@ -609,6 +631,13 @@ impl InstanceController {
     /// queue's back-off, and after [`START_ATTEMPTS`] refusals in a row the instance is `failed`
     /// with the engine's reason.
     async fn refused(&self, instance: &Instance, e: RuntimeError) -> Result<Next, ReconcileError> {
+        if let RuntimeError::Foreign(message) = e {
+            // Nothing a retry changes (the instance's node drained or lost, on a runtime with
+            // several): failed at once, with the runtime's sentence.
+            self.forget_start(&instance.id);
+            self.fail(instance, message).await?;
+            return Ok(Next::Done);
+        }
         let failures = self.with_start(&instance.id, |s| {
             s.start_failures += 1;
             s.start_failures

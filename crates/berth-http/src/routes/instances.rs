@@ -21,7 +21,7 @@ use crate::extract::{
     query_bool,
 };
 use berth_core::decode::Problems;
-use berth_core::rollouts::{ImageReleaseView, RolloutView, RuntimeEvidence};
+use berth_core::rollouts::{ImageReleaseView, RolloutReportView, RolloutView, RuntimeEvidence};
 use berth_core::service::RollbackAsk;
 use utoipa::IntoParams;
 
@@ -164,6 +164,7 @@ pub(crate) fn router() -> OpenApiRouter<App> {
         .routes(routes!(instance_rollouts))
         .routes(routes!(instance_rollout))
         .routes(routes!(instance_rollout_evidence))
+        .routes(routes!(instance_rollout_reports))
         .routes(routes!(instance_image_releases))
         .routes(routes!(instance_logs))
 }
@@ -309,6 +310,13 @@ pub struct RolloutList {
     pub items: Vec<RolloutView>,
 }
 
+/// The reports on a rollout.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RolloutReportList {
+    /// The latest report of each reporter and session, oldest first.
+    pub items: Vec<RolloutReportView>,
+}
+
 /// An instance's image releases.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ImageReleaseList {
@@ -365,6 +373,25 @@ async fn instance_rollout_evidence(
             .rollout_evidence(&caller.owner, &domain, key, rollout)
             .await?,
     ))
+}
+
+/// The reports on a rollout: the latest of each reporter and session, each in its envelope
+/// (`IImmutableRolloutReportEnvelope`), including sessions a newer one superseded.
+#[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/rollouts/{rolloutId}/reports", tag = "resource-instances",
+    params(RolloutPath),
+    responses((status = 200, body = RolloutReportList), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 500, body = ErrorBody)))]
+async fn instance_rollout_reports(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<RolloutPath>,
+) -> Result<Json<RolloutReportList>, ApiError> {
+    let (domain, key, rollout) = path.parts()?;
+    Ok(Json(RolloutReportList {
+        items: app
+            .berth
+            .rollout_reports(&caller.owner, &domain, key, rollout)
+            .await?,
+    }))
 }
 
 /// The image releases berth observed for an instance: one per pinned image, with the tags seen,
