@@ -7,7 +7,8 @@
 //! The source is one berth instance of the Postgres fixture, filled once (not timed) with rows
 //! Postgres stores uncompressed, and kept running throughout: berth pauses it for its copy; the
 //! floor reads it live (a plain copy has nothing to freeze with), so the floor is, if anything,
-//! the cheaper side. The three ways take turns in a rotated order each round.
+//! the cheaper side. The ways take turns in a rotated order each round, each after a `sync`
+//! (not timed), so none pays for the writes the one before it left in the page cache.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -110,6 +111,7 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
     let mut archive = Vec::with_capacity(samples);
     for i in 0..samples {
         for way in ORDERS[i % ORDERS.len()] {
+            settle().await?;
             match way {
                 Way::Berth => berth.push(berth_once(ctx, image, source, &format!("br-{i}")).await?),
                 Way::Floor => floor
@@ -122,6 +124,7 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
                 }
             }
         }
+        settle().await?;
         frozen.push(snapshot_once(ctx, source, &format!("frozen-{i}")).await?);
         progress::step(NAME, i + 1, samples);
     }
@@ -187,6 +190,16 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
         ),
     ];
     Ok(Figure { rows, notes })
+}
+
+/// Writes back what the previous sample left in the page cache (`sync`, not timed), so no
+/// sample pays for another's writes: each copies hundreds of MB.
+async fn settle() -> anyhow::Result<()> {
+    let status = Command::new("sync").status().await.context("running sync")?;
+    if !status.success() {
+        bail!("sync failed ({status})");
+    }
+    Ok(())
 }
 
 fn mb(bytes: u64) -> String {
