@@ -195,7 +195,10 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
 /// Writes back what the previous sample left in the page cache (`sync`, not timed), so no
 /// sample pays for another's writes: each copies hundreds of MB.
 async fn settle() -> anyhow::Result<()> {
-    let status = Command::new("sync").status().await.context("running sync")?;
+    let status = Command::new("sync")
+        .status()
+        .await
+        .context("running sync")?;
     if !status.success() {
         bail!("sync failed ({status})");
     }

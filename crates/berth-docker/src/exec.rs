@@ -287,7 +287,7 @@ async fn feed(stdin: &mut ExecStdin, input: &mut Pin<Box<dyn AsyncWrite + Send>>
 }
 
 /// Polls the exec until the engine reports it ended, and returns its exit code.
-async fn wait_exit(
+pub(crate) async fn wait_exit(
     docker: &Docker,
     exec_id: &str,
     what: &str,

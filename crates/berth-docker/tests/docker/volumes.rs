@@ -255,7 +255,8 @@ async fn a_copy_keeps_owners_modes_links_and_empty_dirs_both_ways_and_only_a_lab
     );
     let frozen_id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
 
-    // An image with `cp` (busybox): the copy runs it in a helper, and counts no bytes.
+    // An image with `cp` (busybox): the copy runs it in a helper, once the source is frozen,
+    // and counts no bytes.
     let plan = CopyPlan {
         helper: scope.name("copy"),
         image: reference.clone(),
@@ -289,6 +290,10 @@ async fn a_copy_keeps_owners_modes_links_and_empty_dirs_both_ways_and_only_a_lab
     assert!(
         ran.iter().any(|a| a == "start"),
         "the cp helper ran: {ran:?}"
+    );
+    assert!(
+        ran.iter().any(|a| a.starts_with("exec_start: cp -a")),
+        "cp ran in it: {ran:?}"
     );
     assert!(
         ran.iter().any(|a| a == "destroy"),
