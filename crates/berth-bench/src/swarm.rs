@@ -22,11 +22,11 @@ use bollard::query_parameters::{LeaveSwarmOptions, ListTasksOptions};
 use tokio::time::Instant;
 
 use crate::Ctx;
-use crate::daemon::{Api, Daemon, spec};
+use crate::daemon::{Api, Daemon, spec, time_of};
 use crate::engine::{Polling, connect_until_open};
 use crate::progress;
-use crate::report::{Figure, Row, Stat, Target, number};
-use crate::stats::{median, ms};
+use crate::report::{Figure, Row, Stat, Target, median_of, number};
+use crate::stats::{between, median, ms};
 
 pub const NAME: &str = "up_to_running_swarm_busybox_tcp";
 const POLL: Duration = Duration::from_millis(5);
@@ -135,10 +135,11 @@ async fn measure(ctx: &Ctx, samples: usize) -> anyhow::Result<Figure> {
     daemon.stop().await;
     let (berth, raw) = outcome?;
     let totals: Vec<f64> = raw.iter().map(|r| r.total).collect();
+    let berth_totals: Vec<f64> = berth.iter().map(|b| b.total).collect();
     let rows = vec![Row {
         name: NAME.to_owned(),
         unit: "ms",
-        berth: Stat::of_samples(&berth),
+        berth: Stat::of_samples(&berth_totals),
         baseline: "raw-service-create",
         base: Stat::of_samples(&totals),
         target: Some(Target::AtMost(1.15)),
@@ -159,18 +160,48 @@ async fn measure(ctx: &Ctx, samples: usize) -> anyhow::Result<Figure> {
             number(median(&raw.iter().map(|r| r.task).collect::<Vec<_>>())),
             number(median(&raw.iter().map(|r| r.connect).collect::<Vec<_>>())),
         ),
+        format!(
+            "berth's time, median by part: {} ms from sending `up` to the start of the \
+             reconcile that starts the service's task (`startedAt`), {} ms from there to the \
+             ready check answering (`state.since`: the replica set, the task scheduled and \
+             started, the check's connects), {} ms from there to a GET seeing `running` \
+             (berth's timestamps have millisecond resolution).",
+            median_of(berth.iter().map(|b| b.accept)),
+            median_of(berth.iter().map(|b| b.converge)),
+            median_of(berth.iter().map(|b| b.notice)),
+        ),
     ];
     Ok(Figure { rows, notes })
 }
 
-async fn berth_once(ctx: &Ctx, api: &Api, domain: &str, key: &str) -> anyhow::Result<f64> {
+/// One berth sample: the whole, and where its time went by berth's own timestamps.
+struct BerthUp {
+    total: f64,
+    /// `up` sent → the reconcile that started the service's task began (`startedAt`).
+    accept: Option<f64>,
+    /// → the ready check answered (`state.since` of `running`).
+    converge: Option<f64>,
+    /// → a GET saw `running`.
+    notice: Option<f64>,
+}
+
+async fn berth_once(ctx: &Ctx, api: &Api, domain: &str, key: &str) -> anyhow::Result<BerthUp> {
     let spec = spec(&ctx.image, key);
+    let wall_start = std::time::SystemTime::now();
     let start = Instant::now();
     api.up(domain, key, &spec).await?;
-    api.wait_running(domain, key, POLL, SAMPLE_TIMEOUT).await?;
-    let took = ms(start.elapsed());
+    let instance = api.wait_running(domain, key, POLL, SAMPLE_TIMEOUT).await?;
+    let total = ms(start.elapsed());
+    let wall_seen = std::time::SystemTime::now();
+    let started = instance.started_at.as_deref().and_then(time_of);
+    let running = instance.state.time().and_then(time_of);
     api.archive(domain, key).await?;
-    Ok(took)
+    Ok(BerthUp {
+        total,
+        accept: started.map(|s| between(wall_start, s)),
+        converge: started.zip(running).map(|(s, r)| between(s, r)),
+        notice: running.map(|r| between(r, wall_seen)),
+    })
 }
 
 struct RawUp {
