@@ -290,7 +290,7 @@ impl Drop for SecondNode {
         if self.joined && self.dockerd.is_some() {
             let _ = run("docker", &["-H", &self.host, "swarm", "leave", "--force"]);
         }
-        if let Some(mut child) = self.dockerd.take() {
+        if let Some(child) = self.dockerd.take() {
             // SIGTERM to the engine (nsenter execs it, so the child is dockerd itself), then
             // wait for it to unmount and end.
             let pid = i32::try_from(child.id()).unwrap_or(i32::MAX);
@@ -298,17 +298,8 @@ impl Drop for SecondNode {
             unsafe {
                 libc::kill(pid, libc::SIGTERM);
             }
-            let ended = (0..300).any(|_| {
-                if matches!(child.try_wait(), Ok(Some(_))) {
-                    return true;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-                false
-            });
-            if !ended {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
+            // Killed if it has not ended within 30 s.
+            let _ = super::wait_exit(child, Duration::from_secs(30));
         }
         // Whatever still runs in the namespace (a killed engine's containerd, its shims and
         // containers) goes with it.

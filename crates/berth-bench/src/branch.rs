@@ -291,22 +291,7 @@ async fn floor_once(
     let copier = format!("{}-floor-cp-{tag}", ctx.prefix);
     let server = format!("{}-floor-pg-{tag}", ctx.prefix);
     let start = Instant::now();
-    docker
-        .create_volume(VolumeCreateRequest {
-            name: Some(volume.clone()),
-            driver: Some("local".to_owned()),
-            labels: Some(labels(&ctx.prefix)),
-            ..Default::default()
-        })
-        .await
-        .with_context(|| format!("creating volume {volume}"))?;
-    let mount = |source: &str, target: &str, read_only: bool| Mount {
-        target: Some(target.to_owned()),
-        source: Some(source.to_owned()),
-        typ: Some(MountType::VOLUME),
-        read_only: Some(read_only),
-        ..Default::default()
-    };
+    fresh_volume(ctx, &volume).await?;
     let copy = docker
         .create_container(
             Some(CreateContainerOptions {
@@ -377,25 +362,7 @@ async fn floor_once(
     let ip = engine::container_ip(docker, &created.id).await?;
     engine::connect_until_open(ip, 5432, Polling::Backoff, SAMPLE_TIMEOUT).await?;
     let total = ms(start.elapsed());
-    for id in [&copy.id, &created.id] {
-        docker
-            .remove_container(
-                id,
-                Some(bollard::query_parameters::RemoveContainerOptions {
-                    force: true,
-                    ..Default::default()
-                }),
-            )
-            .await
-            .with_context(|| format!("removing container {id}"))?;
-    }
-    docker
-        .remove_volume(
-            &volume,
-            None::<bollard::query_parameters::RemoveVolumeOptions>,
-        )
-        .await
-        .with_context(|| format!("removing volume {volume}"))?;
+    remove(ctx, &[&copy.id, &created.id], &volume).await?;
     Ok(Floor {
         copy: copied,
         total,
@@ -484,28 +451,14 @@ async fn archive_once(
     let reader = format!("{}-tar-r-{tag}", ctx.prefix);
     let writer = format!("{}-tar-w-{tag}", ctx.prefix);
     let start = Instant::now();
-    docker
-        .create_volume(VolumeCreateRequest {
-            name: Some(volume.clone()),
-            driver: Some("local".to_owned()),
-            labels: Some(labels(&ctx.prefix)),
-            ..Default::default()
-        })
-        .await
-        .with_context(|| format!("creating volume {volume}"))?;
+    fresh_volume(ctx, &volume).await?;
     let helper = |volume: &str, path: &str, read_only: bool| ContainerCreateBody {
         image: Some(engine::create_reference(image)),
         entrypoint: Some(vec!["/never-runs".to_owned()]),
         labels: Some(labels(&ctx.prefix)),
         network_disabled: Some(true),
         host_config: Some(HostConfig {
-            mounts: Some(vec![Mount {
-                target: Some(path.to_owned()),
-                source: Some(volume.to_owned()),
-                typ: Some(MountType::VOLUME),
-                read_only: Some(read_only),
-                ..Default::default()
-            }]),
+            mounts: Some(vec![mount(volume, path, read_only)]),
             network_mode: Some("none".to_owned()),
             ..Default::default()
         }),
@@ -548,8 +501,40 @@ async fn archive_once(
         .await
         .context("unpacking the archive into the copy")?;
     let took = ms(start.elapsed());
-    for id in &ids {
-        docker
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    remove(ctx, &ids, &volume).await?;
+    Ok(took)
+}
+
+/// Makes volume `name`, labelled with the run's prefix (not timed apart: part of each way).
+async fn fresh_volume(ctx: &Ctx, name: &str) -> anyhow::Result<()> {
+    ctx.docker
+        .create_volume(VolumeCreateRequest {
+            name: Some(name.to_owned()),
+            driver: Some("local".to_owned()),
+            labels: Some(labels(&ctx.prefix)),
+            ..Default::default()
+        })
+        .await
+        .with_context(|| format!("creating volume {name}"))?;
+    Ok(())
+}
+
+/// A volume mounted at `path`.
+fn mount(volume: &str, path: &str, read_only: bool) -> Mount {
+    Mount {
+        target: Some(path.to_owned()),
+        source: Some(volume.to_owned()),
+        typ: Some(MountType::VOLUME),
+        read_only: Some(read_only),
+        ..Default::default()
+    }
+}
+
+/// Removes a sample's containers, then its volume (not timed).
+async fn remove(ctx: &Ctx, containers: &[&str], volume: &str) -> anyhow::Result<()> {
+    for id in containers {
+        ctx.docker
             .remove_container(
                 id,
                 Some(bollard::query_parameters::RemoveContainerOptions {
@@ -560,12 +545,12 @@ async fn archive_once(
             .await
             .with_context(|| format!("removing container {id}"))?;
     }
-    docker
+    ctx.docker
         .remove_volume(
-            &volume,
+            volume,
             None::<bollard::query_parameters::RemoveVolumeOptions>,
         )
         .await
         .with_context(|| format!("removing volume {volume}"))?;
-    Ok(took)
+    Ok(())
 }

@@ -154,13 +154,6 @@ async fn copy_with_image_cp(
     freezer: &mut Freezer<'_>,
 ) -> Result<ImageCp, RuntimeError> {
     let name = format!("{}-c", plan.helper);
-    let mount = |volume: &str, path: &str, read_only: bool| Mount {
-        target: Some(path.to_owned()),
-        source: Some(volume.to_owned()),
-        typ: Some(MountType::VOLUME),
-        read_only: Some(read_only),
-        ..Default::default()
-    };
     let body = ContainerCreateBody {
         image: Some(create_reference(&plan.image)),
         // It idles until the source is frozen, then `cp` runs in it through an exec: the
@@ -174,8 +167,8 @@ async fn copy_with_image_cp(
         network_disabled: Some(true),
         host_config: Some(HostConfig {
             mounts: Some(vec![
-                mount(&plan.from, SOURCE, true),
-                mount(&plan.to, TARGET, false),
+                volume_mount(&plan.from, SOURCE, true),
+                volume_mount(&plan.to, TARGET, false),
             ]),
             network_mode: Some("none".to_owned()),
             privileged: Some(false),
@@ -187,26 +180,8 @@ async fn copy_with_image_cp(
         }),
         ..Default::default()
     };
-    let options = CreateContainerOptions {
-        name: Some(name.clone()),
-        ..Default::default()
-    };
     let what = format!("copy helper {name}");
-    let id = match docker
-        .create_container(Some(options.clone()), body.clone())
-        .await
-    {
-        Ok(created) => created.id,
-        Err(e) if error::status(&e) == Some(409) => {
-            crate::containers::remove(docker, &name).await?;
-            docker
-                .create_container(Some(options), body)
-                .await
-                .map(|c| c.id)
-                .map_err(|e| error::map(e, &what))?
-        }
-        Err(e) => return Err(error::map(e, &what)),
-    };
+    let id = create_fresh(docker, &name, body, &what).await?;
     let ran = run_in_helper(docker, &id, &what, freezer).await;
     let removed = crate::containers::remove(docker, &id).await;
     let ran = ran?;
@@ -347,13 +322,6 @@ async fn create_helper(
     path: &str,
     read_only: bool,
 ) -> Result<String, RuntimeError> {
-    let mount = Mount {
-        target: Some(path.to_owned()),
-        source: Some(volume.to_owned()),
-        typ: Some(MountType::VOLUME),
-        read_only: Some(read_only),
-        ..Default::default()
-    };
     let body = ContainerCreateBody {
         image: Some(create_reference(&plan.image)),
         // Never run: the archive API works on a container that was only created. A command is
@@ -363,7 +331,7 @@ async fn create_helper(
         labels: Some(plan.labels.clone().into_iter().collect()),
         network_disabled: Some(true),
         host_config: Some(HostConfig {
-            mounts: Some(vec![mount]),
+            mounts: Some(vec![volume_mount(volume, path, read_only)]),
             network_mode: Some("none".to_owned()),
             privileged: Some(false),
             security_opt: Some(vec![crate::containers::NO_NEW_PRIVILEGES.to_owned()]),
@@ -371,26 +339,46 @@ async fn create_helper(
         }),
         ..Default::default()
     };
+    create_fresh(docker, name, body, &format!("copy helper {name}")).await
+}
+
+/// A volume mounted at `path`.
+fn volume_mount(volume: &str, path: &str, read_only: bool) -> Mount {
+    Mount {
+        target: Some(path.to_owned()),
+        source: Some(volume.to_owned()),
+        typ: Some(MountType::VOLUME),
+        read_only: Some(read_only),
+        ..Default::default()
+    }
+}
+
+/// Creates helper `name` from `body`; one of that name left by an interrupted attempt is
+/// removed and made again.
+async fn create_fresh(
+    docker: &Docker,
+    name: &str,
+    body: ContainerCreateBody,
+    what: &str,
+) -> Result<String, RuntimeError> {
     let options = CreateContainerOptions {
         name: Some(name.to_owned()),
         ..Default::default()
     };
-    let what = format!("copy helper {name}");
     match docker
         .create_container(Some(options.clone()), body.clone())
         .await
     {
         Ok(created) => Ok(created.id),
         Err(e) if error::status(&e) == Some(409) => {
-            // Left by an interrupted attempt: it never ran; make it again.
             crate::containers::remove(docker, name).await?;
             docker
                 .create_container(Some(options), body)
                 .await
                 .map(|c| c.id)
-                .map_err(|e| error::map(e, &what))
+                .map_err(|e| error::map(e, what))
         }
-        Err(e) => Err(error::map(e, &what)),
+        Err(e) => Err(error::map(e, what)),
     }
 }
 
