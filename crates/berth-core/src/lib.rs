@@ -18,6 +18,7 @@ pub mod ids;
 pub mod image;
 pub mod model;
 pub mod names;
+pub mod ownership;
 pub mod queue;
 pub mod rollouts;
 pub mod runtime;

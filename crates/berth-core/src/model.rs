@@ -208,6 +208,10 @@ pub struct Instance {
     pub last_reached_at: Option<Timestamp>,
     /// The Docker volumes it mounts.
     pub volumes: Vec<InstanceVolume>,
+    /// Every volume it has had, one per name: those it mounts and those a spec change
+    /// dropped, whose data a later `up` naming them mounts again. Not on the wire (the view's
+    /// `volumes` are what it mounts); `GET .../volumes` and the archive answer list them.
+    pub kept: Vec<InstanceVolume>,
     /// Restarts since it last ran steadily, for the back-off.
     pub restart_count: u32,
     /// Bumped by every accepted change of what is desired (spec, desired, stop reason).
@@ -388,6 +392,50 @@ pub struct ArchivedVolume {
     pub docker_name: String,
     /// Apparent size of its files in bytes, measured at archive; null when it could not be.
     pub bytes: Option<i64>,
+}
+
+/// A volume an instance keeps (`GET .../instances/{key}/volumes`): one it mounts, or one a
+/// spec change dropped, whose data an `up` naming it again mounts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeptVolume {
+    /// The volume's name in the spec (or `image-...` for an image `VOLUME`).
+    pub name: String,
+    /// The Docker volume's name.
+    pub docker_name: String,
+    /// Whether the instance's spec mounts it now.
+    pub mounted: bool,
+    /// Apparent size of its files in bytes; null when it could not be measured.
+    pub bytes: Option<i64>,
+}
+
+/// The daemon's store and the other stores the engine holds objects of under its prefix
+/// (`GET /v1/daemon`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DaemonView {
+    /// The store's id (`bst:...`): every engine object this daemon makes carries it as the
+    /// label `berth.store`.
+    pub store_id: String,
+    /// The data directory holding the store; null for a store in memory.
+    pub data_dir: Option<String>,
+    /// The prefix of the engine objects it makes; null without a container runtime.
+    pub prefix: Option<String>,
+    /// Other stores' containers under the same prefix, which this daemon leaves alone.
+    pub other_stores: Vec<OtherStoreView>,
+}
+
+/// Another store's containers under this daemon's prefix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OtherStoreView {
+    /// Its id; null for containers of an older berth that carry no store label and whose
+    /// instances this store does not know.
+    pub store_id: Option<String>,
+    /// How many of its containers the last look found.
+    pub containers: usize,
+    /// Its data directory, as its containers say (pass it as `--data-dir` to manage them).
+    pub data_dir: Option<String>,
 }
 
 /// A developer's environment that reaches instances, as stored.

@@ -12,8 +12,9 @@ use crate::evidence::ImageEvidence;
 use crate::exec::{ExecFrame, ExecResult, MAX_OUTPUT_BYTES};
 use crate::ids::{DomainId, InstanceId};
 use crate::model::{
-    ArchivedVolume, Desired, Domain, DomainState, Instance, InstanceState, InstanceView, Release,
-    ReleaseEnd, ReleaseView, RollbackView, StopReason,
+    ArchivedVolume, DaemonView, Desired, Domain, DomainState, Instance, InstanceState,
+    InstanceView, KeptVolume, OtherStoreView, Release, ReleaseEnd, ReleaseView, RollbackView,
+    StopReason,
 };
 use crate::names;
 use crate::rollouts::{
@@ -352,7 +353,7 @@ impl Berth {
     ) -> Vec<ArchivedVolume> {
         let names: Vec<String> = instances
             .iter()
-            .flat_map(|i| i.volumes.iter().map(|v| v.docker_name.clone()))
+            .flat_map(|i| i.kept.iter().map(|v| v.docker_name.clone()))
             .collect();
         let sizes = reconciler
             .runtime()
@@ -362,7 +363,7 @@ impl Berth {
         instances
             .iter()
             .flat_map(|i| {
-                i.volumes.iter().map(|v| ArchivedVolume {
+                i.kept.iter().map(|v| ArchivedVolume {
                     instance_key: i.key.clone(),
                     name: v.name.clone(),
                     docker_name: v.docker_name.clone(),
@@ -744,6 +745,65 @@ impl Berth {
         Ok(reconciler.endpoints_of(&instance.id).await?)
     }
 
+    /// Every volume an instance keeps, one per name: those it mounts and those a spec change
+    /// dropped (which a later `up` naming them mounts again), each measured.
+    pub async fn volumes(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+    ) -> Result<Vec<KeptVolume>, Error> {
+        let instance = self.instance(owner, domain_id, key)?;
+        let reconciler = self.require_runtime()?;
+        let names: Vec<String> = instance
+            .kept
+            .iter()
+            .map(|v| v.docker_name.clone())
+            .collect();
+        let sizes = reconciler
+            .runtime()
+            .volume_bytes(&names)
+            .await
+            .unwrap_or_default();
+        Ok(instance
+            .kept
+            .iter()
+            .map(|v| KeptVolume {
+                name: v.name.clone(),
+                docker_name: v.docker_name.clone(),
+                mounted: instance.volumes.iter().any(|m| m.name == v.name),
+                bytes: sizes
+                    .get(&v.docker_name)
+                    .copied()
+                    .flatten()
+                    .and_then(|b| i64::try_from(b).ok()),
+            })
+            .collect())
+    }
+
+    /// This daemon's store (its id and data directory) and what the engine holds of other
+    /// stores under its prefix, at the reconciler's last look.
+    pub fn daemon(&self) -> DaemonView {
+        let identity = self.store().identity();
+        DaemonView {
+            store_id: identity.id.clone(),
+            data_dir: identity.data_dir.clone(),
+            prefix: self.reconciler.as_ref().map(|r| r.config().prefix.clone()),
+            other_stores: self
+                .reconciler
+                .as_ref()
+                .map(|r| r.other_stores())
+                .unwrap_or_default()
+                .into_iter()
+                .map(|o| OtherStoreView {
+                    store_id: o.store,
+                    containers: o.containers,
+                    data_dir: o.data_dir,
+                })
+                .collect(),
+        }
+    }
+
     /// An instance's container output: its last `tail` lines, then with `follow` what it writes
     /// next. Nothing of it is logged or stored by berth.
     pub async fn logs(
@@ -963,6 +1023,7 @@ pub(crate) fn apply_up(
                 started_at: None,
                 last_reached_at: None,
                 volumes: Vec::new(),
+                kept: Vec::new(),
                 restart_count: 0,
                 generation: 1,
                 observed_generation: 0,

@@ -680,7 +680,7 @@ impl Berth {
                 let id = SnapshotId::new();
                 let snapshot = Snapshot {
                     volumes: instance
-                        .volumes
+                        .kept
                         .iter()
                         .map(|v| SnapshotVolume {
                             name: v.name.clone(),
@@ -792,7 +792,7 @@ impl Berth {
             .instances(domain_id, false)
             .into_iter()
             .chain(self.store().instances(domain_id, true))
-            .flat_map(|i| i.volumes.into_iter().map(|v| v.docker_name))
+            .flat_map(|i| i.kept.into_iter().map(|v| v.docker_name))
             .collect();
         for volume in &snapshot.volumes {
             if mounted.contains(&volume.docker_name) {
@@ -895,7 +895,7 @@ impl Berth {
                 let tag = names::copy_tag(&copy_id);
                 instance.volume_tag = Some(tag.clone());
                 instance.volumes = plan_volumes(&prefix, &instance, &[]);
-                tx.set_volume_tag(&instance.id, &tag, &instance.volumes)?;
+                tx.set_volume_tag(&instance.id, &tag, &instance.volumes, &instance.volumes)?;
                 let copy = CopyOp {
                     id: copy_id,
                     domain_id: domain.clone(),
@@ -965,7 +965,7 @@ impl Berth {
                     state: SnapshotState::Copying,
                     message: None,
                     volumes: instance
-                        .volumes
+                        .kept
                         .iter()
                         .map(|v| SnapshotVolume {
                             name: v.name.clone(),

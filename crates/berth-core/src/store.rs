@@ -20,6 +20,7 @@ use crate::model::{
     Desired, Domain, DomainState, Instance, InstanceState, InstanceVolume, Lease, Release,
     ReleaseEnd, StopReason, Workspace,
 };
+use crate::ownership::StoreIdentity;
 use crate::rollouts::Report;
 use crate::runtime::RegistryManifest;
 use crate::spec::Spec;
@@ -290,6 +291,14 @@ const MIGRATIONS: &[&str] = &[
         mismatch_reason TEXT,
         PRIMARY KEY (rollout_id, reporter_id, reporter_session_id)
     );",
+    // 12: the store's identity, written once when the store is made (or first opened by a
+    // berth that labels its objects with it): every engine object its daemon makes carries it.
+    "CREATE TABLE store_identity (id TEXT PRIMARY KEY);",
+    // 13: every volume an instance has had, by name: what it mounts and what spec changes
+    // dropped, so a name that comes back mounts the same data and snapshots, restores,
+    // branches and archive reach it.
+    "ALTER TABLE instances ADD COLUMN kept_volumes TEXT NOT NULL DEFAULT '[]';
+    UPDATE instances SET kept_volumes = volumes;",
 ];
 
 /// Runs `PRAGMA quick_check` (every page and index, without comparing index contents to their
@@ -383,6 +392,8 @@ pub struct Store {
     /// Who reports rollouts from this store's daemon: a stable id, and a session id new with
     /// every open.
     reporter: Reporter,
+    /// The store's id and data directory, which label every engine object its daemon makes.
+    identity: StoreIdentity,
 }
 
 /// The one reporter of a berth daemon: it observes every rollout of its instances.
@@ -506,6 +517,24 @@ impl Store {
             id: reporter_id,
             session_id: format!("brs:{}", uuid::Uuid::new_v4().hyphenated()),
         };
+        let store_id: Option<String> = conn
+            .query_row("SELECT id FROM store_identity LIMIT 1", [], |r| r.get(0))
+            .optional()?;
+        let store_id = match store_id {
+            Some(id) => id,
+            None => {
+                let id = StoreIdentity::new_id();
+                conn.execute("INSERT INTO store_identity (id) VALUES (?1)", [&id])?;
+                id
+            }
+        };
+        let identity = StoreIdentity {
+            id: store_id,
+            data_dir: path
+                .as_ref()
+                .and_then(|p| p.parent())
+                .map(|d| d.display().to_string()),
+        };
         if path.is_none() {
             return Ok(Self {
                 jobs: Jobs::Inline(Mutex::new(conn)),
@@ -513,6 +542,7 @@ impl Store {
                 watch,
                 readers: None,
                 reporter,
+                identity,
             });
         }
         let (jobs, mut rx) = tokio::sync::mpsc::channel::<Job>(WRITE_QUEUE);
@@ -536,8 +566,8 @@ impl Store {
                     idle: Mutex::new(Vec::new()),
                 })
             }),
-
             reporter,
+            identity,
         })
     }
 
@@ -613,6 +643,11 @@ impl Store {
     /// The daemon's rollout reporter: its stable id and this start's session id.
     pub fn reporter(&self) -> &Reporter {
         &self.reporter
+    }
+
+    /// The store's id and data directory.
+    pub fn identity(&self) -> &StoreIdentity {
+        &self.identity
     }
 
     /// Where instance changes are published as they commit.
@@ -935,6 +970,19 @@ struct StoredVolume {
 #[serde(transparent)]
 struct StoredVolumes(Vec<StoredVolume>);
 
+impl StoredVolumes {
+    fn into_volumes(self) -> Vec<InstanceVolume> {
+        self.0
+            .into_iter()
+            .map(|v| InstanceVolume {
+                name: v.name,
+                docker_name: v.docker_name,
+                mount_path: v.mount_path,
+            })
+            .collect()
+    }
+}
+
 impl From<&[InstanceVolume]> for StoredVolumes {
     fn from(volumes: &[InstanceVolume]) -> Self {
         Self(
@@ -993,11 +1041,12 @@ impl<'a> Tx<'a> {
         id: &InstanceId,
         volumes: &[InstanceVolume],
     ) -> Result<(), StoreError> {
-        let volumes = to_json(&StoredVolumes::from(volumes))?;
+        let json = to_json(&StoredVolumes::from(volumes))?;
         self.conn.execute(
             "UPDATE instances SET volumes = ?2 WHERE id = ?1",
-            params![id.as_str(), volumes],
+            params![id.as_str(), json],
         )?;
+        self.keep_volumes(id, volumes)?;
         self.touch_instance(id);
         Ok(())
     }
@@ -1040,6 +1089,7 @@ impl<'a> Tx<'a> {
                 obs.generation,
             ],
         )?;
+        self.keep_volumes(&obs.id, &obs.volumes)?;
         // A failure is kept past the recovery that replaces it in `state`.
         if let InstanceState::Failed { at, message } = &obs.state {
             self.conn.execute(
@@ -1083,7 +1133,7 @@ pub struct LastFailure {
 
 const INSTANCE_COLUMNS: &str = "id, domain_id, key, spec, spec_digest, desired, stop_reason, state,
     observed_at, started_at, last_reached_at, volumes, restart_count, generation,
-    observed_generation, volume_tag";
+    observed_generation, volume_tag, kept_volumes";
 
 fn domain_from_row(row: &Row<'_>) -> rusqlite::Result<Domain> {
     let id: String = row.get(0)?;
@@ -1106,6 +1156,8 @@ fn instance_from_row(row: &Row<'_>) -> rusqlite::Result<Instance> {
     let state: String = row.get(7)?;
     let volumes: String = row.get(11)?;
     let volumes: StoredVolumes = from_json(&volumes)?;
+    let kept: String = row.get(16)?;
+    let kept: StoredVolumes = from_json(&kept)?;
     Ok(Instance {
         id: InstanceId::parse(&id).ok_or(rusqlite::Error::InvalidQuery)?,
         domain_id: DomainId::parse(&domain_id).ok_or(rusqlite::Error::InvalidQuery)?,
@@ -1121,15 +1173,8 @@ fn instance_from_row(row: &Row<'_>) -> rusqlite::Result<Instance> {
         observed_at: Timestamp::from_millis(row.get(8)?),
         started_at: row.get::<_, Option<i64>>(9)?.map(Timestamp::from_millis),
         last_reached_at: row.get::<_, Option<i64>>(10)?.map(Timestamp::from_millis),
-        volumes: volumes
-            .0
-            .into_iter()
-            .map(|v| InstanceVolume {
-                name: v.name,
-                docker_name: v.docker_name,
-                mount_path: v.mount_path,
-            })
-            .collect(),
+        volumes: volumes.into_volumes(),
+        kept: kept.into_volumes(),
         restart_count: row.get(12)?,
         generation: row.get(13)?,
         observed_generation: row.get(14)?,
@@ -1324,21 +1369,71 @@ impl Tx<'_> {
                 i.volume_tag,
             ],
         )?;
+        self.keep_volumes(&i.id, &i.kept)?;
+        self.keep_volumes(&i.id, &i.volumes)?;
         self.touch_instance(&i.id);
         Ok(())
     }
 
-    /// Switches an instance to the volumes a restore filled: their tag and the volumes it mounts.
+    /// Adds `volumes` to what the instance keeps, each name's entry replaced by the volume
+    /// now holding that name's data; the others stay.
+    pub fn keep_volumes(
+        &self,
+        id: &InstanceId,
+        volumes: &[InstanceVolume],
+    ) -> Result<(), StoreError> {
+        let Some(kept): Option<String> = self
+            .conn
+            .query_row(
+                "SELECT kept_volumes FROM instances WHERE id = ?1",
+                [id.as_str()],
+                |r| r.get(0),
+            )
+            .optional()?
+        else {
+            return Ok(());
+        };
+        let mut kept = from_json::<StoredVolumes>(&kept)?.into_volumes();
+        let before = kept.clone();
+        for v in volumes {
+            match kept.iter_mut().find(|k| k.name == v.name) {
+                Some(k) => *k = v.clone(),
+                None => kept.push(v.clone()),
+            }
+        }
+        if kept != before {
+            self.conn.execute(
+                "UPDATE instances SET kept_volumes = ?2 WHERE id = ?1",
+                params![id.as_str(), to_json(&StoredVolumes::from(&kept[..]))?],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Switches an instance to the volumes a restore or branch filled: their tag, the volumes
+    /// it mounts, and every volume it keeps (those and the ones no spec mounts now); what it
+    /// kept before is in the before-restore snapshot.
     pub fn set_volume_tag(
         &self,
         id: &InstanceId,
         tag: &str,
         volumes: &[InstanceVolume],
+        kept: &[InstanceVolume],
     ) -> Result<(), StoreError> {
-        let volumes = to_json(&StoredVolumes::from(volumes))?;
+        let mut all = kept.to_vec();
+        for v in volumes {
+            if !all.iter().any(|k| k.name == v.name) {
+                all.push(v.clone());
+            }
+        }
         self.conn.execute(
-            "UPDATE instances SET volume_tag = ?2, volumes = ?3 WHERE id = ?1",
-            params![id.as_str(), tag, volumes],
+            "UPDATE instances SET volume_tag = ?2, volumes = ?3, kept_volumes = ?4 WHERE id = ?1",
+            params![
+                id.as_str(),
+                tag,
+                to_json(&StoredVolumes::from(volumes))?,
+                to_json(&StoredVolumes::from(&all[..]))?
+            ],
         )?;
         self.touch_instance(id);
         Ok(())
@@ -1364,6 +1459,7 @@ impl Tx<'_> {
                 volumes,
             ],
         )?;
+        self.keep_volumes(&i.id, &i.volumes)?;
         self.touch_instance(&i.id);
         Ok(())
     }
@@ -1769,6 +1865,7 @@ mod tests {
             started_at: None,
             last_reached_at: None,
             volumes: vec![],
+            kept: vec![],
             restart_count: 0,
             generation: 1,
             observed_generation: 1,

@@ -296,6 +296,7 @@ mod tests {
             started_at: None,
             last_reached_at: None,
             volumes: vec![],
+            kept: vec![],
             restart_count: 0,
             generation: n,
             observed_generation: 0,

@@ -1737,3 +1737,244 @@ async fn a_start_the_runtime_says_only_a_person_can_unblock_fails_at_once_with_i
         Some(MismatchReason::ReplicaFailed)
     );
 }
+
+/// A second berth over the same engine and prefix, with a store of its own.
+fn second_berth(s: &Setup) -> Reconciler {
+    Reconciler::new(
+        Arc::new(Store::in_memory().unwrap()),
+        Arc::new(s.fake.clone()),
+        ReconcileConfig::default(),
+    )
+}
+
+fn calls_touching(s: &Setup, id: &str) -> Vec<String> {
+    s.fake
+        .world()
+        .calls
+        .iter()
+        .filter(|c| c.contains(id) && (c.starts_with("stop") || c.starts_with("remove")))
+        .cloned()
+        .collect()
+}
+
+#[tokio::test]
+async fn a_second_store_on_the_same_prefix_leaves_the_first_ones_containers_alone() {
+    let s = setup().await;
+    s.fake.world().ready = true;
+    let view = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
+        .await
+        .unwrap();
+    let id = view.resource_instance_id.clone();
+    converge(&s, &id).await;
+    let container = s.fake.world().containers.values().next().cloned().unwrap();
+    assert_eq!(
+        container.labels.get("berth.store"),
+        Some(&s.berth.daemon().store_id),
+        "the container carries its store's id"
+    );
+    s.fake.world().calls.clear();
+
+    let other = second_berth(&s);
+    other.resync().await;
+    // What the resync would have queued for an instance it does not know.
+    assert_eq!(other.reconcile(&id).await.unwrap(), Next::Done);
+    assert!(
+        calls_touching(&s, &container.id).is_empty(),
+        "the other store's daemon neither stopped nor removed it: {:?}",
+        s.fake.world().calls
+    );
+    let seen = other.other_stores();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        seen[0].store.as_deref(),
+        Some(s.berth.daemon().store_id.as_str())
+    );
+    assert_eq!(seen[0].containers, 1);
+    assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
+}
+
+#[tokio::test]
+async fn a_container_without_a_store_label_is_adopted_only_by_the_store_that_knows_its_instance() {
+    let s = setup().await;
+    s.fake.world().ready = true;
+    let view = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
+        .await
+        .unwrap();
+    let id = view.resource_instance_id.clone();
+    converge(&s, &id).await;
+    // As a berth older than the store label made it.
+    let container_id = {
+        let mut w = s.fake.world();
+        let c = w.containers.values_mut().next().unwrap();
+        c.labels.remove("berth.store");
+        c.id.clone()
+    };
+    s.fake.world().calls.clear();
+
+    let other = second_berth(&s);
+    other.resync().await;
+    other.reconcile(&id).await.unwrap();
+    assert!(
+        calls_touching(&s, &container_id).is_empty(),
+        "left alone by a store that does not know it"
+    );
+    assert_eq!(other.other_stores()[0].store, None);
+
+    // Its own store adopts it: no replacement, still running.
+    converge(&s, &id).await;
+    assert!(
+        calls_touching(&s, &container_id).is_empty(),
+        "adopted, not replaced"
+    );
+    assert!(
+        s.fake
+            .world()
+            .containers
+            .values()
+            .any(|c| c.id == container_id)
+    );
+    assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
+}
+
+#[tokio::test]
+async fn a_container_of_this_store_whose_instance_it_does_not_know_is_removed() {
+    let s = setup().await;
+    let unknown = InstanceId::new();
+    let labels: Labels = [
+        ("berth.managed", "1"),
+        ("berth.prefix", "berth"),
+        ("berth.instance", unknown.as_str()),
+        ("berth.store", s.berth.daemon().store_id.as_str()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    s.fake.world().containers.insert(
+        "berth-orphan".into(),
+        ContainerFacts {
+            id: "berth-orphan".into(),
+            name: "berth-orphan".into(),
+            labels,
+            ..ContainerFacts::default()
+        },
+    );
+    s.reconciler.reconcile(&unknown).await.unwrap();
+    assert!(!s.fake.world().containers.contains_key("berth-orphan"));
+}
+
+fn spec_with_volumes(names: &[&str]) -> serde_json::Value {
+    let mut spec = spec();
+    spec["volumes"] = json!(
+        names
+            .iter()
+            .map(|n| json!({"name": n, "mountPath": format!("/{n}")}))
+            .collect::<Vec<_>>()
+    );
+    spec
+}
+
+async fn up_and_converge(s: &Setup, names: &[&str]) -> berth_core::model::InstanceView {
+    let view = s
+        .berth
+        .up(
+            "owner",
+            &s.domain,
+            "db",
+            &spec_with_volumes(names),
+            UpCause::Person,
+        )
+        .await
+        .unwrap();
+    converge(s, &view.resource_instance_id).await;
+    s.berth.get("owner", &s.domain, "db").unwrap()
+}
+
+fn mounted(view: &berth_core::model::InstanceView, name: &str) -> String {
+    view.volumes
+        .iter()
+        .find(|v| v.name == name)
+        .map(|v| v.docker_name.clone())
+        .unwrap_or_else(|| panic!("{name} is mounted"))
+}
+
+async fn snapshot_and_restore(s: &Setup) {
+    use berth_core::snapshots::CopyState;
+    let (mut feed, _, _) = s.berth.store().watch().subscribe(&s.domain, None);
+    let snapshot = s
+        .berth
+        .snapshot("owner", &s.domain, "db", "kept".into())
+        .await
+        .unwrap();
+    assert_eq!(copy_settled(&mut feed).await.state, CopyState::Done);
+    s.berth
+        .restore("owner", &s.domain, "db", &snapshot.snapshot_id)
+        .await
+        .unwrap();
+    assert_eq!(copy_settled(&mut feed).await.state, CopyState::Done);
+}
+
+#[tokio::test]
+async fn a_volume_a_spec_change_dropped_keeps_its_data_through_a_restore_and_comes_back() {
+    let s = setup().await;
+    s.fake.world().ready = true;
+    let both = up_and_converge(&s, &["data", "logs"]).await;
+    let (data, logs) = (mounted(&both, "data"), mounted(&both, "logs"));
+    s.fake.world().contents.insert(data.clone(), "rows".into());
+    s.fake.world().contents.insert(logs.clone(), "lines".into());
+
+    let one = up_and_converge(&s, &["data"]).await;
+    assert_eq!(one.volumes.len(), 1, "the view lists what it mounts");
+    let kept = s.berth.volumes("owner", &s.domain, "db").await.unwrap();
+    assert_eq!(
+        kept.iter()
+            .map(|v| (v.name.as_str(), v.mounted))
+            .collect::<Vec<_>>(),
+        [("data", true), ("logs", false)]
+    );
+
+    snapshot_and_restore(&s).await;
+    let back = up_and_converge(&s, &["data", "logs"]).await;
+    let w = s.fake.world();
+    assert_eq!(
+        w.contents.get(&mounted(&back, "data")).map(String::as_str),
+        Some("rows")
+    );
+    assert_eq!(
+        w.contents.get(&mounted(&back, "logs")).map(String::as_str),
+        Some("lines"),
+        "logs came back with its data"
+    );
+}
+
+#[tokio::test]
+async fn a_renamed_volume_comes_back_with_its_data_after_a_restore() {
+    let s = setup().await;
+    s.fake.world().ready = true;
+    let first = up_and_converge(&s, &["data"]).await;
+    s.fake
+        .world()
+        .contents
+        .insert(mounted(&first, "data"), "rows".into());
+    let renamed = up_and_converge(&s, &["data2"]).await;
+    assert_ne!(mounted(&renamed, "data2"), mounted(&first, "data"));
+    snapshot_and_restore(&s).await;
+    let back = up_and_converge(&s, &["data"]).await;
+    assert_eq!(
+        s.fake
+            .world()
+            .contents
+            .get(&mounted(&back, "data"))
+            .map(String::as_str),
+        Some("rows")
+    );
+    // And the archive lists both, with their bytes.
+    let (_, volumes) = s.berth.archive("owner", &s.domain, "db").await.unwrap();
+    let mut names: Vec<&str> = volumes.iter().map(|v| v.name.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["data", "data2"]);
+    assert!(volumes.iter().all(|v| v.bytes.is_some()));
+}

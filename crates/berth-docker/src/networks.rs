@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use berth_core::ownership::LABEL_STORE;
 use berth_core::runtime::{LABEL_MANAGED, LABEL_PREFIX, Labels, RuntimeError};
 use bollard::Docker;
 use bollard::models::{
@@ -208,7 +209,12 @@ fn check(
 ) -> Result<(), RuntimeError> {
     let managed = existing.get(LABEL_MANAGED).map(String::as_str) == Some("1");
     let same_prefix = existing.get(LABEL_PREFIX) == labels.get(LABEL_PREFIX);
-    if managed && same_prefix {
+    // A network made before berth labelled its store carries none and is adopted as before;
+    // one of another store is not.
+    let same_store = existing
+        .get(LABEL_STORE)
+        .is_none_or(|store| Some(store) == labels.get(LABEL_STORE));
+    if managed && same_prefix && same_store {
         Ok(())
     } else {
         Err(RuntimeError::Foreign(format!(

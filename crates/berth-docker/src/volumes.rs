@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use berth_core::ownership::LABEL_STORE;
 use berth_core::runtime::{Labels, RuntimeError};
 use bollard::Docker;
 use bollard::models::VolumeCreateRequest;
@@ -43,6 +44,11 @@ pub(crate) async fn ensure_volume(
         .await
         .map_err(|e| error::map(e, &what))?;
     for (key, wanted) in labels.iter().filter(|(k, _)| k.starts_with("berth.")) {
+        // A volume made before berth labelled its store carries none: its other labels (the
+        // instance's id among them) decide. One of another store is never adopted.
+        if key == LABEL_STORE && !volume.labels.contains_key(key) {
+            continue;
+        }
         if volume.labels.get(key) != Some(wanted) {
             return Err(RuntimeError::Foreign(format!(
                 "a volume named {name} exists whose label {key} is not this berth's: berth did \

@@ -94,6 +94,7 @@ pub fn router(
         .merge(routes::workspaces::router())
         .merge(routes::ui::router())
         .routes(utoipa_axum::routes!(openapi_json))
+        .routes(utoipa_axum::routes!(daemon))
         .split_for_parts();
     let (health, health_doc) = OpenApiRouter::new()
         .routes(utoipa_axum::routes!(healthz))
@@ -134,6 +135,16 @@ pub fn router(
     responses((status = 200, description = "berth is up", body = Object)))]
 async fn healthz() -> impl IntoResponse {
     Json(serde_json::json!({"status": "ok"}))
+}
+
+/// This daemon's store (its id, which labels every engine object it makes, and its data
+/// directory) and the other stores whose containers the engine holds under the same prefix:
+/// this daemon leaves those alone. `berth doctor` reports them.
+#[utoipa::path(get, path = "/v1/daemon", tag = "meta",
+    responses((status = 200, description = "The daemon's store and the others it shares the engine with", body = berth_core::model::DaemonView),
+        (status = 401, body = crate::error::ErrorBody)))]
+async fn daemon(State(app): State<App>) -> impl IntoResponse {
+    Json(app.berth.daemon())
 }
 
 /// This document.

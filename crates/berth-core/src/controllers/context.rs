@@ -8,8 +8,9 @@ use std::time::Duration;
 use crate::ids::InstanceId;
 use crate::model::Instance;
 use crate::names;
+use crate::ownership::{LABEL_STORE, Ownership, ownership, unlabelled_is_ours};
 use crate::queue::{Action, QueueConfig, WorkQueue};
-use crate::runtime::{Runtime, RuntimeError};
+use crate::runtime::{LABEL_MANAGED, LABEL_PREFIX, Labels, Runtime, RuntimeError};
 use crate::store::{Store, StoreError};
 
 /// How the reconciler behaves; the defaults suit a developer's machine.
@@ -70,6 +71,33 @@ pub(crate) struct Context {
 }
 
 impl Context {
+    /// The labels every engine object this berth makes carries: managed, its prefix and its
+    /// store's id.
+    pub(crate) fn base_labels(&self) -> Labels {
+        Labels::from([
+            (LABEL_MANAGED.to_owned(), "1".to_owned()),
+            (LABEL_PREFIX.to_owned(), self.config.prefix.clone()),
+            (LABEL_STORE.to_owned(), self.store.identity().id.clone()),
+        ])
+    }
+
+    /// Whose a berth object of this prefix is: `None` when it is not one.
+    pub(crate) fn ownership(&self, labels: &Labels) -> Option<Ownership> {
+        ownership(labels, &self.config.prefix, &self.store.identity().id)
+    }
+
+    /// Whether an engine object is this berth's to stop, remove, adopt or attach: it carries
+    /// this store's id, or no store id and the id of one of this store's instances.
+    pub(crate) fn owns(&self, labels: &Labels) -> bool {
+        match self.ownership(labels) {
+            Some(Ownership::Ours) => true,
+            Some(Ownership::Unlabelled) => unlabelled_is_ours(labels, |id| {
+                InstanceId::parse(id).is_some_and(|id| self.store.instance_by_id(&id).is_some())
+            }),
+            Some(Ownership::Other(_)) | None => false,
+        }
+    }
+
     /// The deterministic name of an instance's container.
     pub(crate) fn container_name(&self, instance: &Instance) -> String {
         names::container(&self.config.prefix, &instance.domain_id, &instance.key)

@@ -24,13 +24,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::context::{Context, InstanceQueue};
-use super::instances::{InstanceController, plan_volumes};
+use super::instances::{InstanceController, copy_targets, plan_volumes};
 use crate::ids::{CopyId, InstanceId};
 use crate::model::{Instance, InstanceState, InstanceVolume};
 use crate::names;
+use crate::ownership::Ownership;
 use crate::runtime::{
-    CopyPlan, LABEL_COPY, LABEL_DOMAIN, LABEL_INSTANCE, LABEL_KEY, LABEL_MANAGED, LABEL_PREFIX,
-    LABEL_SNAPSHOT, LABEL_VOLUME, Labels, RuntimeError,
+    CopyPlan, LABEL_COPY, LABEL_DOMAIN, LABEL_INSTANCE, LABEL_KEY, LABEL_SNAPSHOT, LABEL_VOLUME,
+    Labels, RuntimeError,
 };
 use crate::snapshots::{CopyEvent, CopyKind, CopyOp, CopyState, SnapshotState, SnapshotVolume};
 use crate::store::{Observation, StoreError};
@@ -138,7 +139,8 @@ impl CopyController {
         if let Ok(helpers) = self.ctx.runtime.list_labelled(LABEL_COPY).await {
             let running = self.running().clone();
             for helper in helpers {
-                if helper.labels.get(LABEL_PREFIX) != Some(&self.ctx.config.prefix) {
+                // Another store's helpers under this prefix serve its own copies.
+                if self.ctx.ownership(&helper.labels) != Some(Ownership::Ours) {
                     continue;
                 }
                 let copy = helper.labels.get(LABEL_COPY).and_then(|c| CopyId::parse(c));
@@ -216,12 +218,12 @@ impl CopyController {
 
     /// The base labels of every volume and helper a copy makes.
     fn labels(&self, copy: &CopyOp) -> Labels {
-        BTreeMap::from([
-            (LABEL_MANAGED.to_owned(), "1".to_owned()),
-            (LABEL_PREFIX.to_owned(), self.ctx.config.prefix.clone()),
+        let mut labels = self.ctx.base_labels();
+        labels.extend([
             (LABEL_DOMAIN.to_owned(), copy.domain_id.to_string()),
             (LABEL_COPY.to_owned(), copy.id.to_string()),
-        ])
+        ]);
+        labels
     }
 
     fn instance_labels(&self, copy: &CopyOp, instance: &Instance) -> Labels {
@@ -286,7 +288,7 @@ impl CopyController {
             .map(|v| Pair {
                 name: v.name.clone(),
                 from: source
-                    .volumes
+                    .kept
                     .iter()
                     .find(|s| s.name == v.name)
                     .map(|s| s.docker_name.clone()),
@@ -341,7 +343,7 @@ impl CopyController {
                     let source = self.instance(Some(id))?;
                     (
                         source
-                            .volumes
+                            .kept
                             .iter()
                             .map(|v| (v.name.clone(), v.docker_name.clone()))
                             .collect(),
@@ -370,7 +372,9 @@ impl CopyController {
                 }
                 (None, None) => return Err(Stop::Fail("the copy names no source".to_owned())),
             };
-        let pairs = pairs_into(&volumes, &source_volumes);
+        let names: Vec<String> = source_volumes.iter().map(|(n, _)| n.clone()).collect();
+        let (_, targets) = copy_targets(&self.ctx.config.prefix, &target, &image.volumes, &names);
+        let pairs = pairs_into(&targets, &source_volumes);
         let labels = self.instance_labels(copy, &target);
         let (moved, _, _) = self
             .copy_pairs(
@@ -382,10 +386,14 @@ impl CopyController {
                 source.as_ref(),
             )
             .await?;
-        let (id, done) = (copy.id.clone(), to_i64(moved));
+        let (id, done, instance) = (copy.id.clone(), to_i64(moved), target.id.clone());
         self.ctx
             .store
-            .write(move |tx| tx.end_copy(&id, CopyState::Done, None, done, Some(done)))
+            .write(move |tx| {
+                // The source's volumes no spec mounts now are the branch's too.
+                tx.keep_volumes(&instance, &targets)?;
+                tx.end_copy(&id, CopyState::Done, None, done, Some(done))
+            })
             .await?;
         self.finished(copy, &target.key, moved);
         self.queue.enqueue_now(&target.id);
@@ -425,7 +433,7 @@ impl CopyController {
                 .runtime
                 .volume_bytes(
                     &target
-                        .volumes
+                        .kept
                         .iter()
                         .map(|v| v.docker_name.clone())
                         .collect::<Vec<_>>(),
@@ -454,13 +462,15 @@ impl CopyController {
         }
         let mut tagged = target.clone();
         tagged.volume_tag = copy.tag.clone();
-        let volumes = plan_volumes(&self.ctx.config.prefix, &tagged, &image.volumes);
         let source_volumes: Vec<(String, String)> = source
             .volumes
             .iter()
             .map(|v| (v.name.clone(), v.docker_name.clone()))
             .collect();
-        let pairs = pairs_into(&volumes, &source_volumes);
+        let names: Vec<String> = source_volumes.iter().map(|(n, _)| n.clone()).collect();
+        let (volumes, targets) =
+            copy_targets(&self.ctx.config.prefix, &tagged, &image.volumes, &names);
+        let pairs = pairs_into(&targets, &source_volumes);
         let labels = self.instance_labels(copy, &target);
         let (moved, _, _) = self
             .copy_pairs(
@@ -481,7 +491,7 @@ impl CopyController {
         self.ctx
             .store
             .write(move |tx| {
-                tx.set_volume_tag(&instance, &tag, &volumes)?;
+                tx.set_volume_tag(&instance, &tag, &volumes, &targets)?;
                 tx.end_copy(&id, CopyState::Done, None, done, Some(done))
             })
             .await?;
@@ -719,11 +729,23 @@ impl CopyController {
                         .filter(|v| names::is_image_volume(&v.docker_name))
                         .map(|v| v.mount_path.clone())
                         .collect();
-                    written.extend(
-                        plan_volumes(&self.ctx.config.prefix, &tagged, &image_paths)
-                            .into_iter()
-                            .map(|v: InstanceVolume| v.docker_name),
-                    );
+                    // Every name the copy may have filled; only volumes carrying this copy's
+                    // label are removed, so naming too many is harmless.
+                    let mut names: Vec<String> =
+                        target.kept.iter().map(|v| v.name.clone()).collect();
+                    if let Some(s) = &snapshot {
+                        names.extend(s.volumes.iter().map(|v| v.name.clone()));
+                    }
+                    if let Some(source) = copy
+                        .source_instance
+                        .as_ref()
+                        .and_then(|id| self.ctx.store.instance_by_id(id))
+                    {
+                        names.extend(source.kept.iter().map(|v| v.name.clone()));
+                    }
+                    let (_, targets) =
+                        copy_targets(&self.ctx.config.prefix, &tagged, &image_paths, &names);
+                    written.extend(targets.into_iter().map(|v: InstanceVolume| v.docker_name));
                     key.clone_from(&target.key);
                 }
             }

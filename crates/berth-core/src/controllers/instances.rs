@@ -7,7 +7,7 @@
 //! takes the next steps that converge them, and says when to look again. Every step is
 //! idempotent, so a crash at any point is recovered by running it again.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -21,11 +21,12 @@ use crate::evidence::{ImageEvidence, MismatchReason};
 use crate::ids::InstanceId;
 use crate::model::{Desired, Instance, InstanceState, InstanceVolume, StopReason};
 use crate::names;
+use crate::ownership::{LABEL_STORE_DIR, Ownership};
 use crate::queue::{Action, WorkQueue, backoff};
 use crate::runtime::{
     ContainerFacts, ContainerPlan, ImageFacts, ImageFailure, LABEL_DOMAIN, LABEL_INSTANCE,
-    LABEL_KEY, LABEL_MANAGED, LABEL_PLACEMENT, LABEL_PLAN_DIGEST, LABEL_PREFIX, LABEL_SPEC_DIGEST,
-    LABEL_VOLUME, Labels, Mount, RuntimeError,
+    LABEL_KEY, LABEL_PLACEMENT, LABEL_PLAN_DIGEST, LABEL_SPEC_DIGEST, LABEL_VOLUME, Labels, Mount,
+    RuntimeError,
 };
 use crate::snapshots::CopyKind;
 use crate::spec::Ready;
@@ -744,7 +745,11 @@ impl InstanceController {
             .list_containers(&self.ctx.config.prefix)
             .await?;
         for c in containers {
-            if c.labels.get(LABEL_INSTANCE).map(String::as_str) == Some(id.as_str()) {
+            // Only a container labelled with this store's id: one without the label, of an
+            // instance this store does not know, is another berth's (an older one's).
+            if c.labels.get(LABEL_INSTANCE).map(String::as_str) == Some(id.as_str())
+                && self.ctx.ownership(&c.labels) == Some(Ownership::Ours)
+            {
                 tracing::info!(container = %c.name, "removing a container whose instance berth does not know");
                 self.ctx
                     .runtime
@@ -953,19 +958,18 @@ impl InstanceController {
     }
 
     fn is_ours(&self, c: &ContainerFacts, instance: &Instance) -> bool {
-        c.labels.get(LABEL_MANAGED).map(String::as_str) == Some("1")
-            && c.labels.get(LABEL_PREFIX) == Some(&self.ctx.config.prefix)
+        self.ctx.owns(&c.labels)
             && c.labels.get(LABEL_INSTANCE).map(String::as_str) == Some(instance.id.as_str())
     }
 
     fn labels(&self, instance: &Instance) -> Labels {
-        BTreeMap::from([
-            (LABEL_MANAGED.to_owned(), "1".to_owned()),
-            (LABEL_PREFIX.to_owned(), self.ctx.config.prefix.clone()),
+        let mut labels = self.ctx.base_labels();
+        labels.extend([
             (LABEL_DOMAIN.to_owned(), instance.domain_id.to_string()),
             (LABEL_INSTANCE.to_owned(), instance.id.to_string()),
             (LABEL_KEY.to_owned(), instance.key.clone()),
-        ])
+        ]);
+        labels
     }
 
     fn plan_volumes(&self, instance: &Instance, image: &ImageFacts) -> Vec<InstanceVolume> {
@@ -981,6 +985,9 @@ impl InstanceController {
         mut labels: Labels,
     ) -> ContainerPlan {
         labels.insert(LABEL_SPEC_DIGEST.to_owned(), instance.spec_digest.clone());
+        if let Some(dir) = &self.ctx.store.identity().data_dir {
+            labels.insert(LABEL_STORE_DIR.to_owned(), dir.clone());
+        }
         let spec = &instance.spec;
         let mut plan = ContainerPlan {
             name: self.container_name(instance),
@@ -1032,14 +1039,25 @@ pub fn plan_volumes(
     image_volumes: &[String],
 ) -> Vec<InstanceVolume> {
     let spec = &instance.spec;
+    // A name the instance has had keeps its volume, whatever the tag says now.
+    let kept = |name: &str, fresh: String| {
+        instance
+            .kept
+            .iter()
+            .find(|k| k.name == name)
+            .map_or(fresh, |k| k.docker_name.clone())
+    };
     let mut volumes: Vec<InstanceVolume> = spec
         .volumes
         .iter()
         .map(|v| InstanceVolume {
             name: v.name.clone(),
-            docker_name: names::tagged_volume(
-                &names::spec_volume(prefix, &instance.domain_id, &instance.key, &v.name),
-                instance.volume_tag.as_deref(),
+            docker_name: kept(
+                &v.name,
+                names::tagged_volume(
+                    &names::spec_volume(prefix, &instance.domain_id, &instance.key, &v.name),
+                    instance.volume_tag.as_deref(),
+                ),
             ),
             mount_path: v.mount_path.clone(),
         })
@@ -1051,13 +1069,52 @@ pub fn plan_volumes(
         }
         let (name, docker_name) =
             names::image_volume(prefix, &instance.domain_id, &instance.key, path);
+        let docker_name = kept(
+            &name,
+            names::tagged_volume(&docker_name, instance.volume_tag.as_deref()),
+        );
         volumes.push(InstanceVolume {
             name,
-            docker_name: names::tagged_volume(&docker_name, instance.volume_tag.as_deref()),
+            docker_name,
             mount_path: path.to_owned(),
         });
     }
     volumes
+}
+
+/// The volumes a copy fills for `instance` (a restore's or a branch's target): every volume
+/// its spec and image mount, and every other name `source` holds (kept, mounted by no spec
+/// now), each fresh under the instance's (new) tag, ignoring what the instance kept before.
+/// Answers those it mounts, then all of them.
+pub fn copy_targets(
+    prefix: &str,
+    instance: &Instance,
+    image_volumes: &[String],
+    source: &[String],
+) -> (Vec<InstanceVolume>, Vec<InstanceVolume>) {
+    let mut fresh = instance.clone();
+    fresh.kept.clear();
+    let mounted = plan_volumes(prefix, &fresh, image_volumes);
+    let mut volumes = mounted.clone();
+    for name in source {
+        if volumes.iter().any(|v| v.name == *name) {
+            continue;
+        }
+        volumes.push(InstanceVolume {
+            name: name.clone(),
+            docker_name: names::tagged_volume(
+                &names::spec_volume(prefix, &instance.domain_id, &instance.key, name),
+                instance.volume_tag.as_deref(),
+            ),
+            mount_path: instance
+                .kept
+                .iter()
+                .find(|k| k.name == *name)
+                .map(|k| k.mount_path.clone())
+                .unwrap_or_default(),
+        });
+    }
+    (mounted, volumes)
 }
 
 fn describe_ready(ready: &Ready) -> String {

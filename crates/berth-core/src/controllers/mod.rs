@@ -36,15 +36,14 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 pub use context::{Next, ReconcileConfig, ReconcileError};
-pub use instances::plan_volumes;
+pub use instances::{copy_targets, plan_volumes};
 pub use views::Candidates;
 
 use crate::ids::{DomainId, InstanceId};
 use crate::model::{Instance, Workspace};
+use crate::ownership::{OtherStores, Ownership};
 use crate::queue::{QueueStats, supervise};
-use crate::runtime::{
-    ContainerFacts, LABEL_INSTANCE, LABEL_PREFIX, Runtime, RuntimeError, RuntimeEvent,
-};
+use crate::runtime::{ContainerFacts, LABEL_INSTANCE, Labels, Runtime, RuntimeError, RuntimeEvent};
 use crate::store::{Store, StoreError};
 use crate::time::Timestamp;
 use context::Context;
@@ -61,6 +60,8 @@ struct Controllers {
     endpoints: Arc<EndpointController>,
     idle: IdleController,
     copies: Arc<CopyController>,
+    /// Other stores' containers under this prefix, at the last resync.
+    other_stores: OtherStores,
     /// Cancelled when the daemon stops: every loop and worker ends.
     shutdown: CancellationToken,
     /// The long-lived tasks, awaited on shutdown.
@@ -109,6 +110,7 @@ impl Reconciler {
                 endpoints,
                 idle,
                 copies,
+                other_stores: OtherStores::default(),
                 shutdown,
                 tasks: Mutex::new(Vec::new()),
             }),
@@ -251,9 +253,7 @@ impl Reconciler {
                 .get(LABEL_INSTANCE)
                 .and_then(|s| InstanceId::parse(s))
             {
-                Some(id) if labels.get(LABEL_PREFIX) == Some(&self.inner.ctx.config.prefix) => {
-                    self.enqueue(&id)
-                }
+                Some(id) if self.inner.ctx.owns(&labels) => self.enqueue(&id),
                 Some(_) => {}
                 None => {
                     self.inner
@@ -293,7 +293,7 @@ impl Reconciler {
         // One list first: every instance running as planned is observed at once, and the
         // containers of instances berth no longer runs are found.
         let listed = match ctx.runtime.list_containers(&ctx.config.prefix).await {
-            Ok(containers) => Some(containers),
+            Ok(containers) => Some(self.only_ours(containers)),
             Err(e) => {
                 tracing::warn!(error = %e, "resync could not list containers");
                 None
@@ -317,6 +317,51 @@ impl Reconciler {
             }
         }
         self.inner.views.reattach_workspaces().await;
+    }
+
+    /// Keeps the containers of this store (see [`crate::ownership`]); the rest, another store's
+    /// under the same prefix, are left alone, counted for `GET /v1/daemon` and `berth doctor`,
+    /// and logged once per daemon run and store.
+    fn only_ours(&self, listed: Vec<ContainerFacts>) -> Vec<ContainerFacts> {
+        let ctx = &self.inner.ctx;
+        let (ours, others): (Vec<_>, Vec<_>) =
+            listed.into_iter().partition(|c| ctx.owns(&c.labels));
+        let found = others
+            .iter()
+            .filter_map(|c| match ctx.ownership(&c.labels) {
+                Some(Ownership::Other(store)) => Some((Some(store), &c.labels)),
+                Some(Ownership::Unlabelled) => Some((None, &c.labels)),
+                _ => None,
+            });
+        let found: Vec<(Option<String>, &Labels)> = found.collect();
+        let fresh = self
+            .inner
+            .other_stores
+            .record(found.iter().map(|(s, l)| (s.as_deref(), *l)));
+        for other in fresh {
+            let data_dir = other.data_dir.as_deref().unwrap_or("not labelled");
+            match &other.store {
+                Some(store) => tracing::warn!(
+                    store = %store, containers = other.containers, data_dir = %data_dir,
+                    prefix = %ctx.config.prefix,
+                    "the engine has containers of another berth store under this prefix; \
+                     berth leaves them alone (run berth with that store's --data-dir to manage \
+                     them, or give this berth another --prefix)"
+                ),
+                None => tracing::warn!(
+                    containers = other.containers, prefix = %ctx.config.prefix,
+                    "the engine has containers under this prefix without a store label whose \
+                     instances this store does not know (made by an older berth with another \
+                     data directory); berth leaves them alone"
+                ),
+            }
+        }
+        ours
+    }
+
+    /// What the engine holds of other stores under this berth's prefix, at the last look.
+    pub fn other_stores(&self) -> Vec<crate::ownership::OtherStore> {
+        self.inner.other_stores.current()
     }
 
     /// Starts a recorded copy (snapshot, branch, restore) unless it runs already.

@@ -128,7 +128,7 @@ impl ViewController {
         let prefix = &self.ctx.config.prefix;
         let view = names::view_network(prefix, domain, key);
         let views_of_domain = format!("{}-wt-", names::domain_network(prefix, domain));
-        let labels = network_labels(prefix, &domain.to_string());
+        let labels = network_labels(&self.ctx, &domain.to_string());
         if let Err(e) = self.ctx.runtime.ensure_network(&view, &labels).await {
             tracing::warn!(workspace = %workspace.id, error = %e, "could not make the workspace's network");
             return 0;
@@ -352,7 +352,7 @@ impl ViewController {
         name: &str,
         domain: &DomainId,
     ) -> Result<(), RuntimeError> {
-        let labels = network_labels(&self.ctx.config.prefix, domain.as_str());
+        let labels = network_labels(&self.ctx, domain.as_str());
         self.ctx.runtime.ensure_network(name, &labels).await
     }
 
@@ -467,12 +467,10 @@ impl ViewController {
 }
 
 /// Labels of a network berth makes for a domain.
-pub(crate) fn network_labels(prefix: &str, domain: &str) -> Labels {
-    BTreeMap::from([
-        (LABEL_MANAGED.to_owned(), "1".to_owned()),
-        (crate::runtime::LABEL_PREFIX.to_owned(), prefix.to_owned()),
-        (crate::runtime::LABEL_DOMAIN.to_owned(), domain.to_owned()),
-    ])
+pub(crate) fn network_labels(ctx: &Context, domain: &str) -> Labels {
+    let mut labels = ctx.base_labels();
+    labels.insert(crate::runtime::LABEL_DOMAIN.to_owned(), domain.to_owned());
+    labels
 }
 
 /// Whether `labels` carry the selector `key=value`.

@@ -6,7 +6,7 @@ use berth_core::UpCause;
 use berth_core::controllers::endpoints::EndpointView;
 use berth_core::evidence::ImageEvidence;
 use berth_core::image::Digest;
-use berth_core::model::{ArchivedVolume, InstanceView, ReleaseView, RollbackView};
+use berth_core::model::{ArchivedVolume, InstanceView, KeptVolume, ReleaseView, RollbackView};
 use futures_util::StreamExt;
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -158,6 +158,7 @@ pub(crate) fn router() -> OpenApiRouter<App> {
         .routes(routes!(stop_instance))
         .routes(routes!(archive_instance))
         .routes(routes!(instance_endpoints))
+        .routes(routes!(instance_volumes))
         .routes(routes!(instance_image))
         .routes(routes!(instance_releases))
         .routes(routes!(rollback_instance))
@@ -494,6 +495,31 @@ async fn instance_endpoints(
     let (domain, key) = path.parts()?;
     Ok(Json(EndpointList {
         items: app.berth.endpoints(&caller.owner, &domain, key).await?,
+    }))
+}
+
+/// Every volume an instance keeps.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct VolumeList {
+    /// One per name, in the order the instance first had them: those its spec mounts
+    /// (`mounted: true`) and those a spec change dropped.
+    pub items: Vec<KeptVolume>,
+}
+
+/// Every volume an instance keeps: those it mounts (the instance's `volumes`) and those an
+/// earlier spec mounted, which berth keeps with their data and mounts again when an `up`
+/// names them. Snapshots, restores, branches and archive include them all.
+#[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/volumes", tag = "resource-instances",
+    params(InstancePath),
+    responses((status = 200, body = VolumeList), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn instance_volumes(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<InstancePath>,
+) -> Result<Json<VolumeList>, ApiError> {
+    let (domain, key) = path.parts()?;
+    Ok(Json(VolumeList {
+        items: app.berth.volumes(&caller.owner, &domain, key).await?,
     }))
 }
 
