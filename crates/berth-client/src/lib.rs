@@ -472,6 +472,17 @@ impl Client {
         Ok(list.items)
     }
 
+    /// `GET .../instances/{key}/volumes`: every volume the instance keeps, mounted or not.
+    pub async fn volumes(&self, domain: &str, key: &str) -> Result<Vec<KeptVolume>, ClientError> {
+        let list: Items<KeptVolume> = self.get(&instance_path(domain, key, "/volumes")).await?;
+        Ok(list.items)
+    }
+
+    /// `GET /v1/daemon`: the daemon's store and the other stores it shares the engine with.
+    pub async fn daemon(&self) -> Result<Daemon, ClientError> {
+        self.get("/v1/daemon").await
+    }
+
     /// `GET .../instances/{key}/image`.
     pub async fn image(&self, domain: &str, key: &str) -> Result<ImageEvidence, ClientError> {
         self.get(&instance_path(domain, key, "/image")).await

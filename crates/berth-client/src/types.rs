@@ -215,6 +215,47 @@ pub struct ArchivedVolume {
     pub bytes: Option<i64>,
 }
 
+/// A volume an instance keeps (`GET .../instances/{key}/volumes`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeptVolume {
+    /// Its name in the spec.
+    pub name: String,
+    /// The engine's volume name.
+    pub docker_name: String,
+    /// Whether the instance's spec mounts it now; a dropped one keeps its data.
+    pub mounted: bool,
+    /// Its apparent size, or null when it could not be measured.
+    pub bytes: Option<i64>,
+}
+
+/// `GET /v1/daemon`: the daemon's store and the other stores on its engine and prefix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Daemon {
+    /// The store's id, the label `berth.store` on every object the daemon makes.
+    pub store_id: String,
+    /// The store's data directory.
+    pub data_dir: Option<String>,
+    /// The prefix of its engine objects; null without a container runtime.
+    pub prefix: Option<String>,
+    /// Other stores' containers under the same prefix, which the daemon leaves alone.
+    #[serde(default)]
+    pub other_stores: Vec<OtherStore>,
+}
+
+/// Another store's containers under the daemon's prefix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OtherStore {
+    /// Its id; null for unlabelled containers of an older berth.
+    pub store_id: Option<String>,
+    /// How many of its containers the daemon's last look found.
+    pub containers: usize,
+    /// Its data directory, when its containers say.
+    pub data_dir: Option<String>,
+}
+
 /// `POST .../instances/{key}/archive`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ArchivedInstance {

@@ -79,6 +79,11 @@ pub struct ServeArgs {
     #[arg(long, env = "BERTH_WORKERS", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
     workers: u16,
 
+    /// How often every instance and the engine's containers are looked at again without an
+    /// event (a safety net: engine events drive berth). At least 1s.
+    #[arg(long, env = "BERTH_RESYNC_EVERY", default_value = "60s", value_parser = resync_every)]
+    resync_every: Duration,
+
     /// How long an image pull may take.
     #[arg(long, env = "BERTH_PULL_TIMEOUT", default_value = "10m", value_parser = humantime::parse_duration)]
     pull_timeout: Duration,
@@ -158,6 +163,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let keys = load_keys(&data_dir)?;
 
     let db = data_dir.join(DB_FILE);
+    if db.metadata().is_ok_and(|m| m.len() == 0) {
+        tracing::warn!(database = %db.display(),
+            "the database file is empty: berth starts a new, empty store with an identity of its \
+             own; the engine objects of any store that was here are left alone (restore the file \
+             from a backup to manage them again)");
+    }
     create_private(&db)?;
     let store = Arc::new(Store::open(&db).map_err(|e| match e {
         e @ (StoreError::Damaged { .. } | StoreError::ReadOnly { .. }) => anyhow::anyhow!(e),
@@ -165,6 +176,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     })?);
     // SQLite made its -wal and -shm files with the database's mode; make sure of it.
     tighten_files(&data_dir)?;
+    tracing::info!(store = %store.identity().id, data_dir = %data_dir.display(), "store open");
 
     let docker_config = DockerConfig {
         pull_timeout: args.pull_timeout,
@@ -208,6 +220,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 prefix: args.prefix.clone(),
                 ready_timeout: args.ready_timeout,
                 stop_timeout: args.stop_timeout,
+                resync_every: args.resync_every,
                 queue: QueueConfig {
                     workers: usize::from(args.workers),
                     ..QueueConfig::default()
@@ -513,4 +526,13 @@ async fn shutdown_signal() {
         _ = term.recv() => {}
     }
     tracing::info!("shutting down");
+}
+
+/// `--resync-every`: a duration of at least a second (a shorter one would keep the engine busy).
+fn resync_every(text: &str) -> Result<Duration, String> {
+    let every = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if every < Duration::from_secs(1) {
+        return Err("must be at least 1s".to_owned());
+    }
+    Ok(every)
 }

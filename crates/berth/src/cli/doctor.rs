@@ -185,6 +185,43 @@ async fn image_check(image: &str) -> Check {
     }
 }
 
+/// Whether other berth stores have containers under the daemon's prefix: not a fault (the
+/// daemon leaves them alone), but a person should know whose they are.
+fn engine_sharing(daemon: &berth_client::Daemon) -> Check {
+    let prefix = daemon.prefix.as_deref().unwrap_or("berth");
+    if daemon.other_stores.is_empty() {
+        return Check::ok(
+            "store",
+            format!(
+                "the daemon's store {} is the only one with containers under the prefix {prefix}",
+                daemon.store_id
+            ),
+        );
+    }
+    let others: Vec<String> = daemon
+        .other_stores
+        .iter()
+        .map(|o| {
+            let whose = match (&o.store_id, &o.data_dir) {
+                (Some(id), Some(dir)) => format!("store {id} (data directory {dir})"),
+                (Some(id), None) => format!("store {id}"),
+                (None, _) => "an older berth without store labels".to_owned(),
+            };
+            format!("{} container(s) of {whose}", o.containers)
+        })
+        .collect();
+    Check::ok(
+        "store",
+        format!(
+            "the engine also holds {} under the prefix {prefix}; this daemon (store {}) leaves \
+             them alone. To manage them, run berth with that --data-dir; to keep the two apart, \
+             give one of them another --prefix",
+            others.join(", "),
+            daemon.store_id
+        ),
+    )
+}
+
 pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let ui = ui(args.json);
     let mut checks = vec![docker()];
@@ -211,10 +248,16 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
         }
     };
     if daemon_up {
-        let domains = match endpoint.connect().await {
+        let connected = endpoint.connect().await;
+        let domains = match &connected {
             Ok(c) => c.api.domains().await.map_err(|e| c.explain(e)),
-            Err(e) => Err(e),
+            Err(e) => Err(anyhow::anyhow!("{e:#}")),
         };
+        if let Ok(c) = &connected
+            && let Ok(daemon) = c.api.daemon().await
+        {
+            checks.push(engine_sharing(&daemon));
+        }
         match domains {
             Ok(domains) => checks.push(Check::ok("key", format!("the daemon accepts the service key ({} domain(s))", domains.len()))),
             Err(e) => checks.push(Check::fail(
