@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{Map, Value, json};
-use support::{Answer, Client, Daemon, KEY};
+use support::{Answer, Client, Daemon, KEY, OTHER_KEY};
 
 const UNKNOWN_DOMAIN: &str = "rdm:00000000-0000-4000-8000-000000000000";
 
@@ -607,6 +607,147 @@ fn pages_in_a_browser_on_the_same_machine_cannot_drive_berth() {
         json!([]),
         "nothing was created"
     );
+}
+
+/// The status and JSON body of a raw answer.
+fn status_and_body(answer: &str) -> (u16, Value) {
+    let status = answer
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("a status line: {answer:?}"));
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+#[test]
+fn two_host_headers_or_a_target_naming_a_foreign_host_are_refused_before_any_route() {
+    let daemon = Daemon::start_with(&["--runtime", "none"]);
+    let address = daemon.address();
+    let refused = |request: String, what: &str| {
+        let answer = raw_exchange(&daemon, &request);
+        let (status, body) = status_and_body(&answer);
+        assert_eq!(status, 400, "{answer}");
+        assert_eq!(body["_tag"], "RequestRefusedError", "{answer}");
+        let message = body["message"].as_str().unwrap_or_default();
+        assert!(message.contains(what), "{answer}");
+        assert!(
+            !message.contains("evil"),
+            "the value is not quoted: {answer}"
+        );
+    };
+    // Two Host headers (RFC 9112 section 3.2): refused whichever comes first, on health and on
+    // a route behind a key alike.
+    for (first, second) in [
+        ("127.0.0.1", "127.0.0.1"),
+        ("127.0.0.1", "evil.example"),
+        ("evil.example", "127.0.0.1"),
+    ] {
+        for path in ["/healthz", "/v1/resource-domains"] {
+            refused(
+                format!(
+                    "GET {path} HTTP/1.1\r\nHost: {first}\r\nAuthorization: Bearer {KEY}\r\n\
+                     Host: {second}\r\nConnection: close\r\n\r\n"
+                ),
+                "header.host",
+            );
+        }
+    }
+    // An absolute-form target is judged by its authority, not by the Host header beside it.
+    for target in [
+        "http://evil.example/healthz".to_owned(),
+        "http://evil.example:2378/healthz".to_owned(),
+        format!("http://evil.example@{address}/healthz"),
+        "http://evil.example/v1/resource-domains".to_owned(),
+    ] {
+        refused(
+            format!(
+                "GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {KEY}\r\n\
+                 Connection: close\r\n\r\n"
+            ),
+            "request target",
+        );
+    }
+    // Refused before any route: a create aimed at a foreign authority creates nothing.
+    refused(
+        format!(
+            "POST http://evil.example/v1/resource-domains HTTP/1.1\r\nHost: {address}\r\n\
+             Authorization: Bearer {KEY}\r\nContent-Type: application/json\r\n\
+             Content-Length: 15\r\nConnection: close\r\n\r\n{{\"name\":\"abs\"}}"
+        ),
+        "request target",
+    );
+    // An absolute-form target naming berth's own address keeps working.
+    for target in [
+        format!("http://{address}/healthz"),
+        "http://localhost/healthz".to_owned(),
+    ] {
+        let answer = raw_exchange(
+            &daemon,
+            &format!("GET {target} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"),
+        );
+        let (status, body) = status_and_body(&answer);
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(body["status"], "ok", "{answer}");
+    }
+    let answer = raw_exchange(
+        &daemon,
+        &format!(
+            "GET http://{address}/v1/resource-domains HTTP/1.1\r\nHost: {address}\r\n\
+             Authorization: Bearer {KEY}\r\nConnection: close\r\n\r\n"
+        ),
+    );
+    let (status, body) = status_and_body(&answer);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(body["items"], json!([]), "nothing was created: {answer}");
+    assert!(
+        !daemon.log_text().contains("evil"),
+        "no log line quotes the host"
+    );
+}
+
+/// The code in a sign-in link's fragment.
+fn code_of(link: &Value) -> String {
+    let url = link["url"].as_str().expect("a link");
+    url.split_once("#code=").expect("a code").1.to_owned()
+}
+
+#[test]
+fn one_keys_flood_of_sign_in_links_and_sessions_signs_no_other_key_out() {
+    let daemon = Daemon::start_with(&["--runtime", "none"]);
+    let a = daemon.client();
+    let b = daemon.client_with(Some(OTHER_KEY));
+    let anonymous = daemon.client_with(None);
+    let session = |code: String| {
+        let session = anonymous
+            .post("/v1/ui/sessions", json!({"code": code}))
+            .expect(200);
+        session["token"].as_str().expect("a token").to_owned()
+    };
+    let a_token = session(code_of(&a.post_empty("/v1/ui/sign-in-links").expect(200)));
+    let a_pending = code_of(&a.post_empty("/v1/ui/sign-in-links").expect(200));
+    // Key B asks 300 links and opens a session with each, and asks 300 more it leaves unused.
+    let mut b_tokens = Vec::new();
+    for _ in 0..300 {
+        b_tokens.push(session(code_of(
+            &b.post_empty("/v1/ui/sign-in-links").expect(200),
+        )));
+        b.post_empty("/v1/ui/sign-in-links").expect(200);
+    }
+    // A's session still acts for A, and A's unused link still opens a session.
+    Client::new(&daemon.base, Some(&a_token))
+        .get("/v1/resource-domains")
+        .expect(200);
+    let a_second = session(a_pending);
+    Client::new(&daemon.base, Some(&a_second))
+        .get("/v1/resource-domains")
+        .expect(200);
+    // B's flood evicted B's own oldest sessions (its limit is 64), and kept its newest.
+    Client::new(&daemon.base, Some(&b_tokens[0]))
+        .get("/v1/resource-domains")
+        .expect_error(401, "UnauthorizedError");
+    Client::new(&daemon.base, Some(b_tokens.last().unwrap()))
+        .get("/v1/resource-domains")
+        .expect(200);
 }
 
 #[test]

@@ -7,7 +7,11 @@
 //!
 //! The Host guard refuses a request whose `Host` names anything but a loopback host or the
 //! listen address: a web page the developer visits cannot rebind its own name to 127.0.0.1 and
-//! drive berth from the browser.
+//! drive berth from the browser. A request with more than one `Host` header (RFC 9112 section
+//! 3.2 answers it 400), or whose target is in absolute form (`GET http://host/path`) naming a
+//! host that is not allowed, is refused with `RequestRefusedError` before any route: the
+//! target's authority is what an HTTP/1.1 server must go by, so it is checked as well as the
+//! `Host` header, and both must be allowed.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -164,21 +168,52 @@ impl AllowedHosts {
     }
 }
 
-/// Refuses a request whose `Host` is not allowed.
+impl AllowedHosts {
+    /// Whether a request's head names only allowed hosts: exactly one allowed `Host` header
+    /// and, when the target is in absolute form (or authority form), an allowed authority.
+    /// The refusal never quotes what was sent.
+    pub fn judge(&self, req: &axum::http::request::Parts) -> Result<(), ApiError> {
+        let mut host = req.headers.get_all(HOST).iter();
+        let first = host.next();
+        if host.next().is_some() {
+            return Err(ApiError::refused(
+                "header.host must be sent once; this request has more than one Host header",
+            ));
+        }
+        if let Some(authority) = req.uri.authority()
+            && !self.allows_authority(authority)
+        {
+            return Err(ApiError::refused(
+                "the request target's host must be a loopback host (localhost, 127.0.0.1, \
+                 [::1]) or the address berth listens on; send the path alone (origin form) or \
+                 an absolute URL naming such a host",
+            ));
+        }
+        let allowed = first
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|h| self.allows(h));
+        if !allowed {
+            return Err(ApiError::HostNotAllowed);
+        }
+        Ok(())
+    }
+
+    /// Whether a target's authority is allowed: no user info, and an allowed host.
+    fn allows_authority(&self, authority: &axum::http::uri::Authority) -> bool {
+        !authority.as_str().contains('@') && self.allows(authority.as_str())
+    }
+}
+
+/// Refuses a request whose `Host`, or absolute-form target, is not allowed, or that has more
+/// than one `Host` header (see [`AllowedHosts::judge`]).
 pub async fn guard_host(
     State(hosts): State<AllowedHosts>,
     req: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    let allowed = req
-        .headers()
-        .get(HOST)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|h| hosts.allows(h));
-    if !allowed {
-        return Err(ApiError::HostNotAllowed);
-    }
-    Ok(next.run(req).await)
+    let (parts, body) = req.into_parts();
+    hosts.judge(&parts)?;
+    Ok(next.run(Request::from_parts(parts, body)).await)
 }
 
 #[cfg(test)]
@@ -225,5 +260,95 @@ mod tests {
         ] {
             assert!(!hosts.allows(bad), "{bad}");
         }
+    }
+
+    fn head(target: &str, hosts: &[&str]) -> axum::http::request::Parts {
+        let mut req = axum::http::Request::get(target);
+        for h in hosts {
+            req = req.header(HOST, *h);
+        }
+        req.body(()).unwrap().into_parts().0
+    }
+
+    fn tag_and_message(e: ApiError) -> (u16, String, String) {
+        let response = axum::response::IntoResponse::into_response(e);
+        let status = response.status().as_u16();
+        let body = futures_util::FutureExt::now_or_never(axum::body::to_bytes(
+            response.into_body(),
+            usize::MAX,
+        ))
+        .unwrap()
+        .unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        (
+            status,
+            body["_tag"].as_str().unwrap().to_owned(),
+            body["message"].as_str().unwrap().to_owned(),
+        )
+    }
+
+    #[test]
+    fn one_allowed_host_and_an_allowed_absolute_target_pass() {
+        let hosts = AllowedHosts::new(vec!["192.0.2.7".into()]);
+        for (target, host) in [
+            ("/healthz", "127.0.0.1:2378"),
+            ("http://127.0.0.1:2378/healthz", "127.0.0.1:2378"),
+            ("http://localhost/v1/resource-domains?x=1", "127.0.0.1"),
+            ("http://[::1]:2378/healthz", "[::1]:2378"),
+            ("http://192.0.2.7:2378/healthz", "192.0.2.7:2378"),
+            ("*", "localhost"),
+        ] {
+            assert!(hosts.judge(&head(target, &[host])).is_ok(), "{target}");
+        }
+    }
+
+    #[test]
+    fn two_host_headers_are_refused_without_quoting_them() {
+        let hosts = AllowedHosts::new(vec![]);
+        for pair in [
+            ["127.0.0.1", "127.0.0.1"],
+            ["127.0.0.1", "evil.example"],
+            ["evil.example", "127.0.0.1"],
+        ] {
+            let e = hosts.judge(&head("/healthz", &pair)).unwrap_err();
+            let (status, tag, message) = tag_and_message(e);
+            assert_eq!((status, tag.as_str()), (400, "RequestRefusedError"));
+            assert!(message.contains("header.host"), "{message}");
+            assert!(!message.contains("evil"), "{message}");
+        }
+        let three = head("/healthz", &["localhost", "localhost", "localhost"]);
+        assert!(hosts.judge(&three).is_err());
+    }
+
+    #[test]
+    fn an_absolute_target_naming_a_foreign_host_is_refused_whatever_the_host_header_says() {
+        let hosts = AllowedHosts::new(vec![]);
+        for target in [
+            "http://evil.example/healthz",
+            "http://evil.example:2378/healthz",
+            "https://127.0.0.1.evil.example/healthz",
+            "http://127.0.0.1@evil.example/healthz",
+            "http://evil.example@127.0.0.1/healthz",
+            "http://[::2]/healthz",
+        ] {
+            let e = hosts.judge(&head(target, &["127.0.0.1"])).unwrap_err();
+            let (status, tag, message) = tag_and_message(e);
+            assert_eq!(
+                (status, tag.as_str()),
+                (400, "RequestRefusedError"),
+                "{target}"
+            );
+            assert!(message.contains("request target"), "{message}");
+            assert!(!message.contains("evil"), "{message}");
+        }
+        // An allowed target does not excuse a foreign or missing Host header.
+        let e = hosts
+            .judge(&head("http://127.0.0.1/healthz", &["evil.example"]))
+            .unwrap_err();
+        assert!(matches!(e, ApiError::HostNotAllowed));
+        let e = hosts
+            .judge(&head("http://127.0.0.1/healthz", &[]))
+            .unwrap_err();
+        assert!(matches!(e, ApiError::HostNotAllowed));
     }
 }

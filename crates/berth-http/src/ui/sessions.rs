@@ -8,6 +8,12 @@
 //!
 //! Codes and tokens live only in memory and only as their sha256: a daemon restart signs every
 //! page out. Neither ever reaches a log.
+//!
+//! Each key holds at most [`MAX_CODES_PER_KEY`] codes and [`MAX_TOKENS_PER_KEY`] tokens; beyond
+//! that, that key's oldest goes first. No key's asking ever evicts another key's code or token.
+//! There is no separate global bound: an owner is always the hash of a service key the daemon
+//! was started with (only a service key may ask for a code), so what is held is at most the
+//! number of keys times these limits.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -20,8 +26,11 @@ use sha2::{Digest, Sha256};
 pub const CODE_TTL: Duration = Duration::from_secs(120);
 /// How long a session token is good for.
 pub const TOKEN_TTL: Duration = Duration::from_secs(12 * 60 * 60);
-/// The most codes, and the most tokens, held at once: the oldest goes first beyond it.
-const MAX_HELD: usize = 256;
+/// The most sign-in codes one key holds at once: beyond it, that key's oldest goes first.
+pub const MAX_CODES_PER_KEY: usize = 16;
+/// The most session tokens one key holds at once: beyond it, that key's oldest session is
+/// signed out.
+pub const MAX_TOKENS_PER_KEY: usize = 64;
 
 /// What a code or a token stands for.
 #[derive(Debug, Clone)]
@@ -30,12 +39,16 @@ struct Grant {
     owner: String,
     /// When it stops working, on the monotonic clock.
     expires: Instant,
+    /// The order it was handed out in: the oldest of a key goes first.
+    serial: u64,
 }
 
 #[derive(Default)]
 struct Held {
     codes: HashMap<[u8; 32], Grant>,
     tokens: HashMap<[u8; 32], Grant>,
+    /// The next grant's serial.
+    next_serial: u64,
 }
 
 /// A secret handed out, with when it expires.
@@ -81,21 +94,36 @@ fn fresh_secret() -> String {
     hex::encode(bytes)
 }
 
-fn insert(map: &mut HashMap<[u8; 32], Grant>, owner: &str, ttl: Duration) -> Issued {
+/// Holds a new secret for `owner`, first dropping what expired and, when `owner` already holds
+/// `per_key`, `owner`'s oldest: never another owner's.
+fn insert(
+    map: &mut HashMap<[u8; 32], Grant>,
+    serial: &mut u64,
+    owner: &str,
+    ttl: Duration,
+    per_key: usize,
+) -> Issued {
     let now = Instant::now();
     map.retain(|_, g| g.expires > now);
-    while map.len() >= MAX_HELD {
-        let Some(oldest) = map.iter().min_by_key(|(_, g)| g.expires).map(|(k, _)| *k) else {
-            break;
-        };
-        map.remove(&oldest);
+    let mut own: Vec<([u8; 32], u64)> = map
+        .iter()
+        .filter(|(_, g)| g.owner == owner)
+        .map(|(k, g)| (*k, g.serial))
+        .collect();
+    if own.len() >= per_key {
+        own.sort_by_key(|(_, serial)| *serial);
+        for (k, _) in &own[..=own.len() - per_key] {
+            map.remove(k);
+        }
     }
+    *serial += 1;
     let secret = fresh_secret();
     map.insert(
         secret_hash(&secret),
         Grant {
             owner: owner.to_owned(),
             expires: now + ttl,
+            serial: *serial,
         },
     );
     Issued {
@@ -111,17 +139,32 @@ impl UiSessions {
 
     /// A new sign-in code for the key whose hash is `owner`.
     pub fn issue_code(&self, owner: &str) -> Issued {
-        insert(&mut self.held().codes, owner, CODE_TTL)
+        let mut guard = self.held();
+        let held = &mut *guard;
+        insert(
+            &mut held.codes,
+            &mut held.next_serial,
+            owner,
+            CODE_TTL,
+            MAX_CODES_PER_KEY,
+        )
     }
 
     /// Trades a code for a session token: the code is spent whether or not it was still good.
     pub fn redeem(&self, code: &str) -> Option<Issued> {
-        let mut held = self.held();
+        let mut guard = self.held();
+        let held = &mut *guard;
         let grant = held.codes.remove(&secret_hash(code))?;
         if grant.expires <= Instant::now() {
             return None;
         }
-        Some(insert(&mut held.tokens, &grant.owner, TOKEN_TTL))
+        Some(insert(
+            &mut held.tokens,
+            &mut held.next_serial,
+            &grant.owner,
+            TOKEN_TTL,
+            MAX_TOKENS_PER_KEY,
+        ))
     }
 
     /// The owner a session token acts for, while it is good.
@@ -183,13 +226,55 @@ mod tests {
     }
 
     #[test]
-    fn the_number_held_is_bounded() {
+    fn a_key_holds_a_bounded_number_of_codes_and_its_oldest_goes_first() {
         let s = UiSessions::default();
         let first = s.issue_code("o");
-        for _ in 0..MAX_HELD {
+        let second = s.issue_code("o");
+        for _ in 0..MAX_CODES_PER_KEY - 1 {
             s.issue_code("o");
         }
-        assert!(s.held().codes.len() <= MAX_HELD);
+        assert_eq!(s.held().codes.len(), MAX_CODES_PER_KEY);
         assert!(s.redeem(&first.secret).is_none(), "the oldest went first");
+        assert!(s.redeem(&second.secret).is_some(), "the rest are kept");
+    }
+
+    #[test]
+    fn a_key_holds_a_bounded_number_of_sessions_and_its_oldest_is_signed_out_first() {
+        let s = UiSessions::default();
+        let session = |owner: &str| s.redeem(&s.issue_code(owner).secret).unwrap();
+        let first = session("o");
+        let second = session("o");
+        for _ in 0..MAX_TOKENS_PER_KEY - 1 {
+            session("o");
+        }
+        assert_eq!(s.held().tokens.len(), MAX_TOKENS_PER_KEY);
+        assert!(s.check(&first.secret).is_none(), "the oldest went first");
+        assert_eq!(s.check(&second.secret).as_deref(), Some("o"));
+    }
+
+    #[test]
+    fn one_keys_flood_of_codes_and_sessions_never_evicts_another_keys() {
+        let s = UiSessions::default();
+        let a_session = s.redeem(&s.issue_code("a").secret).unwrap();
+        let a_code = s.issue_code("a");
+        for _ in 0..10 * (MAX_CODES_PER_KEY + MAX_TOKENS_PER_KEY) {
+            let b = s.issue_code("b");
+            s.redeem(&b.secret).unwrap();
+            s.issue_code("b");
+        }
+        {
+            let held = s.held();
+            let of =
+                |m: &HashMap<[u8; 32], Grant>, o: &str| m.values().filter(|g| g.owner == o).count();
+            assert_eq!(of(&held.codes, "b"), MAX_CODES_PER_KEY);
+            assert_eq!(of(&held.tokens, "b"), MAX_TOKENS_PER_KEY);
+            assert_eq!(held.codes.len(), MAX_CODES_PER_KEY + 1);
+            assert_eq!(held.tokens.len(), MAX_TOKENS_PER_KEY + 1);
+        }
+        assert_eq!(s.check(&a_session.secret).as_deref(), Some("a"));
+        let a_token = s
+            .redeem(&a_code.secret)
+            .expect("a's pending code still works");
+        assert_eq!(s.check(&a_token.secret).as_deref(), Some("a"));
     }
 }
