@@ -1,6 +1,7 @@
 //! The domain event stream and the wait route, end to end against a real daemon and engine:
 //! events in order, resuming with `Last-Event-ID`, `resync` after a restart and for a reader
-//! that stalls, and a wait that answers the change the stream reports.
+//! that stalls, event ids that move only with their own domain, and a wait that answers the
+//! change the stream reports.
 
 mod support;
 
@@ -12,7 +13,7 @@ use std::time::Duration;
 use berth_client::{DomainEvent, Instance, InstanceState};
 use futures_util::{Stream, StreamExt};
 use serde_json::json;
-use support::{Daemon, block_on, busybox_image, spec};
+use support::{Daemon, OTHER_KEY, block_on, busybox_image, spec};
 
 type Events = Pin<Box<dyn Stream<Item = Result<DomainEvent, berth_client::ClientError>> + Send>>;
 
@@ -53,7 +54,50 @@ async fn until_kind(
 fn seq(id: &str) -> u64 {
     id.rsplit_once('-')
         .and_then(|(_, n)| n.parse().ok())
-        .unwrap_or_else(|| panic!("an event id <run>-<sequence>, not {id:?}"))
+        .unwrap_or_else(|| panic!("an event id <stream>-<sequence>, not {id:?}"))
+}
+
+/// The stream part of an event id: the domain's log in this daemon run.
+fn stream_of(id: &str) -> &str {
+    id.rsplit_once('-')
+        .map(|(s, _)| s)
+        .unwrap_or_else(|| panic!("an event id <stream>-<sequence>, not {id:?}"))
+}
+
+/// The id of a new client's first event: the snapshot, at the sequence the domain is at.
+async fn snapshot_id(events: &mut Events) -> String {
+    match next(events, "the snapshot", WITHIN).await {
+        DomainEvent::Instance { id, .. } => id,
+        other => panic!("a new client is sent every instance first: {other:?}"),
+    }
+}
+
+/// The ids of every event until an instance event of `key` whose state kind is `kind`,
+/// that one included; a resync is a failure.
+async fn ids_until(events: &mut Events, key: &str, kind: &str) -> Vec<String> {
+    let mut ids = Vec::new();
+    loop {
+        match next(events, &format!("{key} {kind}"), WITHIN).await {
+            DomainEvent::Instance { id, instance, .. } => {
+                ids.push(id);
+                if instance.key == key && instance.state.kind() == kind {
+                    return ids;
+                }
+            }
+            DomainEvent::Copy { id, .. } => ids.push(id),
+            DomainEvent::Resync { id } => panic!("resumable, not resynced: {id}"),
+        }
+    }
+}
+
+/// Asserts that `ids` are numbered one by one from just after `after`, in its stream.
+fn assert_consecutive_after(after: &str, ids: &[String]) {
+    let seqs: Vec<u64> = ids.iter().map(|id| seq(id)).collect();
+    let expected: Vec<u64> = (1..=ids.len() as u64).map(|n| seq(after) + n).collect();
+    assert_eq!(seqs, expected, "after {after}: {ids:?}");
+    for id in ids {
+        assert_eq!(stream_of(id), stream_of(after), "{ids:?}");
+    }
 }
 
 const WITHIN: Duration = Duration::from_secs(60);
@@ -164,6 +208,68 @@ fn a_dropped_connection_resumes_with_its_last_event_id_without_loss() {
             until_kind(&mut events, "web", "stopped", WITHIN).await
         };
         assert!(matches!(stopped.state, InstanceState::Stopped { .. }));
+    });
+}
+
+#[test]
+fn another_keys_changes_do_not_move_a_domains_event_ids_and_resuming_works_per_domain() {
+    let daemon = Daemon::start();
+    let (a, b) = (daemon.client_with(Some(OTHER_KEY)), daemon.client());
+    let a_domain = a.create_domain("events-a");
+    let b_domain = b.create_domain("events-b");
+    let s = spec(&busybox_image(), "web");
+    b.up_ok(&b_domain, "web", &s, "person");
+    b.settled(&b_domain, "web", &["running"], WITHIN);
+    // Where B's sequence is: a new client's snapshot carries it.
+    let mut b_events: Events = Box::pin(b.api().events(&b_domain, None));
+    let before = block_on(snapshot_id(&mut b_events));
+
+    // Key A's activity in its own domain: an up that runs, then a stop.
+    a.up_ok(&a_domain, "web", &s, "person");
+    a.settled(&a_domain, "web", &["running"], WITHIN);
+    block_on(a.api().stop(&a_domain, "web", "ada")).unwrap();
+    a.settled(&a_domain, "web", &["stopped"], WITHIN);
+    let a_id = block_on(async {
+        let mut events: Events = Box::pin(a.api().events(&a_domain, None));
+        snapshot_id(&mut events).await
+    });
+    assert!(seq(&a_id) >= 3, "A's own sequence moved: {a_id}");
+    assert_ne!(stream_of(&a_id), stream_of(&before), "ids share nothing");
+
+    // B's sequence did not move: a new client's snapshot is where it was, and B's next change
+    // on the open stream is the next number.
+    let again = block_on(async {
+        let mut events: Events = Box::pin(b.api().events(&b_domain, None));
+        snapshot_id(&mut events).await
+    });
+    assert_eq!(again, before, "A's changes moved B's event ids");
+    block_on(b.api().stop(&b_domain, "web", "ada")).unwrap();
+    let stopped = block_on(ids_until(&mut b_events, "web", "stopped"));
+    assert_consecutive_after(&before, &stopped);
+    let last = stopped.last().unwrap().clone();
+    drop(b_events);
+    b.settled(&b_domain, "web", &["stopped"], WITHIN);
+
+    // While nobody listens to B, A changes again and B is woken. Resuming with B's last id gets
+    // B's missed changes, numbered on from it, with nothing of A's in between.
+    a.up_ok(&a_domain, "web", &s, "person");
+    b.up_ok(&b_domain, "web", &s, "person");
+    a.settled(&a_domain, "web", &["running"], WITHIN);
+    b.settled(&b_domain, "web", &["running"], WITHIN);
+    let missed = block_on(async {
+        let mut events: Events = Box::pin(b.api().events(&b_domain, Some(&last)));
+        ids_until(&mut events, "web", "running").await
+    });
+    assert_consecutive_after(&last, &missed);
+
+    // An id of A's domain is foreign to B's, whatever its number: B's stream resyncs.
+    block_on(async {
+        let mut events: Events = Box::pin(b.api().events(&b_domain, Some(&a_id)));
+        let first = next(&mut events, "resync", WITHIN).await;
+        assert!(
+            matches!(first, DomainEvent::Resync { .. }),
+            "another domain's id cannot be resumed: {first:?}"
+        );
     });
 }
 

@@ -287,6 +287,82 @@ fn request(domain: &str, place: Place, text: String, value: Value, pick: usize) 
 }
 
 /// True when `text` is a plain name an answer may legitimately hold (an id, a key).
+#[test]
+fn name_lengths_count_characters_and_bidi_or_zero_width_characters_are_refused_writing_nothing() {
+    let daemon = Daemon::start_with(&["--runtime", "none"]);
+    let api = daemon.client();
+    let ship = "\u{1F6A2}";
+    // A domain name is 1 to 200 characters, each a Unicode scalar value: 200 emoji (400 UTF-16
+    // units) are a name, 201 `é` (201 units) are not.
+    for name in [ship.repeat(100), ship.repeat(200), "\u{e9}".repeat(200)] {
+        let created = api
+            .post("/v1/resource-domains", json!({ "name": name }))
+            .expect(200);
+        assert_eq!(created["name"], json!(name));
+    }
+    for name in [ship.repeat(201), "\u{e9}".repeat(201)] {
+        let err = api
+            .post("/v1/resource-domains", json!({ "name": name }))
+            .expect_error(400, "RequestRefusedError");
+        assert_eq!(
+            err["message"],
+            "body.name must be a string of 1 to 200 characters"
+        );
+    }
+    let listed = || api.get("/v1/resource-domains").expect(200)["items"].clone();
+    let domains = listed();
+    assert_eq!(domains.as_array().unwrap().len(), 3);
+    let domain = domains[0]["resourceDomainId"].as_str().unwrap().to_owned();
+
+    // Characters that reorder what is shown, or take no width, make one name look like
+    // another: refused in every name, by the field's place, never quoting it.
+    const BIDI: &str = "must not contain bidirectional controls (U+061C, U+200E, U+200F, \
+                        U+202A to U+202E, U+2066 to U+2069)";
+    const ZERO_WIDTH: &str =
+        "must not contain zero-width characters (U+200B to U+200D, U+2060, U+FEFF)";
+    let instance = format!("/v1/resource-domains/{domain}/instances/web");
+    for (bad, expected) in [
+        ("shop\u{202e}gnp.exe", BIDI),
+        ("\u{2066}shop\u{2069}", BIDI),
+        ("sh\u{200f}op", BIDI),
+        ("\u{61c}shop", BIDI),
+        ("sh\u{200b}op", ZERO_WIDTH),
+        ("shop\u{200d}", ZERO_WIDTH),
+        ("\u{feff}shop", ZERO_WIDTH),
+        ("sh\u{2060}op", ZERO_WIDTH),
+    ] {
+        for (path, body, place) in [
+            (
+                "/v1/resource-domains".to_owned(),
+                json!({ "name": bad }),
+                "body.name",
+            ),
+            (format!("{instance}/stop"), json!({ "by": bad }), "body.by"),
+            (
+                format!("{instance}/snapshots"),
+                json!({ "name": bad }),
+                "body.name",
+            ),
+            (
+                format!("{instance}/rollback"),
+                json!({"idempotencyKey": bad, "expectedSpecDigest": format!("sha256:{}", "0".repeat(64))}),
+                "body.idempotencyKey",
+            ),
+        ] {
+            let err = api
+                .post(&path, body)
+                .expect_error(400, "RequestRefusedError");
+            assert_eq!(
+                err["message"],
+                format!("{place} {expected}"),
+                "{path} {bad:?}"
+            );
+            assert!(!err.to_string().contains("shop"), "{err}");
+        }
+    }
+    assert_eq!(listed(), domains, "a refused request writes nothing");
+}
+
 fn plain(text: &str) -> bool {
     text.chars()
         .all(|c| c.is_ascii_alphanumeric() || "-._@:".contains(c))
@@ -969,7 +1045,7 @@ fn control_characters_in_berths_own_names_are_refused_naming_the_field() {
     let daemon = Daemon::start_with(&["--runtime", "none"]);
     let api = daemon.client();
     let domain = api.create_domain("shop");
-    let expected = "must not contain control characters (U+0000 to U+001F, U+007F)";
+    let expected = "must not contain control characters (U+0000 to U+001F, U+007F to U+009F)";
     for bad in [
         "a\u{0}b",
         "tab\there",
@@ -977,6 +1053,8 @@ fn control_characters_in_berths_own_names_are_refused_naming_the_field() {
         "\u{1b}[31mred",
         "del\u{7f}",
         "\u{1f}",
+        "next\u{85}line",
+        "\u{9b}31mred",
     ] {
         let err = api
             .post("/v1/resource-domains", json!({"name": bad}))

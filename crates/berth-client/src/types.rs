@@ -790,7 +790,7 @@ pub struct Waited {
 pub enum DomainEvent {
     /// An instance changed: its whole view, as `GET` answers it.
     Instance {
-        /// The event id (`<daemon-run>-<sequence>`): pass the last one seen to resume.
+        /// The event id (`<stream>-<sequence>`, per domain): pass the last one seen to resume.
         id: String,
         /// The instance.
         instance: Box<Instance>,

@@ -104,7 +104,8 @@ impl Problems {
         }
     }
 
-    /// Expects a string of `min..=max` UTF-16 code units (as JavaScript counts a length).
+    /// Expects a string of `min..=max` characters, each a Unicode scalar value: an emoji is one,
+    /// as is `é` (whatever its bytes or UTF-16 units).
     pub fn bounded_string(
         &mut self,
         value: &Value,
@@ -113,7 +114,7 @@ impl Problems {
         max: usize,
     ) -> Option<String> {
         let s = self.string(value, place)?;
-        let len = s.encode_utf16().count();
+        let len = s.chars().count();
         if len < min || len > max {
             self.push(
                 place,
@@ -124,18 +125,20 @@ impl Problems {
         Some(s.to_owned())
     }
 
-    /// Expects a name of `min..=max` characters without control characters (U+0000 to U+001F,
-    /// U+007F): a name is shown in logs, tables and terminals, where those would do harm.
+    /// Expects a name of `min..=max` characters with none of the [`NAME_REFUSES`] classes:
+    /// control characters, bidirectional controls, zero-width characters. A name is shown in
+    /// logs, tables and terminals, where a control would do harm and the others make one name
+    /// look like another (or reorder what is printed after it). Each class found is one problem.
     pub fn name(&mut self, value: &Value, place: &str, min: usize, max: usize) -> Option<String> {
         let s = self.bounded_string(value, place, min, max)?;
-        if s.chars().any(is_control) {
-            self.push(
-                place,
-                "must not contain control characters (U+0000 to U+001F, U+007F)",
-            );
-            return None;
+        let mut ok = true;
+        for (refused, expected) in NAME_REFUSES {
+            if s.chars().any(refused) {
+                self.push(place, expected);
+                ok = false;
+            }
         }
-        Some(s)
+        ok.then_some(s)
     }
 
     /// Expects a string without a NUL byte.
@@ -244,9 +247,47 @@ impl<'a> Fields<'a> {
     }
 }
 
-/// A control character berth refuses in its own names: C0 controls and DEL.
+/// A class of characters a name refuses, and the sentence that names it.
+pub type Refused = (fn(char) -> bool, &'static str);
+
+/// What a name refuses: each class of characters, with the sentence that names it.
+pub const NAME_REFUSES: [Refused; 3] = [
+    (
+        is_control,
+        "must not contain control characters (U+0000 to U+001F, U+007F to U+009F)",
+    ),
+    (
+        is_bidi_control,
+        "must not contain bidirectional controls (U+061C, U+200E, U+200F, U+202A to U+202E, U+2066 to U+2069)",
+    ),
+    (
+        is_zero_width,
+        "must not contain zero-width characters (U+200B to U+200D, U+2060, U+FEFF)",
+    ),
+];
+
+/// A control character berth refuses in its own names: C0 controls, DEL and C1 controls.
 pub fn is_control(c: char) -> bool {
-    c <= '\u{1f}' || c == '\u{7f}'
+    c <= '\u{1f}' || ('\u{7f}'..='\u{9f}').contains(&c)
+}
+
+/// A character that changes the direction text is shown in: the Arabic letter mark, the
+/// left-to-right and right-to-left marks, the embeddings and overrides and their pop, and the
+/// isolates.
+pub fn is_bidi_control(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+    )
+}
+
+/// A character that takes no width: zero-width space, non-joiner and joiner, word joiner, and
+/// the zero-width no-break space (a byte order mark).
+pub fn is_zero_width(c: char) -> bool {
+    matches!(
+        c,
+        '\u{200b}' | '\u{200c}' | '\u{200d}' | '\u{2060}' | '\u{feff}'
+    )
 }
 
 /// A key as it may be shown in a place: keys are names the caller chose, so only tame ones are
@@ -500,22 +541,134 @@ mod tests {
     }
 
     #[test]
-    fn names_refuse_control_characters_naming_the_place() {
-        for text in ["a\u{0}b", "\n", "x\u{7f}", "\u{1f}", "tab\there"] {
-            let mut p = Problems::default();
-            assert_eq!(p.name(&json!(text), "body.name", 1, 200), None);
-            assert_eq!(
-                p.joined(),
-                "body.name must not contain control characters (U+0000 to U+001F, U+007F)"
-            );
+    fn lengths_count_characters_not_bytes_or_utf16_units() {
+        let emoji = "\u{1F6A2}";
+        // (text, min, max, accepted)
+        let cases: Vec<(String, usize, usize, bool)> = vec![
+            (emoji.repeat(51), 1, 100, true),
+            (emoji.repeat(100), 1, 100, true),
+            (emoji.repeat(101), 1, 100, false),
+            ("\u{e9}".repeat(100), 1, 100, true),
+            ("\u{e9}".repeat(101), 1, 100, false),
+            // `e` and a combining accent are two characters.
+            ("e\u{301}".repeat(50), 1, 100, true),
+            ("e\u{301}".repeat(51), 1, 100, false),
+            ("\u{4e2d}".repeat(200), 1, 200, true),
+            ("a".repeat(100), 1, 100, true),
+            ("a".repeat(101), 1, 100, false),
+            (String::new(), 1, 100, false),
+            (emoji.to_owned(), 1, 1, true),
+        ];
+        for (text, min, max, accepted) in cases {
+            for decode in [Problems::bounded_string, Problems::name] {
+                let mut p = Problems::default();
+                let got = decode(&mut p, &json!(text), "body.name", min, max);
+                assert_eq!(
+                    got.is_some(),
+                    accepted,
+                    "{} chars at {min}..={max}",
+                    text.chars().count()
+                );
+                if accepted {
+                    assert_eq!(got.as_deref(), Some(text.as_str()));
+                    assert!(p.is_empty());
+                } else {
+                    assert_eq!(
+                        p.joined(),
+                        format!("body.name must be a string of {min} to {max} characters")
+                    );
+                }
+            }
         }
+    }
+
+    #[test]
+    fn names_refuse_controls_bidi_controls_and_zero_width_characters_naming_the_place() {
+        const CONTROL: &str =
+            "must not contain control characters (U+0000 to U+001F, U+007F to U+009F)";
+        const BIDI: &str = "must not contain bidirectional controls (U+061C, U+200E, U+200F, \
+                            U+202A to U+202E, U+2066 to U+2069)";
+        const ZERO_WIDTH: &str =
+            "must not contain zero-width characters (U+200B to U+200D, U+2060, U+FEFF)";
+        let control = [
+            '\u{0}', '\n', '\t', '\u{1f}', '\u{7f}', '\u{80}', '\u{85}', '\u{9f}',
+        ];
+        let bidi = [
+            '\u{61c}', '\u{200e}', '\u{200f}', '\u{202a}', '\u{202b}', '\u{202c}', '\u{202d}',
+            '\u{202e}', '\u{2066}', '\u{2067}', '\u{2068}', '\u{2069}',
+        ];
+        let zero_width = ['\u{200b}', '\u{200c}', '\u{200d}', '\u{2060}', '\u{feff}'];
+        for (chars, expected) in [
+            (&control[..], CONTROL),
+            (&bidi, BIDI),
+            (&zero_width, ZERO_WIDTH),
+        ] {
+            for &c in chars {
+                for text in [format!("{c}"), format!("shop{c}"), format!("{c}secret{c}x")] {
+                    let mut p = Problems::default();
+                    assert_eq!(
+                        p.name(&json!(text), "body.by", 1, 200),
+                        None,
+                        "U+{:04X}",
+                        c as u32
+                    );
+                    let said = p.joined();
+                    assert_eq!(said, format!("body.by {expected}"), "U+{:04X}", c as u32);
+                    assert!(!said.contains("secret") && !said.contains("shop"));
+                }
+            }
+        }
+        // Every class found is named, once each.
         let mut p = Problems::default();
         assert_eq!(
-            p.name(&json!("caf\u{e9} \u{1F6A2} \u{80}"), "body.name", 1, 200)
-                .as_deref(),
-            Some("caf\u{e9} \u{1F6A2} \u{80}")
+            p.name(
+                &json!("a\u{85}b\u{202e}c\u{200b}d\u{1}"),
+                "body.name",
+                1,
+                200
+            ),
+            None
+        );
+        assert_eq!(
+            p.into_vec(),
+            vec![
+                format!("body.name {CONTROL}"),
+                format!("body.name {BIDI}"),
+                format!("body.name {ZERO_WIDTH}"),
+            ]
+        );
+        // What is near them but neither control nor invisible passes.
+        for text in [
+            "caf\u{e9} \u{1F6A2}",
+            "\u{a0}nbsp",
+            "\u{a1}\u{ff}",
+            "\u{5e9}\u{5dc}\u{5d5}\u{5dd}",
+            "\u{627}\u{644}\u{639}\u{631}\u{628}\u{64a}\u{629}",
+            "\u{2010}x",
+            "\u{200a}",
+            "\u{2070}",
+        ] {
+            let mut p = Problems::default();
+            assert_eq!(
+                p.name(&json!(text), "body.name", 1, 200).as_deref(),
+                Some(text)
+            );
+            assert!(p.is_empty(), "{text:?}: {}", p.joined());
+        }
+    }
+
+    #[test]
+    fn free_text_counts_characters_but_keeps_its_characters() {
+        // `bounded_string` is for text that is not a name: only its length is checked.
+        let mut p = Problems::default();
+        let text = "\u{202e}\u{200b}\u{85}";
+        assert_eq!(
+            p.bounded_string(&json!(text), "body.code", 1, 3).as_deref(),
+            Some(text)
         );
         assert!(p.is_empty());
+        assert_eq!(p.bounded_string(&json!(7), "body.code", 1, 3), None);
+        assert_eq!(p.joined(), "body.code must be a string");
     }
 
     #[test]

@@ -19,7 +19,8 @@ use crate::image::{Digest, PinnedImage, ReferenceError};
 pub const MAX_IDLE_SECONDS: i64 = 864_000;
 /// The most volumes one spec may name.
 pub const MAX_VOLUMES: usize = 16;
-/// The longest environment value, in UTF-16 code units as the contract counts them.
+/// The longest environment value, in characters (Unicode scalar values), as every other length
+/// berth checks is counted.
 pub const MAX_ENV_VALUE: usize = 32_768;
 
 const NAMESPACE: &str = "an instance shares no namespace with the host or another container";
@@ -361,7 +362,7 @@ fn decode_env(value: &Value, p: &mut Problems) -> Option<BTreeMap<String, String
         }
         let place = format!("spec.env.{name}");
         match p.argument(value, &place) {
-            Some(v) if v.encode_utf16().count() <= MAX_ENV_VALUE => {
+            Some(v) if v.chars().count() <= MAX_ENV_VALUE => {
                 env.insert(name.clone(), v);
             }
             Some(_) => {

@@ -1,11 +1,14 @@
 //! Watching instances change: a bounded, sequenced log of changes per domain, and a live feed.
 //!
 //! The store publishes here after each commit, from the writer, for every instance whose view
-//! changed (a change of `observedAt` alone is not one). Each change gets the next number of this
-//! daemon run's sequence; its id on the wire is `<run>-<sequence>`. A domain keeps its last
-//! [`LOG_PER_DOMAIN`] changes, so a client that reconnects with the id it saw last resumes
-//! without loss while that id is still held; an id of another run, or one older than the log,
-//! cannot be resumed and the client is told to resync. A live subscriber reads from a bounded
+//! changed (a change of `observedAt` alone is not one). Each domain has its own sequence: a
+//! change gets the next number of its domain's, so what one domain's ids show moves only with
+//! that domain (a caller learns nothing of another key's activity from them). Its id on the wire
+//! is `<stream>-<sequence>`, the stream a random name of this domain's log in this daemon run. A
+//! domain keeps its last [`LOG_PER_DOMAIN`] changes, so a client that reconnects with the id it
+//! saw last resumes without loss while that id is still held; an id of another run or another
+//! domain, or one older than the log, cannot be resumed and the client is told to resync. A
+//! live subscriber reads from a bounded
 //! channel: one that falls behind by [`FEED_CAPACITY`] changes is told it lagged (and resyncs)
 //! rather than slowing the writer or anyone else.
 
@@ -67,10 +70,10 @@ impl Change {
     }
 }
 
-/// A change with its place in this run's sequence.
+/// A change with its place in its domain's sequence.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
-    /// Its number in this daemon run's sequence.
+    /// Its number in its domain's sequence for this daemon run.
     pub seq: u64,
     /// What changed.
     pub change: Change,
@@ -81,11 +84,17 @@ pub struct Event {
 pub enum Resume {
     /// Every change after its id, in order.
     Missed(Vec<Event>),
-    /// Its id is of another run or older than the log: it must read everything again.
+    /// Its id is of another run or domain, or older than the log: it must read everything
+    /// again.
     Resync,
 }
 
 struct DomainLog {
+    /// This log's name on the wire, the first part of its event ids: random, so an id of
+    /// another domain or an earlier run is never taken for one of this log.
+    stream: String,
+    /// The last sequence number given in this domain.
+    seq: u64,
     events: VecDeque<Event>,
     /// The highest sequence number dropped from `events`: a client that saw less missed it.
     dropped_up_to: u64,
@@ -95,6 +104,8 @@ struct DomainLog {
 impl DomainLog {
     fn new() -> Self {
         Self {
+            stream: uuid::Uuid::new_v4().simple().to_string()[..12].to_owned(),
+            seq: 0,
             events: VecDeque::new(),
             dropped_up_to: 0,
             feed: broadcast::channel(FEED_CAPACITY).0,
@@ -102,15 +113,9 @@ impl DomainLog {
     }
 }
 
-struct Logs {
-    seq: u64,
-    domains: HashMap<DomainId, DomainLog>,
-}
-
 /// Every domain's log and feed, for one daemon run.
 pub struct Watch {
-    run: String,
-    logs: Mutex<Logs>,
+    logs: Mutex<HashMap<DomainId, DomainLog>>,
 }
 
 impl Default for Watch {
@@ -120,30 +125,30 @@ impl Default for Watch {
 }
 
 impl Watch {
-    /// A watch for a new daemon run, with a run id no earlier run had.
+    /// A watch for a new daemon run: every domain's log gets a stream name no earlier run had.
     pub fn new() -> Self {
         Self {
-            run: uuid::Uuid::new_v4().simple().to_string()[..12].to_owned(),
-            logs: Mutex::new(Logs {
-                seq: 0,
-                domains: HashMap::new(),
-            }),
+            logs: Mutex::new(HashMap::new()),
         }
     }
 
-    fn logs(&self) -> std::sync::MutexGuard<'_, Logs> {
+    /// The log of `domain`, made when first asked for.
+    fn log<'a>(
+        logs: &'a mut std::sync::MutexGuard<'_, HashMap<DomainId, DomainLog>>,
+        domain: &DomainId,
+    ) -> &'a mut DomainLog {
+        logs.entry(domain.clone()).or_insert_with(DomainLog::new)
+    }
+
+    fn logs(&self) -> std::sync::MutexGuard<'_, HashMap<DomainId, DomainLog>> {
         // Each critical section is a few pushes that leave the log whole.
         self.logs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// This run's id, the first part of every event id.
-    pub fn run(&self) -> &str {
-        &self.run
-    }
-
-    /// The wire id of sequence number `seq`.
-    pub fn event_id(&self, seq: u64) -> String {
-        format!("{}-{seq}", self.run)
+    /// The wire id of `domain`'s sequence number `seq`: `<stream>-<seq>`.
+    pub fn event_id(&self, domain: &DomainId, seq: u64) -> String {
+        let mut logs = self.logs();
+        format!("{}-{seq}", Self::log(&mut logs, domain).stream)
     }
 
     /// Records a change and hands it to the domain's live subscribers. Never blocks.
@@ -158,15 +163,12 @@ impl Watch {
 
     fn publish_change(&self, domain: &DomainId, change: Change) {
         let mut logs = self.logs();
-        logs.seq += 1;
+        let log = Self::log(&mut logs, domain);
+        log.seq += 1;
         let event = Event {
-            seq: logs.seq,
+            seq: log.seq,
             change,
         };
-        let log = logs
-            .domains
-            .entry(domain.clone())
-            .or_insert_with(DomainLog::new);
         log.events.push_back(event.clone());
         while log.events.len() > LOG_PER_DOMAIN {
             if let Some(old) = log.events.pop_front() {
@@ -179,22 +181,23 @@ impl Watch {
 
     /// Subscribes to a domain's live changes, and says where a client that last saw `last_id`
     /// stands (`None`: a new client, which reads everything). Both are taken together, so no
-    /// change falls between them. Also answers the sequence number the domain is at.
+    /// change falls between them. Also answers the sequence number the domain is at. An id is
+    /// resumed only in the domain whose log named it: another domain's, or another run's, has
+    /// another stream and resyncs.
     pub fn subscribe(
         &self,
         domain: &DomainId,
         last_id: Option<&str>,
     ) -> (broadcast::Receiver<Event>, Resume, u64) {
         let mut logs = self.logs();
-        let at = logs.seq;
-        let log = logs
-            .domains
-            .entry(domain.clone())
-            .or_insert_with(DomainLog::new);
+        let log = Self::log(&mut logs, domain);
+        let at = log.seq;
         let feed = log.feed.subscribe();
         let seen = last_id.and_then(|id| {
-            let (run, seq) = id.rsplit_once('-')?;
-            (run == self.run).then(|| seq.parse::<u64>().ok()).flatten()
+            let (stream, seq) = id.rsplit_once('-')?;
+            (stream == log.stream)
+                .then(|| seq.parse::<u64>().ok())
+                .flatten()
         });
         let resume = match seen {
             Some(seen) if seen >= log.dropped_up_to && seen <= at => Resume::Missed(
@@ -237,7 +240,8 @@ pub struct Subscription {
     pub feed: broadcast::Receiver<Event>,
     /// Where the client stands.
     pub resume: Resume,
-    /// The sequence number the domain was at: the id of a snapshot taken now.
+    /// The sequence number the domain was at: with [`Watch::event_id`], the id of a snapshot
+    /// taken now.
     pub at: u64,
 }
 
@@ -312,7 +316,7 @@ mod tests {
         for n in 1..=3 {
             watch.publish(&d, change(n));
         }
-        let id = watch.event_id(1);
+        let id = watch.event_id(&d, 1);
         let Resume::Missed(missed) = watch.subscribe(&d, Some(&id)).1 else {
             panic!("resumable")
         };
@@ -332,6 +336,79 @@ mod tests {
             watch.publish(&d, change(n));
         }
         assert!(matches!(watch.subscribe(&d, Some(&id)).1, Resume::Resync));
+    }
+
+    #[test]
+    fn a_domain_sequence_moves_only_with_its_own_changes() {
+        let watch = Watch::new();
+        let (x, y) = (DomainId::new(), DomainId::new());
+        watch.publish(&y, change(1));
+        let (_, _, y_at) = watch.subscribe(&y, None);
+        assert_eq!(y_at, 1);
+        let (mut y_feed, _, _) = watch.subscribe(&y, None);
+        for n in 0..50 {
+            watch.publish(&x, change(n));
+        }
+        let (_, _, x_at) = watch.subscribe(&x, None);
+        assert_eq!(x_at, 50, "a domain counts its own changes from 1");
+        let (_, _, y_at) = watch.subscribe(&y, None);
+        assert_eq!(y_at, 1, "X's changes leave Y where it was");
+        assert!(
+            matches!(
+                y_feed.try_recv(),
+                Err(broadcast::error::TryRecvError::Empty)
+            ),
+            "Y's feed carries nothing of X"
+        );
+        watch.publish(&y, change(2));
+        assert_eq!(
+            y_feed.try_recv().unwrap().seq,
+            2,
+            "Y's next id is the next of Y's"
+        );
+        // Ids of the two domains share nothing that shows the other's activity.
+        let (xs, ys) = (watch.event_id(&x, 50), watch.event_id(&y, 2));
+        assert_ne!(
+            xs.rsplit_once('-').unwrap().0,
+            ys.rsplit_once('-').unwrap().0
+        );
+    }
+
+    #[test]
+    fn resuming_works_per_domain_and_another_domains_id_resyncs() {
+        let watch = Watch::new();
+        let (x, y) = (DomainId::new(), DomainId::new());
+        for n in 1..=3 {
+            watch.publish(&x, change(n));
+            watch.publish(&y, change(10 + n));
+        }
+        let generations = |resume: Resume| match resume {
+            Resume::Missed(missed) => missed
+                .iter()
+                .map(|e| (e.seq, e.change.instance().unwrap().generation))
+                .collect::<Vec<_>>(),
+            Resume::Resync => panic!("resumable"),
+        };
+        let x1 = watch.event_id(&x, 1);
+        let y2 = watch.event_id(&y, 2);
+        assert_eq!(
+            generations(watch.subscribe(&x, Some(&x1)).1),
+            vec![(2, 2), (3, 3)]
+        );
+        assert_eq!(generations(watch.subscribe(&y, Some(&y2)).1), vec![(3, 13)]);
+        // Y's id given to X (and X's to Y) is foreign, though its number is one X holds.
+        assert!(matches!(watch.subscribe(&x, Some(&y2)).1, Resume::Resync));
+        assert!(matches!(watch.subscribe(&y, Some(&x1)).1, Resume::Resync));
+        // An id past where the domain is was never given: resync.
+        let x9 = watch.event_id(&x, 9);
+        assert!(matches!(watch.subscribe(&x, Some(&x9)).1, Resume::Resync));
+        // Another run's watch names the same domain's log otherwise.
+        let other = Watch::new();
+        other.publish(&x, change(1));
+        assert!(matches!(other.subscribe(&x, Some(&x1)).1, Resume::Resync));
+        // An id at the domain's head misses nothing.
+        let x3 = watch.event_id(&x, 3);
+        assert_eq!(generations(watch.subscribe(&x, Some(&x3)).1), vec![]);
     }
 
     #[test]

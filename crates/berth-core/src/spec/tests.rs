@@ -214,6 +214,11 @@ fn every_bound_and_pattern_is_refused_with_its_place() {
             "spec.env.BIG must be at most 32768 characters",
         ),
         (
+            "/env/BIG",
+            Some(json!("\u{e9}".repeat(32_769))),
+            "spec.env.BIG must be at most 32768 characters",
+        ),
+        (
             "/env/NUL",
             Some(json!("a\u{0}b")),
             "spec.env.NUL must not contain a NUL byte",
@@ -357,6 +362,8 @@ fn boundary_values_are_accepted() {
         ("/idleStopAfterSeconds", json!(1)),
         ("/idleStopAfterSeconds", json!(864000)),
         ("/env/BIG", json!("x".repeat(32_768))),
+        // A value's length is in characters: 32768 emoji are 65536 UTF-16 units.
+        ("/env/BIG", json!("\u{1F6A2}".repeat(32_768))),
         ("/worktreeKey", json!("feature/x".replace('/', ":"))),
         ("/alias", json!("a".repeat(63))),
         (

@@ -17,11 +17,12 @@ use berth_core::decode::Problems;
 /// `POST /v1/resource-domains`.
 #[derive(Debug, ToSchema)]
 pub struct CreateDomainRequest {
-    /// 1 to 200 characters, no control character.
+    /// 1 to 200 characters (Unicode scalar values), none of them a control, bidirectional
+    /// control or zero-width character.
     #[schema(
         min_length = 1,
         max_length = 200,
-        pattern = "^[^\\u0000-\\u001F\\u007F]*$"
+        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F\\u061C\\u200B-\\u200F\\u202A-\\u202E\\u2060\\u2066-\\u2069\\uFEFF]*$"
     )]
     pub name: String,
 }

@@ -45,7 +45,9 @@ pub struct DomainStreamEvent {
     /// `instance`, `copy` or `resync`.
     #[schema(pattern = "^(instance|copy|resync)$")]
     pub event: String,
-    /// `<run>-<sequence>`: send it back as `Last-Event-ID` to resume after it.
+    /// `<stream>-<sequence>`: the domain's stream in this daemon run and its own sequence (it
+    /// moves only with this domain's changes). Send it back as `Last-Event-ID` to resume after
+    /// it.
     #[schema(pattern = "^[0-9a-f]+-[0-9]+$")]
     pub id: String,
     /// The event's JSON text.
@@ -54,13 +56,14 @@ pub struct DomainStreamEvent {
 }
 
 /// A domain's instances as they change. Each change of an instance is one event `instance`
-/// (id `<run>-<sequence>`, data `{"instance", "generation", "observedGeneration"}`); a change of
-/// `observedAt` alone is none. Each step of a copy (snapshot, branch, restore) is one event
-/// `copy` with its bytes done and total and its state. A new client first gets every instance of the domain. A client
-/// that reconnects with the `Last-Event-ID` it saw resumes without loss while berth still holds
-/// that id; one from an earlier run of the daemon, or too old, gets `event: resync` and then
-/// every instance again, as does a client that falls too far behind. Comments keep an idle
-/// stream open.
+/// (id `<stream>-<sequence>`, data `{"instance", "generation", "observedGeneration"}`); a change
+/// of `observedAt` alone is none. Each step of a copy (snapshot, branch, restore) is one event
+/// `copy` with its bytes done and total and its state. The sequence is the domain's own: it moves
+/// by one per event of this domain and never with another domain's changes. A new client first
+/// gets every instance of the domain. A client that reconnects with the `Last-Event-ID` it saw
+/// resumes without loss while berth still holds that id; one from an earlier run of the daemon,
+/// from another domain, or too old, gets `event: resync` and then every instance again, as does
+/// a client that falls too far behind. Comments keep an idle stream open.
 #[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}/events", tag = "resource-instances",
     params(DomainPath, ("Last-Event-ID" = Option<String>, Header, description = "The id of the last event seen, to resume after it")),
     responses((status = 200, description = "Server-Sent Events", content_type = "text/event-stream", body = DomainStreamEvent),
@@ -85,10 +88,10 @@ async fn domain_events(
     let first: Vec<SseEvent> = match subscription.resume {
         Resume::Missed(missed) => missed
             .iter()
-            .map(|e| change_event(&watch.event_id(e.seq), &e.change))
+            .map(|e| change_event(&watch.event_id(&domain, e.seq), &e.change))
             .collect(),
         Resume::Resync => {
-            let id = watch.event_id(subscription.at);
+            let id = watch.event_id(&domain, subscription.at);
             let mut events = Vec::with_capacity(snapshot.len() + 1);
             if last.is_some() {
                 events.push(resync_event(&id));
@@ -125,7 +128,8 @@ struct Live {
     owner: String,
     domain: berth_core::DomainId,
     watch: std::sync::Arc<berth_core::watch::Watch>,
-    /// The last sequence number sent: what a snapshot or a replay covered is not sent again.
+    /// The last sequence number of this domain sent: what a snapshot or a replay covered is not
+    /// sent again.
     after: u64,
 }
 
@@ -138,7 +142,7 @@ impl Live {
                 Ok(event) => {
                     self.after = event.seq;
                     return Some(vec![change_event(
-                        &self.watch.event_id(event.seq),
+                        &self.watch.event_id(&self.domain, event.seq),
                         &event.change,
                     )]);
                 }
@@ -152,7 +156,7 @@ impl Live {
                         };
                     self.feed = subscription.feed;
                     self.after = subscription.at;
-                    let id = self.watch.event_id(subscription.at);
+                    let id = self.watch.event_id(&self.domain, subscription.at);
                     let mut events = vec![resync_event(&id)];
                     events.extend(snapshot.iter().map(|c| instance_event(&id, c)));
                     return Some(events);

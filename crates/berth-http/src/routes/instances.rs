@@ -65,8 +65,13 @@ impl Decode for UpRequest {
 /// `POST .../instances/{key}/stop`.
 #[derive(Debug, ToSchema)]
 pub struct StopRequest {
-    /// Who stopped it, 1 to 200 characters (any: shown escaped).
-    #[schema(min_length = 1, max_length = 200)]
+    /// Who stopped it, 1 to 200 characters (Unicode scalar values), none of them a control,
+    /// bidirectional control or zero-width character.
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F\\u061C\\u200B-\\u200F\\u202A-\\u202E\\u2060\\u2066-\\u2069\\uFEFF]*$"
+    )]
     pub by: String,
 }
 
@@ -75,7 +80,7 @@ impl Decode for StopRequest {
         let mut fields = p.object(v, "body")?;
         let by = fields
             .required(p, "by")
-            .and_then(|v| p.bounded_string(v, "body.by", 1, 200));
+            .and_then(|v| p.name(v, "body.by", 1, 200));
         fields.finish(p);
         Some(StopRequest { by: by? })
     }
@@ -205,11 +210,12 @@ async fn instance_logs(
 #[serde(rename_all = "camelCase")]
 #[schema(example = json!({"idempotencyKey": "k1", "expectedRolloutGeneration": 2}))]
 pub struct RollbackRequest {
-    /// 1 to 128 characters, no control character: the same key answers the same result.
+    /// 1 to 128 characters (Unicode scalar values), none of them a control, bidirectional
+    /// control or zero-width character: the same key answers the same result.
     #[schema(
         min_length = 1,
         max_length = 128,
-        pattern = "^[^\\u0000-\\u001F\\u007F]*$"
+        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F\\u061C\\u200B-\\u200F\\u202A-\\u202E\\u2060\\u2066-\\u2069\\uFEFF]*$"
     )]
     pub idempotency_key: String,
     /// The `specDigest` the instance is asked to run now; a stale one is refused with 409.

@@ -47,11 +47,12 @@ fn snapshot_id(value: &serde_json::Value, place: &str, p: &mut Problems) -> Opti
 #[derive(Debug, ToSchema)]
 #[schema(example = json!({"name": "before-migration"}))]
 pub struct SnapshotRequest {
-    /// 1 to 100 characters, no control character.
+    /// 1 to 100 characters (Unicode scalar values), none of them a control, bidirectional
+    /// control or zero-width character.
     #[schema(
         min_length = 1,
         max_length = 100,
-        pattern = "^[^\\u0000-\\u001F\\u007F]*$"
+        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F\\u061C\\u200B-\\u200F\\u202A-\\u202E\\u2060\\u2066-\\u2069\\uFEFF]*$"
     )]
     pub name: String,
 }

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use berth_client::{DomainState, Endpoint, Instance};
+use berth_core::decode::NAME_REFUSES;
 use clap::Args;
 use serde_json::{Value, json};
 
@@ -218,23 +219,29 @@ fn detail_note(instance: &Instance) -> String {
     }
 }
 
-/// Who stops: `$USER`, else git's `user.name`.
+/// Who stops: `$USER`, else git's `user.name`, as a name the daemon takes (at most 200
+/// characters, none of those a name refuses).
 fn who() -> String {
+    let name = |text: &str| -> String {
+        text.chars()
+            .filter(|&c| !NAME_REFUSES.iter().any(|(refused, _)| refused(c)))
+            .collect::<String>()
+            .trim()
+            .chars()
+            .take(200)
+            .collect()
+    };
     if let Ok(user) = std::env::var("USER")
-        && !user.trim().is_empty()
+        && !name(&user).is_empty()
     {
-        return user.trim().chars().take(200).collect();
+        return name(&user);
     }
     let out = std::process::Command::new("git")
         .args(["config", "user.name"])
         .output();
     match out {
-        Ok(o) if o.status.success() && !String::from_utf8_lossy(&o.stdout).trim().is_empty() => {
-            String::from_utf8_lossy(&o.stdout)
-                .trim()
-                .chars()
-                .take(200)
-                .collect()
+        Ok(o) if o.status.success() && !name(&String::from_utf8_lossy(&o.stdout)).is_empty() => {
+            name(&String::from_utf8_lossy(&o.stdout))
         }
         _ => "berth".to_owned(),
     }
