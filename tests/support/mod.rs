@@ -101,15 +101,38 @@ impl Daemon {
         Self::launch(args, &[], level)
     }
 
+    /// A second daemon on another daemon's prefix, in a fresh data directory of its own, as a
+    /// test daemon beside a person's would be; with `empty_database`, that directory holds a
+    /// zero-length `berth.db` when it starts.
+    pub fn start_sharing(prefix: &str, args: &[&str], empty_database: bool) -> Daemon {
+        Self::launch_on(prefix, args, &[], "info", |data_dir| {
+            if empty_database {
+                std::fs::create_dir_all(data_dir).expect("the data directory");
+                std::fs::write(data_dir.join("berth.db"), b"").expect("an empty berth.db");
+            }
+        })
+    }
+
     /// Starts a daemon in a fresh data directory with its own prefix.
     fn launch(args: &[&str], env: &[(&str, &str)], level: &str) -> Daemon {
+        Self::launch_on(&daemon_prefix(), args, env, level, |_| {})
+    }
+
+    fn launch_on(
+        prefix: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        level: &str,
+        prepare: impl FnOnce(&std::path::Path),
+    ) -> Daemon {
         let tmp = tempfile::tempdir().expect("a temporary directory");
+        prepare(&tmp.path().join("data"));
         let mut d = Daemon {
             child: None,
             base: String::new(),
             log: tmp.path().join("daemon.log"),
             data_dir: tmp.path().join("data"),
-            prefix: daemon_prefix(),
+            prefix: prefix.to_owned(),
             _tmp: Some(tmp),
             extra_args: args.iter().map(|s| s.to_string()).collect(),
             extra_env: env

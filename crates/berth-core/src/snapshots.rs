@@ -25,6 +25,17 @@ use crate::spec::decode_spec;
 use crate::store::{Observation, StoreError, Tx};
 use crate::time::Timestamp;
 
+/// How the message of a snapshot whose storage was removed outside berth begins.
+pub const STORAGE_GONE: &str = "its storage is gone";
+
+/// The message of a snapshot whose storage volume `volume` is gone.
+pub fn storage_gone(volume: &str) -> String {
+    format!(
+        "{STORAGE_GONE}: the volume {volume} that held it was removed outside berth, so it \
+         can no longer be restored or branched from"
+    )
+}
+
 /// Where a snapshot stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -406,6 +417,25 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Every snapshot that is `ready`, in every domain: what the storage check looks at.
+    pub fn ready_snapshots(&self) -> Result<Vec<Snapshot>, StoreError> {
+        let mut stmt = self.conn().prepare_cached(&format!(
+            "SELECT {SNAPSHOT_COLUMNS} FROM snapshots WHERE state = 'ready' ORDER BY created_at"
+        ))?;
+        let rows = stmt.query_map([], snapshot_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Records that a `ready` snapshot's storage is gone: it becomes `failed` with `message`.
+    /// One no longer ready is left as it is.
+    pub fn storage_lost(&self, id: &SnapshotId, message: &str) -> Result<(), StoreError> {
+        self.conn().execute(
+            "UPDATE snapshots SET state = 'failed', message = ?2 WHERE id = ?1 AND state = 'ready'",
+            params![id.as_str(), message],
+        )?;
+        Ok(())
+    }
+
     /// Forgets a snapshot.
     pub fn delete_snapshot(&self, id: &SnapshotId) -> Result<(), StoreError> {
         self.conn()
@@ -644,7 +674,12 @@ impl Berth {
             SnapshotState::Failed => Err(Error::SnapshotNotReady {
                 id: id.to_string(),
                 state: "failed".to_owned(),
-                what: "it holds nothing; take another snapshot".to_owned(),
+                what: match &snapshot.message {
+                    Some(why) if why.starts_with(STORAGE_GONE) => {
+                        format!("{why}; take another snapshot")
+                    }
+                    _ => "it holds nothing; take another snapshot".to_owned(),
+                },
             }),
         }
     }
@@ -842,6 +877,9 @@ impl Berth {
             refusals,
         })?;
         let reconciler = self.require_runtime()?.clone();
+        if let BranchFrom::Snapshot(id) = &from {
+            reconciler.check_snapshot(id).await?;
+        }
         let prefix = reconciler.config().prefix.clone();
         let spec_digest = spec.digest().to_string();
         let (owner, domain, key) = (owner.to_owned(), domain_id.clone(), key.to_owned());
@@ -932,6 +970,7 @@ impl Berth {
     ) -> Result<(InstanceView, SnapshotView), Error> {
         self.domain(owner, domain_id)?;
         let reconciler = self.require_runtime()?.clone();
+        reconciler.check_snapshot(snapshot_id).await?;
         let (domain, key, wanted) = (domain_id.clone(), key.to_owned(), snapshot_id.clone());
         let (instance, backup, copy) = self
             .store()

@@ -1978,3 +1978,89 @@ async fn a_renamed_volume_comes_back_with_its_data_after_a_restore() {
     assert_eq!(names, ["data", "data2"]);
     assert!(volumes.iter().all(|v| v.bytes.is_some()));
 }
+
+#[tokio::test]
+async fn a_snapshot_whose_storage_was_removed_outside_berth_fails_and_refuses_a_restore() {
+    use berth_core::snapshots::{CopyState, SnapshotState};
+    let s = setup().await;
+    running_source(&s).await;
+    let (mut feed, _, _) = s.berth.store().watch().subscribe(&s.domain, None);
+    let first = s
+        .berth
+        .snapshot("owner", &s.domain, "db", "one".into())
+        .await
+        .unwrap();
+    assert_eq!(copy_settled(&mut feed).await.state, CopyState::Done);
+    let second = s
+        .berth
+        .snapshot("owner", &s.domain, "db", "two".into())
+        .await
+        .unwrap();
+    assert_eq!(copy_settled(&mut feed).await.state, CopyState::Done);
+    // Someone runs `docker volume rm` on each snapshot's storage.
+    let storage = |id| {
+        let s = &s;
+        async move {
+            s.berth
+                .get_snapshot("owner", &s.domain, id)
+                .await
+                .unwrap()
+                .volumes
+                .len()
+        }
+    };
+    assert_eq!(storage(&first.snapshot_id).await, 1);
+    let gone: Vec<String> = s
+        .fake
+        .world()
+        .volumes
+        .keys()
+        .filter(|v| v.contains("-snp-"))
+        .cloned()
+        .collect();
+    assert_eq!(gone.len(), 2);
+    let first_storage = gone
+        .iter()
+        .find(|v| v.contains(&first.snapshot_id.hex()[..16]))
+        .unwrap()
+        .clone();
+    s.fake.world().volumes.remove(&first_storage);
+
+    // The periodic resync notices the first.
+    s.reconciler.resync().await;
+    let failed = s
+        .berth
+        .get_snapshot("owner", &s.domain, &first.snapshot_id)
+        .await
+        .unwrap();
+    assert_eq!(failed.state, SnapshotState::Failed);
+    assert!(
+        failed
+            .message
+            .as_deref()
+            .unwrap()
+            .starts_with("its storage is gone")
+    );
+    let refused = s
+        .berth
+        .restore("owner", &s.domain, "db", &first.snapshot_id)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("its storage is gone"), "{refused}");
+
+    // A restore notices the second before it reads it, and is refused with the same sentence.
+    let other = gone.iter().find(|v| **v != first_storage).unwrap().clone();
+    s.fake.world().volumes.remove(&other);
+    let refused = s
+        .berth
+        .restore("owner", &s.domain, "db", &second.snapshot_id)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("its storage is gone"), "{refused}");
+    assert!(
+        matches!(state(&s, "db"), InstanceState::Running { .. }),
+        "nothing was stopped"
+    );
+}

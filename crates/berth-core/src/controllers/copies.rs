@@ -262,6 +262,28 @@ impl CopyController {
         }
     }
 
+    /// Fails the copy when the snapshot it reads lost its storage (the snapshot then says so).
+    async fn storage_present(&self, snapshot: &crate::snapshots::Snapshot) -> Result<(), Stop> {
+        match super::storage::check(&self.ctx, snapshot).await {
+            Ok(false) => Ok(()),
+            Ok(true) => {
+                let missing = self
+                    .ctx
+                    .store
+                    .read({
+                        let id = snapshot.id.clone();
+                        move |tx| tx.snapshot(&id)
+                    })
+                    .await?
+                    .and_then(|s| s.message)
+                    .unwrap_or_else(|| crate::snapshots::STORAGE_GONE.to_owned());
+                Err(Stop::Fail(missing))
+            }
+            Err(super::storage::CheckError::Store(e)) => Err(e.into()),
+            Err(super::storage::CheckError::Runtime(e)) => Err(e.into()),
+        }
+    }
+
     fn instance(&self, id: Option<&InstanceId>) -> Result<Instance, Stop> {
         id.and_then(|id| self.ctx.store.instance_by_id(id))
             .ok_or_else(|| Stop::Fail("the instance the copy was for is gone".to_owned()))
@@ -361,6 +383,7 @@ impl CopyController {
                         .ok_or_else(|| {
                             Stop::Fail("the snapshot to branch from is no longer ready".to_owned())
                         })?;
+                    self.storage_present(&found).await?;
                     (
                         found
                             .volumes
@@ -414,6 +437,7 @@ impl CopyController {
             .await?
             .filter(|s| s.state == SnapshotState::Ready)
             .ok_or_else(|| Stop::Fail("the snapshot to restore is no longer ready".to_owned()))?;
+        self.storage_present(&source).await?;
         // The instance controller stops the container while a copy fills the instance: once
         // this reconcile is through, the volumes it mounted are no longer written, and the
         // before-restore snapshot (those very volumes) is whole.

@@ -28,6 +28,7 @@ mod copies;
 pub mod endpoints;
 mod idle;
 mod instances;
+mod storage;
 mod views;
 
 use std::sync::{Arc, Mutex};
@@ -317,6 +318,33 @@ impl Reconciler {
             }
         }
         self.inner.views.reattach_workspaces().await;
+        match storage::check_all(ctx).await {
+            Ok(0) => {}
+            Ok(lost) => tracing::warn!(
+                snapshots = lost,
+                "snapshots whose storage is gone are now failed"
+            ),
+            Err(e) => tracing::warn!(error = %e, "resync could not check the snapshots' storage"),
+        }
+    }
+
+    /// Looks at a snapshot's storage before a restore or branch reads it: a `ready` one whose
+    /// volumes are gone becomes `failed`, saying so, and the request is then refused with that.
+    pub async fn check_snapshot(&self, id: &crate::ids::SnapshotId) -> Result<(), StoreError> {
+        let ctx = &self.inner.ctx;
+        let read = id.clone();
+        let Some(snapshot) = ctx.store.read(move |tx| tx.snapshot(&read)).await? else {
+            return Ok(());
+        };
+        match storage::check(ctx, &snapshot).await {
+            Ok(_) => Ok(()),
+            Err(storage::CheckError::Store(e)) => Err(e),
+            // The engine cannot say now: the copy itself finds out.
+            Err(storage::CheckError::Runtime(e)) => {
+                tracing::warn!(snapshot = %id, error = %e, "could not check a snapshot's storage");
+                Ok(())
+            }
+        }
     }
 
     /// Keeps the containers of this store (see [`crate::ownership`]); the rest, another store's
