@@ -418,6 +418,20 @@ fn an_instance_container_is_hardened_and_labelled() {
     assert_eq!(labels["berth.instance"], instance["resourceInstanceId"]);
     assert_eq!(labels["berth.key"], "web");
     assert_eq!(labels["berth.spec-digest"], instance["specDigest"]);
+    // The store's identity, on the container and on the network and volumes made for it.
+    let store = api.get("/v1/daemon").expect(200)["storeId"].clone();
+    assert!(store.as_str().unwrap().starts_with("bst:"), "{store}");
+    assert_eq!(labels["berth.store"], store);
+    assert_eq!(
+        labels["berth.store-dir"],
+        daemon.data_dir.display().to_string().as_str()
+    );
+    let network = docker_inspect("network", networks[0]).expect("the network");
+    assert_eq!(network["Labels"]["berth.store"], store);
+    for mount in c["Mounts"].as_array().unwrap() {
+        let volume = docker_inspect("volume", mount["Name"].as_str().unwrap()).expect("a volume");
+        assert_eq!(volume["Labels"]["berth.store"], store);
+    }
 }
 
 #[test]

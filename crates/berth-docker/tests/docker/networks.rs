@@ -1,5 +1,6 @@
 use std::collections::HashMap;
 
+use berth_core::ownership::LABEL_STORE;
 use berth_core::runtime::{LABEL_MANAGED, LABEL_PREFIX, Runtime, RuntimeError};
 use bollard::models::NetworkCreateRequest;
 
@@ -81,6 +82,25 @@ async fn ensure_network_makes_a_labelled_bridge_once_and_refuses_a_foreign_one()
         .await
         .expect_err("it is another berth's");
     assert!(matches!(err, RuntimeError::Foreign(_)), "{err:?}");
+
+    // Another store's under the same prefix is not adopted; one made before berth labelled its
+    // store is, when asked with this berth's prefix.
+    let mut mine = labels.clone();
+    mine.insert(LABEL_STORE.to_owned(), "bst:mine".to_owned());
+    let mut other_store = mine.clone();
+    other_store.insert(LABEL_STORE.to_owned(), "bst:theirs".to_owned());
+    let shared = scope.name("other-store");
+    rt.ensure_network(&shared, &other_store)
+        .await
+        .expect("the other store's network is made");
+    let err = rt
+        .ensure_network(&shared, &mine)
+        .await
+        .expect_err("it is another store's");
+    assert!(matches!(err, RuntimeError::Foreign(_)), "{err:?}");
+    rt.ensure_network(&name, &mine)
+        .await
+        .expect("an unlabelled network of this berth's is adopted");
 }
 
 /// Two networks of one name, as a create cut off by a crash and the restart's create can leave

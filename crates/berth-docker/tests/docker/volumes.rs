@@ -1,6 +1,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use berth_core::ownership::LABEL_STORE;
 use berth_core::runtime::{LABEL_PREFIX, LABEL_VOLUME, Mount, Runtime, RuntimeError};
 use bollard::models::VolumeCreateRequest;
 
@@ -76,6 +77,28 @@ async fn ensure_volume_twice_is_fine_and_a_volume_with_foreign_labels_is_foreign
         matches!(&err, RuntimeError::Foreign(m) if m.contains(LABEL_PREFIX)),
         "{err:?}"
     );
+
+    // Another store's under the same prefix is not adopted; one made before berth labelled
+    // its store (no `berth.store`) is, when its other labels are this berth's.
+    let mut mine = labels.clone();
+    mine.insert(LABEL_STORE.to_owned(), "bst:mine".to_owned());
+    let other_store = scope.name("other-store");
+    let mut their_store = mine.clone();
+    their_store.insert(LABEL_STORE.to_owned(), "bst:theirs".to_owned());
+    rt.ensure_volume(&other_store, &their_store)
+        .await
+        .expect("the other store's volume is made");
+    let err = rt
+        .ensure_volume(&other_store, &mine)
+        .await
+        .expect_err("it is another store's");
+    assert!(
+        matches!(&err, RuntimeError::Foreign(m) if m.contains(LABEL_STORE)),
+        "{err:?}"
+    );
+    rt.ensure_volume(&name, &mine)
+        .await
+        .expect("an unlabelled volume of this berth's is adopted");
 }
 
 #[tokio::test]
