@@ -83,12 +83,38 @@ fn kept(api: &Client, domain: &str, key: &str) -> Vec<berth_client::KeptVolume> 
     block_on(api.api().volumes(domain, key)).expect("the instance's volumes")
 }
 
-/// Each kept volume's name and whether it is mounted, in the route's order.
+/// Each kept volume's name and whether it is mounted, by name (the route lists them in the
+/// order the instance came to have them, which a restore changes).
 fn kept_names(api: &Client, domain: &str, key: &str) -> Vec<(String, bool)> {
-    kept(api, domain, key)
+    let mut names: Vec<(String, bool)> = kept(api, domain, key)
         .into_iter()
         .map(|v| (v.name, v.mounted))
-        .collect()
+        .collect();
+    names.sort();
+    names
+}
+
+/// The kept volume `name` of `list`.
+fn named<'a>(list: &'a [berth_client::KeptVolume], name: &str) -> &'a berth_client::KeptVolume {
+    list.iter()
+        .find(|v| v.name == name)
+        .unwrap_or_else(|| panic!("no kept volume {name}: {list:?}"))
+}
+
+/// A size berth measured is more than nothing (a marker file is in the volume). Sizes come from
+/// the engine's disk-usage report, which the engine refuses while another runs (a busy shared
+/// engine, the other tests' daemons): berth answers null then, and says so in its log, and only
+/// then is null accepted.
+fn measured(daemon: &Daemon, bytes: Option<i64>, what: &str) {
+    match bytes {
+        Some(b) => assert!(b > 0, "{what}: {b} bytes"),
+        None => assert!(
+            daemon
+                .log_text()
+                .contains("the engine refused its disk-usage report"),
+            "{what}: not measured, and the engine did not refuse the report"
+        ),
+    }
 }
 
 fn pairs(expected: &[(&str, bool)]) -> Vec<(String, bool)> {
@@ -126,7 +152,7 @@ fn snapshot_names(snapshot: &berth_client::Snapshot) -> Vec<&str> {
 
 /// Ups `files` with `data` and `logs`, writes a marker into each, and ups it with only `data`:
 /// the view lists `data`, the volumes route both, `logs` unmounted.
-fn drop_logs(api: &Client, domain: &str) -> Vec<berth_client::KeptVolume> {
+fn drop_logs(daemon: &Daemon, api: &Client, domain: &str) -> Vec<berth_client::KeptVolume> {
     let first = up_running(api, domain, "files", &both());
     assert_eq!(mounted_names(&first), ["data", "logs"], "{first}");
     write(api, domain, "files", "/srv/data/marker", "data-marker");
@@ -145,9 +171,10 @@ fn drop_logs(api: &Client, domain: &str) -> Vec<berth_client::KeptVolume> {
         before.iter().map(|v| &v.docker_name).collect::<Vec<_>>(),
         "the same engine volumes, the dropped one kept"
     );
-    assert!(
-        after[1].bytes.is_some_and(|b| b > 0),
-        "the dropped volume keeps its data: {after:?}"
+    measured(
+        daemon,
+        named(&after, "logs").bytes,
+        "the dropped volume keeps its data",
     );
     assert_eq!(
         read(api, domain, "files", "/srv/logs/marker"),
@@ -163,17 +190,17 @@ fn a_volume_a_spec_change_dropped_comes_back_with_its_data_after_a_snapshot_and_
     let daemon = Daemon::start();
     let api = daemon.client();
     let domain = api.create_domain("kept");
-    let before = drop_logs(&api, &domain);
+    let before = drop_logs(&daemon, &api, &domain);
 
     let snapshot = snapshot_ready(&api, &domain, "files", "with-logs");
     assert_eq!(snapshot_names(&snapshot), ["data", "logs"], "{snapshot:?}");
-    assert!(
-        snapshot
-            .volumes
-            .iter()
-            .all(|v| v.bytes.is_some_and(|b| b > 0)),
-        "{snapshot:?}"
-    );
+    for v in &snapshot.volumes {
+        measured(
+            &daemon,
+            v.bytes,
+            &format!("the snapshot's {} holds data", v.name),
+        );
+    }
 
     let restored =
         block_on(api.api().restore(&domain, "files", &snapshot.snapshot_id)).expect("a restore");
@@ -194,9 +221,10 @@ fn a_volume_a_spec_change_dropped_comes_back_with_its_data_after_a_snapshot_and_
         kept_names(&api, &domain, "files"),
         pairs(&[("data", true), ("logs", false)])
     );
-    for (old, new) in before.iter().zip(&after) {
+    for name in ["data", "logs"] {
         assert_ne!(
-            old.docker_name, new.docker_name,
+            named(&before, name).docker_name,
+            named(&after, name).docker_name,
             "a fresh volume: {after:?}"
         );
     }
@@ -206,7 +234,7 @@ fn a_volume_a_spec_change_dropped_comes_back_with_its_data_after_a_snapshot_and_
     assert_eq!(mounted_names(&again), ["data", "logs"], "{again}");
     assert_eq!(
         again["volumes"][1]["dockerName"].as_str(),
-        Some(after[1].docker_name.as_str()),
+        Some(named(&after, "logs").docker_name.as_str()),
         "logs mounts the volume the restore filled"
     );
     assert_eq!(
@@ -222,26 +250,25 @@ fn a_volume_a_spec_change_dropped_comes_back_with_its_data_after_a_snapshot_and_
     let one = up_running(&api, &domain, "files", &data_only());
     assert_eq!(mounted_names(&one), ["data"], "{one}");
     let archived = block_on(api.api().archive(&domain, "files")).expect("an archive");
-    let listed: Vec<(&str, &str)> = archived
+    let mut listed: Vec<(&str, &str)> = archived
         .volumes
         .iter()
         .map(|v| (v.name.as_str(), v.docker_name.as_str()))
         .collect();
+    listed.sort();
     assert_eq!(
         listed,
-        after
-            .iter()
-            .map(|v| (v.name.as_str(), v.docker_name.as_str()))
-            .collect::<Vec<_>>(),
+        ["data", "logs"].map(|n| (n, named(&after, n).docker_name.as_str())),
         "{archived:?}"
     );
-    assert!(
-        archived
-            .volumes
-            .iter()
-            .all(|v| v.instance_key == "files" && v.bytes.is_some_and(|b| b > 0)),
-        "{archived:?}"
-    );
+    for v in &archived.volumes {
+        assert_eq!(v.instance_key, "files", "{archived:?}");
+        measured(
+            &daemon,
+            v.bytes,
+            &format!("the archived {} holds data", v.name),
+        );
+    }
     for v in &archived.volumes {
         assert!(
             support::docker_inspect("volume", &v.docker_name).is_some(),
@@ -296,6 +323,15 @@ fn a_renamed_volume_comes_back_with_its_data_after_a_snapshot_and_a_restore() {
     );
 }
 
+/// How many copies the daemon's log (kept across its starts) says it finished.
+fn copies_done(daemon: &Daemon) -> usize {
+    daemon
+        .log_text()
+        .lines()
+        .filter(|l| l.contains("copy done"))
+        .count()
+}
+
 #[test]
 fn a_daemon_killed_after_each_request_converges_and_the_dropped_volume_still_comes_back() {
     let mut daemon = Daemon::start();
@@ -322,10 +358,16 @@ fn a_daemon_killed_after_each_request_converges_and_the_dropped_volume_still_com
     let snapshot = block_on(api.api().snapshot(&domain, "files", "with-logs")).expect("a snapshot");
     assert_eq!(snapshot.state, "copying", "{snapshot:?}");
     daemon.kill9();
+    assert_eq!(
+        copies_done(&daemon),
+        0,
+        "killed before the snapshot's copy was done"
+    );
     daemon.start_again();
     let api = daemon.client();
     let snapshot = wait_ready(&api, &domain, &snapshot.snapshot_id);
     assert_eq!(snapshot_names(&snapshot), ["data", "logs"], "{snapshot:?}");
+    assert_eq!(copies_done(&daemon), 1, "the next start did the copy");
     settled_running(&api, &domain, "files");
 
     // Killed right after the restore request.
@@ -333,10 +375,20 @@ fn a_daemon_killed_after_each_request_converges_and_the_dropped_volume_still_com
         block_on(api.api().restore(&domain, "files", &snapshot.snapshot_id)).expect("a restore");
     assert_eq!(snapshot_names(&restored.before_restore), ["data", "logs"]);
     daemon.kill9();
+    assert_eq!(
+        copies_done(&daemon),
+        1,
+        "killed before the restore's copy was done"
+    );
     daemon.start_again();
     let api = daemon.client();
     let back = settled_running(&api, &domain, "files");
     assert_eq!(mounted_names(&back), ["data"], "{back}");
+    assert_eq!(
+        copies_done(&daemon),
+        2,
+        "the next start did the restore's copy"
+    );
     assert_eq!(
         kept_names(&api, &domain, "files"),
         pairs(&[("data", true), ("logs", false)])
@@ -371,7 +423,7 @@ fn the_before_restore_snapshot_holds_every_kept_volume_as_the_restore_found_it()
     let daemon = Daemon::start();
     let api = daemon.client();
     let domain = api.create_domain("kept");
-    drop_logs(&api, &domain);
+    drop_logs(&daemon, &api, &domain);
     let snapshot = snapshot_ready(&api, &domain, "files", "with-logs");
     // Written after the snapshot: the restore replaces it.
     write(&api, &domain, "files", "/srv/data/late", "late-marker");
