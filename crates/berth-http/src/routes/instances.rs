@@ -507,8 +507,9 @@ async fn instance_endpoints(
 /// Every volume an instance keeps.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct VolumeList {
-    /// One per name, in the order the instance first had them: those its spec mounts
-    /// (`mounted: true`) and those a spec change dropped.
+    /// One per name: those its spec mounts (`mounted: true`) and those a spec change dropped,
+    /// in the order the instance came to have them (after a restore or a branch, those its
+    /// spec mounted then come first).
     pub items: Vec<KeptVolume>,
 }
 
