@@ -1401,7 +1401,7 @@ async fn a_branch_holds_its_instance_until_the_copy_is_done_and_freezes_the_sour
     let (_, source_volume) = running_source(&s).await;
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     s.fake.world().copy_gate = Some(gate.clone());
-    let (mut feed, _, _) = s.berth.store().watch().subscribe(&s.domain, None);
+    let (mut feed, _, _) = s.berth.watch().subscribe(&s.domain, None);
     let view = s
         .berth
         .branch(
@@ -1463,7 +1463,7 @@ async fn a_failed_copy_removes_what_it_wrote_and_fails_the_branch() {
     let s = setup().await;
     running_source(&s).await;
     s.fake.world().copy_error = Some("disk full".into());
-    let (mut feed, _, _) = s.berth.store().watch().subscribe(&s.domain, None);
+    let (mut feed, _, _) = s.berth.watch().subscribe(&s.domain, None);
     let view = s
         .berth
         .branch(
@@ -1491,7 +1491,7 @@ async fn a_restore_keeps_the_replaced_volumes_as_a_snapshot_and_mounts_the_copie
     use berth_core::snapshots::{CopyState, SnapshotState};
     let s = setup().await;
     let (id, volume) = running_source(&s).await;
-    let (mut feed, _, _) = s.berth.store().watch().subscribe(&s.domain, None);
+    let (mut feed, _, _) = s.berth.watch().subscribe(&s.domain, None);
     let snapshot = s
         .berth
         .snapshot("owner", &s.domain, "db", "before-migration".into())
@@ -1903,7 +1903,7 @@ fn mounted(view: &berth_core::model::InstanceView, name: &str) -> String {
 
 async fn snapshot_and_restore(s: &Setup) {
     use berth_core::snapshots::CopyState;
-    let (mut feed, _, _) = s.berth.store().watch().subscribe(&s.domain, None);
+    let (mut feed, _, _) = s.berth.watch().subscribe(&s.domain, None);
     let snapshot = s
         .berth
         .snapshot("owner", &s.domain, "db", "kept".into())
@@ -1984,7 +1984,7 @@ async fn a_snapshot_whose_storage_was_removed_outside_berth_fails_and_refuses_a_
     use berth_core::snapshots::{CopyState, SnapshotState};
     let s = setup().await;
     running_source(&s).await;
-    let (mut feed, _, _) = s.berth.store().watch().subscribe(&s.domain, None);
+    let (mut feed, _, _) = s.berth.watch().subscribe(&s.domain, None);
     let first = s
         .berth
         .snapshot("owner", &s.domain, "db", "one".into())

@@ -45,8 +45,6 @@ pub struct App {
     pub berth: Berth,
     /// Cancelled when berth begins to stop: streaming handlers (exec, followed logs) end on it.
     pub shutdown: CancellationToken,
-    /// The engine's last volume sizes, kept briefly (the web page asks for them on demand).
-    pub(crate) volume_sizes: routes::ui::SizeCache,
 }
 
 #[derive(OpenApi)]
@@ -102,11 +100,7 @@ pub fn router(
     doc.merge(health_doc);
     let (sessions, sessions_doc) = routes::ui::public_router().split_for_parts();
     doc.merge(sessions_doc);
-    let app = App {
-        berth,
-        shutdown,
-        volume_sizes: routes::ui::SizeCache::default(),
-    };
+    let app = App { berth, shutdown };
     let v1 = v1
         .layer(from_fn_with_state(keys.clone(), auth::require_key))
         .with_state(app.clone())

@@ -84,7 +84,7 @@ async fn domain_events(
     let (subscription, snapshot) = app
         .berth
         .subscribe(&caller.owner, &domain, last.as_deref())?;
-    let watch = app.berth.store().watch().clone();
+    let watch = app.berth.watch().clone();
     let first: Vec<SseEvent> = match subscription.resume {
         Resume::Missed(missed) => missed
             .iter()

@@ -10,6 +10,7 @@ use berth_core::controllers::endpoints::EndpointView;
 use berth_core::decode::Problems;
 use berth_core::evidence::{ImageEvidence, VerificationStatus};
 use berth_core::model::{Domain, InstanceView, WorkspaceView};
+use berth_core::service::{InstanceFacts, VolumeUsage};
 use berth_core::snapshots::BranchOrigin;
 use berth_core::store::LastFailure;
 use berth_core::time::Timestamp;
@@ -175,55 +176,6 @@ pub fn connect_string(
     }
 }
 
-/// The engine's volume sizes for the web page, measured on demand and kept for
-/// [`SIZE_CACHE_FOR`] when every one was measured: the engine walks every volume to measure
-/// them.
-#[derive(Clone, Default)]
-pub(crate) struct SizeCache(std::sync::Arc<tokio::sync::Mutex<Option<Measured>>>);
-
-/// One measurement: when (for its age, and for the answer), and each volume's size.
-type Measured = (
-    std::time::Instant,
-    Timestamp,
-    std::collections::BTreeMap<String, Option<u64>>,
-);
-
-/// How long measured volume sizes are reused.
-const SIZE_CACHE_FOR: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// A domain's volume sizes.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct VolumeUsage {
-    /// When the engine measured them (they are reused for 10 seconds).
-    pub measured_at: Timestamp,
-    /// Each instance that is not archived, by key, with its volumes.
-    pub instances: Vec<InstanceVolumeUsage>,
-}
-
-/// One instance's volumes and their sizes.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct InstanceVolumeUsage {
-    /// The instance's key.
-    pub key: String,
-    /// Its volumes.
-    pub volumes: Vec<VolumeSize>,
-}
-
-/// A volume's size, as the engine reports it (`docker system df -v`).
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct VolumeSize {
-    /// The volume's name in the instance.
-    pub name: String,
-    /// The engine volume.
-    pub docker_name: String,
-    /// Its size in bytes; null when the engine did not measure it (no runtime, not made yet,
-    /// or the engine refused its disk-usage report).
-    pub bytes: Option<u64>,
-}
-
 /// An instance's image, in short.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -324,37 +276,15 @@ async fn domain_summary(
     Params(path): Params<DomainPath>,
 ) -> Result<Json<DomainSummary>, ApiError> {
     let id = path.id()?;
-    let domain = app.berth.domain(&caller.owner, &id)?;
-    let instances = app.berth.store().instances(&id, false);
-    let ids: Vec<_> = instances.iter().map(|i| i.id.clone()).collect();
-    // One read for every instance's endpoints and one for their evidence: a domain of 200
-    // costs about what a domain of one does.
-    let endpoints = match app.berth.reconciler() {
-        Some(r) => r
-            .endpoints_of_all(&ids)
-            .await
-            .map_err(|e| ApiError::Core(e.into()))?,
-        None => vec![Vec::new(); ids.len()],
-    };
-    let evidence = app
-        .berth
-        .store()
-        .read(move |tx| {
-            ids.iter()
-                .map(|id| {
-                    Ok((
-                        tx.evidence(id)?,
-                        tx.last_failure(id)?,
-                        tx.branch_origin(id)?,
-                    ))
-                })
-                .collect::<Result<Vec<_>, _>>()
-        })
-        .await
-        .map_err(|e| ApiError::Core(e.into()))?;
-    let mut items = Vec::with_capacity(instances.len());
-    for ((instance, (evidence, last_failure, branched_from)), endpoints) in
-        instances.iter().zip(evidence).zip(endpoints)
+    let (domain, facts) = app.berth.domain_facts(&caller.owner, &id).await?;
+    let mut items = Vec::with_capacity(facts.len());
+    for InstanceFacts {
+        instance,
+        endpoints,
+        evidence,
+        last_failure,
+        branched_from,
+    } in facts
     {
         let connect = endpoints
             .iter()
@@ -411,58 +341,7 @@ async fn volume_usage(
     Params(path): Params<DomainPath>,
 ) -> Result<Json<VolumeUsage>, ApiError> {
     let id = path.id()?;
-    app.berth.domain(&caller.owner, &id)?;
-    let instances = app.berth.store().instances(&id, false);
-    let names: Vec<String> = instances
-        .iter()
-        .flat_map(|i| i.volumes.iter().map(|v| v.docker_name.clone()))
-        .collect();
-    let (measured_at, sizes) = {
-        let mut cache = app.volume_sizes.0.lock().await;
-        match cache.as_ref() {
-            Some((when, at, sizes))
-                if when.elapsed() < SIZE_CACHE_FOR
-                    && names.iter().all(|n| sizes.contains_key(n)) =>
-            {
-                (*at, sizes.clone())
-            }
-            _ => {
-                let sizes = match app.berth.reconciler() {
-                    Some(r) if !names.is_empty() => {
-                        r.runtime().volume_bytes(&names).await.map_err(|e| {
-                            ApiError::Core(berth_core::Error::Runtime(e.to_string()))
-                        })?
-                    }
-                    _ => names.iter().map(|n| (n.clone(), None)).collect(),
-                };
-                let at = Timestamp::now();
-                // A size the engine did not give (it refused its report, busy with another) is
-                // not kept: the next ask measures again.
-                if sizes.values().all(Option::is_some) {
-                    *cache = Some((std::time::Instant::now(), at, sizes.clone()));
-                }
-                (at, sizes)
-            }
-        }
-    };
-    Ok(Json(VolumeUsage {
-        measured_at,
-        instances: instances
-            .iter()
-            .map(|i| InstanceVolumeUsage {
-                key: i.key.clone(),
-                volumes: i
-                    .volumes
-                    .iter()
-                    .map(|v| VolumeSize {
-                        name: v.name.clone(),
-                        docker_name: v.docker_name.clone(),
-                        bytes: sizes.get(&v.docker_name).copied().flatten(),
-                    })
-                    .collect(),
-            })
-            .collect(),
-    }))
+    Ok(Json(app.berth.volume_usage(&caller.owner, &id).await?))
 }
 
 /// A person's start: asks the instance to run again with the spec it has (an `up` with cause
@@ -478,26 +357,7 @@ async fn start_instance(
     _: NoBody,
 ) -> Result<Json<InstanceView>, ApiError> {
     let (domain, key) = path.parts()?;
-    app.berth.domain(&caller.owner, &domain)?;
-    let instance = app.berth.store().instance(&domain, key).ok_or_else(|| {
-        ApiError::Core(berth_core::Error::InstanceNotFound {
-            domain: domain.to_string(),
-            key: key.to_owned(),
-        })
-    })?;
-    let spec: serde_json::Value = serde_json::from_str(&instance.spec.canonical_json())
-        .map_err(|e| ApiError::Core(berth_core::Error::Internal(e.to_string())))?;
-    Ok(Json(
-        app.berth
-            .up(
-                &caller.owner,
-                &domain,
-                key,
-                &spec,
-                berth_core::UpCause::Person,
-            )
-            .await?,
-    ))
+    Ok(Json(app.berth.start(&caller.owner, &domain, key).await?))
 }
 
 #[cfg(test)]

@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+mod page;
+pub use page::{InstanceFacts, InstanceVolumeUsage, VolumeSize, VolumeUsage};
+
 use crate::controllers::{Reconciler, plan_volumes};
 use crate::error::Error;
 use crate::evidence::ImageEvidence;
@@ -80,6 +83,8 @@ pub struct Berth {
     reconciler: Option<Reconciler>,
     runtime_name: String,
     site: Site,
+    /// The web page's volume sizes, reused a short while.
+    sizes: page::SizeCache,
 }
 
 impl Berth {
@@ -92,16 +97,17 @@ impl Berth {
             reconciler,
             runtime_name: runtime_name.to_owned(),
             site,
+            sizes: page::SizeCache::default(),
         }
     }
 
-    /// The store.
-    pub fn store(&self) -> &Arc<Store> {
+    /// The store: core's own, never a caller's (a handler calls `Berth`'s operations).
+    pub(crate) fn store(&self) -> &Arc<Store> {
         &self.store
     }
 
-    /// The reconciler, when a runtime is configured.
-    pub fn reconciler(&self) -> Option<&Reconciler> {
+    /// The reconciler, when a runtime is configured: core's own, as the store.
+    pub(crate) fn reconciler(&self) -> Option<&Reconciler> {
         self.reconciler.as_ref()
     }
 
