@@ -41,7 +41,10 @@ mod tests {
     fn is_status_matches_only_the_engine_answer_of_that_status() {
         assert!(is_status(&server_error(404, "no such service"), 404));
         assert!(!is_status(&server_error(409, "conflict"), 404));
-        assert!(!is_status(&bollard::errors::Error::RequestTimeoutError, 404));
+        assert!(!is_status(
+            &bollard::errors::Error::RequestTimeoutError,
+            404
+        ));
     }
 
     #[test]

@@ -218,7 +218,11 @@ mod tests {
     #[test]
     fn node_gone_says_it_left_the_swarm_and_what_to_do() {
         let why = node_gone("service s", "abc");
-        assert!(why.starts_with("service s is placed on swarm node abc, which is no longer in the swarm"));
+        assert!(
+            why.starts_with(
+                "service s is placed on swarm node abc, which is no longer in the swarm"
+            )
+        );
         assert!(why.ends_with("archive it and up it again to start it empty on another node"));
     }
 }

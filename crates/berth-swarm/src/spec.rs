@@ -6,9 +6,8 @@ use std::collections::HashMap;
 use berth_core::runtime::ContainerPlan;
 use bollard::models::{
     EndpointSpec, EndpointSpecModeEnum, Mount, MountType, NetworkAttachmentConfig, ServiceSpec,
-    ServiceSpecMode, ServiceSpecModeReplicated, TaskSpec, TaskSpecContainerSpec,
-    TaskSpecPlacement, TaskSpecResources, TaskSpecRestartPolicy,
-    TaskSpecRestartPolicyConditionEnum,
+    ServiceSpecMode, ServiceSpecModeReplicated, TaskSpec, TaskSpecContainerSpec, TaskSpecPlacement,
+    TaskSpecResources, TaskSpecRestartPolicy, TaskSpecRestartPolicyConditionEnum,
 };
 
 /// The service an instance's plan becomes, with no replica yet.
@@ -350,10 +349,7 @@ mod tests {
         let mut spec = ServiceSpec::default();
         force_update(&mut spec);
         force_update(&mut spec);
-        assert_eq!(
-            spec.task_template.and_then(|t| t.force_update),
-            Some(2)
-        );
+        assert_eq!(spec.task_template.and_then(|t| t.force_update), Some(2));
     }
 
     #[test]
@@ -389,6 +385,9 @@ mod tests {
         assert!(service_networks(&spec).is_empty());
         let mut empty = ServiceSpec::default();
         detach_network(&mut empty, "p-dom", "id-dom");
-        assert_eq!(empty.task_template, None, "nothing added to a spec without networks");
+        assert_eq!(
+            empty.task_template, None,
+            "nothing added to a spec without networks"
+        );
     }
 }

@@ -294,9 +294,21 @@ mod tests {
 
     #[test]
     fn wants_running_only_when_wanted_running_and_not_ended() {
-        assert!(wants_running(&task(1, TaskState::RUNNING, TaskState::STARTING)));
-        assert!(!wants_running(&task(1, TaskState::RUNNING, TaskState::FAILED)));
-        assert!(!wants_running(&task(1, TaskState::SHUTDOWN, TaskState::RUNNING)));
+        assert!(wants_running(&task(
+            1,
+            TaskState::RUNNING,
+            TaskState::STARTING
+        )));
+        assert!(!wants_running(&task(
+            1,
+            TaskState::RUNNING,
+            TaskState::FAILED
+        )));
+        assert!(!wants_running(&task(
+            1,
+            TaskState::SHUTDOWN,
+            TaskState::RUNNING
+        )));
     }
 
     #[test]
@@ -307,8 +319,16 @@ mod tests {
             task(2, TaskState::SHUTDOWN, TaskState::SHUTDOWN),
         ]));
         // Told to shut down but its container still runs.
-        assert!(!slot_empty(&[task(3, TaskState::SHUTDOWN, TaskState::RUNNING)]));
-        assert!(!slot_empty(&[task(4, TaskState::RUNNING, TaskState::FAILED)]));
+        assert!(!slot_empty(&[task(
+            3,
+            TaskState::SHUTDOWN,
+            TaskState::RUNNING
+        )]));
+        assert!(!slot_empty(&[task(
+            4,
+            TaskState::RUNNING,
+            TaskState::FAILED
+        )]));
     }
 
     #[test]
@@ -331,7 +351,10 @@ mod tests {
         let facts = service_facts(&service(), networks());
         assert_eq!(facts.id, "svc-id");
         assert_eq!(facts.name, "p-dom-db");
-        assert_eq!(facts.labels.get("berth.key").map(String::as_str), Some("db"));
+        assert_eq!(
+            facts.labels.get("berth.key").map(String::as_str),
+            Some("db")
+        );
         assert_eq!(facts.config_image, "db@sha256:abc");
         assert_eq!(facts.networks, networks());
         assert!(!facts.running);

@@ -103,7 +103,12 @@ impl SwarmRuntime {
     }
 
     /// The service's logs: every task's output, from whichever node ran it.
-    pub(super) fn service_logs(&self, container: &str, tail: Option<u64>, follow: bool) -> LogStream {
+    pub(super) fn service_logs(
+        &self,
+        container: &str,
+        tail: Option<u64>,
+        follow: bool,
+    ) -> LogStream {
         let options = LogsOptions {
             follow,
             stdout: true,

@@ -89,7 +89,10 @@ impl SwarmRuntime {
 
     /// Creates the service of the plan, with 0 replicas, on the node its placement names (the
     /// manager's when none).
-    pub(super) async fn create_service(&self, plan: &ContainerPlan) -> Result<String, RuntimeError> {
+    pub(super) async fn create_service(
+        &self,
+        plan: &ContainerPlan,
+    ) -> Result<String, RuntimeError> {
         let node = plan
             .labels
             .get(LABEL_PLACEMENT)
