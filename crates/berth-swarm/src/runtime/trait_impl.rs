@@ -1,0 +1,181 @@
+//! `impl Runtime for SwarmRuntime`: each call of core's, answered by the file of this folder
+//! whose job it is, or by the manager's engine (`berth-docker`) for what a swarm does not
+//! change (images, volumes by name, networks' removal, plain containers).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use berth_core::image::PinnedImage;
+use berth_core::runtime::{
+    ContainerFacts, ContainerPlan, Copied, CopyPlan, ExecOutcome, ExecRequest, ExecStdin,
+    ImageFacts, Labels, LogStream, RegistryManifest, Runtime, RuntimeError, RuntimeEvent,
+};
+use berth_core::spec::Ready;
+use tokio::sync::mpsc;
+
+use super::SwarmRuntime;
+
+#[async_trait]
+impl Runtime for SwarmRuntime {
+    fn kind(&self) -> &'static str {
+        "swarm"
+    }
+
+    /// The node named for the instance's key by `--swarm-place`, else the manager's.
+    async fn place(&self, labels: &Labels) -> Result<Option<String>, RuntimeError> {
+        self.place_instance(labels).await
+    }
+
+    async fn ensure_image(&self, image: &PinnedImage) -> Result<ImageFacts, RuntimeError> {
+        self.node.ensure_image(image).await
+    }
+
+    async fn image_facts_by_id(&self, image_id: &str) -> Result<Option<ImageFacts>, RuntimeError> {
+        self.node.image_facts_by_id(image_id).await
+    }
+
+    async fn registry_manifest(
+        &self,
+        image: &PinnedImage,
+    ) -> Result<Option<RegistryManifest>, RuntimeError> {
+        self.node.registry_manifest(image).await
+    }
+
+    /// An attachable overlay network, so both services and plain containers (workspaces'
+    /// executors) join it.
+    async fn ensure_network(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError> {
+        self.ensure_overlay(name, labels).await
+    }
+
+    /// On the node the instance is placed on.
+    /// A node's engine that does not answer is asked about through the swarm: a node the
+    /// swarm says is down, drained or gone is the instance's failure, naming the node (the
+    /// volume cannot be made anywhere else); otherwise the engine is only away for now.
+    async fn ensure_volume(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError> {
+        self.ensure_volume_placed(name, labels).await
+    }
+
+    async fn remove_network(&self, name: &str, prefix: &str) -> Result<(), RuntimeError> {
+        self.node.remove_network(name, prefix).await
+    }
+
+    async fn connect_network(
+        &self,
+        network: &str,
+        container: &str,
+        aliases: &[String],
+    ) -> Result<(), RuntimeError> {
+        self.attach_service(network, container, aliases).await
+    }
+
+    async fn disconnect_network(&self, network: &str, container: &str) -> Result<(), RuntimeError> {
+        self.detach_service(network, container).await
+    }
+
+    async fn list_labelled(&self, label: &str) -> Result<Vec<ContainerFacts>, RuntimeError> {
+        self.node.list_labelled(label).await
+    }
+
+    async fn inspect_container(&self, name: &str) -> Result<Option<ContainerFacts>, RuntimeError> {
+        self.inspect_service(name).await
+    }
+
+    async fn create_container(&self, plan: &ContainerPlan) -> Result<String, RuntimeError> {
+        self.create_service(plan).await
+    }
+
+    async fn start_container(&self, id: &str) -> Result<(), RuntimeError> {
+        self.start_service(id).await
+    }
+
+    async fn stop_container(&self, id: &str, timeout: Duration) -> Result<(), RuntimeError> {
+        self.stop_service(id, timeout).await
+    }
+
+    async fn remove_container(&self, id: &str) -> Result<(), RuntimeError> {
+        self.remove_service(id).await
+    }
+
+    async fn probe(
+        &self,
+        container: &ContainerFacts,
+        network: &str,
+        ready: &Ready,
+        budget: Duration,
+    ) -> Result<bool, RuntimeError> {
+        self.probe_task(container, network, ready, budget).await
+    }
+
+    async fn list_containers(&self, prefix: &str) -> Result<Vec<ContainerFacts>, RuntimeError> {
+        self.list_services(prefix).await
+    }
+
+    async fn volume_bytes(
+        &self,
+        names: &[String],
+    ) -> Result<BTreeMap<String, Option<u64>>, RuntimeError> {
+        self.node.volume_bytes(names).await
+    }
+
+    /// Pauses the task's container (a copy's source freezes for exactly the copy).
+    async fn pause_container(&self, id: &str) -> Result<(), RuntimeError> {
+        self.pause_task(id).await
+    }
+
+    async fn unpause_container(&self, id: &str) -> Result<(), RuntimeError> {
+        self.unpause_task(id).await
+    }
+
+    async fn volume_labels(&self, name: &str) -> Result<Option<Labels>, RuntimeError> {
+        self.node.volume_labels(name).await
+    }
+
+    async fn create_volume(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError> {
+        self.node.create_volume(name, labels).await
+    }
+
+    async fn remove_volume(
+        &self,
+        name: &str,
+        label: &str,
+        value: &str,
+    ) -> Result<(), RuntimeError> {
+        self.node.remove_volume(name, label, value).await
+    }
+
+    /// Copies through the manager's engine: snapshots and branches are for instances placed
+    /// on the manager's node, and a volume that is not there is refused (a copy through this
+    /// engine would read an empty volume of the same name). What is frozen is a service,
+    /// paused through its running task, so the freeze is held around the whole copy here.
+    async fn copy_volume(
+        &self,
+        plan: &CopyPlan,
+        progress: &(dyn Fn(u64) + Send + Sync),
+    ) -> Result<Copied, RuntimeError> {
+        self.copy_volume_frozen(plan, progress).await
+    }
+
+    /// The service's logs: every task's output, from whichever node ran it.
+    fn logs(&self, container: &str, tail: Option<u64>, follow: bool) -> LogStream {
+        self.service_logs(container, tail, follow)
+    }
+
+    async fn exec(
+        &self,
+        container_id: &str,
+        request: ExecRequest,
+        stdin: ExecStdin,
+    ) -> Result<ExecOutcome, RuntimeError> {
+        self.exec_in_task(container_id, request, stdin).await
+    }
+
+    /// The engine's container events: a task's container carries its instance's labels, so
+    /// core tells its instances' changes apart as on a single engine.
+    /// Every node's engine berth has is watched, and their events merged; a change of a
+    /// swarm node (drained, down, back) is a resync, since the tasks on it change without an
+    /// event from an engine berth hears (a lost node's engine says nothing).
+    fn watch(&self, prefix: &str) -> mpsc::Receiver<RuntimeEvent> {
+        self.watch_engines(prefix)
+    }
+}
