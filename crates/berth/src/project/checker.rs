@@ -1,15 +1,10 @@
-//! `berth.toml`: the instances a repository runs, one `[instances.NAME]` table each.
-//!
-//! The file is read with spans kept for every key and value, so each problem is reported as
-//! `berth.toml:LINE: instances.NAME.FIELD ...`, all of them at once, before anything is sent to
-//! the daemon. Each instance is then turned into the contract's spec and checked with the same
-//! decoder the daemon runs ([`berth_core::spec::decode_spec`]), its refusals mapped back to the
-//! field they came from.
+//! The checker: reads berth.toml's text with spans kept for every key and value, checks each
+//! instance field by field and then with the contract's own decoder, and reports every problem at
+//! once as `FILE:LINE: PLACE ...` ([`ProjectErrors`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::ops::Range;
-use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -18,32 +13,15 @@ use berth_core::spec::{
     FORBIDDEN_SPEC_FIELDS, MAX_IDLE_SECONDS, MAX_VOLUMES, decode_spec, mount_path_problem,
 };
 use regex::Regex;
-use serde_json::{Value, json};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
-/// The default CPU limit: one core.
-pub const DEFAULT_CPU_MILLICORES: i64 = 1000;
-/// The default memory limit: 512 MiB.
-pub const DEFAULT_MEMORY_BYTES: i64 = 512 * 1024 * 1024;
-/// The default idle stop: one hour.
-pub const DEFAULT_IDLE_STOP_SECONDS: i64 = 3600;
-
-/// Every field an instance table may have.
-pub const FIELDS: [&str; 12] = [
-    "image",
-    "scope",
-    "alias",
-    "command",
-    "env",
-    "volumes",
-    "ready",
-    "cpu",
-    "memory",
-    "idle-stop",
-    "connect",
-    "branch-from",
-];
+use super::definition::{
+    DEFAULT_CPU_MILLICORES, DEFAULT_IDLE_STOP_SECONDS, DEFAULT_MEMORY_BYTES, FIELDS, InstanceDef,
+    ReadyDef, Scope, field_of_problem,
+};
+use super::template::{Placeholder, Wanted, expand, placeholder};
+use super::units::{cores_to_millis, parse_cpu, parse_size};
 
 static NAME: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[a-z0-9][a-z0-9_-]{0,62}$").unwrap());
 static ALIAS: LazyLock<Regex> =
@@ -54,220 +32,6 @@ static VOLUME_NAME: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^[a-z][a-z0-9-]{0,30}$").unwrap());
 static READY_USER: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^[A-Za-z0-9._-]{1,64}$").unwrap());
-
-/// Whether an instance is one per worktree or one for the whole repository.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Scope {
-    /// One per worktree: its key and its volumes carry the worktree key.
-    Worktree,
-    /// One for every worktree of the repository.
-    Shared,
-}
-
-impl Scope {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::Worktree => "worktree",
-            Scope::Shared => "shared",
-        }
-    }
-}
-
-/// The ready check, as written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReadyDef {
-    /// `{ tcp = PORT }`.
-    Tcp(u16),
-    /// `{ exec = [...], user = "..." }`.
-    Exec {
-        argv: Vec<String>,
-        user: Option<String>,
-    },
-}
-
-/// One `[instances.NAME]` table, checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InstanceDef {
-    pub name: String,
-    pub scope: Scope,
-    pub alias: String,
-    pub image: String,
-    pub command: Option<Vec<String>>,
-    pub env: BTreeMap<String, String>,
-    /// Volume name to mount path.
-    pub volumes: BTreeMap<String, String>,
-    pub ready: ReadyDef,
-    pub cpu_millicores: i64,
-    pub memory_bytes: i64,
-    pub idle_stop_seconds: i64,
-    /// Variable name to template, in file order.
-    pub connect: Vec<(String, String)>,
-    /// Where a new worktree's instance takes its data from: the git branch of another worktree,
-    /// or `shared` (the shared instance of that name); `None`: it starts empty.
-    pub branch_from: Option<String>,
-}
-
-impl InstanceDef {
-    /// The contract's spec for this instance, with `worktree_key` for a worktree-scoped one.
-    pub fn spec(&self, worktree_key: Option<&str>) -> Value {
-        let ready = match &self.ready {
-            ReadyDef::Tcp(port) => json!({"kind": "tcp", "port": port}),
-            ReadyDef::Exec { argv, user } => json!({"kind": "exec", "argv": argv, "user": user}),
-        };
-        let volumes: Vec<Value> = self
-            .volumes
-            .iter()
-            .map(|(name, path)| json!({"name": name, "mountPath": path}))
-            .collect();
-        json!({
-            "alias": self.alias,
-            "worktreeKey": match self.scope {
-                Scope::Worktree => worktree_key.map(Value::from).unwrap_or(Value::Null),
-                Scope::Shared => Value::Null,
-            },
-            "image": self.image,
-            "command": self.command,
-            "env": self.env,
-            "volumes": volumes,
-            "limits": {"cpuMillicores": self.cpu_millicores, "memoryBytes": self.memory_bytes},
-            "ready": ready,
-            "idleStopAfterSeconds": self.idle_stop_seconds,
-        })
-    }
-
-    /// The tcp port of the ready check, if it is one.
-    pub fn port(&self) -> Option<u16> {
-        match self.ready {
-            ReadyDef::Tcp(port) => Some(port),
-            ReadyDef::Exec { .. } => None,
-        }
-    }
-
-    /// The `connect` variables, filled in from the instance's host endpoints, given as
-    /// `(container port, host, host port)`: `{host}` is the endpoints' host, `{port}` the host
-    /// port that reaches the tcp ready port, `{port:N}` the one that reaches container port N.
-    pub fn connect_values(
-        &self,
-        endpoints: &[(u16, String, u16)],
-    ) -> Result<Vec<(String, String)>, String> {
-        let host_port = |port: u16| {
-            endpoints
-                .iter()
-                .find(|(p, _, _)| *p == port)
-                .map(|(_, _, h)| h.to_string())
-        };
-        let mut missing = None;
-        let values = self
-            .connect
-            .iter()
-            .map(|(name, template)| {
-                let value = expand(template, |p| {
-                    let found = match placeholder(p)? {
-                        Wanted::Host => endpoints.first().map(|(_, h, _)| h.clone()),
-                        Wanted::ReadyPort => host_port(self.port()?),
-                        Wanted::Port(n) => host_port(n),
-                    };
-                    if found.is_none() {
-                        missing.get_or_insert_with(|| p.to_owned());
-                    }
-                    Some(found.unwrap_or_default())
-                })
-                .unwrap_or_default();
-                (name.clone(), value)
-            })
-            .collect();
-        match missing {
-            None => Ok(values),
-            Some(p) => {
-                let known: Vec<String> = endpoints.iter().map(|(p, _, _)| p.to_string()).collect();
-                Err(format!(
-                    "{} has no host endpoint for {{{p}}} (it has them for port(s) {}): a host endpoint exists for the tcp ready port and each port the image exposes, once the instance has started and while berth listens on its port",
-                    self.name,
-                    if known.is_empty() {
-                        "none yet".to_owned()
-                    } else {
-                        known.join(", ")
-                    }
-                ))
-            }
-        }
-    }
-}
-
-/// What a `connect` placeholder asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Wanted {
-    /// `{host}`.
-    Host,
-    /// `{port}`: the host port of the tcp ready port.
-    ReadyPort,
-    /// `{port:N}`: the host port of container port N.
-    Port(u16),
-}
-
-fn placeholder(text: &str) -> Option<Wanted> {
-    match text {
-        "host" => Some(Wanted::Host),
-        "port" => Some(Wanted::ReadyPort),
-        _ => {
-            let n: u16 = text.strip_prefix("port:")?.parse().ok()?;
-            (n > 0).then_some(Wanted::Port(n))
-        }
-    }
-}
-
-/// A checked project file.
-#[derive(Debug, Clone)]
-pub struct Project {
-    pub path: PathBuf,
-    pub instances: Vec<InstanceDef>,
-}
-
-impl Project {
-    /// Reads and checks the project file at `path`; problems name it as `shown`.
-    pub fn load(path: &Path, shown: &str) -> anyhow::Result<Project> {
-        let source = match std::fs::read_to_string(path) {
-            Ok(s) => s,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                anyhow::bail!(
-                    "there is no {} at the top of this worktree ({}): write one with an [instances.NAME] table for each service (see docs/cli.md)",
-                    crate::repo::PROJECT_FILE,
-                    path.display()
-                )
-            }
-            Err(e) => anyhow::bail!("could not read {}: {e}", path.display()),
-        };
-        let instances = parse(&source, shown)?;
-        Ok(Project {
-            path: path.to_owned(),
-            instances,
-        })
-    }
-
-    /// The named instances, in the order given, or all of them when `names` is empty.
-    pub fn select(&self, names: &[String]) -> anyhow::Result<Vec<&InstanceDef>> {
-        if names.is_empty() {
-            return Ok(self.instances.iter().collect());
-        }
-        let mut out = Vec::new();
-        for name in names {
-            match self.instances.iter().find(|i| &i.name == name) {
-                Some(i) if !out.iter().any(|o: &&InstanceDef| o.name == i.name) => out.push(i),
-                Some(_) => {}
-                None => anyhow::bail!(
-                    "{} has no instance named {name:?}; it has {}",
-                    crate::repo::PROJECT_FILE,
-                    self.instances
-                        .iter()
-                        .map(|i| i.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            }
-        }
-        Ok(out)
-    }
-}
 
 /// Every problem found in a project file, each one line `FILE:LINE: PLACE ...`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -999,128 +763,10 @@ fn display_key(key: &str) -> String {
     }
 }
 
-/// Maps a problem of the contract's decoder (`spec.limits.cpuMillicores must ...`) to the
-/// project file's field and the rest of the sentence.
-fn field_of_problem(problem: &str) -> (Option<String>, &str) {
-    let Some(rest) = problem.strip_prefix("spec.") else {
-        return (None, problem);
-    };
-    let place = rest.split_whitespace().next().unwrap_or("");
-    let field = if let Some(var) = place.strip_prefix("env.") {
-        Some(format!("env.{var}"))
-    } else if place.starts_with("alias") {
-        Some("alias".into())
-    } else if place.starts_with("image") {
-        Some("image".into())
-    } else if place.starts_with("command") {
-        Some("command".into())
-    } else if place.starts_with("volumes") {
-        Some("volumes".into())
-    } else if place.starts_with("limits.cpu") {
-        Some("cpu".into())
-    } else if place.starts_with("limits.memory") {
-        Some("memory".into())
-    } else if place.starts_with("ready") {
-        Some("ready".into())
-    } else if place.starts_with("idleStop") {
-        Some("idle-stop".into())
-    } else {
-        None
-    };
-    (field, problem)
-}
-
-fn cores_to_millis(cores: f64) -> Option<i64> {
-    let millis = cores * 1000.0;
-    (cores.is_finite() && millis >= 0.0 && (millis - millis.round()).abs() < 1e-6 && millis < 1e12)
-        .then(|| millis.round() as i64)
-}
-
-/// `"1"`, `"0.5"` (cores) or `"500m"` (millicores) as millicores.
-pub fn parse_cpu(text: &str) -> Option<i64> {
-    let text = text.trim();
-    if let Some(m) = text.strip_suffix('m') {
-        return m.parse::<i64>().ok();
-    }
-    if text.is_empty() || !text.chars().all(|c| c.is_ascii_digit() || c == '.') {
-        return None;
-    }
-    cores_to_millis(text.parse::<f64>().ok()?)
-}
-
-/// A size: a number and a unit (`B`; `K`/`Ki`/`KiB`, `M`/`Mi`/`MiB`, `G`/`Gi`/`GiB`,
-/// `T`/`Ti`/`TiB` in powers of 1024, as Docker counts them; `KB`, `MB`, `GB`, `TB` in powers of
-/// 1000). Units are case-insensitive except that `kb`-style units are read as `KB`.
-pub fn parse_size(text: &str) -> Option<i64> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    if number.is_empty() {
-        return None;
-    }
-    let factor: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "ki" | "kib" => 1024.0,
-        "m" | "mi" | "mib" => 1024.0 * 1024.0,
-        "g" | "gi" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        "t" | "ti" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        _ => return None,
-    };
-    let bytes = number.parse::<f64>().ok()? * factor;
-    (bytes.is_finite() && bytes < 9.0e15 && (bytes - bytes.round()).abs() < 1e-3)
-        .then(|| bytes.round() as i64)
-}
-
-/// Why a template does not expand.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Placeholder {
-    Unknown(String),
-    Unclosed,
-}
-
-/// Expands `{name}` placeholders with `value`; `{{` and `}}` are literal braces.
-pub fn expand(
-    template: &str,
-    mut value: impl FnMut(&str) -> Option<String>,
-) -> Result<String, Placeholder> {
-    let mut out = String::new();
-    let mut chars = template.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '{' if chars.peek() == Some(&'{') => {
-                chars.next();
-                out.push('{');
-            }
-            '}' if chars.peek() == Some(&'}') => {
-                chars.next();
-                out.push('}');
-            }
-            '{' => {
-                let mut name = String::new();
-                loop {
-                    match chars.next() {
-                        Some('}') => break,
-                        Some(c) => name.push(c),
-                        None => return Err(Placeholder::Unclosed),
-                    }
-                }
-                out.push_str(&value(&name).ok_or(Placeholder::Unknown(name))?);
-            }
-            '}' => return Err(Placeholder::Unclosed),
-            c => out.push(c),
-        }
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
+    use serde_json::{Value, json};
+
     use super::*;
 
     const HEX: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -1287,25 +933,12 @@ ready = {{ tcp = 6379 }}
     }
 
     #[test]
-    fn sizes_cpus_and_templates() {
-        assert_eq!(parse_size("512MiB"), Some(512 * 1024 * 1024));
-        assert_eq!(parse_size("512m"), Some(512 * 1024 * 1024));
-        assert_eq!(parse_size("1.5GiB"), Some(1536 * 1024 * 1024));
-        assert_eq!(parse_size("100MB"), Some(100_000_000));
-        assert_eq!(parse_size("12"), Some(12));
-        assert_eq!(parse_size("lots"), None);
-        assert_eq!(parse_size("1 parsec"), None);
-        assert_eq!(parse_cpu("1"), Some(1000));
-        assert_eq!(parse_cpu("0.25"), Some(250));
-        assert_eq!(parse_cpu("500m"), Some(500));
-        assert_eq!(parse_cpu("-1"), None);
-        assert_eq!(parse_cpu("one"), None);
-        let v = |p: &str| (p == "host").then(|| "db".to_owned());
-        assert_eq!(expand("{host}:{{x}}", v), Ok("db:{x}".to_owned()));
-        assert_eq!(
-            expand("{nope}", v),
-            Err(Placeholder::Unknown("nope".into()))
-        );
-        assert_eq!(expand("{host", v), Err(Placeholder::Unclosed));
+    fn keys_are_shown_as_written_in_a_dotted_path() {
+        assert_eq!(display_key("db"), "db");
+        assert_eq!(display_key("idle-stop"), "idle-stop");
+        assert_eq!(display_key("my_db2"), "my_db2");
+        assert_eq!(display_key(""), "\"\"");
+        assert_eq!(display_key("a.b"), "\"a.b\"");
+        assert_eq!(display_key("DB URL"), "\"DB URL\"");
     }
 }

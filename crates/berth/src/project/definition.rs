@@ -1,0 +1,301 @@
+//! The definition: a project's instances as berth.toml describes them, their defaults, and
+//! what each becomes: the contract's spec (and, back from it, which field a decoder problem
+//! names), and its `connect` variables once it has endpoints.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use super::template::{Wanted, expand, placeholder};
+
+/// The default CPU limit: one core.
+pub const DEFAULT_CPU_MILLICORES: i64 = 1000;
+/// The default memory limit: 512 MiB.
+pub const DEFAULT_MEMORY_BYTES: i64 = 512 * 1024 * 1024;
+/// The default idle stop: one hour.
+pub const DEFAULT_IDLE_STOP_SECONDS: i64 = 3600;
+
+/// Every field an instance table may have.
+pub const FIELDS: [&str; 12] = [
+    "image",
+    "scope",
+    "alias",
+    "command",
+    "env",
+    "volumes",
+    "ready",
+    "cpu",
+    "memory",
+    "idle-stop",
+    "connect",
+    "branch-from",
+];
+
+/// Whether an instance is one per worktree or one for the whole repository.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// One per worktree: its key and its volumes carry the worktree key.
+    Worktree,
+    /// One for every worktree of the repository.
+    Shared,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Worktree => "worktree",
+            Scope::Shared => "shared",
+        }
+    }
+}
+
+/// The ready check, as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadyDef {
+    /// `{ tcp = PORT }`.
+    Tcp(u16),
+    /// `{ exec = [...], user = "..." }`.
+    Exec {
+        argv: Vec<String>,
+        user: Option<String>,
+    },
+}
+
+/// One `[instances.NAME]` table, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceDef {
+    pub name: String,
+    pub scope: Scope,
+    pub alias: String,
+    pub image: String,
+    pub command: Option<Vec<String>>,
+    pub env: BTreeMap<String, String>,
+    /// Volume name to mount path.
+    pub volumes: BTreeMap<String, String>,
+    pub ready: ReadyDef,
+    pub cpu_millicores: i64,
+    pub memory_bytes: i64,
+    pub idle_stop_seconds: i64,
+    /// Variable name to template, in file order.
+    pub connect: Vec<(String, String)>,
+    /// Where a new worktree's instance takes its data from: the git branch of another worktree,
+    /// or `shared` (the shared instance of that name); `None`: it starts empty.
+    pub branch_from: Option<String>,
+}
+
+impl InstanceDef {
+    /// The contract's spec for this instance, with `worktree_key` for a worktree-scoped one.
+    pub fn spec(&self, worktree_key: Option<&str>) -> Value {
+        let ready = match &self.ready {
+            ReadyDef::Tcp(port) => json!({"kind": "tcp", "port": port}),
+            ReadyDef::Exec { argv, user } => json!({"kind": "exec", "argv": argv, "user": user}),
+        };
+        let volumes: Vec<Value> = self
+            .volumes
+            .iter()
+            .map(|(name, path)| json!({"name": name, "mountPath": path}))
+            .collect();
+        json!({
+            "alias": self.alias,
+            "worktreeKey": match self.scope {
+                Scope::Worktree => worktree_key.map(Value::from).unwrap_or(Value::Null),
+                Scope::Shared => Value::Null,
+            },
+            "image": self.image,
+            "command": self.command,
+            "env": self.env,
+            "volumes": volumes,
+            "limits": {"cpuMillicores": self.cpu_millicores, "memoryBytes": self.memory_bytes},
+            "ready": ready,
+            "idleStopAfterSeconds": self.idle_stop_seconds,
+        })
+    }
+
+    /// The tcp port of the ready check, if it is one.
+    pub fn port(&self) -> Option<u16> {
+        match self.ready {
+            ReadyDef::Tcp(port) => Some(port),
+            ReadyDef::Exec { .. } => None,
+        }
+    }
+
+    /// The `connect` variables, filled in from the instance's host endpoints, given as
+    /// `(container port, host, host port)`: `{host}` is the endpoints' host, `{port}` the host
+    /// port that reaches the tcp ready port, `{port:N}` the one that reaches container port N.
+    pub fn connect_values(
+        &self,
+        endpoints: &[(u16, String, u16)],
+    ) -> Result<Vec<(String, String)>, String> {
+        let host_port = |port: u16| {
+            endpoints
+                .iter()
+                .find(|(p, _, _)| *p == port)
+                .map(|(_, _, h)| h.to_string())
+        };
+        let mut missing = None;
+        let values = self
+            .connect
+            .iter()
+            .map(|(name, template)| {
+                let value = expand(template, |p| {
+                    let found = match placeholder(p)? {
+                        Wanted::Host => endpoints.first().map(|(_, h, _)| h.clone()),
+                        Wanted::ReadyPort => host_port(self.port()?),
+                        Wanted::Port(n) => host_port(n),
+                    };
+                    if found.is_none() {
+                        missing.get_or_insert_with(|| p.to_owned());
+                    }
+                    Some(found.unwrap_or_default())
+                })
+                .unwrap_or_default();
+                (name.clone(), value)
+            })
+            .collect();
+        match missing {
+            None => Ok(values),
+            Some(p) => {
+                let known: Vec<String> = endpoints.iter().map(|(p, _, _)| p.to_string()).collect();
+                Err(format!(
+                    "{} has no host endpoint for {{{p}}} (it has them for port(s) {}): a host endpoint exists for the tcp ready port and each port the image exposes, once the instance has started and while berth listens on its port",
+                    self.name,
+                    if known.is_empty() {
+                        "none yet".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                ))
+            }
+        }
+    }
+}
+
+/// Maps a problem of the contract's decoder (`spec.limits.cpuMillicores must ...`) to the
+/// project file's field and the rest of the sentence: the way back from [`InstanceDef::spec`].
+pub(super) fn field_of_problem(problem: &str) -> (Option<String>, &str) {
+    let Some(rest) = problem.strip_prefix("spec.") else {
+        return (None, problem);
+    };
+    let place = rest.split_whitespace().next().unwrap_or("");
+    let field = if let Some(var) = place.strip_prefix("env.") {
+        Some(format!("env.{var}"))
+    } else if place.starts_with("alias") {
+        Some("alias".into())
+    } else if place.starts_with("image") {
+        Some("image".into())
+    } else if place.starts_with("command") {
+        Some("command".into())
+    } else if place.starts_with("volumes") {
+        Some("volumes".into())
+    } else if place.starts_with("limits.cpu") {
+        Some("cpu".into())
+    } else if place.starts_with("limits.memory") {
+        Some("memory".into())
+    } else if place.starts_with("ready") {
+        Some("ready".into())
+    } else if place.starts_with("idleStop") {
+        Some("idle-stop".into())
+    } else {
+        None
+    };
+    (field, problem)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn def(ready: ReadyDef, connect: &[(&str, &str)]) -> InstanceDef {
+        InstanceDef {
+            name: "db".into(),
+            scope: Scope::Worktree,
+            alias: "db".into(),
+            image: "img".into(),
+            command: None,
+            env: BTreeMap::new(),
+            volumes: BTreeMap::new(),
+            ready,
+            cpu_millicores: DEFAULT_CPU_MILLICORES,
+            memory_bytes: DEFAULT_MEMORY_BYTES,
+            idle_stop_seconds: DEFAULT_IDLE_STOP_SECONDS,
+            connect: connect
+                .iter()
+                .map(|(n, t)| (n.to_string(), t.to_string()))
+                .collect(),
+            branch_from: None,
+        }
+    }
+
+    #[test]
+    fn the_port_is_the_tcp_ready_port() {
+        assert_eq!(def(ReadyDef::Tcp(5432), &[]).port(), Some(5432));
+        let exec = ReadyDef::Exec {
+            argv: vec!["true".into()],
+            user: None,
+        };
+        assert_eq!(def(exec, &[]).port(), None);
+        assert_eq!(Scope::Worktree.as_str(), "worktree");
+        assert_eq!(Scope::Shared.as_str(), "shared");
+    }
+
+    #[test]
+    fn connect_values_fill_host_and_ports() {
+        let d = def(
+            ReadyDef::Tcp(5432),
+            &[("URL", "{host}:{port}"), ("ADMIN", "{host}:{port:8080}")],
+        );
+        let endpoints = [
+            (5432, "127.0.0.1".to_owned(), 40001),
+            (8080, "127.0.0.1".to_owned(), 40002),
+        ];
+        assert_eq!(
+            d.connect_values(&endpoints),
+            Ok(vec![
+                ("URL".to_owned(), "127.0.0.1:40001".to_owned()),
+                ("ADMIN".to_owned(), "127.0.0.1:40002".to_owned()),
+            ])
+        );
+        let err = d.connect_values(&endpoints[..1]).unwrap_err();
+        assert!(
+            err.starts_with(
+                "db has no host endpoint for {port:8080} (it has them for port(s) 5432)"
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_shared_spec_has_no_worktree_key() {
+        let mut d = def(ReadyDef::Tcp(1), &[]);
+        assert_eq!(d.spec(Some("k"))["worktreeKey"], "k");
+        assert_eq!(d.spec(None)["worktreeKey"], Value::Null);
+        d.scope = Scope::Shared;
+        assert_eq!(d.spec(Some("k"))["worktreeKey"], Value::Null);
+        assert_eq!(d.spec(None)["ready"], json!({"kind": "tcp", "port": 1}));
+    }
+
+    #[test]
+    fn decoder_problems_map_to_the_file_field() {
+        let field = |p: &str| field_of_problem(p).0;
+        assert_eq!(
+            field("spec.limits.cpuMillicores must be at most 256000"),
+            Some("cpu".into())
+        );
+        assert_eq!(
+            field("spec.limits.memoryBytes must be a number"),
+            Some("memory".into())
+        );
+        assert_eq!(
+            field("spec.env.A must not contain a NUL byte"),
+            Some("env.A".into())
+        );
+        assert_eq!(
+            field("spec.idleStopAfterSeconds is too large"),
+            Some("idle-stop".into())
+        );
+        assert_eq!(field("spec.volumes[0].name is bad"), Some("volumes".into()));
+        assert_eq!(field("spec.worktreeKey is bad"), None);
+        assert_eq!(field("something else"), None);
+        assert_eq!(field_of_problem("spec.image is bad").1, "spec.image is bad");
+    }
+}

@@ -1,0 +1,34 @@
+//! `berth.toml`: the instances a repository runs, one `[instances.NAME]` table each.
+//!
+//! The file is read with spans kept for every key and value, so each problem is reported as
+//! `berth.toml:LINE: instances.NAME.FIELD ...`, all of them at once, before anything is sent to
+//! the daemon. Each instance is then turned into the contract's spec and checked with the same
+//! decoder the daemon runs ([`berth_core::spec::decode_spec`]), its refusals mapped back to the
+//! field they came from.
+//!
+//! Layers, bottom up; a file uses only files below it, never one above:
+//!
+//! 1. `units` (CPU and memory as written: `parse_cpu`, `parse_size`) and `template` (the
+//!    `connect` templates: `expand` and the `{host}`/`{port}`/`{port:N}` placeholders), which
+//!    use neither each other nor anything else here;
+//! 2. `definition`: `Scope`, `ReadyDef`, `InstanceDef`, the defaults and the field list, and what
+//!    an instance becomes (its spec, the field a decoder problem names, its `connect` values);
+//!    uses `template`;
+//! 3. `checker`: `parse`, the field-by-field checks and `ProjectErrors`; uses all of the above;
+//! 4. `file`: `Project`, loaded from disk and selected from by name; uses `checker` and
+//!    `definition`.
+//!
+//! This file only declares them and re-exports what the rest of the binary uses as
+//! `crate::project::...`; the other `pub` items (`parse`, `ReadyDef`, the defaults, `FIELDS`,
+//! `expand`, `parse_cpu`, `parse_size`) are public to the files here, and a re-export of them
+//! would be an unused import until something outside needs one.
+
+mod checker;
+mod definition;
+mod file;
+mod template;
+mod units;
+
+pub use checker::ProjectErrors;
+pub use definition::{InstanceDef, Scope};
+pub use file::Project;
