@@ -289,7 +289,10 @@ impl CopyController {
             controller: self,
             id: id.clone(),
         };
-        let _forget = Forget { controller: self, id };
+        let _forget = Forget {
+            controller: self,
+            id,
+        };
         let mut wait = Duration::from_millis(500);
         loop {
             let attempt = tokio::select! {
