@@ -72,28 +72,20 @@ pub async fn run(ctx: &Ctx, other: &Api, samples: usize) -> anyhow::Result<Figur
     for i in 0..samples {
         for busy in [i % 2 == 1, i % 2 == 0] {
             settle().await?;
-            let queued = if busy {
-                queue_large(other, &other_domain, large, i).await?
-            } else {
-                Vec::new()
-            };
+            let queued = queue_large(other, &other_domain, large, busy, &format!("{i}-r")).await?;
             let restored = restore_once(ctx, small, &kept).await?;
+            settle_large(other, &other_domain, queued).await?;
+            settle().await?;
+            let queued = queue_large(other, &other_domain, large, busy, &format!("{i}-s")).await?;
             let start = Instant::now();
             let taken = snapshot_ready(&ctx.api, &ctx.domain, small, &format!("fair-{i}")).await?;
             let snapshot = ms(start.elapsed());
+            settle_large(other, &other_domain, queued).await?;
             ctx.api
                 .client()
                 .delete_snapshot(&ctx.domain, &taken)
                 .await
                 .map_err(|e| anyhow!("deleting snapshot {taken}: {e}"))?;
-            for id in queued {
-                wait_ready(other, &other_domain, &id).await?;
-                other
-                    .client()
-                    .delete_snapshot(&other_domain, &id)
-                    .await
-                    .map_err(|e| anyhow!("deleting snapshot {id}: {e}"))?;
-            }
             if busy {
                 restore_busy.push(restored);
                 snapshot_busy.push(snapshot);
@@ -123,12 +115,12 @@ pub async fn run(ctx: &Ctx, other: &Api, samples: usize) -> anyhow::Result<Figur
         },
     ];
     let notes = vec![format!(
-        "Busy: just before the small instance's restore, another key queued {LARGE_SNAPSHOTS} \
-         snapshots of its {LARGE_MB} MB instance (they run one at a time, being of one \
-         instance, beside the small one's copies). The restore is timed from its request to \
-         the instance `running` on the restored volumes (median {} ms busy, {} ms alone); then \
-         a snapshot of the small instance from its request to `ready` ({} ms busy, {} ms \
-         alone), while the other key's snapshots still run.",
+        "Busy: just before the small instance's restore (and again before its snapshot), \
+         another key queued {LARGE_SNAPSHOTS} snapshots of its {LARGE_MB} MB instance (they \
+         run one at a time, being of one instance, beside the small one's copies). The \
+         restore is timed from its request to the instance `running` on the restored volumes \
+         (median {} ms busy, {} ms alone); the snapshot from its request to `ready` ({} ms \
+         busy, {} ms alone).",
         number(median(&restore_busy)),
         number(median(&restore_alone)),
         number(median(&snapshot_busy)),
@@ -137,24 +129,37 @@ pub async fn run(ctx: &Ctx, other: &Api, samples: usize) -> anyhow::Result<Figur
     Ok(Figure { rows, notes })
 }
 
-/// The other key's snapshots of the large instance, asked one after another (each answers at
-/// once); their ids.
+/// When `busy`, the other key's snapshots of the large instance, asked one after another (each
+/// answers at once); their ids.
 async fn queue_large(
     api: &Api,
     domain: &str,
     key: &str,
-    round: usize,
+    busy: bool,
+    tag: &str,
 ) -> anyhow::Result<Vec<String>> {
     let mut ids = Vec::new();
-    for n in 0..LARGE_SNAPSHOTS {
+    for n in 0..if busy { LARGE_SNAPSHOTS } else { 0 } {
         let taken = api
             .client()
-            .snapshot(domain, key, &format!("large-{round}-{n}"))
+            .snapshot(domain, key, &format!("large-{tag}-{n}"))
             .await
             .map_err(|e| anyhow!("snapshot of {key}: {e}"))?;
         ids.push(taken.snapshot_id);
     }
     Ok(ids)
+}
+
+/// Waits for the other key's snapshots to be ready, then deletes them (not timed).
+async fn settle_large(api: &Api, domain: &str, ids: Vec<String>) -> anyhow::Result<()> {
+    for id in ids {
+        wait_ready(api, domain, &id).await?;
+        api.client()
+            .delete_snapshot(domain, &id)
+            .await
+            .map_err(|e| anyhow!("deleting snapshot {id}: {e}"))?;
+    }
+    Ok(())
 }
 
 /// A restore of `snapshot` into `key`, until the instance runs on the restored volumes; the
