@@ -21,6 +21,7 @@ mod branch;
 mod daemon;
 mod engine;
 mod exec;
+mod fair;
 mod idle;
 mod load;
 mod many;
@@ -58,7 +59,7 @@ use crate::report::{Figure, Machine};
 #[command(name = "berth-bench", version)]
 struct Args {
     /// Samples per figure [default: 20 for up, 50 for exec, 10 for wake and postgres, 5
-    /// restarts for many, 20 rounds for watch, 10 page loads for ui, 3 for branch].
+    /// restarts for many, 20 rounds for watch, 10 page loads for ui, 3 for branch, 4 for fair].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     samples: Option<u32>,
 
@@ -149,6 +150,10 @@ enum FigureKind {
     /// and how long a snapshot freezes its source.
     #[value(alias = "branch_postgres_to_running")]
     Branch,
+    /// A small instance's restore (and snapshot) while another key's three large snapshots
+    /// run, against the same alone.
+    #[value(alias = "restore_small_while_another_key_copies")]
+    Fair,
 }
 
 impl FigureKind {
@@ -168,6 +173,7 @@ impl FigureKind {
             FigureKind::Swarm => "swarm",
             FigureKind::Ui => "ui",
             FigureKind::Branch => "branch",
+            FigureKind::Fair => "fair",
         }
     }
 }
@@ -175,6 +181,8 @@ impl FigureKind {
 /// What the figures share.
 pub struct Ctx {
     pub api: Api,
+    /// A client with another service key of the same daemon (whose domains are not `api`'s).
+    pub other_api: Api,
     pub docker: Docker,
     pub prefix: String,
     pub image: String,
@@ -322,6 +330,9 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
                 })?;
                 branch::run(ctx, image, args.samples.map_or(3, |n| n as usize)).await
             }
+            FigureKind::Fair => {
+                fair::run(ctx, &ctx.other_api, args.samples.map_or(4, |n| n as usize)).await
+            }
         }
         .with_context(|| format!("measuring {}", kind.key()))?;
         if let Some(note) = load_note(load_before, report::load_average()) {
@@ -347,6 +358,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         FigureKind::Swarm,
         FigureKind::Ui,
         FigureKind::Branch,
+        FigureKind::Fair,
         FigureKind::Soak,
     ]
     .into_iter()
@@ -387,12 +399,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
     eprintln!("berth-bench: berth at {}, prefix {prefix}", machine.commit);
 
     let key = format!("bench-{}", random_hex(16)?);
-    let daemon = Daemon::start(&berth_bin, &prefix, &key, None).await?;
+    let other_key = format!("bench-{}", random_hex(16)?);
+    let daemon = Daemon::start(&berth_bin, &prefix, &format!("{key},{other_key}"), None).await?;
     let outcome = async {
         let api = Api::new(&daemon.base, &key)?;
+        let other_api = Api::new(&daemon.base, &other_key)?;
         let domain = api.create_domain("berth-bench").await?;
         let ctx = Ctx {
             api,
+            other_api,
             docker: docker.clone(),
             prefix: prefix.clone(),
             image,

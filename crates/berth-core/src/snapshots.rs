@@ -22,7 +22,7 @@ use crate::rollouts::RolloutMode;
 use crate::runtime::{LABEL_INSTANCE, LABEL_SNAPSHOT};
 use crate::service::{Berth, UpCause, apply_up};
 use crate::spec::decode_spec;
-use crate::store::{Observation, StoreError, Tx};
+use crate::store::{StoreError, Tx};
 use crate::time::Timestamp;
 
 /// How the message of a snapshot whose storage was removed outside berth begins.
@@ -756,7 +756,7 @@ impl Berth {
             })
             .await?;
         tracing::info!(snapshot = %snapshot.id, copy = %copy.id, key = %snapshot.instance_key, "snapshot");
-        reconciler.start_copy(&copy.id);
+        reconciler.start_copy(&copy);
         Ok(snapshot.view())
     }
 
@@ -954,13 +954,15 @@ impl Berth {
             })
             .await?;
         tracing::info!(instance = %instance.id, key = %instance.key, copy = %copy.id, "branch");
-        reconciler.start_copy(&copy.id);
+        reconciler.start_copy(&copy);
         reconciler.enqueue_domain(domain_id);
         Ok(instance.view())
     }
 
     /// Puts a snapshot's contents back into an instance's volumes: the contents it replaces
-    /// are kept first as the snapshot `before-restore-<time>`, answered with the instance.
+    /// are kept first as the snapshot `before-restore-<time>`, answered with the instance
+    /// (`starting` when the copy began at once; while it waits for its turn behind other
+    /// copies, the instance runs on as it was).
     pub async fn restore(
         &self,
         owner: &str,
@@ -972,10 +974,10 @@ impl Berth {
         let reconciler = self.require_runtime()?.clone();
         reconciler.check_snapshot(snapshot_id).await?;
         let (domain, key, wanted) = (domain_id.clone(), key.to_owned(), snapshot_id.clone());
-        let (instance, backup, copy) = self
+        let (mut instance, backup, copy) = self
             .store()
             .write(move |tx| {
-                let mut instance =
+                let instance =
                     tx.instance(&domain, &key)?
                         .ok_or_else(|| Error::InstanceNotFound {
                             domain: domain.to_string(),
@@ -1032,21 +1034,20 @@ impl Berth {
                 };
                 tx.insert_snapshot(&backup)?;
                 tx.insert_copy(&copy)?;
-                if instance.desired == Desired::Running {
-                    // Its container is stopped for the copy and started again after it.
-                    let mut obs = Observation::of(&instance);
-                    obs.state = InstanceState::Starting { since: now };
-                    obs.observed_at = now;
-                    obs.generation = instance.observed_generation;
-                    tx.record_observation(&obs)?;
-                    instance.state = obs.state;
-                }
                 Ok::<_, Error>((instance, backup, copy))
             })
             .await?;
         tracing::info!(instance = %instance.id, key = %instance.key, copy = %copy.id,
             snapshot = %snapshot_id, "restore");
-        reconciler.start_copy(&copy.id);
+        reconciler.start_copy(&copy);
+        // The instance keeps running while the copy waits for its turn; once the copy begins,
+        // its container is stopped for it (the instance controller records it starting) and
+        // started again after it.
+        if instance.desired == Desired::Running && reconciler.copy_begun(&copy.id) {
+            instance.state = InstanceState::Starting {
+                since: copy.created_at,
+            };
+        }
         reconciler.enqueue_now(&instance.id);
         Ok((instance.view(), backup.view()))
     }

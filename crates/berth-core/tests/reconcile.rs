@@ -58,6 +58,13 @@ struct World {
     copy_error: Option<String>,
     /// Copies wait for a permit on this, when set.
     copy_gate: Option<Arc<tokio::sync::Semaphore>>,
+    /// When set, only copies from these volumes wait on `copy_gate`.
+    gated: Option<std::collections::BTreeSet<String>>,
+    /// The volume each copy read, in the order the copies reached the runtime (before the gate).
+    entered: Vec<String>,
+    /// Copies in the runtime now, and the most seen at once.
+    copying: u32,
+    most_copying: u32,
 }
 
 #[derive(Clone, Default)]
@@ -334,7 +341,14 @@ impl Runtime for Fake {
         plan: &CopyPlan,
         progress: &(dyn Fn(u64) + Send + Sync),
     ) -> Result<Copied, RuntimeError> {
-        let gate = self.world().copy_gate.clone();
+        let gate = {
+            let mut w = self.world();
+            w.entered.push(plan.from.clone());
+            w.copying += 1;
+            w.most_copying = w.most_copying.max(w.copying);
+            let gated = w.gated.as_ref().is_none_or(|g| g.contains(&plan.from));
+            w.copy_gate.clone().filter(|_| gated)
+        };
         if let Some(gate) = gate {
             gate.acquire().await.unwrap().forget();
         }
@@ -359,6 +373,7 @@ impl Runtime for Fake {
         if let Some(id) = &plan.freeze {
             self.unpause_container(id).await?;
         }
+        self.world().copying -= 1;
         let bytes = copied?;
         progress(bytes);
         Ok(Copied {
@@ -390,6 +405,8 @@ fn spec() -> serde_json::Value {
 
 struct Setup {
     fake: Fake,
+    /// The store both share, for what a test reads of it directly.
+    store: Arc<Store>,
     berth: Berth,
     reconciler: Reconciler,
     domain: berth_core::DomainId,
@@ -406,7 +423,7 @@ async fn setup() -> Setup {
             ..ReconcileConfig::default()
         },
     );
-    let berth = Berth::new(store, Some(reconciler.clone()), "fake");
+    let berth = Berth::new(store.clone(), Some(reconciler.clone()), "fake");
     let domain = berth
         .create_domain("owner", "p".into())
         .await
@@ -414,6 +431,7 @@ async fn setup() -> Setup {
         .resource_domain_id;
     Setup {
         fake,
+        store,
         berth,
         reconciler,
         domain,
@@ -1977,6 +1995,315 @@ async fn a_renamed_volume_comes_back_with_its_data_after_a_restore() {
     names.sort_unstable();
     assert_eq!(names, ["data", "data2"]);
     assert!(volumes.iter().all(|v| v.bytes.is_some()));
+}
+
+/// A domain of another owner, as another API key has.
+async fn domain_of(s: &Setup, owner: &str) -> berth_core::DomainId {
+    s.berth
+        .create_domain(owner, "p".into())
+        .await
+        .unwrap()
+        .resource_domain_id
+}
+
+/// An instance running in `domain`, its one volume holding a few bytes.
+struct Held {
+    id: InstanceId,
+    volume: String,
+    container: String,
+}
+
+async fn running_in(s: &Setup, owner: &str, domain: &berth_core::DomainId, key: &str) -> Held {
+    s.fake.world().ready = true;
+    let mut spec = spec();
+    spec["alias"] = json!(key);
+    let id = s
+        .berth
+        .up(owner, domain, key, &spec, UpCause::Use)
+        .await
+        .unwrap()
+        .resource_instance_id;
+    converge(s, &id).await;
+    let view = s.berth.get(owner, domain, key).unwrap();
+    assert!(matches!(view.state, InstanceState::Running { .. }));
+    let volume = view.volumes[0].docker_name.clone();
+    let mut w = s.fake.world();
+    w.contents.insert(volume.clone(), format!("rows of {key}"));
+    let container = w
+        .containers
+        .values()
+        .find(|c| c.labels.get("berth.instance").map(String::as_str) == Some(id.as_str()))
+        .unwrap()
+        .id
+        .clone();
+    Held {
+        id,
+        volume,
+        container,
+    }
+}
+
+/// Waits (without a clock: it lets berth's tasks run) until the fake is in the state asked.
+async fn until(s: &Setup, what: impl Fn(&World) -> bool) {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !what(&s.fake.world()) {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the fake reached the state in time");
+}
+
+/// Only copies from `volumes` wait on a gate with no permits yet.
+fn gate_copies_from(s: &Setup, volumes: &[&Held]) -> Arc<tokio::sync::Semaphore> {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let mut w = s.fake.world();
+    w.copy_gate = Some(gate.clone());
+    w.gated = Some(volumes.iter().map(|h| h.volume.clone()).collect());
+    gate
+}
+
+async fn pending_copies(s: &Setup) -> Vec<berth_core::snapshots::CopyOp> {
+    s.store.read(|tx| tx.pending_copies()).await.unwrap()
+}
+
+/// Another owner's domain with three instances whose snapshots are held: the copy slots are
+/// full, with `extra` more of its snapshots queued behind them.
+async fn busy_domain(s: &Setup, extra: usize) -> (Vec<Held>, Arc<tokio::sync::Semaphore>) {
+    let busy = domain_of(s, "busy").await;
+    let keys = ["a", "b", "c", "d", "e"];
+    let mut large = Vec::new();
+    for key in &keys[..3 + extra] {
+        large.push(running_in(s, "busy", &busy, key).await);
+    }
+    let gate = gate_copies_from(s, &large.iter().collect::<Vec<_>>());
+    for key in &keys[..3 + extra] {
+        s.berth
+            .snapshot("busy", &busy, key, "large".into())
+            .await
+            .unwrap();
+    }
+    until(s, |w| w.entered.len() == 3).await;
+    (large, gate)
+}
+
+#[tokio::test]
+async fn a_held_copy_of_one_instance_leaves_another_domains_copy_free_to_run_and_finish() {
+    use berth_core::snapshots::{CopyState, SnapshotState};
+    let s = setup().await;
+    let x = running_in(&s, "owner", &s.domain, "db").await;
+    let other = domain_of(&s, "other").await;
+    let y = running_in(&s, "other", &other, "cache").await;
+    let gate = gate_copies_from(&s, &[&x]);
+    let (mut feed_x, _, _) = s.berth.watch().subscribe(&s.domain, None);
+    let (mut feed_y, _, _) = s.berth.watch().subscribe(&other, None);
+    let held = s
+        .berth
+        .snapshot("owner", &s.domain, "db", "held".into())
+        .await
+        .unwrap();
+    until(&s, |w| w.entered.contains(&x.volume)).await;
+    let free = s
+        .berth
+        .snapshot("other", &other, "cache", "free".into())
+        .await
+        .unwrap();
+    let done = copy_settled(&mut feed_y).await;
+    assert_eq!(done.state, CopyState::Done);
+    assert_eq!(done.snapshot_id, Some(free.snapshot_id));
+    let still = s
+        .berth
+        .get_snapshot("owner", &s.domain, &held.snapshot_id)
+        .await
+        .unwrap();
+    assert_eq!(
+        still.state,
+        SnapshotState::Copying,
+        "x's copy is still held"
+    );
+    assert_eq!(s.fake.world().most_copying, 2, "they ran side by side");
+    assert_eq!(s.fake.world().entered, [x.volume.clone(), y.volume.clone()]);
+    gate.add_permits(1);
+    let done = copy_settled(&mut feed_x).await;
+    assert_eq!(done.state, CopyState::Done);
+    assert_eq!(done.snapshot_id, Some(held.snapshot_id));
+    assert!(s.fake.world().paused.is_empty());
+}
+
+#[tokio::test]
+async fn a_restore_in_a_quiet_domain_begins_as_soon_as_a_slot_frees_before_a_busy_domains_queue() {
+    use berth_core::snapshots::{CopyKind, CopyState};
+    let s = setup().await;
+    let small = running_in(&s, "owner", &s.domain, "db").await;
+    let (mut feed, _, _) = s.berth.watch().subscribe(&s.domain, None);
+    let snapshot = s
+        .berth
+        .snapshot("owner", &s.domain, "db", "small".into())
+        .await
+        .unwrap();
+    assert_eq!(copy_settled(&mut feed).await.state, CopyState::Done);
+    s.fake.world().entered.clear();
+    // The busy domain fills the three slots and queues two more.
+    let (large, gate) = busy_domain(&s, 2).await;
+    let (instance, _) = s
+        .berth
+        .restore("owner", &s.domain, "db", &snapshot.snapshot_id)
+        .await
+        .unwrap();
+    assert!(
+        matches!(instance.state, InstanceState::Running { .. }),
+        "it waits for its turn: {:?}",
+        instance.state
+    );
+    let restore = pending_copies(&s)
+        .await
+        .into_iter()
+        .find(|c| c.kind == CopyKind::Restore)
+        .unwrap();
+    assert!(!s.reconciler.copy_begun(&restore.id));
+    // One of the busy domain's copies ends: the restore takes its slot, before the two the
+    // busy domain queued first.
+    gate.add_permits(1);
+    let done = copy_settled(&mut feed).await;
+    assert_eq!(
+        (done.kind, done.state),
+        (CopyKind::Restore, CopyState::Done)
+    );
+    {
+        let w = s.fake.world();
+        let is_large = |v: &String| large.iter().any(|h| h.volume == *v);
+        assert!(w.entered[..3].iter().all(is_large), "{:?}", w.entered);
+        assert!(
+            !is_large(&w.entered[3]),
+            "the restore began fourth: {:?}",
+            w.entered
+        );
+        assert!(
+            w.entered.len() <= 5,
+            "at most one more of the busy domain's since"
+        );
+        assert!(w.most_copying <= 3, "never more than the bound at once");
+    }
+    converge(&s, &small.id).await;
+    assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
+}
+
+#[tokio::test]
+async fn a_restore_waiting_for_its_turn_leaves_its_instance_running_until_its_copy_begins() {
+    use berth_core::snapshots::{CopyKind, CopyState};
+    let s = setup().await;
+    let small = running_in(&s, "owner", &s.domain, "db").await;
+    let (mut feed, _, _) = s.berth.watch().subscribe(&s.domain, None);
+    let snapshot = s
+        .berth
+        .snapshot("owner", &s.domain, "db", "small".into())
+        .await
+        .unwrap();
+    assert_eq!(copy_settled(&mut feed).await.state, CopyState::Done);
+    s.fake.world().entered.clear();
+    let (large, gate) = busy_domain(&s, 0).await;
+    s.fake.world().calls.clear();
+    let stop = format!("stop {}", small.container);
+    s.berth
+        .restore("owner", &s.domain, "db", &snapshot.snapshot_id)
+        .await
+        .unwrap();
+    // Whatever looks at it meanwhile, it runs on.
+    converge(&s, &small.id).await;
+    s.reconciler.resync().await;
+    converge(&s, &small.id).await;
+    assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
+    {
+        let w = s.fake.world();
+        assert!(w.containers[&small.container].running);
+        assert!(!w.calls.contains(&stop), "{:?}", w.calls);
+    }
+    gate.add_permits(1);
+    let done = copy_settled(&mut feed).await;
+    assert_eq!(
+        (done.kind, done.state),
+        (CopyKind::Restore, CopyState::Done)
+    );
+    {
+        let w = s.fake.world();
+        let stopped = w.calls.iter().position(|c| *c == stop).expect("stopped");
+        let copied = w
+            .calls
+            .iter()
+            .position(|c| {
+                c.starts_with("copy ")
+                    && !large
+                        .iter()
+                        .any(|h| c.starts_with(&format!("copy {} ", h.volume)))
+            })
+            .expect("the restore's copy");
+        assert!(stopped < copied, "{:?}", w.calls);
+    }
+    converge(&s, &small.id).await;
+    assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
+}
+
+#[tokio::test]
+async fn copies_of_one_instance_never_overlap_and_run_in_the_order_asked() {
+    use berth_core::snapshots::{BranchFrom, CopyKind, CopyState};
+    let s = setup().await;
+    let x = running_in(&s, "owner", &s.domain, "db").await;
+    let gate = gate_copies_from(&s, &[&x]);
+    let (mut feed, _, _) = s.berth.watch().subscribe(&s.domain, None);
+    let first = s
+        .berth
+        .snapshot("owner", &s.domain, "db", "one".into())
+        .await
+        .unwrap();
+    until(&s, |w| w.entered.len() == 1).await;
+    let second = s
+        .berth
+        .snapshot("owner", &s.domain, "db", "two".into())
+        .await
+        .unwrap();
+    let mut spec = branch_spec();
+    spec["alias"] = json!("db");
+    s.berth
+        .branch(
+            "owner",
+            &s.domain,
+            "db-fix",
+            BranchFrom::Instance("db".into()),
+            &spec,
+            UpCause::Person,
+        )
+        .await
+        .unwrap();
+    let pending = pending_copies(&s).await;
+    assert_eq!(pending.len(), 3);
+    for copy in &pending {
+        assert_eq!(
+            s.reconciler.copy_begun(&copy.id),
+            copy.snapshot.as_ref() == Some(&first.snapshot_id),
+            "only the first holds the instance"
+        );
+    }
+    let mut settled = Vec::new();
+    for _ in 0..3 {
+        gate.add_permits(1);
+        let done = copy_settled(&mut feed).await;
+        assert_eq!(done.state, CopyState::Done);
+        settled.push((done.kind, done.snapshot_id));
+    }
+    assert_eq!(
+        settled,
+        [
+            (CopyKind::Snapshot, Some(first.snapshot_id)),
+            (CopyKind::Snapshot, Some(second.snapshot_id)),
+            (CopyKind::Branch, None),
+        ]
+    );
+    let w = s.fake.world();
+    assert_eq!(w.most_copying, 1, "never two at once");
+    assert_eq!(
+        w.entered,
+        [x.volume.clone(), x.volume.clone(), x.volume.clone()]
+    );
 }
 
 #[tokio::test]

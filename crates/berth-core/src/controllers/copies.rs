@@ -12,20 +12,29 @@
 //! leaves them as a power cut would (crash-consistent); its state stays `running`. With one
 //! volume, the runtime holds the freeze only while the bytes move (its helpers are made before
 //! and removed after); with several, one freeze is held around them all, so they agree with each
-//! other. Copies run one at a time.
+//! other.
+//!
+//! Copies are scheduled fairly. Copies of different instances run side by side, at most
+//! [`COPIES_AT_ONCE`] of them; copies that touch the same instance (as source or target) run one
+//! at a time, in the order they were asked. When a slot frees, the next copy to begin is the
+//! first one asked of the domain with the fewest copies running, and among those the one served
+//! least recently: one domain's long queue delays another domain's copy by at most one copy's
+//! start. A copy waiting for its turn has begun nothing: a restore's instance keeps running until
+//! its copy begins (the instance controller holds a restore's target stopped only once this
+//! controller says it began).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::Mutex as AsyncMutex;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::context::{Context, InstanceQueue};
 use super::instances::{InstanceController, copy_targets, plan_volumes};
-use crate::ids::{CopyId, InstanceId};
+use crate::ids::{CopyId, DomainId, InstanceId};
 use crate::model::{Instance, InstanceState, InstanceVolume};
 use crate::names;
 use crate::ownership::Ownership;
@@ -43,6 +52,10 @@ const RETRY_MAX: Duration = Duration::from_secs(30);
 const MEASURE_GRACE: Duration = Duration::from_secs(2);
 /// Progress is put on the event stream at most this often.
 const PROGRESS_EVERY: Duration = Duration::from_millis(100);
+/// How many copies run at once. Each one streams a volume through a helper container: a few
+/// side by side keep a small instance's copy from waiting behind another key's large ones,
+/// without making every copy share the disk with many others.
+pub(crate) const COPIES_AT_ONCE: usize = 3;
 
 /// Why an attempt at a copy ended early.
 enum Stop {
@@ -77,16 +90,100 @@ struct Pair {
     to: String,
 }
 
+/// A copy waiting for its turn.
+struct Waiting {
+    id: CopyId,
+    domain: DomainId,
+    /// The instances it reads or fills.
+    instances: Vec<InstanceId>,
+    /// Told when it may begin.
+    begin: oneshot::Sender<()>,
+}
+
+/// Which copies have begun, and which wait (in the order asked).
+#[derive(Default)]
+struct Slots {
+    /// The copies that have begun and not ended, with their domain and the instances they touch.
+    begun: HashMap<CopyId, (DomainId, Vec<InstanceId>)>,
+    waiting: Vec<Waiting>,
+    /// The turn at which each domain with a copy begun or waiting last had one begin.
+    served: HashMap<DomainId, u64>,
+    turn: u64,
+}
+
+impl Slots {
+    /// Begins every waiting copy that may begin now, fairly across domains.
+    fn admit(&mut self) {
+        self.waiting.retain(|w| !w.begin.is_closed());
+        while self.begun.len() < COPIES_AT_ONCE {
+            let Some(next) = self.next() else { break };
+            let waiting = self.waiting.remove(next);
+            if waiting.begin.send(()).is_err() {
+                // Its task ended (shutdown) while it waited.
+                continue;
+            }
+            self.turn += 1;
+            self.served.insert(waiting.domain.clone(), self.turn);
+            self.begun
+                .insert(waiting.id, (waiting.domain, waiting.instances));
+        }
+        let (begun, waiting) = (&self.begun, &self.waiting);
+        self.served.retain(|domain, _| {
+            begun.values().any(|(d, _)| d == domain) || waiting.iter().any(|w| w.domain == *domain)
+        });
+    }
+
+    /// The waiting copy to begin next: of those whose instances no begun copy touches and no
+    /// copy asked before them waits for, the first asked of the domain with the fewest copies
+    /// begun, then served least recently.
+    fn next(&self) -> Option<usize> {
+        let busy: HashSet<&InstanceId> = self.begun.values().flat_map(|(_, i)| i).collect();
+        let mut ahead: HashSet<&InstanceId> = HashSet::new();
+        let mut best: Option<(usize, (usize, u64))> = None;
+        for (at, w) in self.waiting.iter().enumerate() {
+            let free = w
+                .instances
+                .iter()
+                .all(|i| !busy.contains(i) && !ahead.contains(i));
+            ahead.extend(&w.instances);
+            if !free {
+                continue;
+            }
+            let running = self.begun.values().filter(|(d, _)| *d == w.domain).count();
+            let rank = (running, self.served.get(&w.domain).copied().unwrap_or(0));
+            if best.is_none_or(|(_, b)| rank < b) {
+                best = Some((at, rank));
+            }
+        }
+        best.map(|(at, _)| at)
+    }
+}
+
+/// A begun copy's hold on its slot: let go when its task ends, however it ends.
+struct Turn<'a> {
+    controller: &'a CopyController,
+    id: CopyId,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.controller.instances.copy_ended(&self.id);
+        let mut slots = self.controller.slots();
+        slots.begun.remove(&self.id);
+        slots.admit();
+    }
+}
+
 pub(crate) struct CopyController {
     ctx: Arc<Context>,
     instances: Arc<InstanceController>,
     queue: InstanceQueue,
     running: Mutex<HashSet<CopyId>>,
-    one_at_a_time: AsyncMutex<()>,
-    /// The container a copy froze, until it is thawed.
-    paused: Mutex<Option<String>>,
-    /// The most bytes the copy under way has reported.
-    reported: AtomicU64,
+    slots: Mutex<Slots>,
+    /// The container each copy froze, until it is thawed.
+    paused: Mutex<HashMap<CopyId, String>>,
+    /// The most bytes each copy under way has reported.
+    reported: Mutex<HashMap<CopyId, u64>>,
     shutdown: CancellationToken,
 }
 
@@ -102,9 +199,9 @@ impl CopyController {
             instances,
             queue,
             running: Mutex::new(HashSet::new()),
-            one_at_a_time: AsyncMutex::new(()),
-            paused: Mutex::new(None),
-            reported: AtomicU64::new(0),
+            slots: Mutex::new(Slots::default()),
+            paused: Mutex::new(HashMap::new()),
+            reported: Mutex::new(HashMap::new()),
             shutdown,
         })
     }
@@ -113,17 +210,43 @@ impl CopyController {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts a copy's task unless one runs already.
-    pub(crate) fn start(self: &Arc<Self>, id: &CopyId) {
-        if !self.running().insert(id.clone()) {
+    fn slots(&self) -> std::sync::MutexGuard<'_, Slots> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts a copy's task unless one runs already. It waits its turn (see the module's
+    /// comment); when its turn is free now, it has begun by the time this returns.
+    pub(crate) fn start(self: &Arc<Self>, copy: &CopyOp) {
+        if !self.running().insert(copy.id.clone()) {
             return;
         }
+        let (begin, begins) = oneshot::channel();
+        {
+            let mut slots = self.slots();
+            slots.waiting.push(Waiting {
+                id: copy.id.clone(),
+                domain: copy.domain_id.clone(),
+                instances: copy
+                    .source_instance
+                    .iter()
+                    .chain(&copy.target_instance)
+                    .cloned()
+                    .collect(),
+                begin,
+            });
+            slots.admit();
+        }
         let this = self.clone();
-        let id = id.clone();
+        let id = copy.id.clone();
         tokio::spawn(async move {
-            this.run(&id).await;
+            this.run(&id, begins).await;
             this.running().remove(&id);
         });
+    }
+
+    /// Whether a copy has begun (it holds a slot), rather than waiting for its turn.
+    pub(crate) fn begun(&self, id: &CopyId) -> bool {
+        self.slots().begun.contains_key(id)
     }
 
     /// Starts every copy recorded as under way (after a crash, they are redone), and removes
@@ -150,14 +273,25 @@ impl CopyController {
             }
         }
         for copy in pending {
-            self.start(&copy.id);
+            self.start(&copy);
         }
     }
 
-    async fn run(self: &Arc<Self>, id: &CopyId) {
-        let _one = tokio::select! {
-            held = self.one_at_a_time.lock() => held,
+    async fn run(self: &Arc<Self>, id: &CopyId, begins: oneshot::Receiver<()>) {
+        tokio::select! {
+            begun = begins => if begun.is_err() { return },
             () = self.shutdown.cancelled() => return,
+        }
+        // Its slot and its instances are its own until this ends; a restore's target is held
+        // stopped from now on.
+        self.instances.copy_begins(id);
+        let _turn = Turn {
+            controller: self,
+            id: id.clone(),
+        };
+        let _forget = Forget {
+            controller: self,
+            id,
         };
         let mut wait = Duration::from_millis(500);
         loop {
@@ -165,7 +299,7 @@ impl CopyController {
                 r = self.attempt(id) => r,
                 () = self.shutdown.cancelled() => Err(Stop::Shutdown),
             };
-            self.thaw().await;
+            self.thaw(id).await;
             match attempt {
                 Ok(()) => return,
                 Err(Stop::Shutdown) => {
@@ -199,7 +333,12 @@ impl CopyController {
     /// the bytes streamed (tar headers included) may pass the total the disk-usage report
     /// measured, which then grows to match.
     fn publish(&self, copy: &CopyOp, key: &str, done: u64, total: Option<u64>) {
-        let done = self.reported.fetch_max(done, Ordering::Relaxed).max(done);
+        let done = {
+            let mut reported = self.reported();
+            let most = reported.entry(copy.id.clone()).or_default();
+            *most = (*most).max(done);
+            *most
+        };
         let total = total.map(|t| t.max(done));
         self.ctx.store.watch().publish_copy(
             &copy.domain_id,
@@ -240,11 +379,11 @@ impl CopyController {
         if copy.state != CopyState::Copying {
             return Ok(());
         }
-        self.reported.store(0, Ordering::Relaxed);
+        self.reported().insert(copy.id.clone(), 0);
         self.remove_helpers(&copy).await?;
         // A daemon killed in the middle of a copy leaves its source frozen: thaw it first (the
-        // copy freezes it again for exactly its own copy). Copies run one at a time, so no
-        // other one holds it.
+        // copy freezes it again for exactly its own copy). Copies of one instance run one at a
+        // time, so no other one holds it.
         if let Some(source) = copy
             .source_instance
             .as_ref()
@@ -527,7 +666,7 @@ impl CopyController {
     fn finished(&self, copy: &CopyOp, key: &str, moved: u64) {
         let mut done = copy.clone();
         done.state = CopyState::Done;
-        let moved = moved.max(self.reported.load(Ordering::Relaxed));
+        let moved = moved.max(self.reported().get(&copy.id).copied().unwrap_or(0));
         self.publish(&done, key, moved, Some(moved));
         tracing::info!(copy = %copy.id, kind = copy.kind.as_str(), bytes = moved, "copy done");
     }
@@ -589,12 +728,12 @@ impl CopyController {
         if let Some(c) = freeze_each {
             // Thawed after the attempt whatever happens to the copy (a copy cut off by a
             // shutdown cannot thaw it itself).
-            *self.paused.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.id.clone());
+            self.paused().insert(copy.id.clone(), c.id.clone());
         }
         let frozen_at = match container.as_ref().filter(|_| copied_volumes > 1) {
             Some(c) => match self.ctx.runtime.pause_container(&c.id).await {
                 Ok(()) => {
-                    *self.paused.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.id.clone());
+                    self.paused().insert(copy.id.clone(), c.id.clone());
                     Some(Instant::now())
                 }
                 // It stopped meanwhile: nothing writes, nothing to freeze.
@@ -650,7 +789,7 @@ impl CopyController {
         let frozen = match frozen_at {
             Some(at) => {
                 let elapsed = at.elapsed();
-                self.thaw().await;
+                self.thaw(&copy.id).await;
                 Some(elapsed)
             }
             None => frozen_by_runtime,
@@ -674,9 +813,17 @@ impl CopyController {
         Ok((moved, paused_ms, sizes))
     }
 
+    fn paused(&self) -> std::sync::MutexGuard<'_, HashMap<CopyId, String>> {
+        self.paused.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn reported(&self) -> std::sync::MutexGuard<'_, HashMap<CopyId, u64>> {
+        self.reported.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Thaws the container a copy froze, if any.
-    async fn thaw(&self) {
-        let paused = self.paused.lock().unwrap_or_else(|e| e.into_inner()).take();
+    async fn thaw(&self, copy: &CopyId) {
+        let paused = self.paused().remove(copy);
         if let Some(id) = paused
             && let Err(e) = self.ctx.runtime.unpause_container(&id).await
         {
@@ -840,6 +987,18 @@ impl CopyController {
             self.queue.enqueue_now(&id);
         }
         Ok(())
+    }
+}
+
+/// Drops what is kept of a copy's progress once its task ends.
+struct Forget<'a> {
+    controller: &'a CopyController,
+    id: &'a CopyId,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        self.controller.reported().remove(self.id);
     }
 }
 

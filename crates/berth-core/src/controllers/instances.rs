@@ -7,7 +7,7 @@
 //! takes the next steps that converge them, and says when to look again. Every step is
 //! idempotent, so a crash at any point is recovered by running it again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use super::context::{Context, InstanceQueue, Next, ReconcileError};
 use super::endpoints::EndpointController;
 use super::views::ViewController;
 use crate::evidence::{ImageEvidence, MismatchReason};
-use crate::ids::InstanceId;
+use crate::ids::{CopyId, InstanceId};
 use crate::model::{Desired, Instance, InstanceState, InstanceVolume, StopReason};
 use crate::names;
 use crate::ownership::{LABEL_STORE_DIR, Ownership};
@@ -73,6 +73,9 @@ pub(crate) struct InstanceController {
     /// One lock per id while someone holds it: the queue's reconcile and direct teardowns
     /// (archive) take it. Entries go when their last holder lets go.
     locks: Mutex<HashMap<InstanceId, Arc<AsyncMutex<()>>>>,
+    /// The copies the copy controller has begun (not those waiting for their turn): a
+    /// restore's target is held stopped only while its copy is one of them.
+    begun_copies: Mutex<HashSet<CopyId>>,
 }
 
 impl InstanceController {
@@ -104,6 +107,7 @@ impl InstanceController {
                 queue,
                 starts: Arc::default(),
                 locks: Mutex::new(HashMap::new()),
+                begun_copies: Mutex::new(HashSet::new()),
             }
         })
     }
@@ -111,6 +115,20 @@ impl InstanceController {
     /// The queue that runs it.
     pub(crate) fn queue(&self) -> &InstanceQueue {
         &self.queue
+    }
+
+    fn begun_copies(&self) -> std::sync::MutexGuard<'_, HashSet<CopyId>> {
+        self.begun_copies.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The copy controller says a copy began: from now on a restore's target is held stopped.
+    pub(crate) fn copy_begins(&self, id: &CopyId) {
+        self.begun_copies().insert(id.clone());
+    }
+
+    /// The copy controller says a copy's task ended (done, failed, or cut off by a shutdown).
+    pub(crate) fn copy_ended(&self, id: &CopyId) {
+        self.begun_copies().remove(id);
     }
 
     /// How many instances the start bookkeeping holds.
@@ -245,11 +263,15 @@ impl InstanceController {
         }
         if instance.desired == Desired::Running {
             let id = instance.id.clone();
+            // A branch's target has no volumes until its copy is done; a restore's keeps
+            // running on its own until the restore's copy begins (it may wait for its turn, and
+            // after a crash it is redone from the start).
             if let Some(copy) = self
                 .ctx
                 .store
                 .read(move |tx| tx.copy_into_instance(&id))
                 .await?
+                .filter(|c| c.kind != CopyKind::Restore || self.begun_copies().contains(&c.id))
             {
                 return self
                     .hold_for_copy(&instance, container, obs, copy.kind)
@@ -296,8 +318,9 @@ impl InstanceController {
         }
     }
 
-    /// While a copy fills an instance (a branch, a restore), its container does not run: it
-    /// is stopped (a restore) or not made yet (a branch), and it starts once the copy is done.
+    /// While a copy fills an instance (a branch, a restore that has begun), its container does
+    /// not run: it is stopped (a restore) or not made yet (a branch), and it starts once the
+    /// copy is done.
     async fn hold_for_copy(
         &self,
         instance: &Instance,

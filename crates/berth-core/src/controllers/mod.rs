@@ -392,9 +392,15 @@ impl Reconciler {
         self.inner.other_stores.current()
     }
 
-    /// Starts a recorded copy (snapshot, branch, restore) unless it runs already.
-    pub fn start_copy(&self, id: &crate::ids::CopyId) {
-        self.inner.copies.start(id);
+    /// Starts a recorded copy (snapshot, branch, restore) unless it runs already. It begins at
+    /// once when its turn is free (see [`Reconciler::copy_begun`]), or waits for it.
+    pub fn start_copy(&self, copy: &crate::snapshots::CopyOp) {
+        self.inner.copies.start(copy);
+    }
+
+    /// Whether a copy has begun, rather than waiting for its turn behind others.
+    pub fn copy_begun(&self, id: &crate::ids::CopyId) -> bool {
+        self.inner.copies.begun(id)
     }
 
     /// Asks for `id` to be reconciled soon (after its back-off, if it is backing off). Never
