@@ -141,6 +141,38 @@ fn wait_ready(api: &Client, domain: &str, id: &str) -> berth_client::Snapshot {
     }
 }
 
+/// Restores `key` from `snapshot` and waits, on the domain's event stream, until the restore's
+/// copy is done: a restore waiting for its turn leaves the instance running on its old volumes,
+/// so `running` alone does not say the copy happened.
+fn restore_done(api: &Client, domain: &str, key: &str, snapshot: &str) -> berth_client::Restored {
+    let mut events = Box::pin(api.api().events(domain, None));
+    // The stream opens with every instance of the domain: once the first is read, it is
+    // subscribed, and nothing of the copy can be missed.
+    block_on(async { tokio::time::timeout(COPY, events.next()).await })
+        .expect("the stream opens")
+        .expect("an event")
+        .expect("an event");
+    let answer = block_on(api.api().restore(domain, key, snapshot)).expect("a restore");
+    block_on(async {
+        loop {
+            let event = tokio::time::timeout(COPY, events.next())
+                .await
+                .unwrap_or_else(|_| panic!("the restore of {key} did not end within {COPY:?}"))
+                .expect("the stream goes on")
+                .expect("an event");
+            if let berth_client::DomainEvent::Copy { copy, .. } = event
+                && copy.kind == "restore"
+                && copy.instance_key == key
+                && copy.state != "copying"
+            {
+                assert_eq!(copy.state, "done", "{copy:?}");
+                return;
+            }
+        }
+    });
+    answer
+}
+
 fn snapshot_ready(api: &Client, domain: &str, key: &str, name: &str) -> berth_client::Snapshot {
     let snapshot = block_on(api.api().snapshot(domain, key, name)).expect("a snapshot");
     wait_ready(api, domain, &snapshot.snapshot_id)
@@ -197,8 +229,7 @@ fn a_volume_a_spec_change_dropped_comes_back_with_its_data_after_a_snapshot_and_
     // briefly for the engine's disk-usage report, and a busy engine leaves them null.)
     assert_eq!(snapshot_names(&snapshot), ["data", "logs"], "{snapshot:?}");
 
-    let restored =
-        block_on(api.api().restore(&domain, "files", &snapshot.snapshot_id)).expect("a restore");
+    let restored = restore_done(&api, &domain, "files", &snapshot.snapshot_id);
     assert_eq!(
         snapshot_names(&restored.before_restore),
         ["data", "logs"],
@@ -297,7 +328,7 @@ fn a_renamed_volume_comes_back_with_its_data_after_a_snapshot_and_a_restore() {
 
     let snapshot = snapshot_ready(&api, &domain, "files", "renamed");
     assert_eq!(snapshot_names(&snapshot), ["data", "data2"], "{snapshot:?}");
-    block_on(api.api().restore(&domain, "files", &snapshot.snapshot_id)).expect("a restore");
+    restore_done(&api, &domain, "files", &snapshot.snapshot_id);
     let back = settled_running(&api, &domain, "files");
     assert_eq!(mounted_names(&back), ["data2"], "{back}");
     assert_eq!(
@@ -377,13 +408,13 @@ fn a_daemon_killed_after_each_request_converges_and_the_dropped_volume_still_com
     );
     daemon.start_again();
     let api = daemon.client();
+    // The next start does the restore's copy (the instance may run on its old volumes until
+    // the copy's turn comes): its log says when.
+    support::wait_until(COPY, "the next start did the restore's copy", || {
+        copies_done(&daemon) == 2
+    });
     let back = settled_running(&api, &domain, "files");
     assert_eq!(mounted_names(&back), ["data"], "{back}");
-    assert_eq!(
-        copies_done(&daemon),
-        2,
-        "the next start did the restore's copy"
-    );
     assert_eq!(
         kept_names(&api, &domain, "files"),
         pairs(&[("data", true), ("logs", false)])
@@ -423,8 +454,7 @@ fn the_before_restore_snapshot_holds_every_kept_volume_as_the_restore_found_it()
     // Written after the snapshot: the restore replaces it.
     write(&api, &domain, "files", "/srv/data/late", "late-marker");
 
-    let restored =
-        block_on(api.api().restore(&domain, "files", &snapshot.snapshot_id)).expect("a restore");
+    let restored = restore_done(&api, &domain, "files", &snapshot.snapshot_id);
     settled_running(&api, &domain, "files");
     assert_eq!(read(&api, &domain, "files", "/srv/data/late"), "<none>");
     assert_eq!(
