@@ -61,7 +61,8 @@ fn two_daemons_on_one_prefix_leave_each_others_containers_alone() {
     let b = second.client();
     let domain_b = b.create_domain("second");
     b.up_ok(&domain_b, "db", &spec(&busybox_image(), "db"), "person");
-    let running_b = container_of(&b.wait_state(&domain_b, "db", "running", READY));
+    // Exactly one container of its own.
+    container_of(&b.wait_state(&domain_b, "db", "running", READY));
 
     let watched = events
         .wait_with_output()
@@ -129,7 +130,6 @@ fn two_daemons_on_one_prefix_leave_each_others_containers_alone() {
         second.log_text().contains("the database file is empty"),
         "the second says its berth.db was empty"
     );
-    drop(running_b);
 }
 
 fn container_ids(names: &[String]) -> Vec<String> {

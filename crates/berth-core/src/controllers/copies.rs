@@ -404,20 +404,8 @@ impl CopyController {
     /// Fails the copy when the snapshot it reads lost its storage (the snapshot then says so).
     async fn storage_present(&self, snapshot: &crate::snapshots::Snapshot) -> Result<(), Stop> {
         match super::storage::check(&self.ctx, snapshot).await {
-            Ok(false) => Ok(()),
-            Ok(true) => {
-                let missing = self
-                    .ctx
-                    .store
-                    .read({
-                        let id = snapshot.id.clone();
-                        move |tx| tx.snapshot(&id)
-                    })
-                    .await?
-                    .and_then(|s| s.message)
-                    .unwrap_or_else(|| crate::snapshots::STORAGE_GONE.to_owned());
-                Err(Stop::Fail(missing))
-            }
+            Ok(None) => Ok(()),
+            Ok(Some(gone)) => Err(Stop::Fail(gone)),
             Err(super::storage::CheckError::Store(e)) => Err(e.into()),
             Err(super::storage::CheckError::Runtime(e)) => Err(e.into()),
         }

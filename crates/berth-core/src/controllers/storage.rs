@@ -39,21 +39,24 @@ async fn missing_volume(
 }
 
 /// Marks `snapshot` failed when it is `ready` and a volume of its storage is gone; answers
-/// whether it was.
-pub(crate) async fn check(ctx: &Context, snapshot: &Snapshot) -> Result<bool, CheckError> {
+/// the message it was marked with, if it was.
+pub(crate) async fn check(
+    ctx: &Context,
+    snapshot: &Snapshot,
+) -> Result<Option<String>, CheckError> {
     if snapshot.state != SnapshotState::Ready {
-        return Ok(false);
+        return Ok(None);
     }
     let Some(volume) = missing_volume(ctx, snapshot).await? else {
-        return Ok(false);
+        return Ok(None);
     };
     let message = storage_gone(&volume);
     tracing::warn!(snapshot = %snapshot.id, volume = %volume, "a snapshot's storage is gone");
-    let id: SnapshotId = snapshot.id.clone();
+    let (id, stored): (SnapshotId, String) = (snapshot.id.clone(), message.clone());
     ctx.store
-        .write(move |tx| tx.storage_lost(&id, &message))
+        .write(move |tx| tx.storage_lost(&id, &stored))
         .await?;
-    Ok(true)
+    Ok(Some(message))
 }
 
 /// Checks every `ready` snapshot; answers how many had lost their storage.
@@ -61,7 +64,7 @@ pub(crate) async fn check_all(ctx: &Context) -> Result<usize, CheckError> {
     let ready = ctx.store.read(|tx| tx.ready_snapshots()).await?;
     let mut lost = 0;
     for snapshot in &ready {
-        if check(ctx, snapshot).await? {
+        if check(ctx, snapshot).await?.is_some() {
             lost += 1;
         }
     }
