@@ -328,7 +328,51 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         self.kill9();
+        if std::thread::panicking() {
+            self.report_failure();
+        }
         remove_docker_objects(&self.prefix);
+    }
+}
+
+impl Daemon {
+    /// What a failed test leaves to read: the end of the daemon's log and of every container's
+    /// output under its prefix, printed before they are removed.
+    fn report_failure(&self) {
+        const LINES: usize = 200;
+        let log = self.log_text();
+        let lines: Vec<&str> = log.lines().collect();
+        let from = lines.len().saturating_sub(LINES);
+        eprintln!(
+            "---- the daemon's log, last {} of {} lines ----\n{}",
+            lines.len() - from,
+            lines.len(),
+            lines[from..].join("\n")
+        );
+        let Ok(listing) = Command::new("docker")
+            .args(["ps", "-a", "--format", "{{.Names}}\t{{.Status}}"])
+            .output()
+        else {
+            return;
+        };
+        for row in String::from_utf8_lossy(&listing.stdout).lines() {
+            let name = row.split('\t').next().unwrap_or_default();
+            if !name.starts_with(&self.prefix) {
+                continue;
+            }
+            let output = Command::new("docker")
+                .args(["logs", "--tail", "40", name])
+                .output()
+                .map(|o| {
+                    format!(
+                        "{}{}",
+                        String::from_utf8_lossy(&o.stdout),
+                        String::from_utf8_lossy(&o.stderr)
+                    )
+                })
+                .unwrap_or_default();
+            eprintln!("---- container {row}, last 40 lines ----\n{output}");
+        }
     }
 }
 
