@@ -19,6 +19,7 @@ pub mod image;
 pub mod model;
 pub mod names;
 pub mod ownership;
+pub mod plan;
 pub mod queue;
 pub mod rollouts;
 pub mod runtime;

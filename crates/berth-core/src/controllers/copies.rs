@@ -33,11 +33,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::context::{Context, InstanceQueue};
-use super::instances::{InstanceController, copy_targets, plan_volumes};
+use super::instances::InstanceController;
 use crate::ids::{CopyId, DomainId, InstanceId};
 use crate::model::{Instance, InstanceState, InstanceVolume};
 use crate::names;
 use crate::ownership::Ownership;
+use crate::plan::{copy_targets, plan_volumes};
 use crate::runtime::{
     CopyPlan, LABEL_COPY, LABEL_DOMAIN, LABEL_INSTANCE, LABEL_KEY, LABEL_SNAPSHOT, LABEL_VOLUME,
     Labels, RuntimeError,

@@ -36,8 +36,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+pub use crate::plan::{copy_targets, plan_volumes};
 pub use context::{Next, ReconcileConfig, ReconcileError};
-pub use instances::{copy_targets, plan_volumes};
 pub use views::Candidates;
 
 use crate::ids::{DomainId, InstanceId};

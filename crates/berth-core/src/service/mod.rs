@@ -7,9 +7,11 @@ use std::time::Duration;
 use serde_json::Value;
 
 mod page;
+mod snapshots;
+mod workspaces;
 pub use page::{InstanceFacts, InstanceVolumeUsage, VolumeSize, VolumeUsage};
 
-use crate::controllers::{Reconciler, plan_volumes};
+use crate::controllers::Reconciler;
 use crate::error::Error;
 use crate::evidence::ImageEvidence;
 use crate::exec::{ExecFrame, ExecResult, MAX_OUTPUT_BYTES};
@@ -20,6 +22,7 @@ use crate::model::{
     StopReason,
 };
 use crate::names;
+use crate::plan::plan_volumes;
 use crate::rollouts::{
     ImageRelease, ImageReleaseView, Rollout, RolloutMode, RolloutReport, RolloutReportView,
     RolloutView, RuntimeEvidence, Site, release_id,

@@ -1,0 +1,450 @@
+//! Snapshots, branches and restores: the requests, each recorded as intent in the
+//! transaction that accepts it; the copy controller does the copying.
+
+use serde_json::Value;
+
+use super::{Berth, UpCause, apply_up};
+use crate::error::Error;
+use crate::ids::{CopyId, DomainId, SnapshotId};
+use crate::model::{Desired, InstanceState, InstanceView};
+use crate::names;
+use crate::plan::plan_volumes;
+use crate::rollouts::RolloutMode;
+use crate::runtime::{LABEL_INSTANCE, LABEL_SNAPSHOT};
+use crate::snapshots::*;
+use crate::spec::decode_spec;
+use crate::store::Tx;
+use crate::time::Timestamp;
+
+impl Berth {
+    fn snapshot_in(tx: &Tx<'_>, domain_id: &DomainId, id: &SnapshotId) -> Result<Snapshot, Error> {
+        tx.snapshot(id)?
+            .filter(|s| s.domain_id == *domain_id)
+            .ok_or_else(|| Error::SnapshotNotFound(id.to_string()))
+    }
+
+    /// The spec of a branch's source: the instance's, or for a snapshot the spec of the
+    /// instance it was taken of as that instance has it now (archived or not). For a branch
+    /// that asks for the same service as its source.
+    pub async fn branch_source_spec(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        from: &BranchFrom,
+    ) -> Result<crate::spec::Spec, Error> {
+        self.domain(owner, domain_id)?;
+        let (domain, from) = (domain_id.clone(), from.clone());
+        self.store()
+            .read(move |tx| {
+                let instance = match &from {
+                    BranchFrom::Instance(key) => tx.instance(&domain, key)?,
+                    BranchFrom::Snapshot(id) => match tx.snapshot(id)? {
+                        Some(s) if s.domain_id == domain => tx.instance_by_id(&s.instance_id)?,
+                        _ => return Ok(Err(Error::SnapshotNotFound(id.to_string()))),
+                    },
+                };
+                Ok(instance.map(|i| i.spec).ok_or_else(|| match &from {
+                    BranchFrom::Instance(key) => Error::InstanceNotFound {
+                        domain: domain.to_string(),
+                        key: key.clone(),
+                    },
+                    BranchFrom::Snapshot(id) => Error::SnapshotNotFound(id.to_string()),
+                }))
+            })
+            .await?
+    }
+
+    fn ready_snapshot(
+        tx: &Tx<'_>,
+        domain_id: &DomainId,
+        id: &SnapshotId,
+    ) -> Result<Snapshot, Error> {
+        let snapshot = Self::snapshot_in(tx, domain_id, id)?;
+        match snapshot.state {
+            SnapshotState::Ready => Ok(snapshot),
+            SnapshotState::Copying => Err(Error::SnapshotNotReady {
+                id: id.to_string(),
+                state: "copying".to_owned(),
+                what: "wait for its copy to finish (`event: copy` with state done)".to_owned(),
+            }),
+            SnapshotState::Failed => Err(Error::SnapshotNotReady {
+                id: id.to_string(),
+                state: "failed".to_owned(),
+                what: match &snapshot.message {
+                    Some(why) if why.starts_with(STORAGE_GONE) => {
+                        format!("{why}; take another snapshot")
+                    }
+                    _ => "it holds nothing; take another snapshot".to_owned(),
+                },
+            }),
+        }
+    }
+
+    /// Takes a snapshot of an instance's volumes (archived or not); answers at once with the
+    /// snapshot `copying`, and the copy goes on as an operation.
+    pub async fn snapshot(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+        name: String,
+    ) -> Result<SnapshotView, Error> {
+        self.domain(owner, domain_id)?;
+        let reconciler = self.require_runtime()?.clone();
+        let prefix = reconciler.config().prefix.clone();
+        let (domain, key) = (domain_id.clone(), key.to_owned());
+        let (snapshot, copy) = self
+            .store()
+            .write(move |tx| {
+                let instance =
+                    tx.instance(&domain, &key)?
+                        .ok_or_else(|| Error::InstanceNotFound {
+                            domain: domain.to_string(),
+                            key: key.clone(),
+                        })?;
+                if let Some(copy) = tx.copy_into_instance(&instance.id)? {
+                    return Err(Error::CopyUnderWay {
+                        what: format!("the instance {key}"),
+                        copy: copy.id.to_string(),
+                    });
+                }
+                let id = SnapshotId::new();
+                let snapshot = Snapshot {
+                    volumes: instance
+                        .kept
+                        .iter()
+                        .map(|v| SnapshotVolume {
+                            name: v.name.clone(),
+                            docker_name: names::snapshot_volume(&prefix, &id, &v.name),
+                            bytes: None,
+                        })
+                        .collect(),
+                    id,
+                    domain_id: domain.clone(),
+                    instance_id: instance.id.clone(),
+                    instance_key: instance.key.clone(),
+                    name,
+                    spec_digest: instance.spec_digest.clone(),
+                    image: instance.spec.image.as_str().to_owned(),
+                    created_at: Timestamp::now(),
+                    state: SnapshotState::Copying,
+                    message: None,
+                    source_paused_ms: None,
+                };
+                let copy = CopyOp {
+                    id: CopyId::new(),
+                    domain_id: domain.clone(),
+                    kind: CopyKind::Snapshot,
+                    source_instance: Some(instance.id.clone()),
+                    target_instance: None,
+                    snapshot: Some(snapshot.id.clone()),
+                    backup: None,
+                    tag: None,
+                    state: CopyState::Copying,
+                    message: None,
+                    bytes_done: 0,
+                    bytes_total: None,
+                    created_at: snapshot.created_at,
+                };
+                tx.insert_snapshot(&snapshot)?;
+                tx.insert_copy(&copy)?;
+                Ok::<_, Error>((snapshot, copy))
+            })
+            .await?;
+        tracing::info!(snapshot = %snapshot.id, copy = %copy.id, key = %snapshot.instance_key, "snapshot");
+        reconciler.start_copy(&copy);
+        Ok(snapshot.view())
+    }
+
+    /// A domain's snapshots, newest first; of one instance key when `key` is given.
+    pub async fn snapshots(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: Option<String>,
+    ) -> Result<Vec<SnapshotView>, Error> {
+        self.domain(owner, domain_id)?;
+        let domain = domain_id.clone();
+        let found = self
+            .store()
+            .read(move |tx| tx.snapshots(&domain, key.as_deref()))
+            .await?;
+        Ok(found.iter().map(Snapshot::view).collect())
+    }
+
+    /// One snapshot of the domain.
+    pub async fn get_snapshot(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        id: &SnapshotId,
+    ) -> Result<SnapshotView, Error> {
+        self.domain(owner, domain_id)?;
+        let read = id.clone();
+        self.store()
+            .read(move |tx| tx.snapshot(&read))
+            .await?
+            .filter(|s| s.domain_id == *domain_id)
+            .map(|s| s.view())
+            .ok_or_else(|| Error::SnapshotNotFound(id.to_string()))
+    }
+
+    /// Deletes a snapshot and its storage: the only way berth removes a snapshot's volumes.
+    pub async fn delete_snapshot(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        id: &SnapshotId,
+    ) -> Result<(), Error> {
+        self.domain(owner, domain_id)?;
+        let reconciler = self.require_runtime()?;
+        let read = id.clone();
+        let (snapshot, pending) = self
+            .store()
+            .read(move |tx| Ok((tx.snapshot(&read)?, tx.pending_copies()?)))
+            .await?;
+        let snapshot = snapshot
+            .filter(|s| s.domain_id == *domain_id)
+            .ok_or_else(|| Error::SnapshotNotFound(id.to_string()))?;
+        if let Some(copy) = pending
+            .into_iter()
+            .find(|c| c.snapshot.as_ref() == Some(id) || c.backup.as_ref() == Some(id))
+        {
+            return Err(Error::CopyUnderWay {
+                what: format!("the snapshot {id}"),
+                copy: copy.id.to_string(),
+            });
+        }
+        // A before-restore snapshot keeps the volumes the instance mounted before the restore:
+        // they carry the instance's labels, not a snapshot's. A volume some instance mounts
+        // now is never removed.
+        let mounted: std::collections::BTreeSet<String> = self
+            .store()
+            .instances(domain_id, false)
+            .into_iter()
+            .chain(self.store().instances(domain_id, true))
+            .flat_map(|i| i.kept.into_iter().map(|v| v.docker_name))
+            .collect();
+        for volume in &snapshot.volumes {
+            if mounted.contains(&volume.docker_name) {
+                continue;
+            }
+            let label = if volume.docker_name.contains("-snp-") {
+                (LABEL_SNAPSHOT, snapshot.id.to_string())
+            } else {
+                (LABEL_INSTANCE, snapshot.instance_id.to_string())
+            };
+            reconciler
+                .runtime()
+                .remove_volume(&volume.docker_name, label.0, &label.1)
+                .await
+                .map_err(|e| {
+                    Error::Runtime(format!(
+                        "the snapshot's volume {} could not be removed ({e}); delete it again",
+                        volume.docker_name
+                    ))
+                })?;
+        }
+        let id = id.clone();
+        self.store()
+            .write(move |tx| tx.delete_snapshot(&id))
+            .await?;
+        tracing::info!(snapshot = %snapshot.id, "snapshot deleted");
+        Ok(())
+    }
+
+    /// Makes a new instance whose volumes are copied from another instance's or a snapshot's,
+    /// then runs it as `up` would; answers at once with the instance.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn branch(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+        from: BranchFrom,
+        spec: &Value,
+        cause: UpCause,
+    ) -> Result<InstanceView, Error> {
+        self.domain(owner, domain_id)?;
+        let spec = decode_spec(spec).map_err(|refusals| Error::SpecRefused {
+            message: "the spec does not decode or asks for what an instance may never have; \
+                      nothing was written"
+                .to_owned(),
+            refusals,
+        })?;
+        let reconciler = self.require_runtime()?.clone();
+        if let BranchFrom::Snapshot(id) = &from {
+            reconciler.check_snapshot(id).await?;
+        }
+        let prefix = reconciler.config().prefix.clone();
+        let spec_digest = spec.digest().to_string();
+        let (owner, domain, key) = (owner.to_owned(), domain_id.clone(), key.to_owned());
+        let (instance, copy) = self
+            .store()
+            .write(move |tx| {
+                match tx.instance(&domain, &key)? {
+                    Some(i) if i.desired == Desired::Archived => {
+                        return Err(Error::InstanceArchived(key));
+                    }
+                    Some(_) => return Err(Error::InstanceExists(key)),
+                    None => {}
+                }
+                let copy_id = CopyId::new();
+                let (source_instance, snapshot) = match &from {
+                    BranchFrom::Instance(source) => {
+                        let found = tx.instance(&domain, source)?.ok_or_else(|| {
+                            Error::InstanceNotFound {
+                                domain: domain.to_string(),
+                                key: source.clone(),
+                            }
+                        })?;
+                        if let Some(copy) = tx.copy_into_instance(&found.id)? {
+                            return Err(Error::CopyUnderWay {
+                                what: format!("the instance {source}"),
+                                copy: copy.id.to_string(),
+                            });
+                        }
+                        (Some(found.id), None)
+                    }
+                    BranchFrom::Snapshot(id) => {
+                        let found = Self::ready_snapshot(tx, &domain, id)?;
+                        (None, Some(found.id))
+                    }
+                };
+                let mode = match cause {
+                    UpCause::Person => RolloutMode::Promotion,
+                    UpCause::Use => RolloutMode::Automatic,
+                };
+                let mut instance = apply_up(
+                    tx,
+                    &owner,
+                    &domain,
+                    &key,
+                    &spec,
+                    &spec_digest,
+                    cause,
+                    &prefix,
+                    mode,
+                )?;
+                let tag = names::copy_tag(&copy_id);
+                instance.volume_tag = Some(tag.clone());
+                instance.volumes = plan_volumes(&prefix, &instance, &[]);
+                tx.set_volume_tag(&instance.id, &tag, &instance.volumes, &instance.volumes)?;
+                let copy = CopyOp {
+                    id: copy_id,
+                    domain_id: domain.clone(),
+                    kind: CopyKind::Branch,
+                    source_instance,
+                    target_instance: Some(instance.id.clone()),
+                    snapshot,
+                    backup: None,
+                    tag: Some(tag),
+                    state: CopyState::Copying,
+                    message: None,
+                    bytes_done: 0,
+                    bytes_total: None,
+                    created_at: Timestamp::now(),
+                };
+                tx.insert_copy(&copy)?;
+                Ok::<_, Error>((instance, copy))
+            })
+            .await?;
+        tracing::info!(instance = %instance.id, key = %instance.key, copy = %copy.id, "branch");
+        reconciler.start_copy(&copy);
+        reconciler.enqueue_domain(domain_id);
+        Ok(instance.view())
+    }
+
+    /// Puts a snapshot's contents back into an instance's volumes: the contents it replaces
+    /// are kept first as the snapshot `before-restore-<time>`, answered with the instance
+    /// (`starting` when the copy began at once; while it waits for its turn behind other
+    /// copies, the instance runs on as it was).
+    pub async fn restore(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+        snapshot_id: &SnapshotId,
+    ) -> Result<(InstanceView, SnapshotView), Error> {
+        self.domain(owner, domain_id)?;
+        let reconciler = self.require_runtime()?.clone();
+        reconciler.check_snapshot(snapshot_id).await?;
+        let (domain, key, wanted) = (domain_id.clone(), key.to_owned(), snapshot_id.clone());
+        let (mut instance, backup, copy) = self
+            .store()
+            .write(move |tx| {
+                let instance =
+                    tx.instance(&domain, &key)?
+                        .ok_or_else(|| Error::InstanceNotFound {
+                            domain: domain.to_string(),
+                            key: key.clone(),
+                        })?;
+                if instance.desired == Desired::Archived {
+                    return Err(Error::InstanceArchived(key));
+                }
+                let source = Self::ready_snapshot(tx, &domain, &wanted)?;
+                if let Some(copy) = tx.copy_of_instance(&instance.id)? {
+                    return Err(Error::CopyUnderWay {
+                        what: format!("the instance {key}"),
+                        copy: copy.id.to_string(),
+                    });
+                }
+                let now = Timestamp::now();
+                let backup = Snapshot {
+                    id: SnapshotId::new(),
+                    domain_id: domain.clone(),
+                    instance_id: instance.id.clone(),
+                    instance_key: instance.key.clone(),
+                    name: format!("before-restore-{now}"),
+                    spec_digest: instance.spec_digest.clone(),
+                    image: instance.spec.image.as_str().to_owned(),
+                    created_at: now,
+                    state: SnapshotState::Copying,
+                    message: None,
+                    volumes: instance
+                        .kept
+                        .iter()
+                        .map(|v| SnapshotVolume {
+                            name: v.name.clone(),
+                            docker_name: v.docker_name.clone(),
+                            bytes: None,
+                        })
+                        .collect(),
+                    source_paused_ms: None,
+                };
+                let copy_id = CopyId::new();
+                let copy = CopyOp {
+                    tag: Some(names::copy_tag(&copy_id)),
+                    id: copy_id,
+                    domain_id: domain.clone(),
+                    kind: CopyKind::Restore,
+                    source_instance: None,
+                    target_instance: Some(instance.id.clone()),
+                    snapshot: Some(source.id),
+                    backup: Some(backup.id.clone()),
+                    state: CopyState::Copying,
+                    message: None,
+                    bytes_done: 0,
+                    bytes_total: None,
+                    created_at: now,
+                };
+                tx.insert_snapshot(&backup)?;
+                tx.insert_copy(&copy)?;
+                Ok::<_, Error>((instance, backup, copy))
+            })
+            .await?;
+        tracing::info!(instance = %instance.id, key = %instance.key, copy = %copy.id,
+            snapshot = %snapshot_id, "restore");
+        reconciler.start_copy(&copy);
+        // The instance keeps running while the copy waits for its turn; once the copy begins,
+        // its container is stopped for it (the instance controller records it starting) and
+        // started again after it.
+        if instance.desired == Desired::Running && reconciler.copy_begun(&copy.id) {
+            instance.state = InstanceState::Starting {
+                since: copy.created_at,
+            };
+        }
+        reconciler.enqueue_now(&instance.id);
+        Ok((instance.view(), backup.view()))
+    }
+}

@@ -1,0 +1,90 @@
+//! The in-memory view of domains and instances the writer keeps current, and how each commit
+//! refreshes it.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use rusqlite::Connection;
+
+use super::StoreError;
+use super::instances::{INSTANCE_COLUMNS, domain_from_row, instance_from_row};
+use super::tx::{Touched, Tx};
+use crate::ids::{DomainId, InstanceId};
+use crate::model::{Domain, Instance};
+use crate::watch::{InstanceChange, Watch};
+
+/// Domains and instances as last committed, answered without SQLite. The writer updates it
+/// after each commit, before it answers the write, so a caller reads its own writes.
+#[derive(Default)]
+pub(super) struct View {
+    pub(super) domains: HashMap<DomainId, Domain>,
+    pub(super) instances: HashMap<InstanceId, Instance>,
+    pub(super) by_key: HashMap<(DomainId, String), InstanceId>,
+}
+
+impl View {
+    pub(super) fn put_instance(&mut self, instance: Instance) {
+        self.by_key.insert(
+            (instance.domain_id.clone(), instance.key.clone()),
+            instance.id.clone(),
+        );
+        self.instances.insert(instance.id.clone(), instance);
+    }
+}
+
+pub(super) fn load_view(conn: &Connection) -> Result<View, StoreError> {
+    let mut view = View::default();
+    let mut stmt = conn.prepare("SELECT id, name, owner, state, created_at FROM domains")?;
+    for domain in stmt.query_map([], domain_from_row)? {
+        let domain = domain?;
+        view.domains
+            .insert(domain.resource_domain_id.clone(), domain);
+    }
+    let mut stmt = conn.prepare(&format!("SELECT {INSTANCE_COLUMNS} FROM instances"))?;
+    for instance in stmt.query_map([], instance_from_row)? {
+        view.put_instance(instance?);
+    }
+    Ok(view)
+}
+
+/// Reads the rows a committed transaction touched into the view, and publishes every instance
+/// whose view changed (apart from `observedAt`). A row that cannot be read back is logged and
+/// left as it was: the next write of it tries again.
+pub(super) fn refresh(conn: &Connection, view: &RwLock<View>, watch: &Watch, touched: Touched) {
+    if touched.domains.is_empty() && touched.instances.is_empty() {
+        return;
+    }
+    let tx = Tx::new(conn);
+    let domains: Vec<Domain> = touched
+        .domains
+        .iter()
+        .filter_map(|id| tx.domain(id).ok().flatten())
+        .collect();
+    let instances: Vec<Instance> = touched
+        .instances
+        .iter()
+        .filter_map(|id| match tx.instance_by_id(id) {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::error!(instance = %id, error = %e, "the store could not read back an instance");
+                None
+            }
+        })
+        .collect();
+    let mut view = view.write().unwrap_or_else(|e| e.into_inner());
+    for domain in domains {
+        view.domains
+            .insert(domain.resource_domain_id.clone(), domain);
+    }
+    for instance in instances {
+        let changed = view.instances.get(&instance.id).is_none_or(|old| {
+            let mut old = old.clone();
+            old.observed_at = instance.observed_at;
+            old != instance
+        });
+        if changed {
+            watch.publish(&instance.domain_id, InstanceChange::of(&instance));
+        }
+        view.put_instance(instance);
+    }
+}
