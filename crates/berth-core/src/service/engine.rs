@@ -1,0 +1,179 @@
+//! What the engine is asked for an instance: its endpoints, its volumes, its logs, an exec;
+//! and the daemon's own view.
+
+use super::Berth;
+use crate::error::Error;
+use crate::exec::{ExecFrame, ExecResult, MAX_OUTPUT_BYTES};
+use crate::ids::DomainId;
+use crate::model::{DaemonView, Desired, InstanceState, KeptVolume, OtherStoreView};
+use crate::names;
+use crate::runtime::{ExecRequest, ExecStdin, RuntimeError};
+
+impl Berth {
+    /// An instance's host endpoints: a loopback port per service port, stable for its life.
+    pub async fn endpoints(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+    ) -> Result<Vec<crate::controllers::endpoints::EndpointView>, Error> {
+        let instance = self.instance(owner, domain_id, key)?;
+        let reconciler = self.require_runtime()?;
+        Ok(reconciler.endpoints_of(&instance.id).await?)
+    }
+
+    /// Every volume an instance keeps, one per name: those it mounts and those a spec change
+    /// dropped (which a later `up` naming them mounts again), each measured.
+    pub async fn volumes(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+    ) -> Result<Vec<KeptVolume>, Error> {
+        let instance = self.instance(owner, domain_id, key)?;
+        let reconciler = self.require_runtime()?;
+        let names: Vec<String> = instance
+            .kept
+            .iter()
+            .map(|v| v.docker_name.clone())
+            .collect();
+        let sizes = reconciler
+            .runtime()
+            .volume_bytes(&names)
+            .await
+            .unwrap_or_default();
+        Ok(instance
+            .kept
+            .iter()
+            .map(|v| KeptVolume {
+                name: v.name.clone(),
+                docker_name: v.docker_name.clone(),
+                mounted: instance.volumes.iter().any(|m| m.name == v.name),
+                bytes: sizes
+                    .get(&v.docker_name)
+                    .copied()
+                    .flatten()
+                    .and_then(|b| i64::try_from(b).ok()),
+            })
+            .collect())
+    }
+
+    /// This daemon's store (its id and data directory) and what the engine holds of other
+    /// stores under its prefix, at the reconciler's last look.
+    pub fn daemon(&self) -> DaemonView {
+        let identity = self.store().identity();
+        DaemonView {
+            store_id: identity.id.clone(),
+            data_dir: identity.data_dir.clone(),
+            prefix: self.reconciler.as_ref().map(|r| r.config().prefix.clone()),
+            other_stores: self
+                .reconciler
+                .as_ref()
+                .map(|r| r.other_stores())
+                .unwrap_or_default()
+                .into_iter()
+                .map(|o| OtherStoreView {
+                    store_id: o.store,
+                    containers: o.containers,
+                    data_dir: o.data_dir,
+                })
+                .collect(),
+        }
+    }
+
+    /// An instance's container output: its last `tail` lines, then with `follow` what it writes
+    /// next. Nothing of it is logged or stored by berth.
+    pub async fn logs(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+        tail: Option<u64>,
+        follow: bool,
+    ) -> Result<crate::runtime::LogStream, Error> {
+        let instance = self.instance(owner, domain_id, key)?;
+        let reconciler = self.require_runtime()?;
+        let name = names::container(&reconciler.config().prefix, domain_id, key);
+        let exists = reconciler
+            .runtime()
+            .inspect_container(&name)
+            .await
+            .map_err(|e| Error::Runtime(e.to_string()))?
+            .is_some();
+        if !exists {
+            return Err(Error::InstanceNotRunning {
+                key: key.to_owned(),
+                state: format!("{}, with no container to read from", instance.state.kind()),
+            });
+        }
+        Ok(reconciler.runtime().logs(&name, tail, follow))
+    }
+
+    /// Runs a command in a running instance, streaming `stdin` into it. Nothing about the run
+    /// (argv, stdin, output) is logged or stored. When `cancel` fires (the caller went away,
+    /// berth is stopping) or `stdin` fails to read, the command is killed in its container at
+    /// once and the exec answers an error saying so.
+    pub async fn exec(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+        frame: ExecFrame,
+        stdin: ExecStdin,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> Result<ExecResult, Error> {
+        let instance = self.instance(owner, domain_id, key)?;
+        let reconciler = self.require_runtime()?;
+        let not_running = |state: &str| Error::InstanceNotRunning {
+            key: key.to_owned(),
+            state: state.to_owned(),
+        };
+        if !matches!(instance.state, InstanceState::Running { .. })
+            || instance.desired != Desired::Running
+        {
+            return Err(not_running(instance.state.kind()));
+        }
+        let runtime = reconciler.runtime();
+        let name = names::container(&reconciler.config().prefix, domain_id, key);
+        let container = runtime
+            .inspect_container(&name)
+            .await
+            .map_err(|e| Error::Runtime(e.to_string()))?
+            .filter(|c| c.running)
+            .ok_or_else(|| not_running("its container is not running"))?;
+        let request = ExecRequest {
+            argv: frame.argv,
+            user: frame.user,
+            timeout: std::time::Duration::from_millis(frame.timeout_ms as u64),
+            max_output: MAX_OUTPUT_BYTES,
+            cancel,
+        };
+        let outcome = match runtime.exec(&container.id, request, stdin).await {
+            Ok(outcome) => outcome,
+            Err(RuntimeError::Cancelled(message)) => return Err(Error::Runtime(message)),
+            Err(e) => {
+                // The container may have stopped between the check above and the exec (a stop,
+                // an idle stop, an exit): the engine says so in several ways, so look again.
+                // Running now, but started again since: it stopped in between all the same.
+                let still_running = runtime
+                    .inspect_container(&container.id)
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|c| c.running && c.started_at == container.started_at);
+                return Err(if still_running {
+                    Error::Runtime(format!("the command could not be run: {e}"))
+                } else {
+                    not_running("it stopped as the command began")
+                });
+            }
+        };
+        Ok(ExecResult {
+            exit_code: outcome.exit_code,
+            stdout: String::from_utf8_lossy(&outcome.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&outcome.stderr).into_owned(),
+            truncated: outcome.truncated,
+            timed_out: outcome.timed_out,
+        })
+    }
+}
