@@ -415,6 +415,75 @@ fn workspace_crates() -> Vec<PathBuf> {
     found
 }
 
+/// The type each `impl` block of `code` is for (`impl<T> Trait for Type<T>` is for `Type`).
+fn implemented(code: &[Token]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, token) in code.iter().enumerate() {
+        if *token != Token::Ident("impl".to_owned()) {
+            continue;
+        }
+        // Items that only mention `impl Trait` (an argument or return type) follow `(`, `:`,
+        // `>`, `->` or `,`; an impl block starts an item.
+        if i > 0
+            && matches!(
+                &code[i - 1],
+                Token::Punct('(' | ':' | ',' | '>' | '<' | '&' | '=') | Token::PathSep
+            )
+        {
+            continue;
+        }
+        let mut j = i + 1;
+        let mut depth = 0usize;
+        let mut last: Option<&str> = None;
+        while let Some(t) = code.get(j) {
+            match t {
+                Token::Punct('<') => depth += 1,
+                Token::Punct('>') => depth = depth.saturating_sub(1),
+                Token::Punct('{') if depth == 0 => break,
+                Token::Ident(s) if depth == 0 && s == "for" => last = None,
+                Token::Ident(s) if depth == 0 && s == "where" => break,
+                Token::Ident(s) if depth == 0 => last = Some(s),
+                _ => {}
+            }
+            j += 1;
+        }
+        if let Some(name) = last {
+            out.push(name.to_owned());
+        }
+    }
+    out
+}
+
+#[test]
+fn every_type_of_berth_core_is_implemented_in_one_place() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut places: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for module in modules(&src) {
+        // A top-level module is one place: its file, or its folder.
+        let place = module
+            .path
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "lib.rs".to_owned());
+        for name in implemented(&module.code) {
+            places.entry(name).or_default().insert(place.clone());
+        }
+    }
+    assert!(
+        places.contains_key("Berth") && places.contains_key("Tx"),
+        "{places:?}"
+    );
+    let spread: Vec<String> = places
+        .iter()
+        .filter(|(_, at)| at.len() > 1)
+        .map(|(name, at)| format!("{name} in {at:?}"))
+        .collect();
+    assert!(
+        spread.is_empty(),
+        "types implemented in more than one place: {spread:?}"
+    );
+}
+
 #[test]
 fn berth_core_has_no_import_circle() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");

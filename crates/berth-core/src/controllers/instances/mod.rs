@@ -345,11 +345,7 @@ impl InstanceController {
     /// The engine refused to create or start the instance's container: retried with the
     /// queue's back-off, and after [`START_ATTEMPTS`] refusals in a row the instance is `failed`
     /// with the engine's reason.
-    async fn refused(
-        &self,
-        instance: &Instance,
-        e: RuntimeError,
-    ) -> Result<Next, ReconcileError> {
+    async fn refused(&self, instance: &Instance, e: RuntimeError) -> Result<Next, ReconcileError> {
         if let RuntimeError::Foreign(message) = e {
             // Nothing a retry changes (the instance's node drained or lost, on a runtime with
             // several): failed at once, with the runtime's sentence.
@@ -479,11 +475,7 @@ impl InstanceController {
         Ok(Next::Done)
     }
 
-    async fn fail(
-        &self,
-        instance: &Instance,
-        message: String,
-    ) -> Result<(), StoreError> {
+    async fn fail(&self, instance: &Instance, message: String) -> Result<(), StoreError> {
         self.forget_start(&instance.id);
         tracing::warn!(instance = %instance.id, key = %instance.key, %message, "instance failed");
         let mut obs = Observation::of(instance);

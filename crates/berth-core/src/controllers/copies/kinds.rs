@@ -1,0 +1,256 @@
+//! The three copies: a snapshot, a branch and a restore, each from its record to done.
+
+use std::sync::Arc;
+
+use super::volumes::{Pair, pairs_into};
+use super::{CopyController, Stop, to_i64};
+use crate::model::Instance;
+use crate::plan::{copy_targets, plan_volumes};
+use crate::runtime::LABEL_SNAPSHOT;
+use crate::snapshots::{CopyOp, CopyState, SnapshotState};
+use crate::store::StoreError;
+
+impl CopyController {
+    pub(super) async fn snapshot(self: &Arc<Self>, copy: &CopyOp) -> Result<(), Stop> {
+        let source = self.instance(copy.source_instance.as_ref())?;
+        let snapshot_id = copy
+            .snapshot
+            .clone()
+            .ok_or_else(|| Stop::Fail("no snapshot".into()))?;
+        let read = snapshot_id.clone();
+        let mut snapshot = self
+            .ctx
+            .store
+            .read(move |tx| tx.snapshot(&read))
+            .await?
+            .ok_or_else(|| Stop::Fail("the snapshot is gone".to_owned()))?;
+        let image = self.ctx.runtime.ensure_image(&source.spec.image).await?;
+        let _ = image;
+        let pairs: Vec<Pair> = snapshot
+            .volumes
+            .iter()
+            .map(|v| Pair {
+                name: v.name.clone(),
+                from: source
+                    .kept
+                    .iter()
+                    .find(|s| s.name == v.name)
+                    .map(|s| s.docker_name.clone()),
+                to: v.docker_name.clone(),
+            })
+            .collect();
+        let mut labels = self.labels(copy);
+        labels.insert(LABEL_SNAPSHOT.to_owned(), snapshot_id.to_string());
+        let (moved, paused_ms, sizes) = self
+            .copy_pairs(
+                copy,
+                &source.key,
+                &pairs,
+                &labels,
+                source.spec.image.as_str(),
+                Some(&source),
+            )
+            .await?;
+        for v in &mut snapshot.volumes {
+            let from = pairs
+                .iter()
+                .find(|p| p.name == v.name)
+                .and_then(|p| p.from.clone());
+            v.bytes = from
+                .and_then(|f| sizes.get(&f).copied().flatten())
+                .and_then(|b| i64::try_from(b).ok());
+        }
+        snapshot.state = SnapshotState::Ready;
+        snapshot.source_paused_ms = paused_ms;
+        let (id, done) = (copy.id.clone(), to_i64(moved));
+        self.ctx
+            .store
+            .write(move |tx| {
+                tx.update_snapshot(&snapshot)?;
+                tx.end_copy(&id, CopyState::Done, None, done, Some(done))
+            })
+            .await?;
+        self.finished(copy, &source.key, moved);
+        Ok(())
+    }
+
+    pub(super) async fn branch(self: &Arc<Self>, copy: &CopyOp) -> Result<(), Stop> {
+        let target = self.instance(copy.target_instance.as_ref())?;
+        let image = self.ctx.runtime.ensure_image(&target.spec.image).await?;
+        let volumes = plan_volumes(&self.ctx.config.prefix, &target, &image.volumes);
+        if volumes != target.volumes {
+            self.ctx.store.record_volumes(&target.id, &volumes).await?;
+        }
+        let (source_volumes, source): (Vec<(String, String)>, Option<Instance>) =
+            match (&copy.source_instance, &copy.snapshot) {
+                (Some(id), _) => {
+                    let source = self.instance(Some(id))?;
+                    (
+                        source
+                            .kept
+                            .iter()
+                            .map(|v| (v.name.clone(), v.docker_name.clone()))
+                            .collect(),
+                        Some(source),
+                    )
+                }
+                (None, Some(snapshot)) => {
+                    let read = snapshot.clone();
+                    let found = self
+                        .ctx
+                        .store
+                        .read(move |tx| tx.snapshot(&read))
+                        .await?
+                        .filter(|s| s.state == SnapshotState::Ready)
+                        .ok_or_else(|| {
+                            Stop::Fail("the snapshot to branch from is no longer ready".to_owned())
+                        })?;
+                    self.storage_present(&found).await?;
+                    (
+                        found
+                            .volumes
+                            .iter()
+                            .map(|v| (v.name.clone(), v.docker_name.clone()))
+                            .collect(),
+                        None,
+                    )
+                }
+                (None, None) => return Err(Stop::Fail("the copy names no source".to_owned())),
+            };
+        let names: Vec<String> = source_volumes.iter().map(|(n, _)| n.clone()).collect();
+        let (_, targets) = copy_targets(&self.ctx.config.prefix, &target, &image.volumes, &names);
+        let pairs = pairs_into(&targets, &source_volumes);
+        let labels = self.instance_labels(copy, &target);
+        let (moved, _, _) = self
+            .copy_pairs(
+                copy,
+                &target.key,
+                &pairs,
+                &labels,
+                target.spec.image.as_str(),
+                source.as_ref(),
+            )
+            .await?;
+        let (id, done, instance) = (copy.id.clone(), to_i64(moved), target.id.clone());
+        self.ctx
+            .store
+            .write(move |tx| {
+                // The source's volumes no spec mounts now are the branch's too.
+                tx.keep_volumes(&instance, &targets)?;
+                tx.end_copy(&id, CopyState::Done, None, done, Some(done))
+            })
+            .await?;
+        self.finished(copy, &target.key, moved);
+        self.queue.enqueue_now(&target.id);
+        Ok(())
+    }
+
+    pub(super) async fn restore(self: &Arc<Self>, copy: &CopyOp) -> Result<(), Stop> {
+        let target = self.instance(copy.target_instance.as_ref())?;
+        let image = self.ctx.runtime.ensure_image(&target.spec.image).await?;
+        let read = copy
+            .snapshot
+            .clone()
+            .ok_or_else(|| Stop::Fail("no snapshot".into()))?;
+        let source = self
+            .ctx
+            .store
+            .read(move |tx| tx.snapshot(&read))
+            .await?
+            .filter(|s| s.state == SnapshotState::Ready)
+            .ok_or_else(|| Stop::Fail("the snapshot to restore is no longer ready".to_owned()))?;
+        self.storage_present(&source).await?;
+        // The instance controller stops the container while a copy fills the instance: once
+        // this reconcile is through, the volumes it mounted are no longer written, and the
+        // before-restore snapshot (those very volumes) is whole.
+        self.instances
+            .reconcile_exclusive(&target.id)
+            .await
+            .map_err(|e| Stop::Retry(e.to_string()))?;
+        let name = self.ctx.container_name(&target);
+        if let Some(c) = self.ctx.runtime.inspect_container(&name).await?
+            && c.running
+        {
+            return Err(Stop::Retry(format!("the container {name} still runs")));
+        }
+        if let Some(backup) = copy.backup.clone() {
+            let sizes = self
+                .ctx
+                .runtime
+                .volume_bytes(
+                    &target
+                        .kept
+                        .iter()
+                        .map(|v| v.docker_name.clone())
+                        .collect::<Vec<_>>(),
+                )
+                .await
+                .unwrap_or_default();
+            self.ctx
+                .store
+                .write(move |tx| {
+                    if let Some(mut s) = tx.snapshot(&backup)?
+                        && s.state == SnapshotState::Copying
+                    {
+                        for v in &mut s.volumes {
+                            v.bytes = sizes
+                                .get(&v.docker_name)
+                                .copied()
+                                .flatten()
+                                .and_then(|b| i64::try_from(b).ok());
+                        }
+                        s.state = SnapshotState::Ready;
+                        tx.update_snapshot(&s)?;
+                    }
+                    Ok::<_, StoreError>(())
+                })
+                .await?;
+        }
+        let mut tagged = target.clone();
+        tagged.volume_tag = copy.tag.clone();
+        let source_volumes: Vec<(String, String)> = source
+            .volumes
+            .iter()
+            .map(|v| (v.name.clone(), v.docker_name.clone()))
+            .collect();
+        let names: Vec<String> = source_volumes.iter().map(|(n, _)| n.clone()).collect();
+        let (volumes, targets) =
+            copy_targets(&self.ctx.config.prefix, &tagged, &image.volumes, &names);
+        let pairs = pairs_into(&targets, &source_volumes);
+        let labels = self.instance_labels(copy, &target);
+        let (moved, _, _) = self
+            .copy_pairs(
+                copy,
+                &target.key,
+                &pairs,
+                &labels,
+                target.spec.image.as_str(),
+                None,
+            )
+            .await?;
+        let (id, done, instance, tag) = (
+            copy.id.clone(),
+            to_i64(moved),
+            target.id.clone(),
+            copy.tag.clone().unwrap_or_default(),
+        );
+        self.ctx
+            .store
+            .write(move |tx| {
+                tx.set_volume_tag(&instance, &tag, &volumes, &targets)?;
+                tx.end_copy(&id, CopyState::Done, None, done, Some(done))
+            })
+            .await?;
+        self.finished(copy, &target.key, moved);
+        self.queue.enqueue_now(&target.id);
+        Ok(())
+    }
+
+    pub(super) fn finished(&self, copy: &CopyOp, key: &str, moved: u64) {
+        let mut done = copy.clone();
+        done.state = CopyState::Done;
+        let moved = moved.max(self.reported().get(&copy.id).copied().unwrap_or(0));
+        self.publish(&done, key, moved, Some(moved));
+        tracing::info!(copy = %copy.id, kind = copy.kind.as_str(), bytes = moved, "copy done");
+    }
+}
