@@ -47,8 +47,11 @@ use slots::{Slots, Waiting};
 
 /// The longest wait before a copy the engine could not serve is tried again.
 const RETRY_MAX: Duration = Duration::from_secs(30);
-/// How long a finished copy waits for the engine's disk-usage report of its sources.
-const MEASURE_GRACE: Duration = Duration::from_secs(2);
+/// How long a finished copy waits for the engine's disk-usage report of its sources (asked
+/// when the copy began). The report walks every volume of the engine and takes seconds on a busy
+/// one: a copy that gave up on it after a moment would record no size at all, so it is waited
+/// for this long before the bytes that went through the copy stand in.
+const MEASURE_GRACE: Duration = Duration::from_secs(20);
 /// Progress is put on the event stream at most this often.
 const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 /// How many copies run at once. Each one streams a volume through a helper container: a few
