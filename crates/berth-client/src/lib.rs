@@ -625,7 +625,10 @@ impl Client {
         let req = self
             .request(Method::POST, &path)
             .header("content-type", "application/octet-stream")
-            .timeout(Duration::from_millis(frame.timeout_ms) + Duration::from_secs(60))
+            .timeout(
+                Duration::from_millis(u64::try_from(frame.timeout_ms).unwrap_or(0))
+                    + Duration::from_secs(60),
+            )
             .body(reqwest::Body::wrap_stream(body));
         self.json(format!("POST {path}"), req).await
     }

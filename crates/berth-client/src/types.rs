@@ -7,6 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use berth_api::exec::{ExecFrame, ExecResult};
+
 /// `GET /healthz`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Health {
@@ -281,34 +283,6 @@ pub enum Cause {
     Use,
     /// A person's start.
     Person,
-}
-
-/// The first line of an exec body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ExecFrame {
-    /// The command and its arguments (1 to 4096, no NUL).
-    pub argv: Vec<String>,
-    /// A name, uid or `uid:gid`; `None` for the image's user.
-    pub user: Option<String>,
-    /// 1000 to 21600000.
-    pub timeout_ms: u64,
-}
-
-/// How an exec ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ExecResult {
-    /// Null when the command was killed at its timeout.
-    pub exit_code: Option<i64>,
-    /// The last 1 MiB of stdout.
-    pub stdout: String,
-    /// The last 1 MiB of stderr.
-    pub stderr: String,
-    /// Whether either was cut.
-    pub truncated: bool,
-    /// Whether the command was killed at its timeout.
-    pub timed_out: bool,
 }
 
 /// A host endpoint of an instance.

@@ -8,14 +8,12 @@
 //! Invariants: this crate knows nothing of Docker or HTTP. It never deletes a volume. A request
 //! that is refused writes nothing.
 
+pub use berth_api::{decode, exec, ids, image, spec, time};
+
 pub mod consent;
 pub mod controllers;
-pub mod decode;
 pub mod error;
 pub mod evidence;
-pub mod exec;
-pub mod ids;
-pub mod image;
 pub mod model;
 pub mod names;
 pub mod ownership;
@@ -25,9 +23,7 @@ pub mod rollouts;
 pub mod runtime;
 pub mod service;
 pub mod snapshots;
-pub mod spec;
 pub mod store;
-pub mod time;
 pub mod watch;
 pub mod workspaces;
 

@@ -64,7 +64,7 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let frame = ExecFrame {
         argv: args.command,
         user: args.user,
-        timeout_ms: timeout_ms as u64,
+        timeout_ms: i64::try_from(timeout_ms).unwrap_or(MAX_TIMEOUT_MS),
     };
     let send_stdin = !args.no_stdin && !std::io::stdin().is_terminal();
     let result = client

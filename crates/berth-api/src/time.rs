@@ -68,6 +68,7 @@ impl<'de> Deserialize<'de> for Timestamp {
     }
 }
 
+#[cfg(feature = "openapi")]
 impl utoipa::PartialSchema for Timestamp {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
         utoipa::openapi::ObjectBuilder::new()
@@ -79,6 +80,7 @@ impl utoipa::PartialSchema for Timestamp {
     }
 }
 
+#[cfg(feature = "openapi")]
 impl utoipa::ToSchema for Timestamp {}
 
 #[cfg(test)]

@@ -5,9 +5,8 @@
 use std::sync::LazyLock;
 
 use regex::Regex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
 
 use crate::decode::{Problems, pattern};
 
@@ -24,8 +23,10 @@ pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
 
 static USER: LazyLock<Regex> = LazyLock::new(|| pattern(r"^[A-Za-z0-9._:-]{1,64}$"));
 
-/// A decoded exec frame.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// An exec frame: the first line of an exec request's body, as a client sends it and the daemon
+/// decodes it ([`decode_frame`], which holds it to the limits below).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ExecFrame {
     /// The command and its arguments.
     pub argv: Vec<String>,
@@ -36,7 +37,8 @@ pub struct ExecFrame {
 }
 
 /// How an exec ended (`resourceInstanceExecResultSchema`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ExecResult {
     /// Null when the command was killed at its timeout.

@@ -443,8 +443,9 @@ impl<'de> Visitor<'de> for UniqueValue<'_> {
     }
 }
 
-/// Compiles a pattern from this crate's constants.
-pub(crate) fn pattern(source: &str) -> Regex {
+/// Compiles one of berth's own patterns (a constant of this crate or of the daemon's); panics on
+/// a pattern that does not compile, which a test of each constant catches.
+pub fn pattern(source: &str) -> Regex {
     Regex::new(source).expect("berth's own patterns compile")
 }
 

@@ -165,7 +165,8 @@ pub struct Spec {
 }
 
 /// One reason a spec was refused: the field, and the sentence.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Refusal {
     /// The forbidden field's name, or `spec` for a spec that does not decode.
     pub field: String,

@@ -1,0 +1,17 @@
+//! berth-api: what crosses berth's wire, defined once for the daemon and its clients.
+//!
+//! The values of the resource-instance contract: ids (`rdm:`, `rin:`, `snp:`, `cpy:` and a
+//! uuid), times (RFC 3339 in milliseconds), digest-pinned image references, the spec with its
+//! strict decoder (every problem named by its place, never by its value) and `specDigest`, and
+//! the exec frame and result. With the `openapi` feature each type also carries its OpenAPI
+//! schema, for the daemon's document.
+//!
+//! Invariants: pure values, no I/O; nothing here knows of HTTP, the store or an engine. A value
+//! that decodes here is one the daemon accepts.
+
+pub mod decode;
+pub mod exec;
+pub mod ids;
+pub mod image;
+pub mod spec;
+pub mod time;
