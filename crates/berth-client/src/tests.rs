@@ -7,6 +7,8 @@ use futures_util::StreamExt;
 use serde_json::json;
 
 use super::*;
+use bytes::Bytes;
+use futures_util::stream;
 
 fn instance_json(kind_state: serde_json::Value) -> serde_json::Value {
     json!({

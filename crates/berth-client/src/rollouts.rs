@@ -1,0 +1,126 @@
+//! Image evidence, releases, rollouts and rollbacks.
+
+use serde_json::json;
+
+use crate::types::*;
+use crate::{Client, ClientError, instance_path, seg};
+
+impl Client {
+    /// `GET .../instances/{key}/image`.
+    pub async fn image(&self, domain: &str, key: &str) -> Result<ImageEvidence, ClientError> {
+        self.get(&instance_path(domain, key, "/image")).await
+    }
+
+    /// `GET .../instances/{key}/releases`: newest first.
+    pub async fn releases(&self, domain: &str, key: &str) -> Result<Vec<Release>, ClientError> {
+        let list: Items<Release> = self.get(&instance_path(domain, key, "/releases")).await?;
+        Ok(list.items)
+    }
+
+    /// `GET .../instances/{key}/image-releases`: the pinned images berth observed for the
+    /// instance, most recently observed first.
+    pub async fn image_releases(
+        &self,
+        domain: &str,
+        key: &str,
+    ) -> Result<Vec<ImageRelease>, ClientError> {
+        let list: Items<ImageRelease> = self
+            .get(&instance_path(domain, key, "/image-releases"))
+            .await?;
+        Ok(list.items)
+    }
+
+    /// `GET .../instances/{key}/rollouts`: newest first.
+    pub async fn rollouts(&self, domain: &str, key: &str) -> Result<Vec<Rollout>, ClientError> {
+        let list: Items<Rollout> = self.get(&instance_path(domain, key, "/rollouts")).await?;
+        Ok(list.items)
+    }
+
+    /// `GET .../instances/{key}/rollouts/{rolloutId}`.
+    pub async fn rollout(
+        &self,
+        domain: &str,
+        key: &str,
+        rollout_id: &str,
+    ) -> Result<Rollout, ClientError> {
+        self.get(&instance_path(
+            domain,
+            key,
+            &format!("/rollouts/{}", seg(rollout_id)),
+        ))
+        .await
+    }
+
+    /// `GET .../instances/{key}/rollouts/{rolloutId}/evidence`.
+    pub async fn rollout_evidence(
+        &self,
+        domain: &str,
+        key: &str,
+        rollout_id: &str,
+    ) -> Result<RuntimeEvidence, ClientError> {
+        self.get(&instance_path(
+            domain,
+            key,
+            &format!("/rollouts/{}/evidence", seg(rollout_id)),
+        ))
+        .await
+    }
+
+    /// `GET .../instances/{key}/rollouts/{rolloutId}/reports`: the latest report of each
+    /// reporter and session, oldest first.
+    pub async fn rollout_reports(
+        &self,
+        domain: &str,
+        key: &str,
+        rollout_id: &str,
+    ) -> Result<Vec<RolloutReport>, ClientError> {
+        let list: Items<RolloutReport> = self
+            .get(&instance_path(
+                domain,
+                key,
+                &format!("/rollouts/{}/reports", seg(rollout_id)),
+            ))
+            .await?;
+        Ok(list.items)
+    }
+
+    /// `POST .../instances/{key}/rollback` checked against the instance's newest rollout
+    /// generation (0 before any): to `release_id`, or without one to the previous image
+    /// release that ran verified. A stale generation is `ResourceInstanceRolloutConflictError`
+    /// (with `currentRolloutGeneration`); a release that never ran verified is
+    /// `ResourceInstanceRollbackTargetNotAcceptedError`.
+    pub async fn rollback_to(
+        &self,
+        domain: &str,
+        key: &str,
+        idempotency_key: &str,
+        expected_rollout_generation: i64,
+        release_id: Option<&str>,
+    ) -> Result<Rollback, ClientError> {
+        let mut body = json!({
+            "idempotencyKey": idempotency_key,
+            "expectedRolloutGeneration": expected_rollout_generation,
+        });
+        if let Some(release) = release_id {
+            body["releaseId"] = json!(release);
+        }
+        self.post(&instance_path(domain, key, "/rollback"), Some(body))
+            .await
+    }
+
+    /// `POST .../instances/{key}/rollback` to the previous release.
+    pub async fn rollback(
+        &self,
+        domain: &str,
+        key: &str,
+        idempotency_key: &str,
+        expected_spec_digest: &str,
+    ) -> Result<Rollback, ClientError> {
+        let body = json!({
+            "idempotencyKey": idempotency_key,
+            "expectedSpecDigest": expected_spec_digest,
+        });
+        self.post(&instance_path(domain, key, "/rollback"), Some(body))
+            .await
+    }
+}

@@ -1,0 +1,88 @@
+//! Snapshots, branches and restores.
+
+use reqwest::Method;
+use serde::Serialize;
+use serde_json::json;
+
+use crate::types::*;
+use crate::{Client, ClientError, domain_path, instance_path};
+
+impl Client {
+    /// `POST .../instances/{key}/snapshots`: answers at once with the snapshot `copying`.
+    pub async fn snapshot(
+        &self,
+        domain: &str,
+        key: &str,
+        name: &str,
+    ) -> Result<Snapshot, ClientError> {
+        self.post(
+            &instance_path(domain, key, "/snapshots"),
+            Some(json!({ "name": name })),
+        )
+        .await
+    }
+
+    /// `GET .../snapshots`, of one instance key when given: newest first.
+    pub async fn snapshots(
+        &self,
+        domain: &str,
+        instance_key: Option<&str>,
+    ) -> Result<Vec<Snapshot>, ClientError> {
+        let query = instance_key
+            // A key is letters, digits and `._@-`: nothing a query must escape.
+            .map(|k| format!("?instanceKey={k}"))
+            .unwrap_or_default();
+        let list: Items<Snapshot> = self
+            .get(&format!("{}/snapshots{query}", domain_path(domain)))
+            .await?;
+        Ok(list.items)
+    }
+
+    /// `GET .../snapshots/{snapshotId}`.
+    pub async fn snapshot_by_id(&self, domain: &str, id: &str) -> Result<Snapshot, ClientError> {
+        self.get(&format!("{}/snapshots/{id}", domain_path(domain)))
+            .await
+    }
+
+    /// `DELETE .../snapshots/{snapshotId}`: the snapshot and its storage go.
+    pub async fn delete_snapshot(&self, domain: &str, id: &str) -> Result<(), ClientError> {
+        let path = format!("{}/snapshots/{id}", domain_path(domain));
+        let req = self.request(Method::DELETE, &path).timeout(self.timeout);
+        self.send(req).await?;
+        Ok(())
+    }
+
+    /// `POST .../instances/{key}/branch`: a new instance filled from `from`, then run as `up`
+    /// would; answers at once.
+    pub async fn branch<S: Serialize + ?Sized>(
+        &self,
+        domain: &str,
+        key: &str,
+        from: &BranchFrom,
+        spec: &S,
+        cause: Cause,
+    ) -> Result<Instance, ClientError> {
+        let from = match from {
+            BranchFrom::Instance(k) => json!({ "instanceKey": k }),
+            BranchFrom::Snapshot(s) => json!({ "snapshotId": s }),
+        };
+        let body = json!({ "from": from, "spec": spec, "cause": cause });
+        self.post(&instance_path(domain, key, "/branch"), Some(body))
+            .await
+    }
+
+    /// `POST .../instances/{key}/restore`: a snapshot's contents back into the instance; what
+    /// they replace is kept as the answer's `beforeRestore` snapshot.
+    pub async fn restore(
+        &self,
+        domain: &str,
+        key: &str,
+        snapshot_id: &str,
+    ) -> Result<Restored, ClientError> {
+        self.post(
+            &instance_path(domain, key, "/restore"),
+            Some(json!({ "snapshotId": snapshot_id })),
+        )
+        .await
+    }
+}

@@ -1,0 +1,96 @@
+//! Workspaces, their leases and links.
+
+use reqwest::Method;
+use serde_json::json;
+
+use crate::types::*;
+use crate::{Client, ClientError, domain_path, seg, workspace_path};
+
+impl Client {
+    /// `GET /v1/whoami`: the key's id and the consent label a workspace's containers carry.
+    pub async fn whoami(&self) -> Result<Whoami, ClientError> {
+        self.get("/v1/whoami").await
+    }
+
+    /// `PUT /v1/workspaces/{id}`: registers its executors (idempotent; its link is kept).
+    pub async fn put_workspace(
+        &self,
+        workspace: &str,
+        request: &WorkspaceRequest,
+    ) -> Result<Workspace, ClientError> {
+        let body = serde_json::to_value(request).map_err(|e| ClientError::Decode {
+            what: "the workspace request".to_owned(),
+            detail: e.to_string(),
+        })?;
+        self.with_body(Method::PUT, &workspace_path(workspace), Some(body))
+            .await
+    }
+
+    /// `GET /v1/workspaces/{id}`, with its live executors.
+    pub async fn workspace(&self, workspace: &str) -> Result<Workspace, ClientError> {
+        self.get(&workspace_path(workspace)).await
+    }
+
+    /// `GET /v1/workspaces`: the caller's.
+    pub async fn workspaces(&self) -> Result<Vec<Workspace>, ClientError> {
+        let list: Items<Workspace> = self.get("/v1/workspaces").await?;
+        Ok(list.items)
+    }
+
+    /// `DELETE /v1/workspaces/{id}`: detaches its executors, removes its link and leases.
+    pub async fn delete_workspace(&self, workspace: &str) -> Result<(), ClientError> {
+        let _: serde_json::Value = self
+            .with_body(Method::DELETE, &workspace_path(workspace), None)
+            .await?;
+        Ok(())
+    }
+
+    /// `POST /v1/workspaces/{id}/leases` for `ttl_seconds` (1 to 86400).
+    pub async fn create_lease(
+        &self,
+        workspace: &str,
+        ttl_seconds: i64,
+    ) -> Result<Lease, ClientError> {
+        self.post(
+            &format!("{}/leases", workspace_path(workspace)),
+            Some(json!({ "ttlSeconds": ttl_seconds })),
+        )
+        .await
+    }
+
+    /// `POST /v1/workspaces/{id}/leases/{leaseId}/renew`.
+    pub async fn renew_lease(&self, workspace: &str, lease: &str) -> Result<Lease, ClientError> {
+        self.post(
+            &format!("{}/leases/{}/renew", workspace_path(workspace), seg(lease)),
+            None,
+        )
+        .await
+    }
+
+    /// `DELETE /v1/workspaces/{id}/leases/{leaseId}`.
+    pub async fn delete_lease(&self, workspace: &str, lease: &str) -> Result<(), ClientError> {
+        let _: serde_json::Value = self
+            .with_body(
+                Method::DELETE,
+                &format!("{}/leases/{}", workspace_path(workspace), seg(lease)),
+                None,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// `PUT /v1/resource-domains/{id}/workspace-links/{workspaceId}`.
+    pub async fn link(
+        &self,
+        domain: &str,
+        workspace: &str,
+        worktree_key: &str,
+    ) -> Result<Link, ClientError> {
+        self.with_body(
+            Method::PUT,
+            &format!("{}/workspace-links/{}", domain_path(domain), seg(workspace)),
+            Some(json!({ "worktreeKey": worktree_key })),
+        )
+        .await
+    }
+}
