@@ -43,7 +43,7 @@ impl Client {
     ///
     /// This is the one place a client waits for an instance. It asks the wait route; on a
     /// daemon without it (`404 RouteNotFoundError`) it polls `GET` instead, every
-    /// [`POLL_EVERY`] or as the builder set. `seen` is called with each view of the instance seen while waiting (for
+    /// [`POLL_EVERY`](crate::POLL_EVERY) or as the builder set. `seen` is called with each view of the instance seen while waiting (for
     /// progress); when polling, a state whose kind is in `kinds` ends the wait only when `seen`
     /// returns true for it, which is how a caller tells a state from before its request from
     /// the answer to it (the wait route does that itself with its generations).
