@@ -1,5 +1,7 @@
 //! Workspaces, their leases and links: the requests.
 
+use std::time::Duration;
+
 use super::Berth;
 use crate::error::Error;
 use crate::ids::DomainId;
@@ -9,7 +11,6 @@ use crate::model::{
 };
 use crate::time::Timestamp;
 use crate::workspaces::*;
-use std::time::Duration;
 
 impl Berth {
     async fn owned_workspace(&self, owner: &str, id: &str) -> Result<Workspace, Error> {

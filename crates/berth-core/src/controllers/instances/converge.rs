@@ -1,13 +1,13 @@
 //! Converging an instance that is to run: prepare, make the container, start it, probe it.
 
-use super::{
-    FRESH_OBSERVATION, InstanceController, PROBE_INTERVAL_MAX, PROBE_INTERVAL_MIN, STEADY_RUN,
-};
 use std::ops::ControlFlow;
 use std::time::Duration;
 
-use super::super::context::{Next, ReconcileError};
-use super::super::endpoints::EndpointController;
+use super::{
+    FRESH_OBSERVATION, InstanceController, PROBE_INTERVAL_MAX, PROBE_INTERVAL_MIN, STEADY_RUN,
+};
+use crate::controllers::context::{Next, ReconcileError};
+use crate::controllers::endpoints::EndpointController;
 use crate::model::{Instance, InstanceState};
 use crate::runtime::{
     ContainerFacts, ImageFacts, LABEL_PLACEMENT, LABEL_VOLUME, Labels, RuntimeError,

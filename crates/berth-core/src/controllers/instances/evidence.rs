@@ -2,8 +2,7 @@
 //! failing closed.
 
 use super::InstanceController;
-
-use super::super::context::{Next, ReconcileError};
+use crate::controllers::context::{Next, ReconcileError};
 use crate::evidence::{ImageEvidence, MismatchReason};
 use crate::model::Instance;
 use crate::runtime::{ContainerFacts, ImageFailure, RuntimeError};

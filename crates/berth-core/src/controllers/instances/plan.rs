@@ -1,9 +1,9 @@
 //! The container an instance is planned as: its name, labels, volumes and whether a
 //! container is that plan.
 
-use super::InstanceController;
 use std::time::Duration;
 
+use super::InstanceController;
 use crate::model::{Instance, InstanceVolume};
 use crate::ownership::LABEL_STORE_DIR;
 use crate::plan::plan_volumes;
