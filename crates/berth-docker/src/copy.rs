@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use berth_core::runtime::{Copied, CopyPlan, RuntimeError};
 use bollard::Docker;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
-use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountTmpfsOptions, MountType};
 use bollard::query_parameters::{
     CreateContainerOptions, DownloadFromContainerOptions, UploadToContainerOptions,
 };
@@ -342,6 +342,40 @@ async fn create_helper(
     create_fresh(docker, name, body, &format!("copy helper {name}")).await
 }
 
+/// The most a shadowing tmpfs holds: nothing is meant to write there.
+const SHADOW_BYTES: i64 = 1024 * 1024;
+
+/// A tmpfs for each of `declared` (an image's `VOLUME` paths) that no mount in `taken` is at:
+/// the mounts that keep the engine from making anonymous volumes for a helper. (A mount below a
+/// declared path does not cover it: the engine mounts the tmpfs first, then the volume in it.)
+fn shadow_image_volumes(declared: &[String], taken: &[Mount]) -> Vec<Mount> {
+    let mut paths: Vec<&str> = declared
+        .iter()
+        .map(|p| p.trim_end_matches('/'))
+        .filter(|p| !p.is_empty())
+        .filter(|p| {
+            !taken
+                .iter()
+                .filter_map(|m| m.target.as_deref())
+                .any(|t| t.trim_end_matches('/') == *p)
+        })
+        .collect();
+    paths.sort_unstable();
+    paths.dedup();
+    paths
+        .into_iter()
+        .map(|path| Mount {
+            target: Some(path.to_owned()),
+            typ: Some(MountType::TMPFS),
+            tmpfs_options: Some(MountTmpfsOptions {
+                size_bytes: Some(SHADOW_BYTES),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .collect()
+}
+
 /// A volume mounted at `path`.
 fn volume_mount(volume: &str, path: &str, read_only: bool) -> Mount {
     Mount {
@@ -354,13 +388,28 @@ fn volume_mount(volume: &str, path: &str, read_only: bool) -> Mount {
 }
 
 /// Creates helper `name` from `body`; one of that name left by an interrupted attempt is
-/// removed and made again.
+/// removed and made again. Every `VOLUME` of the helper's image that its mounts do not cover is
+/// covered by a small tmpfs: the engine would give each an anonymous volume, which nothing
+/// removes when the helper goes (a Postgres image's copy helper would leave one per copy).
 async fn create_fresh(
     docker: &Docker,
     name: &str,
-    body: ContainerCreateBody,
+    mut body: ContainerCreateBody,
     what: &str,
 ) -> Result<String, RuntimeError> {
+    if let Some(image) = body.image.clone() {
+        let declared = docker
+            .inspect_image(&image)
+            .await
+            .map_err(|e| error::map(e, &format!("image {image}")))?
+            .config
+            .and_then(|c| c.volumes)
+            .unwrap_or_default();
+        let host = body.host_config.get_or_insert_with(HostConfig::default);
+        let mounts = host.mounts.get_or_insert_with(Vec::new);
+        let shadows = shadow_image_volumes(&declared, mounts);
+        mounts.extend(shadows);
+    }
     let options = CreateContainerOptions {
         name: Some(name.to_owned()),
         ..Default::default()
@@ -439,4 +488,41 @@ async fn transfer(
     let total = moved.load(Ordering::Relaxed);
     progress(total);
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(path: &str) -> Mount {
+        volume_mount("v", path, false)
+    }
+
+    #[test]
+    fn each_image_volume_no_mount_covers_gets_a_small_tmpfs() {
+        let declared = vec![
+            "/var/lib/postgresql/data".to_owned(),
+            "/data/".to_owned(),
+            "/data".to_owned(),
+            "/berth-copy".to_owned(),
+            "/srv".to_owned(),
+        ];
+        // Only a mount at a declared path covers it.
+        let taken = [at(SOURCE), at("/srv/")];
+        let shadows = shadow_image_volumes(&declared, &taken);
+        let targets: Vec<&str> = shadows.iter().filter_map(|m| m.target.as_deref()).collect();
+        assert_eq!(
+            targets,
+            ["/berth-copy", "/data", "/var/lib/postgresql/data"]
+        );
+        for m in &shadows {
+            assert_eq!(m.typ, Some(MountType::TMPFS));
+            assert_eq!(m.source, None);
+            assert_eq!(
+                m.tmpfs_options.as_ref().and_then(|o| o.size_bytes),
+                Some(SHADOW_BYTES)
+            );
+        }
+        assert!(shadow_image_volumes(&[], &taken).is_empty());
+    }
 }

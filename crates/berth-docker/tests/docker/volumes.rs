@@ -381,3 +381,95 @@ async fn a_copy_keeps_owners_modes_links_and_empty_dirs_both_ways_and_only_a_lab
         .await
         .expect("gone already is fine");
 }
+
+/// Where the engine mounted volumes into container `name` since `since`: its volume `mount`
+/// events' destinations (a tmpfs mount makes none).
+async fn volume_destinations(name: &str, since: i64) -> Vec<String> {
+    use futures_util::StreamExt;
+    let until = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 1;
+    let events = |kind: &str| bollard::query_parameters::EventsOptions {
+        since: Some(since.to_string()),
+        until: Some(until.to_string()),
+        filters: Some(HashMap::from([("type".to_owned(), vec![kind.to_owned()])])),
+    };
+    let created: Vec<_> = common::docker()
+        .events(Some(events("container")))
+        .collect()
+        .await;
+    let ids: Vec<String> = created
+        .into_iter()
+        .map(|e| e.expect("an engine event"))
+        .filter(|e| e.action.as_deref() == Some("create"))
+        .filter_map(|e| e.actor)
+        .filter(|a| {
+            a.attributes
+                .as_ref()
+                .and_then(|at| at.get("name"))
+                .is_some_and(|n| n == name)
+        })
+        .filter_map(|a| a.id)
+        .collect();
+    assert!(!ids.is_empty(), "container {name} was made");
+    let mounted: Vec<_> = common::docker()
+        .events(Some(events("volume")))
+        .collect()
+        .await;
+    mounted
+        .into_iter()
+        .map(|e| e.expect("an engine event"))
+        .filter(|e| e.action.as_deref() == Some("mount"))
+        .filter_map(|e| e.actor.and_then(|a| a.attributes))
+        .filter(|at| at.get("container").is_some_and(|c| ids.contains(c)))
+        .filter_map(|at| at.get("destination").cloned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_copy_helper_of_an_image_with_a_volume_mounts_only_the_two_volumes_and_leaves_no_anonymous_one()
+ {
+    use berth_core::runtime::{CopyPlan, LABEL_COPY};
+    let rt = common::runtime().await;
+    let scope = Scope::new("volume-shadow");
+    // The image declares `VOLUME /data`: a helper made from it without a mount there would get
+    // an anonymous volume, left behind when the helper goes.
+    let image = common::image(common::VOLUME);
+    rt.ensure_image(&image).await.expect("the image is ready");
+    let reference = image.as_str().to_owned();
+    let (from, to) = (scope.name("from"), scope.name("to"));
+    let mut labels = common::labels();
+    labels.insert(LABEL_COPY.to_owned(), "cpy:shadow".to_owned());
+    rt.create_volume(&from, &labels).await.expect("made");
+    rt.create_volume(&to, &labels).await.expect("made");
+    in_volume(&reference, &from, "echo kept > /d/f");
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+        - 1;
+    let plan = CopyPlan {
+        helper: scope.name("copy"),
+        image: reference.clone(),
+        from: from.clone(),
+        to: to.clone(),
+        labels: labels.clone(),
+        freeze: None,
+    };
+    rt.copy_volume(&plan, &|_| {}).await.expect("the copy");
+    assert_eq!(in_volume(&reference, &to, "cat /d/f"), "kept");
+    let mut destinations = volume_destinations(&format!("{}-c", plan.helper), since).await;
+    destinations.sort();
+    assert_eq!(
+        destinations,
+        ["/berth-copy/from/data", "/berth-copy/to/data"],
+        "the helper mounted its two volumes and nothing at /data"
+    );
+    for name in [&from, &to] {
+        rt.remove_volume(name, LABEL_COPY, "cpy:shadow")
+            .await
+            .expect("removed");
+    }
+}
