@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
+use berth_testkit::{READY_PORT, SPEC_MEMORY, SPEC_MILLICORES, SPEC_MOUNT};
 use bollard::Docker;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::models::{
@@ -20,8 +21,6 @@ use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
-
-use crate::daemon::{READY_PORT, SPEC_MEMORY, SPEC_MILLICORES, SPEC_MOUNT};
 
 /// The label every baseline object carries: this run's prefix. Deliberately not a `berth.*`
 /// label, so the daemon under test never takes a baseline object for one of its own.

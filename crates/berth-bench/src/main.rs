@@ -17,8 +17,8 @@
 //! to where, and why its baseline is fair; the run rewrites the results there, between
 //! `<!-- bench:<figure>:begin -->` and `<!-- bench:<figure>:end -->`, unless `--no-write`.
 
+mod api;
 mod branch;
-mod daemon;
 mod engine;
 mod exec;
 mod fair;
@@ -43,11 +43,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
+use berth_testkit::spec;
 use bollard::Docker;
 use clap::{Parser, ValueEnum};
 use tokio::sync::OnceCell;
 
-use crate::daemon::{Api, Daemon, spec};
+use crate::api::{self as berth, Api};
 use crate::report::{Figure, Machine};
 
 /// Measures berth against raw Docker baselines taken in the same run, prints one line per
@@ -400,7 +401,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
     let key = format!("bench-{}", random_hex(16)?);
     let other_key = format!("bench-{}", random_hex(16)?);
-    let daemon = Daemon::start(&berth_bin, &prefix, &format!("{key},{other_key}"), None).await?;
+    let daemon = berth::start(berth::launch(&berth_bin, &prefix, &[&key, &other_key])).await?;
     let outcome = async {
         let api = Api::new(&daemon.base, &key)?;
         let other_api = Api::new(&daemon.base, &other_key)?;
@@ -432,7 +433,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
     // Whatever happened: the daemon goes first (so it recreates nothing), then everything
     // named with the prefix.
-    daemon.stop().await;
+    berth::stop(daemon).await;
     let leftovers = engine::remove_everything(&docker, &prefix).await;
 
     let figures = outcome?;

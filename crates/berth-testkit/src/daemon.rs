@@ -41,7 +41,10 @@ pub fn berth_binary() -> PathBuf {
         }
     }
     let exe = std::env::current_exe().expect("the running executable's path");
-    let mut dir = exe.parent().expect("the executable's directory").to_path_buf();
+    let mut dir = exe
+        .parent()
+        .expect("the executable's directory")
+        .to_path_buf();
     if dir.file_name().is_some_and(|n| n == "deps") {
         dir.pop();
     }
@@ -118,8 +121,7 @@ impl Launch {
 
     /// Extra `serve` arguments.
     pub fn args<S: AsRef<str>>(mut self, args: &[S]) -> Launch {
-        self.args
-            .extend(args.iter().map(|a| a.as_ref().to_owned()));
+        self.args.extend(args.iter().map(|a| a.as_ref().to_owned()));
         self
     }
 
@@ -183,9 +185,10 @@ impl Launch {
                 .map_err(|e| format!("an empty berth.db in {}: {e}", data_dir.display()))?;
         }
         let binary = self.binary.clone().unwrap_or_else(berth_binary);
-        let log_level = self.log_level.clone().unwrap_or_else(|| {
-            std::env::var("BERTH_TEST_LOG").unwrap_or_else(|_| "info".into())
-        });
+        let log_level = self
+            .log_level
+            .clone()
+            .unwrap_or_else(|| std::env::var("BERTH_TEST_LOG").unwrap_or_else(|_| "info".into()));
         let mut d = Daemon {
             child: None,
             base: String::new(),
