@@ -8,7 +8,7 @@ use anyhow::{Context, anyhow, bail};
 use berth_client::{
     ArchivedInstance, Cause, ClientError, ExecFrame, ExecResult, Instance, WorkspaceRequest,
 };
-use berth_testkit::{Daemon, Launch};
+use berth_testkit::{Daemon, DockerObjects, Launch};
 use serde_json::{Value, json};
 
 /// How long the daemon may take to print its address.
@@ -34,6 +34,19 @@ pub async fn start(launch: Launch) -> anyhow::Result<Daemon> {
         .await
         .context("the daemon's launcher")?
         .map_err(|e| anyhow!("berth serve did not start: {e}"))
+}
+
+/// Removes every container, network and volume named `<prefix>-…` with the test kit's cleanup
+/// by prefix (off the async threads), then answers whatever is still there.
+pub async fn remove_everything(prefix: &str) -> anyhow::Result<DockerObjects> {
+    let prefix = prefix.to_owned();
+    tokio::task::spawn_blocking(move || {
+        berth_testkit::remove_docker_objects(&prefix);
+        berth_testkit::docker_objects(&prefix)
+    })
+    .await
+    .context("the cleanup")?
+    .map_err(|e| anyhow!("listing what the run left: {e}"))
 }
 
 /// Stops the daemon with SIGTERM, and kills it if it has not ended within 10 s.

@@ -17,7 +17,6 @@ use tokio::time::Instant;
 
 use crate::Ctx;
 use crate::api::{self as berth, Api, small_spec};
-use crate::engine;
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, number};
 use crate::stats::median;
@@ -416,7 +415,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Figure> {
     }
     berth::stop(daemon).await;
     progress::line(&format!("{NAME_CPU}: removing the idle instances"));
-    let leftovers = engine::remove_everything(&ctx.docker, &prefix).await?;
+    let leftovers = berth::remove_everything(&prefix).await?;
     if !leftovers.is_empty() {
         bail!("could not remove the idle figure's objects: {leftovers:?}");
     }

@@ -434,7 +434,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // Whatever happened: the daemon goes first (so it recreates nothing), then everything
     // named with the prefix.
     berth::stop(daemon).await;
-    let leftovers = engine::remove_everything(&docker, &prefix).await;
+    let leftovers = berth::remove_everything(&prefix).await;
 
     let figures = outcome?;
     let command = std::iter::once("berth-bench".to_owned())

@@ -26,7 +26,6 @@ use tokio::time::Instant;
 
 use crate::Ctx;
 use crate::api::{self as berth, Api, small_spec, timestamp};
-use crate::engine;
 use crate::idle::{CountingProxy, engine_socket};
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, number};
@@ -411,8 +410,9 @@ async fn measure(
              machine)."
         ),
         format!(
-            "list: {LIST_REQUESTS} requests a side, one at a time, interleaved; berth's answer \
-             is {} KB of JSON for the 200 instances. p99: berth {} ms, Docker {} ms.",
+            "list: {LIST_REQUESTS} requests a side, one at a time, interleaved; berth's answer, \
+             as berth-client's types write it back, is {} KB of JSON for the 200 instances. \
+             p99: berth {} ms, Docker {} ms.",
             number(body as f64 / 1000.0),
             number(quantile(&list_berth, 0.99)),
             number(quantile(&list_raw, 0.99)),
@@ -450,7 +450,7 @@ pub async fn run(ctx: &Ctx, restarts: usize) -> anyhow::Result<Figure> {
     let key = format!("bench-many-{}", crate::random_hex(16)?);
     let outcome = measure(ctx, &prefix, &key, &dir.path().join("data"), restarts).await;
     progress::line(&format!("{NAME_LIST}: removing the {INSTANCES} instances"));
-    let leftovers = engine::remove_everything(&ctx.docker, &prefix).await?;
+    let leftovers = berth::remove_everything(&prefix).await?;
     if !leftovers.is_empty() {
         return Err(anyhow!(
             "could not remove the 200-instance figure's objects: {leftovers:?}"

@@ -328,7 +328,7 @@ pub async fn run(ctx: &Ctx, duration: Duration) -> anyhow::Result<Figure> {
     }
     berth::stop(daemon).await;
     progress::line("soak: removing its instances");
-    let leftovers = engine::remove_everything(&ctx.docker, &prefix).await?;
+    let leftovers = berth::remove_everything(&prefix).await?;
     if !leftovers.is_empty() {
         bail!("could not remove the soak's objects: {leftovers:?}");
     }

@@ -4,41 +4,91 @@ use std::process::Command;
 
 use serde_json::Value;
 
-/// Removes every container, network and volume whose name starts with `prefix` (test objects).
-pub fn remove_docker_objects(prefix: &str) {
-    let list = |args: &[&str]| -> Vec<String> {
-        Command::new("docker")
-            .args(args)
-            .output()
-            .map(|o| {
-                String::from_utf8_lossy(&o.stdout)
-                    .lines()
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+/// Containers, networks and volumes, by name.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct DockerObjects {
+    pub containers: Vec<String>,
+    pub networks: Vec<String>,
+    pub volumes: Vec<String>,
+}
+
+impl DockerObjects {
+    /// Whether there is none of any kind.
+    pub fn is_empty(&self) -> bool {
+        self.containers.is_empty() && self.networks.is_empty() && self.volumes.is_empty()
+    }
+}
+
+/// Whether `name` is one of `prefix`'s objects: `<prefix>-…`, or `prefix` itself (a leading `/`,
+/// as Docker's API writes container names, is ignored). Docker's own name filters are regular
+/// expressions that match anywhere, so the exact test is done here.
+pub fn named_with(name: &str, prefix: &str) -> bool {
+    name.trim_start_matches('/')
+        .strip_prefix(prefix)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('-'))
+}
+
+/// The names `docker args...` prints, one a line.
+fn names(args: &[&str]) -> Result<Vec<String>, String> {
+    let out = Command::new("docker")
+        .args(args)
+        .output()
+        .map_err(|e| format!("docker {args:?} could not run: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "docker {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect())
+}
+
+/// The containers, networks and volumes named with `prefix` ([`named_with`]), or why Docker
+/// could not list them.
+pub fn docker_objects(prefix: &str) -> Result<DockerObjects, String> {
     let mine = |names: Vec<String>| -> Vec<String> {
         names
             .into_iter()
-            .filter(|n| n.starts_with(&format!("{prefix}-")) || n == prefix)
+            .filter(|n| named_with(n, prefix))
             .collect()
     };
-    let containers = mine(list(&["ps", "-a", "--format", "{{.Names}}"]));
+    Ok(DockerObjects {
+        containers: mine(names(&["ps", "-a", "--format", "{{.Names}}"])?),
+        networks: mine(names(&["network", "ls", "--format", "{{.Name}}"])?),
+        volumes: mine(names(&["volume", "ls", "--format", "{{.Name}}"])?),
+    })
+}
+
+/// Removes every container, network and volume named with `prefix` ([`named_with`]): a test
+/// daemon's objects, or a run's. Containers go first (a network or volume in use cannot), with
+/// `rm -f` and without `-v`; nothing named otherwise is touched. What could not be removed is
+/// left; [`docker_objects`] tells what is.
+pub fn remove_docker_objects(prefix: &str) {
+    let mine = |args: &[&str]| -> Vec<String> {
+        names(args)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|n| named_with(n, prefix))
+            .collect()
+    };
+    let containers = mine(&["ps", "-a", "--format", "{{.Names}}"]);
     if !containers.is_empty() {
         let _ = Command::new("docker")
             .args(["rm", "-f"])
             .args(&containers)
             .output();
     }
-    let networks = mine(list(&["network", "ls", "--format", "{{.Name}}"]));
+    let networks = mine(&["network", "ls", "--format", "{{.Name}}"]);
     if !networks.is_empty() {
         let _ = Command::new("docker")
             .args(["network", "rm"])
             .args(&networks)
             .output();
     }
-    let volumes = mine(list(&["volume", "ls", "--format", "{{.Name}}"]));
+    let volumes = mine(&["volume", "ls", "--format", "{{.Name}}"]);
     if !volumes.is_empty() {
         let _ = Command::new("docker")
             .args(["volume", "rm", "-f"])
@@ -139,4 +189,21 @@ pub fn who_from(container: &str, host: &str) -> Option<String> {
         .expect("docker exec");
     let answer = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     (out.status.success() && !answer.is_empty()).then_some(answer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_names_under_the_prefix_are_ours() {
+        assert!(named_with("/berth-bench-1a2b-raw-up-1", "berth-bench-1a2b"));
+        assert!(named_with(
+            "berth-bench-1a2b-0123456789ab",
+            "berth-bench-1a2b"
+        ));
+        assert!(named_with("berth-bench-1a2b", "berth-bench-1a2b"));
+        assert!(!named_with("berth-bench-1a2bc-x", "berth-bench-1a2b"));
+        assert!(!named_with("x-berth-bench-1a2b-y", "berth-bench-1a2b"));
+    }
 }

@@ -32,8 +32,8 @@ use serde_json::{Value, json};
 pub use client::{Answer, Client, Watch};
 pub use daemon::{BERTH_BIN_ENV, Daemon, Launch, berth_binary};
 pub use docker::{
-    container_of, containers_labelled, containers_named, containers_of, docker, docker_inspect,
-    processes, remove_docker_objects, who_from,
+    DockerObjects, container_of, containers_labelled, containers_named, containers_of, docker,
+    docker_inspect, docker_objects, named_with, processes, remove_docker_objects, who_from,
 };
 
 /// The service key the test daemons accept first.
