@@ -6,11 +6,13 @@
 //! from another run says little and a ratio from one run says much. A target that is missed is
 //! reported, not failed; the exit code says only whether the run itself worked and cleaned up.
 //!
-//! The berth side drives a real `berth serve` (the release build beside this binary) over its
-//! HTTP API, on a loopback port, with its own data directory, service key and Docker prefix
-//! (`berth-bench-<8 hex>`). The baselines call Docker directly, through bollard and, for one of
-//! them, the `docker` CLI: this crate is the one place outside berth-docker that does, because a
-//! baseline must: it is what the same work costs without berth.
+//! The berth side drives a real `berth serve` (the release build beside this binary), started by
+//! the test kit's launcher (`berth-testkit`, as the end-to-end tests start theirs), over its HTTP
+//! API and only through the typed client (`berth-client`), on a loopback port, with its own data
+//! directory, service key and Docker prefix (`berth-bench-<8 hex>`). The baselines call Docker
+//! directly, through bollard and, for one of them, the `docker` CLI: this crate is the one place
+//! outside berth-docker that does, because a baseline must: it is what the same work costs
+//! without berth.
 //!
 //! Every container, network and volume a run makes is named `<prefix>-…` and removed at its end,
 //! also after a failure or Ctrl-C. docs/benchmarks.md says what each figure measures, from where
