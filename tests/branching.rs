@@ -4,7 +4,7 @@
 //! images with no shell copy too, and a daemon killed in the middle of a copy never lets a
 //! half-written volume be used.
 
-mod support;
+use berth_testkit as support;
 
 use std::time::Duration;
 

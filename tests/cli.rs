@@ -5,7 +5,7 @@
 //! and create nothing; no control codes off a terminal; and, in tmux, the progress display on a
 //! terminal.
 
-mod support;
+use berth_testkit as support;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! alias, and one workspace linked to two domains at once. Every race has exactly one winner,
 //! and the engine ends with exactly what the store says.
 
-mod support;
+use berth_testkit as support;
 
 use std::collections::BTreeSet;
 use std::sync::Barrier;

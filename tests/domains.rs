@@ -1,6 +1,6 @@
 //! Resource domains, auth and request refusals over real HTTP against a real daemon.
 
-mod support;
+use berth_testkit as support;
 
 use serde_json::{Value, json};
 use support::{Daemon, OTHER_KEY};

@@ -1,7 +1,7 @@
 //! Host endpoints: a stable loopback port per service port, proxied by berth, that wakes an idle
 //! instance on the first connection and counts as reach while open.
 
-mod support;
+use berth_testkit as support;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};

@@ -3,7 +3,7 @@
 //! that stalls, event ids that move only with their own domain, and a wait that answers the
 //! change the stream reports.
 
-mod support;
+use berth_testkit as support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

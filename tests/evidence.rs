@@ -2,7 +2,7 @@
 //! registry: what runs is proven, a container swapped behind berth's back is caught and stopped,
 //! and a rollback runs the previous release again with its volumes intact.
 
-mod support;
+use berth_testkit as support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

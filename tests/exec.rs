@@ -1,7 +1,7 @@
 //! The raw exec route against real containers: stdin streamed, output tails, timeouts that
 //! kill, users, refusals, and no argv or stdin in the daemon's log.
 
-mod support;
+use berth_testkit as support;
 
 use std::io::Read;
 use std::sync::Arc;

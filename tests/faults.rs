@@ -3,7 +3,7 @@
 //! After each, berth converges to what the store says, keeps every volume, never makes a second
 //! container for an instance, and never adopts what it did not make.
 
-mod support;
+use berth_testkit as support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;

@@ -6,7 +6,7 @@
 //! Whatever arrives, the daemon answers without a 5xx, and every 4xx carries `_tag` and a
 //! message that names the place it refuses.
 
-mod support;
+use berth_testkit as support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -1,7 +1,7 @@
 //! Resource instances on the real Docker engine: up, ready checks, spec changes with volumes
 //! kept, failures, stop and wake, restarts, crashes of the daemon, hardening, archive.
 
-mod support;
+use berth_testkit as support;
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //! daemon killed with `kill -9` after each request, and in the answer of an archive. The
 //! before-restore snapshot holds every kept volume as the restore found it.
 
-mod support;
+use berth_testkit as support;
 
 use std::time::Duration;
 

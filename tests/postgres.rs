@@ -3,7 +3,7 @@
 //! survives everything short of a person deleting the volume, dumps streamed through exec, and
 //! a ready check that waits out initdb.
 
-mod support;
+use berth_testkit as support;
 
 use std::io::Read;
 use std::process::Command;

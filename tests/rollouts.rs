@@ -5,7 +5,7 @@
 //! (unknown fields refused) and re-encodes to the same JSON; every status holds the contract's
 //! rollout-status validation.
 
-mod support;
+use berth_testkit as support;
 
 use std::collections::HashSet;
 use std::time::Duration;

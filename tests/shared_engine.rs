@@ -3,7 +3,7 @@
 //! are there. The second starts on a zero-length `berth.db`, which makes a new store that
 //! touches none of the first one's objects.
 
-mod support;
+use berth_testkit as support;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

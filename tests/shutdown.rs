@@ -1,7 +1,7 @@
 //! berth's own stop: SIGTERM or SIGINT ends open execs and followed logs at once, exits 0
 //! within `--stop-timeout` plus 5 s, and leaves instances running for the next start to adopt.
 
-mod support;
+use berth_testkit as support;
 
 use std::io::Read;
 use std::time::Duration;

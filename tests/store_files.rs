@@ -2,7 +2,7 @@
 //! a time, and a store that is damaged or cannot be written is refused at start, with a sentence
 //! naming the file and what to do, rather than served with 500s.
 
-mod support;
+use berth_testkit as support;
 
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::PermissionsExt;

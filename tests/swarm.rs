@@ -8,7 +8,7 @@
 //! the gateway bridge the swarm made when the engine had none before. An engine that is already
 //! in a swarm fails them with a sentence saying so: they never touch a swarm they did not make.
 
-mod support;
+use berth_testkit as support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -6,7 +6,7 @@
 //! bounded wait for something that must NOT happen (a periodic request) says so.
 //! Screenshots of the main views go to `target/ui-screenshots/`.
 
-mod support;
+use berth_testkit as support;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

@@ -3,7 +3,7 @@
 //! contract alone (not the daemon's or the client's), which refuse an unknown key and a missing
 //! one, nullable ones included.
 
-mod support;
+use berth_testkit as support;
 
 use std::time::Duration;
 

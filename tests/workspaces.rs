@@ -1,6 +1,6 @@
 //! Workspaces, links and aliases, and idle stop, against real containers resolving real DNS.
 
-mod support;
+use berth_testkit as support;
 
 use std::time::Duration;
 

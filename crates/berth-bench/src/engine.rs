@@ -1,11 +1,13 @@
 //! The baselines' side: Docker reached directly through bollard, the way a program without berth
-//! would, and the cleanup of everything a run made.
+//! would. (The cleanup of everything a run made is the test kit's, by prefix: see
+//! `api::remove_everything`.)
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
+use berth_testkit::{READY_PORT, SPEC_MEMORY, SPEC_MILLICORES, SPEC_MOUNT};
 use bollard::Docker;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::models::{
@@ -13,15 +15,12 @@ use bollard::models::{
     NetworkingConfig, VolumeCreateRequest,
 };
 use bollard::query_parameters::{
-    CreateContainerOptions, ListContainersOptions, ListNetworksOptions, ListVolumesOptions,
-    RemoveContainerOptions, RemoveVolumeOptions,
+    CreateContainerOptions, ListContainersOptions, RemoveContainerOptions, RemoveVolumeOptions,
 };
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
-
-use crate::daemon::{READY_PORT, SPEC_MEMORY, SPEC_MILLICORES, SPEC_MOUNT};
 
 /// The label every baseline object carries: this run's prefix. Deliberately not a `berth.*`
 /// label, so the daemon under test never takes a baseline object for one of its own.
@@ -410,121 +409,6 @@ pub async fn berth_container(docker: &Docker, prefix: &str, key: &str) -> anyhow
         .ok_or_else(|| anyhow!("berth made no container for instance {key}"))
 }
 
-/// What a cleanup could not remove, by kind.
-#[derive(Debug, Default)]
-pub struct Leftovers {
-    pub containers: Vec<String>,
-    pub networks: Vec<String>,
-    pub volumes: Vec<String>,
-}
-
-impl Leftovers {
-    pub fn is_empty(&self) -> bool {
-        self.containers.is_empty() && self.networks.is_empty() && self.volumes.is_empty()
-    }
-}
-
-/// Whether `name` is one of this run's: `<prefix>-…`. Docker's name filters match anywhere in
-/// the name (as regular expressions), so the exact test is done here.
-fn ours(name: &str, prefix: &str) -> bool {
-    name.trim_start_matches('/')
-        .strip_prefix(prefix)
-        .is_some_and(|rest| rest.starts_with('-'))
-}
-
-async fn our_containers(docker: &Docker, prefix: &str) -> anyhow::Result<Vec<(String, String)>> {
-    let options = ListContainersOptions {
-        all: true,
-        filters: Some(HashMap::from([(
-            "name".to_owned(),
-            vec![prefix.to_owned()],
-        )])),
-        ..Default::default()
-    };
-    Ok(docker
-        .list_containers(Some(options))
-        .await
-        .context("listing containers")?
-        .into_iter()
-        .filter_map(|c| {
-            let name = c.names?.into_iter().find(|n| ours(n, prefix))?;
-            Some((c.id?, name.trim_start_matches('/').to_owned()))
-        })
-        .collect())
-}
-
-async fn our_networks(docker: &Docker, prefix: &str) -> anyhow::Result<Vec<String>> {
-    let options = ListNetworksOptions {
-        filters: Some(HashMap::from([(
-            "name".to_owned(),
-            vec![prefix.to_owned()],
-        )])),
-    };
-    Ok(docker
-        .list_networks(Some(options))
-        .await
-        .context("listing networks")?
-        .into_iter()
-        .filter_map(|n| n.name.filter(|name| ours(name, prefix)))
-        .collect())
-}
-
-async fn our_volumes(docker: &Docker, prefix: &str) -> anyhow::Result<Vec<String>> {
-    let options = ListVolumesOptions {
-        filters: Some(HashMap::from([(
-            "name".to_owned(),
-            vec![prefix.to_owned()],
-        )])),
-    };
-    Ok(docker
-        .list_volumes(Some(options))
-        .await
-        .context("listing volumes")?
-        .volumes
-        .unwrap_or_default()
-        .into_iter()
-        .map(|v| v.name)
-        .filter(|name| ours(name, prefix))
-        .collect())
-}
-
-/// Removes every container, network and volume named `<prefix>-…` (containers first: a network
-/// or volume in use cannot go), then returns whatever is still there.
-pub async fn remove_everything(docker: &Docker, prefix: &str) -> anyhow::Result<Leftovers> {
-    for (id, name) in our_containers(docker, prefix).await? {
-        let options = RemoveContainerOptions {
-            force: true,
-            v: false,
-            link: false,
-        };
-        if let Err(e) = docker.remove_container(&id, Some(options)).await {
-            eprintln!("berth-bench: could not remove container {name}: {e}");
-        }
-    }
-    for name in our_networks(docker, prefix).await? {
-        if let Err(e) = docker.remove_network(&name).await {
-            eprintln!("berth-bench: could not remove network {name}: {e}");
-        }
-    }
-    for name in our_volumes(docker, prefix).await? {
-        if let Err(e) = docker
-            .remove_volume(&name, None::<RemoveVolumeOptions>)
-            .await
-        {
-            eprintln!("berth-bench: could not remove volume {name}: {e}");
-        }
-    }
-    Ok(Leftovers {
-        containers: our_containers(docker, prefix)
-            .await?
-            .into_iter()
-            .map(|(_, name)| name)
-            .collect(),
-        networks: our_networks(docker, prefix).await?,
-        volumes: our_volumes(docker, prefix).await?,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -544,14 +428,5 @@ mod tests {
             create_reference(&format!("busybox:1@{digest}")),
             format!("busybox@{digest}")
         );
-    }
-
-    #[test]
-    fn only_names_under_the_prefix_are_ours() {
-        assert!(ours("/berth-bench-1a2b-raw-up-1", "berth-bench-1a2b"));
-        assert!(ours("berth-bench-1a2b-0123456789ab", "berth-bench-1a2b"));
-        assert!(!ours("berth-bench-1a2b", "berth-bench-1a2b"));
-        assert!(!ours("berth-bench-1a2bc-x", "berth-bench-1a2b"));
-        assert!(!ours("x-berth-bench-1a2b-y", "berth-bench-1a2b"));
     }
 }

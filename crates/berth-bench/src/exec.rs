@@ -7,7 +7,6 @@ use anyhow::{Context, bail};
 use tokio::time::Instant;
 
 use crate::Ctx;
-use crate::daemon::instance_path;
 use crate::engine;
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, number};
@@ -76,7 +75,6 @@ pub async fn run(ctx: &Ctx, samples: usize) -> anyhow::Result<Figure> {
     // What berth does besides the engine's exec, each timed alone once per round: an API
     // request that reads the instance from the store, and a container inspect.
     let (mut get, mut inspect) = (Vec::new(), Vec::new());
-    let instance = instance_path(&ctx.domain, key, "");
     // Each round runs the three ways in a rotated order, so none always goes first.
     let orders = [
         [Way::Berth, Way::Raw, Way::Cli],
@@ -92,7 +90,7 @@ pub async fn run(ctx: &Ctx, samples: usize) -> anyhow::Result<Figure> {
             }
         }
         let start = Instant::now();
-        ctx.api.get(&instance).await?;
+        ctx.api.instance(&ctx.domain, key).await?;
         get.push(ms(start.elapsed()));
         let start = Instant::now();
         ctx.docker

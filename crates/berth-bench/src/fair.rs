@@ -11,11 +11,12 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
+use berth_testkit::{SPEC_MOUNT, spec};
 use tokio::process::Command;
 use tokio::time::Instant;
 
 use crate::Ctx;
-use crate::daemon::{Api, SPEC_MOUNT, spec};
+use crate::api::Api;
 use crate::engine;
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, number};

@@ -9,15 +9,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
+use berth_testkit::Daemon;
 use futures_util::future::try_join_all;
-use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::time::Instant;
 
 use crate::Ctx;
-use crate::daemon::{Api, Daemon, small_spec};
-use crate::engine;
+use crate::api::{self as berth, Api, small_spec};
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, number};
 use crate::stats::median;
@@ -271,7 +270,7 @@ async fn measure(
     api: &Api,
     proxy: Option<&CountingProxy>,
 ) -> anyhow::Result<Measured> {
-    let pid = daemon.pid().context("the idle daemon has no pid")?;
+    let pid = daemon.try_pid().context("the idle daemon has no pid")?;
     let domain = api.create_domain("berth-bench-idle").await?;
     let started = Instant::now();
     progress::line(&format!(
@@ -295,16 +294,8 @@ async fn measure(
     }
     for i in 0..WORKSPACES {
         let id = format!("ws-{i}");
-        api.put(
-            &format!("/v1/workspaces/{id}"),
-            &json!({"containers": [], "selector": null}),
-        )
-        .await?;
-        api.put(
-            &format!("/v1/resource-domains/{domain}/workspace-links/{id}"),
-            &json!({"worktreeKey": format!("wt-{i}")}),
-        )
-        .await?;
+        api.workspace(&id, Some((&domain, &format!("wt-{i}"))))
+            .await?;
     }
     let linked = started.elapsed().as_secs_f64();
     progress::line(&format!(
@@ -362,9 +353,7 @@ async fn measure(
         .collect();
     call_kinds.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     // Still running means nothing it ran has failed underneath.
-    let listed = api
-        .get(&format!("/v1/resource-domains/{domain}/instances"))
-        .await?;
+    let listed = api.list(&domain).await?;
     let running = listed["items"]
         .as_array()
         .into_iter()
@@ -408,7 +397,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Figure> {
         .as_ref()
         .map(|_| format!("unix://{}", dir.path().join("docker.sock").display()));
     let key = format!("bench-idle-{}", crate::random_hex(16)?);
-    let daemon = Daemon::start(&ctx.berth_bin, &prefix, &key, docker_host.as_deref()).await?;
+    let mut launch = berth::launch(&ctx.berth_bin, &prefix, &[&key]);
+    if let Some(host) = &docker_host {
+        launch = launch.env("DOCKER_HOST", host);
+    }
+    let daemon = berth::start(launch).await?;
     let outcome = async {
         let api = Api::new(&daemon.base, &key)?;
         measure(ctx, &daemon, &api, proxy.as_ref()).await
@@ -420,9 +413,9 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Figure> {
             daemon.log_tail(20)
         );
     }
-    daemon.stop().await;
+    berth::stop(daemon).await;
     progress::line(&format!("{NAME_CPU}: removing the idle instances"));
-    let leftovers = engine::remove_everything(&ctx.docker, &prefix).await?;
+    let leftovers = berth::remove_everything(&prefix).await?;
     if !leftovers.is_empty() {
         bail!("could not remove the idle figure's objects: {leftovers:?}");
     }

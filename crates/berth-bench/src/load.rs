@@ -10,7 +10,6 @@ use bollard::Docker;
 use tokio::time::Instant;
 
 use crate::Ctx;
-use crate::daemon::instance_path;
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, median_of, number};
 use crate::stats::{mean, ms, quantile};
@@ -25,15 +24,16 @@ const DOCKER_TARGET: f64 = 3.0;
 
 /// What one side of the comparison asks, over and over.
 enum Side {
-    /// `GET /v1/resource-domains/{domain}/instances/{key}`, the answer parsed as JSON.
+    /// `GET /v1/resource-domains/{domain}/instances/{key}` through `berth-client`, which
+    /// decodes the answer into its type.
     Berth {
-        http: reqwest::Client,
-        url: String,
+        client: berth_client::Client,
+        domain: String,
         key: String,
     },
-    /// `GET /healthz` of the same daemon, no auth, the answer parsed as JSON: what the daemon's
-    /// HTTP stack answers when a route does nothing.
-    Healthz { http: reqwest::Client, url: String },
+    /// `GET /healthz` of the same daemon through `berth-client`, no auth, the answer decoded
+    /// into its type: what the daemon's HTTP stack answers when a route does nothing.
+    Healthz { client: berth_client::Client },
     /// `GET /containers/{id}/json` through bollard, which parses the answer into its type.
     Docker { docker: Docker, id: String },
 }
@@ -41,21 +41,15 @@ enum Side {
 impl Side {
     async fn once(&self) -> anyhow::Result<()> {
         match self {
-            Side::Berth { http, url, key } => {
-                let response = http.get(url).bearer_auth(key).send().await?;
-                let status = response.status();
-                if !status.is_success() {
-                    bail!("berth answered {status}");
-                }
-                let _: serde_json::Value = response.json().await?;
+            Side::Berth {
+                client,
+                domain,
+                key,
+            } => {
+                client.instance(domain, key).await?;
             }
-            Side::Healthz { http, url } => {
-                let response = http.get(url).send().await?;
-                let status = response.status();
-                if !status.is_success() {
-                    bail!("berth's /healthz answered {status}");
-                }
-                let _: serde_json::Value = response.json().await?;
+            Side::Healthz { client } => {
+                client.healthz().await?;
             }
             Side::Docker { docker, id } => {
                 docker.inspect_container(id, None).await?;
@@ -128,12 +122,15 @@ async fn drive(side: &Arc<Side>, concurrency: usize, duration: Duration) -> Load
     total
 }
 
-fn client(concurrency: usize) -> anyhow::Result<reqwest::Client> {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .pool_max_idle_per_host(concurrency)
-        .build()
-        .context("an HTTP client")
+/// A client of its own for one side (its own connections), with `key` or none.
+fn client(base: &str, key: Option<&str>) -> anyhow::Result<berth_client::Client> {
+    let builder = berth_client::Client::builder(base).timeout(Duration::from_secs(30));
+    match key {
+        Some(key) => builder.key(key),
+        None => builder,
+    }
+    .build()
+    .context("a berth client")
 }
 
 /// The wrk pair: GET instance and `/healthz`, each in two halves, berth-healthz-healthz-berth.
@@ -197,16 +194,20 @@ async fn measure_wrk(
 
 pub async fn run(ctx: &Ctx, duration: Duration, concurrency: usize) -> anyhow::Result<Figure> {
     let (key, container) = ctx.steady().await?;
-    let get_url = ctx.api.url(&instance_path(&ctx.domain, key, ""));
-    let healthz_url = ctx.api.url("/healthz");
+    // wrk, an outside load generator, is handed the same requests as URLs.
+    let get_url = format!(
+        "{}/v1/resource-domains/{}/instances/{key}",
+        ctx.api.base(),
+        ctx.domain
+    );
+    let healthz_url = format!("{}/healthz", ctx.api.base());
     let berth = Arc::new(Side::Berth {
-        http: client(concurrency)?,
-        url: get_url.clone(),
-        key: ctx.api.key().to_owned(),
+        client: client(ctx.api.base(), Some(ctx.api.key()))?,
+        domain: ctx.domain.clone(),
+        key: key.to_owned(),
     });
     let healthz = Arc::new(Side::Healthz {
-        http: client(concurrency)?,
-        url: healthz_url.clone(),
+        client: client(ctx.api.base(), None)?,
     });
     let docker = Arc::new(Side::Docker {
         docker: ctx.docker.clone(),

@@ -6,19 +6,21 @@
 //! from another run says little and a ratio from one run says much. A target that is missed is
 //! reported, not failed; the exit code says only whether the run itself worked and cleaned up.
 //!
-//! The berth side drives a real `berth serve` (the release build beside this binary) over its
-//! HTTP API, on a loopback port, with its own data directory, service key and Docker prefix
-//! (`berth-bench-<8 hex>`). The baselines call Docker directly, through bollard and, for one of
-//! them, the `docker` CLI: this crate is the one place outside berth-docker that does, because a
-//! baseline must: it is what the same work costs without berth.
+//! The berth side drives a real `berth serve` (the release build beside this binary), started by
+//! the test kit's launcher (`berth-testkit`, as the end-to-end tests start theirs), over its HTTP
+//! API and only through the typed client (`berth-client`), on a loopback port, with its own data
+//! directory, service key and Docker prefix (`berth-bench-<8 hex>`). The baselines call Docker
+//! directly, through bollard and, for one of them, the `docker` CLI: this crate is the one place
+//! outside berth-docker that does, because a baseline must: it is what the same work costs
+//! without berth.
 //!
 //! Every container, network and volume a run makes is named `<prefix>-…` and removed at its end,
 //! also after a failure or Ctrl-C. docs/benchmarks.md says what each figure measures, from where
 //! to where, and why its baseline is fair; the run rewrites the results there, between
 //! `<!-- bench:<figure>:begin -->` and `<!-- bench:<figure>:end -->`, unless `--no-write`.
 
+mod api;
 mod branch;
-mod daemon;
 mod engine;
 mod exec;
 mod fair;
@@ -43,11 +45,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
+use berth_testkit::spec;
 use bollard::Docker;
 use clap::{Parser, ValueEnum};
 use tokio::sync::OnceCell;
 
-use crate::daemon::{Api, Daemon, spec};
+use crate::api::{self as berth, Api};
 use crate::report::{Figure, Machine};
 
 /// Measures berth against raw Docker baselines taken in the same run, prints one line per
@@ -400,7 +403,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
     let key = format!("bench-{}", random_hex(16)?);
     let other_key = format!("bench-{}", random_hex(16)?);
-    let daemon = Daemon::start(&berth_bin, &prefix, &format!("{key},{other_key}"), None).await?;
+    let daemon = berth::start(berth::launch(&berth_bin, &prefix, &[&key, &other_key])).await?;
     let outcome = async {
         let api = Api::new(&daemon.base, &key)?;
         let other_api = Api::new(&daemon.base, &other_key)?;
@@ -432,8 +435,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
     // Whatever happened: the daemon goes first (so it recreates nothing), then everything
     // named with the prefix.
-    daemon.stop().await;
-    let leftovers = engine::remove_everything(&docker, &prefix).await;
+    berth::stop(daemon).await;
+    let leftovers = berth::remove_everything(&prefix).await;
 
     let figures = outcome?;
     let command = std::iter::once("berth-bench".to_owned())

@@ -15,6 +15,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, anyhow, bail};
+use berth_testkit::Daemon;
 use bollard::Docker;
 use bollard::models::ContainerSummary;
 use bollard::query_parameters::{InspectContainerOptions, ListContainersOptions};
@@ -24,8 +25,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::Ctx;
-use crate::daemon::{Api, Daemon, small_spec, timestamp};
-use crate::engine;
+use crate::api::{self as berth, Api, small_spec, timestamp};
 use crate::idle::{CountingProxy, engine_socket};
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, number};
@@ -48,8 +48,20 @@ const OBSERVE_POLL: Duration = Duration::from_millis(50);
 const SETUP_TIMEOUT: Duration = Duration::from_secs(600);
 const OBSERVE_TIMEOUT: Duration = Duration::from_secs(300);
 
-fn list_path(domain: &str) -> String {
-    format!("/v1/resource-domains/{domain}/instances")
+/// The daemon of this figure: on `data` (kept across its restarts), through the counting proxy
+/// when there is one.
+async fn start(
+    ctx: &Ctx,
+    engine: &Engine,
+    prefix: &str,
+    key: &str,
+    data: &Path,
+) -> anyhow::Result<Daemon> {
+    let mut launch = berth::launch(&ctx.berth_bin, prefix, &[key]).data_dir(data);
+    if let Some(host) = &engine.docker_host {
+        launch = launch.env("DOCKER_HOST", host);
+    }
+    berth::start(launch).await
 }
 
 /// The items of a list answer.
@@ -104,7 +116,7 @@ async fn set_up(ctx: &Ctx, api: &Api, domain: &str) -> anyhow::Result<f64> {
     }
     let deadline = started + SETUP_TIMEOUT;
     loop {
-        let list = api.get(&list_path(domain)).await?;
+        let list = api.list(domain).await?;
         let n = running(&list);
         progress::step(NAME_LIST, n, INSTANCES);
         if n == INSTANCES {
@@ -237,13 +249,12 @@ async fn restart_once(
     let before = engine.count();
     let spawned_wall = SystemTime::now();
     let spawned = Instant::now();
-    let host = engine.docker_host.as_deref();
-    let daemon = Daemon::start_with_data(&ctx.berth_bin, prefix, key, host, Some(data)).await?;
+    let daemon = start(ctx, engine, prefix, key, data).await?;
     let listening = ms(spawned.elapsed());
     let api = Api::new(&daemon.base, key)?;
     let deadline = spawned + OBSERVE_TIMEOUT;
     loop {
-        let list = api.get(&list_path(domain)).await?;
+        let list = api.list(domain).await?;
         if let Some(last) = all_observed_since(&list, spawned_wall) {
             let seen = ms(spawned.elapsed());
             if running(&list) != INSTANCES {
@@ -279,8 +290,7 @@ async fn measure(
     restarts: usize,
 ) -> anyhow::Result<Figure> {
     let engine = Engine::new()?;
-    let host = engine.docker_host.as_deref();
-    let mut daemon = Daemon::start_with_data(&ctx.berth_bin, prefix, key, host, Some(data)).await?;
+    let mut daemon = start(ctx, &engine, prefix, key, data).await?;
     let outcome = async {
         let api = Api::new(&daemon.base, key)?;
         let domain = api.create_domain("berth-bench-many").await?;
@@ -293,14 +303,14 @@ async fn measure(
         ));
 
         // Warm both sides, then interleave.
-        api.get(&list_path(&domain)).await?;
+        api.list(&domain).await?;
         docker_list(&ctx.docker, prefix).await?;
         let mut berth = Vec::with_capacity(LIST_REQUESTS);
         let mut raw = Vec::with_capacity(LIST_REQUESTS);
         let mut body = 0;
         for i in 0..LIST_REQUESTS {
             let start = Instant::now();
-            let list = api.get(&list_path(&domain)).await?;
+            let list = api.list(&domain).await?;
             berth.push(ms(start.elapsed()));
             let n = items(&list).len();
             if n != INSTANCES {
@@ -325,7 +335,7 @@ async fn measure(
                 "berth-bench: the 200-instance daemon's last log lines:\n{}",
                 daemon.log_tail(20)
             );
-            daemon.stop().await;
+            berth::stop(daemon).await;
             return Err(e);
         }
     };
@@ -334,7 +344,7 @@ async fn measure(
     let mut raw_observe_ms = Vec::with_capacity(restarts);
     let mut narrow_ms = Vec::with_capacity(restarts);
     for i in 0..restarts {
-        daemon.stop().await;
+        berth::stop(daemon).await;
         let (next, restart) = restart_once(ctx, &engine, prefix, key, data, &domain).await?;
         daemon = next;
         restarts_measured.push(restart);
@@ -345,16 +355,16 @@ async fn measure(
         let in_width = observe_in_width(&ctx.docker, prefix, QUEUE_WORKERS).await?;
         narrow_ms.push(ms(start.elapsed()));
         if in_width != INSTANCES {
-            daemon.stop().await;
+            berth::stop(daemon).await;
             bail!("the narrow observer saw {in_width} running containers, not {INSTANCES}");
         }
         if n != INSTANCES {
-            daemon.stop().await;
+            berth::stop(daemon).await;
             bail!("the baseline saw {n} running containers, not {INSTANCES}");
         }
         progress::step(NAME_OBSERVE, i + 1, restarts);
     }
-    daemon.stop().await;
+    berth::stop(daemon).await;
 
     let observed: Vec<f64> = restarts_measured.iter().map(|r| r.observed).collect();
     let listening: Vec<f64> = restarts_measured.iter().map(|r| r.listening).collect();
@@ -400,8 +410,9 @@ async fn measure(
              machine)."
         ),
         format!(
-            "list: {LIST_REQUESTS} requests a side, one at a time, interleaved; berth's answer \
-             is {} KB of JSON for the 200 instances. p99: berth {} ms, Docker {} ms.",
+            "list: {LIST_REQUESTS} requests a side, one at a time, interleaved; berth's answer, \
+             as berth-client's types write it back, is {} KB of JSON for the 200 instances. \
+             p99: berth {} ms, Docker {} ms.",
             number(body as f64 / 1000.0),
             number(quantile(&list_berth, 0.99)),
             number(quantile(&list_raw, 0.99)),
@@ -439,7 +450,7 @@ pub async fn run(ctx: &Ctx, restarts: usize) -> anyhow::Result<Figure> {
     let key = format!("bench-many-{}", crate::random_hex(16)?);
     let outcome = measure(ctx, &prefix, &key, &dir.path().join("data"), restarts).await;
     progress::line(&format!("{NAME_LIST}: removing the {INSTANCES} instances"));
-    let leftovers = engine::remove_everything(&ctx.docker, &prefix).await?;
+    let leftovers = berth::remove_everything(&prefix).await?;
     if !leftovers.is_empty() {
         return Err(anyhow!(
             "could not remove the 200-instance figure's objects: {leftovers:?}"

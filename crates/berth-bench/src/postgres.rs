@@ -30,7 +30,7 @@ use tokio::process::Command;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::Ctx;
-use crate::daemon::{instance_path, time_of};
+use crate::api::time_of;
 use crate::engine::{self, LABEL_BENCH};
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, median_of, number};
@@ -305,10 +305,7 @@ async fn wait_running(ctx: &Ctx, key: &str, start: Instant) -> anyhow::Result<In
 
 /// A person's stop of instance `key`, waited for until berth says it is stopped (not timed).
 async fn berth_stop(ctx: &Ctx, key: &str) -> anyhow::Result<()> {
-    let body = json!({"by": "berth-bench"}).to_string().into_bytes();
-    ctx.api
-        .post(&instance_path(&ctx.domain, key, "/stop"), body)
-        .await?;
+    ctx.api.stop(&ctx.domain, key, "berth-bench").await?;
     let deadline = Instant::now() + SAMPLE_TIMEOUT;
     loop {
         let instance = ctx.api.instance(&ctx.domain, key).await?;

@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use berth_client::Cause;
+use berth_testkit::{Daemon, spec};
 use bollard::Docker;
-use serde_json::json;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::Ctx;
-use crate::daemon::{Api, Daemon, instance_path, spec};
+use crate::api::{self as berth, Api};
 use crate::engine;
 use crate::idle::rss_mb;
 use crate::progress;
@@ -131,11 +131,10 @@ async fn operation(
     let key = format!("soak{index}");
     match Kind::of(roll) {
         Kind::Get => {
-            api.get(&instance_path(domain, &key, "")).await?;
+            api.instance(domain, &key).await?;
         }
         Kind::List => {
-            api.get(&format!("/v1/resource-domains/{domain}/instances"))
-                .await?;
+            api.list(domain).await?;
         }
         Kind::Up => {
             api.up(domain, &key, &spec(image, &key)).await?;
@@ -163,34 +162,18 @@ async fn operation(
         }
         Kind::Workspace => {
             let ws = format!("soak-ws-{client}");
-            api.put(
-                &format!("/v1/workspaces/{ws}"),
-                &json!({"containers": [], "selector": null}),
-            )
-            .await?;
-            api.put(
-                &format!("/v1/resource-domains/{domain}/workspace-links/{ws}"),
-                &json!({"worktreeKey": format!("k{}", roll % 3)}),
-            )
-            .await?;
+            api.workspace(&ws, Some((domain, &format!("k{}", roll % 3))))
+                .await?;
         }
         Kind::Lease => {
             // The client's workspace was registered before the soak (and the workspace kind
             // registers it again): a lease is the lease request alone.
             let ws = format!("soak-ws-{client}");
-            api.post(
-                &format!("/v1/workspaces/{ws}/leases"),
-                json!({"ttlSeconds": 30}).to_string().into_bytes(),
-            )
-            .await?;
+            api.lease(&ws, 30).await?;
         }
         Kind::StopStart => {
             // A person's stop and start of one instance.
-            api.post(
-                &instance_path(domain, &key, "/stop"),
-                json!({"by": "soak"}).to_string().into_bytes(),
-            )
-            .await?;
+            api.stop(domain, &key, "soak").await?;
             api.up_as(domain, &key, &spec(image, &key), Cause::Person)
                 .await?;
         }
@@ -227,7 +210,7 @@ async fn measure(
     api: &Api,
     duration: Duration,
 ) -> anyhow::Result<Measured> {
-    let pid = daemon.pid().context("the soak daemon has no pid")?;
+    let pid = daemon.try_pid().context("the soak daemon has no pid")?;
     let domain = api.create_domain("soak").await?;
     for i in 0..INSTANCES {
         let key = format!("soak{i}");
@@ -243,11 +226,7 @@ async fn measure(
         .await?;
     }
     for client in 0..CLIENTS {
-        api.put(
-            &format!("/v1/workspaces/soak-ws-{client}"),
-            &json!({"containers": [], "selector": null}),
-        )
-        .await?;
+        api.workspace(&format!("soak-ws-{client}"), None).await?;
     }
     let mut containers = Vec::with_capacity(INSTANCES);
     for i in 0..INSTANCES {
@@ -335,7 +314,7 @@ async fn measure(
 pub async fn run(ctx: &Ctx, duration: Duration) -> anyhow::Result<Figure> {
     let prefix = format!("{}-soak", ctx.prefix);
     let key = format!("bench-soak-{}", crate::random_hex(16)?);
-    let daemon = Daemon::start(&ctx.berth_bin, &prefix, &key, None).await?;
+    let daemon = berth::start(berth::launch(&ctx.berth_bin, &prefix, &[&key])).await?;
     let outcome = async {
         let api = Api::new(&daemon.base, &key)?;
         measure(ctx, &daemon, &api, duration).await
@@ -347,9 +326,9 @@ pub async fn run(ctx: &Ctx, duration: Duration) -> anyhow::Result<Figure> {
             daemon.log_tail(20)
         );
     }
-    daemon.stop().await;
+    berth::stop(daemon).await;
     progress::line("soak: removing its instances");
-    let leftovers = engine::remove_everything(&ctx.docker, &prefix).await?;
+    let leftovers = berth::remove_everything(&prefix).await?;
     if !leftovers.is_empty() {
         bail!("could not remove the soak's objects: {leftovers:?}");
     }

@@ -11,6 +11,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use berth_testkit::spec;
 use bollard::Docker;
 use bollard::models::{
     EndpointSpec, EndpointSpecModeEnum, LocalNodeState, Mount, MountType, NetworkAttachmentConfig,
@@ -22,7 +23,7 @@ use bollard::query_parameters::{LeaveSwarmOptions, ListTasksOptions};
 use tokio::time::Instant;
 
 use crate::Ctx;
-use crate::daemon::{Api, Daemon, spec, time_of};
+use crate::api::{self as berth, Api, time_of};
 use crate::engine::{Polling, connect_until_open};
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, median_of, number};
@@ -87,7 +88,7 @@ async fn measure(ctx: &Ctx, samples: usize) -> anyhow::Result<Figure> {
     let key = format!("swarm-{}", crate::random_hex(16)?);
     let prefix = format!("{}-sw", ctx.prefix);
     let daemon =
-        Daemon::start_with_env(&ctx.berth_bin, &prefix, &key, &[("BERTH_RUNTIME", "swarm")])
+        berth::start(berth::launch(&ctx.berth_bin, &prefix, &[&key]).env("BERTH_RUNTIME", "swarm"))
             .await?;
     let outcome = async {
         let api = Api::new(&daemon.base, &key)?;
@@ -132,7 +133,7 @@ async fn measure(ctx: &Ctx, samples: usize) -> anyhow::Result<Figure> {
             daemon.log_tail(20)
         );
     }
-    daemon.stop().await;
+    berth::stop(daemon).await;
     let (berth, raw) = outcome?;
     let totals: Vec<f64> = raw.iter().map(|r| r.total).collect();
     let berth_totals: Vec<f64> = berth.iter().map(|b| b.total).collect();

@@ -13,7 +13,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{Context, bail};
 use fantoccini::ClientBuilder;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
@@ -21,7 +21,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::Instant;
 
 use crate::Ctx;
-use crate::daemon::small_spec;
+use crate::api::small_spec;
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, number};
 use crate::stats::median;
@@ -84,9 +84,8 @@ async fn set_up(ctx: &Ctx, domain: &str) -> anyhow::Result<f64> {
     while let Some(up) = ups.next().await {
         up?;
     }
-    let path = format!("/v1/resource-domains/{domain}/instances");
     loop {
-        let list = ctx.api.get(&path).await?;
+        let list = ctx.api.list(domain).await?;
         let items = list["items"].as_array().cloned().unwrap_or_default();
         let n = items
             .iter()
@@ -141,13 +140,7 @@ pub async fn run(ctx: &Ctx, samples: usize) -> anyhow::Result<Figure> {
     let setup = set_up(ctx, &domain).await?;
     let outcome = measure(ctx, &domain, samples).await;
     // The 200 go before the next figure; their volumes (none) and containers are the run's.
-    let _ = ctx
-        .api
-        .post(
-            &format!("/v1/resource-domains/{domain}/archive"),
-            b"{}".to_vec(),
-        )
-        .await;
+    let _ = ctx.api.archive_domain(&domain).await;
     let (rendered, summary_end, notes) = outcome?;
     let mut figure = Figure {
         rows: vec![Row {
@@ -198,10 +191,8 @@ async fn measure(
             Some(Duration::from_secs(0)),
         ))
         .await?;
-        let link = ctx.api.post("/v1/ui/sign-in-links", b"{}".to_vec()).await?;
-        let url = link["url"]
-            .as_str()
-            .ok_or_else(|| anyhow!("no url in {link}"))?;
+        let link = ctx.api.sign_in_link().await?;
+        let url = link.as_str();
         wd.goto(url).await?;
         let page = url.split_once('#').map_or(url, |(page, _)| page);
         let target = format!("{page}#/d/{domain}");

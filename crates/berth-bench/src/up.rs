@@ -3,10 +3,11 @@
 
 use std::time::{Duration, SystemTime};
 
+use berth_testkit::spec;
 use tokio::time::Instant;
 
 use crate::Ctx;
-use crate::daemon::{spec, time_of};
+use crate::api::time_of;
 use crate::engine::{self, Polling, RawUp};
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, median_of, number};

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use berth_client::{Cause, Desired, InstanceState, StopReason};
+use berth_testkit::{READY_PORT, spec};
 use bollard::models::VolumeCreateRequest;
 use bollard::query_parameters::{CreateContainerOptions, StopContainerOptions};
 use serde_json::Value;
@@ -15,7 +16,6 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::Ctx;
-use crate::daemon::{READY_PORT, spec};
 use crate::engine::{self, Polling};
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, number};

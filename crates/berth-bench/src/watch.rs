@@ -15,6 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, anyhow, bail};
 use berth_client::{Cause, DomainEvent, Instance, InstanceState};
+use berth_testkit::{READY_PORT, SPEC_MOUNT, spec};
 use bollard::query_parameters::EventsOptions;
 use futures_util::StreamExt;
 use serde_json::Value;
@@ -23,7 +24,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::Ctx;
-use crate::daemon::{READY_PORT, SPEC_MOUNT, spec, time_of};
+use crate::api::time_of;
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, number};
 use crate::stats::{between, median, ms};
@@ -289,7 +290,7 @@ async fn cli_once(ctx: &Ctx, dir: &Path) -> anyhow::Result<(f64, String)> {
     let child = Command::new(&ctx.berth_bin)
         .args(["up", "--json", "--timeout", "60s"])
         .current_dir(dir)
-        .env("BERTH_URL", ctx.api.url(""))
+        .env("BERTH_URL", ctx.api.base())
         .env("BERTH_SERVICE_KEYS", ctx.api.key())
         .env_remove("BERTH_DATA_DIR")
         .stdin(Stdio::null())

@@ -38,7 +38,7 @@ pub struct RegistryProxy {
 impl RegistryProxy {
     /// Starts a proxy to the fixture registry whose images are named under `scope` (lower case).
     pub fn start(scope: &str) -> RegistryProxy {
-        let upstream = super::fixture("BERTH_TEST_REGISTRY");
+        let upstream = crate::fixture("BERTH_TEST_REGISTRY");
         let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
         let port = listener.local_addr().unwrap().port();
         let state: Arc<(Mutex<State>, Condvar)> = Arc::default();

@@ -299,7 +299,7 @@ impl Drop for SecondNode {
                 libc::kill(pid, libc::SIGTERM);
             }
             // Killed if it has not ended within 30 s.
-            let _ = super::wait_exit(child, Duration::from_secs(30));
+            let _ = crate::wait_exit(child, Duration::from_secs(30));
         }
         // Whatever still runs in the namespace (a killed engine's containerd, its shims and
         // containers) goes with it.
