@@ -64,7 +64,9 @@ pub fn docker_objects(prefix: &str) -> Result<DockerObjects, String> {
 
 /// Removes every container, network and volume named with `prefix` ([`named_with`]): a test
 /// daemon's objects, or a run's. Containers go first (a network or volume in use cannot), with
-/// `rm -f` and without `-v`; nothing named otherwise is touched. What could not be removed is
+/// `rm -f -v`: `-v` removes only a container's anonymous volumes (the one the engine gives each
+/// `VOLUME` of a test's own plain Postgres or Redis container), never a named one, and berth's
+/// own containers have none. Nothing named otherwise is touched. What could not be removed is
 /// left; [`docker_objects`] tells what is.
 pub fn remove_docker_objects(prefix: &str) {
     let mine = |args: &[&str]| -> Vec<String> {
@@ -77,7 +79,7 @@ pub fn remove_docker_objects(prefix: &str) {
     let containers = mine(&["ps", "-a", "--format", "{{.Names}}"]);
     if !containers.is_empty() {
         let _ = Command::new("docker")
-            .args(["rm", "-f"])
+            .args(["rm", "-f", "-v"])
             .args(&containers)
             .output();
     }
