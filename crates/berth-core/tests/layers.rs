@@ -246,7 +246,7 @@ fn references(at: &ModPath, code: &[Token]) -> Vec<ModPath> {
             base.pop();
             j += 2;
         }
-        j = tree(code, j, base, at, &mut out);
+        j = tree(code, j, base, &mut out);
         i = j.max(i + 1);
     }
     out
@@ -254,13 +254,7 @@ fn references(at: &ModPath, code: &[Token]) -> Vec<ModPath> {
 
 /// Reads a path's tail from `code[j]` (at a `::`), pushing every full path into `out`; answers
 /// where it ended.
-fn tree(
-    code: &[Token],
-    mut j: usize,
-    mut path: ModPath,
-    at: &ModPath,
-    out: &mut Vec<ModPath>,
-) -> usize {
+fn tree(code: &[Token], mut j: usize, mut path: ModPath, out: &mut Vec<ModPath>) -> usize {
     while code.get(j) == Some(&Token::PathSep) {
         match code.get(j + 1) {
             Some(Token::Ident(s)) if s == "self" => j += 2,
@@ -286,7 +280,7 @@ fn tree(
                         Some(Token::Ident(s)) => {
                             let mut inner = path.clone();
                             inner.push(s.clone());
-                            j = tree(code, j + 1, inner, at, out);
+                            j = tree(code, j + 1, inner, out);
                         }
                         Some(_) => j += 1,
                         None => return j,
@@ -296,7 +290,6 @@ fn tree(
             _ => break,
         }
     }
-    let _ = at;
     out.push(path);
     j
 }

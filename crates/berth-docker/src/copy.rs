@@ -68,9 +68,12 @@ pub(crate) async fn copy_volume(
 ) -> Result<Copied, RuntimeError> {
     progress(0);
     let mut freezer = Freezer::new(docker, plan.freeze.as_deref());
-    let bytes = match copy_with_image_cp(docker, plan, &mut freezer).await? {
+    let declared = image_volumes(docker, &create_reference(&plan.image)).await?;
+    let bytes = match copy_with_image_cp(docker, plan, &declared, &mut freezer).await? {
         ImageCp::Copied => 0,
-        ImageCp::NoCp => copy_through_archive(docker, plan, progress, &mut freezer).await?,
+        ImageCp::NoCp => {
+            copy_through_archive(docker, plan, &declared, progress, &mut freezer).await?
+        }
         ImageCp::Failed(why) => {
             tracing::warn!(
                 from = %plan.from,
@@ -78,7 +81,7 @@ pub(crate) async fn copy_volume(
                 %why,
                 "the image's cp could not copy the volume; copying it through the archive API"
             );
-            copy_through_archive(docker, plan, progress, &mut freezer).await?
+            copy_through_archive(docker, plan, &declared, progress, &mut freezer).await?
         }
     };
     Ok(Copied {
@@ -151,6 +154,7 @@ fn no_such_command(message: &str) -> bool {
 async fn copy_with_image_cp(
     docker: &Docker,
     plan: &CopyPlan,
+    declared: &[String],
     freezer: &mut Freezer<'_>,
 ) -> Result<ImageCp, RuntimeError> {
     let name = format!("{}-c", plan.helper);
@@ -181,7 +185,7 @@ async fn copy_with_image_cp(
         ..Default::default()
     };
     let what = format!("copy helper {name}");
-    let id = create_fresh(docker, &name, body, &what).await?;
+    let id = create_fresh(docker, &name, body, declared, &what).await?;
     let ran = run_in_helper(docker, &id, &what, freezer).await;
     let removed = crate::containers::remove(docker, &id).await;
     let ran = ran?;
@@ -277,6 +281,7 @@ async fn exec_cp(
 async fn copy_through_archive(
     docker: &Docker,
     plan: &CopyPlan,
+    declared: &[String],
     progress: &(dyn Fn(u64) + Send + Sync),
     freezer: &mut Freezer<'_>,
 ) -> Result<u64, RuntimeError> {
@@ -286,8 +291,9 @@ async fn copy_through_archive(
     // for the write to take what it reads.
     let reader = format!("{}-r", plan.helper);
     let writer = format!("{}-w", plan.helper);
-    let reader = create_helper(docker, plan, &reader, &plan.from, SOURCE, true).await?;
-    let writer = match create_helper(docker, plan, &writer, &plan.to, TARGET, false).await {
+    let reader = create_helper(docker, plan, declared, &reader, &plan.from, SOURCE, true).await?;
+    let writer = match create_helper(docker, plan, declared, &writer, &plan.to, TARGET, false).await
+    {
         Ok(id) => id,
         Err(e) => {
             let _ = crate::containers::remove(docker, &reader).await;
@@ -317,6 +323,7 @@ async fn copy_through_archive(
 async fn create_helper(
     docker: &Docker,
     plan: &CopyPlan,
+    declared: &[String],
     name: &str,
     volume: &str,
     path: &str,
@@ -339,7 +346,7 @@ async fn create_helper(
         }),
         ..Default::default()
     };
-    create_fresh(docker, name, body, &format!("copy helper {name}")).await
+    create_fresh(docker, name, body, declared, &format!("copy helper {name}")).await
 }
 
 /// The most a shadowing tmpfs holds: nothing is meant to write there.
@@ -387,29 +394,32 @@ fn volume_mount(volume: &str, path: &str, read_only: bool) -> Mount {
     }
 }
 
+/// The `VOLUME` paths `image` declares.
+async fn image_volumes(docker: &Docker, image: &str) -> Result<Vec<String>, RuntimeError> {
+    Ok(docker
+        .inspect_image(image)
+        .await
+        .map_err(|e| error::map(e, &format!("image {image}")))?
+        .config
+        .and_then(|c| c.volumes)
+        .unwrap_or_default())
+}
+
 /// Creates helper `name` from `body`; one of that name left by an interrupted attempt is
-/// removed and made again. Every `VOLUME` of the helper's image that its mounts do not cover is
-/// covered by a small tmpfs: the engine would give each an anonymous volume, which nothing
-/// removes when the helper goes (a Postgres image's copy helper would leave one per copy).
+/// removed and made again. Every path of `declared` (its image's `VOLUME`s) that its mounts do
+/// not cover is covered by a small tmpfs: the engine would give each an anonymous volume, which
+/// nothing removes when the helper goes (a Postgres image's copy helper would leave one per copy).
 async fn create_fresh(
     docker: &Docker,
     name: &str,
     mut body: ContainerCreateBody,
+    declared: &[String],
     what: &str,
 ) -> Result<String, RuntimeError> {
-    if let Some(image) = body.image.clone() {
-        let declared = docker
-            .inspect_image(&image)
-            .await
-            .map_err(|e| error::map(e, &format!("image {image}")))?
-            .config
-            .and_then(|c| c.volumes)
-            .unwrap_or_default();
-        let host = body.host_config.get_or_insert_with(HostConfig::default);
-        let mounts = host.mounts.get_or_insert_with(Vec::new);
-        let shadows = shadow_image_volumes(&declared, mounts);
-        mounts.extend(shadows);
-    }
+    let host = body.host_config.get_or_insert_with(HostConfig::default);
+    let mounts = host.mounts.get_or_insert_with(Vec::new);
+    let shadows = shadow_image_volumes(declared, mounts);
+    mounts.extend(shadows);
     let options = CreateContainerOptions {
         name: Some(name.to_owned()),
         ..Default::default()

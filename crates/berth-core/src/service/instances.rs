@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::{Berth, UpCause, owned};
+use super::{Berth, UpCause, instance_in, owned};
 use crate::controllers::Reconciler;
 use crate::error::Error;
 use crate::ids::{DomainId, InstanceId};
@@ -171,12 +171,7 @@ impl Berth {
         let instance = self
             .store
             .write(move |tx| {
-                let mut instance =
-                    tx.instance(&domain_id, &key)?
-                        .ok_or_else(|| Error::InstanceNotFound {
-                            domain: domain_id.to_string(),
-                            key: key.clone(),
-                        })?;
+                let mut instance = instance_in(tx, &domain_id, &key)?;
                 if instance.desired == Desired::Archived {
                     return Err(Error::InstanceArchived(key));
                 }

@@ -18,9 +18,9 @@ pub use rollouts::RollbackAsk;
 use crate::controllers::Reconciler;
 use crate::error::Error;
 use crate::ids::DomainId;
-use crate::model::Domain;
+use crate::model::{Domain, Instance};
 use crate::rollouts::Site;
-use crate::store::Store;
+use crate::store::{Store, Tx};
 
 /// Why an instance is asked to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +79,16 @@ impl Berth {
             .as_ref()
             .map_or("berth", |r| r.config().prefix.as_str())
     }
+}
+
+/// The instance of `domain` with `key`, inside a transaction; `InstanceNotFound` when there is
+/// none.
+pub(crate) fn instance_in(tx: &Tx<'_>, domain: &DomainId, key: &str) -> Result<Instance, Error> {
+    tx.instance(domain, key)?
+        .ok_or_else(|| Error::InstanceNotFound {
+            domain: domain.to_string(),
+            key: key.to_owned(),
+        })
 }
 
 pub(crate) fn owned(domain: Option<Domain>, owner: &str, id: &DomainId) -> Result<Domain, Error> {

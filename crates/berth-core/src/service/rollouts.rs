@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use super::instances::apply_up;
-use super::{Berth, UpCause};
+use super::{Berth, UpCause, instance_in};
 use crate::error::Error;
 use crate::evidence::ImageEvidence;
 use crate::ids::DomainId;
@@ -110,12 +110,7 @@ impl Berth {
             .store
             .write(move |tx| {
                 let key = written_key;
-                let instance =
-                    tx.instance(&domain_id, &key)?
-                        .ok_or_else(|| Error::InstanceNotFound {
-                            domain: domain_id.to_string(),
-                            key: key.to_owned(),
-                        })?;
+                let instance = instance_in(tx, &domain_id, &key)?;
                 let record = ask.record();
                 if let Some((expected, result)) = tx.rollback(&instance.id, &idempotency_key)? {
                     if expected != record {

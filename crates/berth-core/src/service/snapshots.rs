@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::{Berth, UpCause, apply_up};
+use super::{Berth, UpCause, apply_up, instance_in};
 use crate::error::Error;
 use crate::ids::{CopyId, DomainId, SnapshotId};
 use crate::model::{Desired, InstanceState, InstanceView};
@@ -96,12 +96,7 @@ impl Berth {
         let (snapshot, copy) = self
             .store()
             .write(move |tx| {
-                let instance =
-                    tx.instance(&domain, &key)?
-                        .ok_or_else(|| Error::InstanceNotFound {
-                            domain: domain.to_string(),
-                            key: key.clone(),
-                        })?;
+                let instance = instance_in(tx, &domain, &key)?;
                 if let Some(copy) = tx.copy_into_instance(&instance.id)? {
                     return Err(Error::CopyUnderWay {
                         what: format!("the instance {key}"),
@@ -292,12 +287,7 @@ impl Berth {
                 let copy_id = CopyId::new();
                 let (source_instance, snapshot) = match &from {
                     BranchFrom::Instance(source) => {
-                        let found = tx.instance(&domain, source)?.ok_or_else(|| {
-                            Error::InstanceNotFound {
-                                domain: domain.to_string(),
-                                key: source.clone(),
-                            }
-                        })?;
+                        let found = instance_in(tx, &domain, source)?;
                         if let Some(copy) = tx.copy_into_instance(&found.id)? {
                             return Err(Error::CopyUnderWay {
                                 what: format!("the instance {source}"),
@@ -373,12 +363,7 @@ impl Berth {
         let (mut instance, backup, copy) = self
             .store()
             .write(move |tx| {
-                let instance =
-                    tx.instance(&domain, &key)?
-                        .ok_or_else(|| Error::InstanceNotFound {
-                            domain: domain.to_string(),
-                            key: key.clone(),
-                        })?;
+                let instance = instance_in(tx, &domain, &key)?;
                 if instance.desired == Desired::Archived {
                     return Err(Error::InstanceArchived(key));
                 }

@@ -187,9 +187,11 @@ fn in_volume(image: &str, volume: &str, script: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-/// The engine's record of what happened to container `name` since `since` (Unix seconds):
-/// its event actions, in order.
-async fn container_actions(name: &str, since: i64) -> Vec<String> {
+/// The engine's events of `filters` from `since` (Unix seconds) until now.
+async fn events_since(
+    since: i64,
+    filters: HashMap<String, Vec<String>>,
+) -> Vec<bollard::models::EventMessage> {
     use futures_util::StreamExt;
     let until = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -199,15 +201,25 @@ async fn container_actions(name: &str, since: i64) -> Vec<String> {
     let options = bollard::query_parameters::EventsOptions {
         since: Some(since.to_string()),
         until: Some(until.to_string()),
-        filters: Some(HashMap::from([
-            ("type".to_owned(), vec!["container".to_owned()]),
-            ("container".to_owned(), vec![name.to_owned()]),
-        ])),
+        filters: Some(filters),
     };
     let events: Vec<_> = common::docker().events(Some(options)).collect().await;
     events
         .into_iter()
         .map(|e| e.expect("an engine event"))
+        .collect()
+}
+
+/// The engine's record of what happened to container `name` since `since` (Unix seconds):
+/// its event actions, in order.
+async fn container_actions(name: &str, since: i64) -> Vec<String> {
+    let filters = HashMap::from([
+        ("type".to_owned(), vec!["container".to_owned()]),
+        ("container".to_owned(), vec![name.to_owned()]),
+    ]);
+    events_since(since, filters)
+        .await
+        .into_iter()
         .filter(|e| {
             e.actor
                 .as_ref()
@@ -385,24 +397,10 @@ async fn a_copy_keeps_owners_modes_links_and_empty_dirs_both_ways_and_only_a_lab
 /// Where the engine mounted volumes into container `name` since `since`: its volume `mount`
 /// events' destinations (a tmpfs mount makes none).
 async fn volume_destinations(name: &str, since: i64) -> Vec<String> {
-    use futures_util::StreamExt;
-    let until = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 1;
-    let events = |kind: &str| bollard::query_parameters::EventsOptions {
-        since: Some(since.to_string()),
-        until: Some(until.to_string()),
-        filters: Some(HashMap::from([("type".to_owned(), vec![kind.to_owned()])])),
-    };
-    let created: Vec<_> = common::docker()
-        .events(Some(events("container")))
-        .collect()
-        .await;
-    let ids: Vec<String> = created
+    let of = |kind: &str| HashMap::from([("type".to_owned(), vec![kind.to_owned()])]);
+    let ids: Vec<String> = events_since(since, of("container"))
+        .await
         .into_iter()
-        .map(|e| e.expect("an engine event"))
         .filter(|e| e.action.as_deref() == Some("create"))
         .filter_map(|e| e.actor)
         .filter(|a| {
@@ -414,13 +412,9 @@ async fn volume_destinations(name: &str, since: i64) -> Vec<String> {
         .filter_map(|a| a.id)
         .collect();
     assert!(!ids.is_empty(), "container {name} was made");
-    let mounted: Vec<_> = common::docker()
-        .events(Some(events("volume")))
-        .collect()
-        .await;
-    mounted
+    events_since(since, of("volume"))
+        .await
         .into_iter()
-        .map(|e| e.expect("an engine event"))
         .filter(|e| e.action.as_deref() == Some("mount"))
         .filter_map(|e| e.actor.and_then(|a| a.attributes))
         .filter(|at| at.get("container").is_some_and(|c| ids.contains(c)))
