@@ -109,8 +109,8 @@ fn copy_of<T>(
     kind: &str,
     instance_key: &str,
     request: impl FnOnce() -> T,
-) -> (T, berth_client::CopyProgress) {
-    let mut events = Box::pin(api.api().events(domain, None));
+) -> (T, berth_client::CopyEvent) {
+    let mut events = Box::pin(api.api().events(&support::domain_id(domain), None));
     // The stream opens with every instance of the domain: once the first one is read, it is
     // subscribed, and nothing of the copy can be missed.
     block_on(async { tokio::time::timeout(COPY, events.next()).await })
@@ -127,7 +127,7 @@ fn copy_of<T>(
                 .expect("the stream goes on")
                 .expect("an event");
             if let berth_client::DomainEvent::Copy { copy, .. } = event
-                && copy.kind == kind
+                && copy.kind.as_str() == kind
                 && copy.instance_key == instance_key
             {
                 assert!(
@@ -135,7 +135,7 @@ fn copy_of<T>(
                     "progress goes forward: {copy:?}"
                 );
                 last_done = copy.bytes_done;
-                if copy.state != "copying" {
+                if copy.state.as_str() != "copying" {
                     return copy;
                 }
             }
@@ -144,17 +144,19 @@ fn copy_of<T>(
     (answer, copy)
 }
 
-fn snapshot_ready(api: &Client, domain: &str, key: &str, name: &str) -> berth_client::Snapshot {
-    let snapshot = block_on(api.api().snapshot(domain, key, name)).expect("a snapshot");
-    assert_eq!(snapshot.state, "copying");
-    assert!(snapshot.snapshot_id.starts_with("snp:"));
-    let mut events = Box::pin(api.api().events(domain, None));
+fn snapshot_ready(api: &Client, domain: &str, key: &str, name: &str) -> berth_client::SnapshotView {
+    let snapshot =
+        block_on(api.api().snapshot(&support::domain_id(domain), key, name)).expect("a snapshot");
+    assert_eq!(snapshot.state.as_str(), "copying");
+    assert!(snapshot.snapshot_id.as_str().starts_with("snp:"));
+    let mut events = Box::pin(api.api().events(&support::domain_id(domain), None));
     let id = snapshot.snapshot_id.clone();
     // The copy may be done before the stream opens: the snapshot itself says so then.
     loop {
-        let now = block_on(api.api().snapshot_by_id(domain, &id)).expect("the snapshot");
-        if now.state != "copying" {
-            assert_eq!(now.state, "ready", "{now:?}");
+        let now = block_on(api.api().snapshot_by_id(&support::domain_id(domain), &id))
+            .expect("the snapshot");
+        if now.state.as_str() != "copying" {
+            assert_eq!(now.state.as_str(), "ready", "{now:?}");
             return now;
         }
         block_on(async {
@@ -186,16 +188,16 @@ fn a_branch_of_a_running_postgres_has_every_row_and_writes_stay_apart_both_ways(
 
     let (branch, copied) = copy_of(&api, &domain, "branch", "db@fix", || {
         block_on(api.api().branch(
-            &domain,
+            &support::domain_id(&domain),
             "db@fix",
             &berth_client::BranchFrom::Instance("db@main".into()),
             &pg_spec("fix"),
-            berth_client::Cause::Person,
+            berth_client::UpCause::Person,
         ))
         .expect("a branch")
     });
     assert_eq!(branch.key, "db@fix");
-    assert_eq!(copied.state, "done", "{copied:?}");
+    assert_eq!(copied.state.as_str(), "done", "{copied:?}");
     assert!(copied.bytes_total.unwrap_or(0) > 15_000_000, "{copied:?}");
     let fix = api.settled(&domain, "db@fix", &["running", "failed"], READY);
     assert_eq!(fix["state"]["kind"], "running", "{fix}");
@@ -283,6 +285,7 @@ fn a_postgres_restore_brings_the_rows_back_and_keeps_the_migrated_state_as_a_sna
     let daemon = Daemon::start();
     let api = daemon.client();
     let domain = api.create_domain("shop");
+    let domain_id = support::domain_id(&domain);
     let main = up_running(&api, &domain, "db@main", &pg_spec("main"));
     assert_eq!(main["state"]["kind"], "running", "{main}");
     fill(&api, &domain, "db@main", 20_000);
@@ -305,14 +308,18 @@ fn a_postgres_restore_brings_the_rows_back_and_keeps_the_migrated_state_as_a_sna
     );
 
     let (restored, copied) = copy_of(&api, &domain, "restore", "db@main", || {
-        block_on(api.api().restore(&domain, "db@main", &snapshot.snapshot_id)).expect("a restore")
+        block_on(
+            api.api()
+                .restore(&domain_id, "db@main", &snapshot.snapshot_id),
+        )
+        .expect("a restore")
     });
     assert_eq!(restored.instance.state.kind(), "starting");
     assert!(
         restored.before_restore.name.starts_with("before-restore-"),
         "{restored:?}"
     );
-    assert_eq!(copied.state, "done", "{copied:?}");
+    assert_eq!(copied.state.as_str(), "done", "{copied:?}");
     let back = api.settled(&domain, "db@main", &["running", "failed"], READY);
     assert_eq!(back["state"]["kind"], "running", "{back}");
     assert_eq!(
@@ -330,19 +337,19 @@ fn a_postgres_restore_brings_the_rows_back_and_keeps_the_migrated_state_as_a_sna
     );
 
     // The automatic snapshot holds the migrated state: a branch of it shows it.
-    let list = block_on(api.api().snapshots(&domain, Some("db@main"))).expect("the list");
+    let list = block_on(api.api().snapshots(&domain_id, Some("db@main"))).expect("the list");
     assert_eq!(list.len(), 2);
     assert_eq!(
         list[0].snapshot_id, restored.before_restore.snapshot_id,
         "newest first"
     );
-    assert_eq!(list[0].state, "ready");
+    assert_eq!(list[0].state.as_str(), "ready");
     block_on(api.api().branch(
-        &domain,
+        &domain_id,
         "db@check",
         &berth_client::BranchFrom::Snapshot(restored.before_restore.snapshot_id.clone()),
         &pg_spec("check"),
-        berth_client::Cause::Person,
+        berth_client::UpCause::Person,
     ))
     .expect("a branch of the before-restore snapshot");
     let check = api.settled(&domain, "db@check", &["running", "failed"], READY);
@@ -376,7 +383,7 @@ fn a_postgres_restore_brings_the_rows_back_and_keeps_the_migrated_state_as_a_sna
         .count()
     };
     assert_eq!(volume_count(), 1);
-    block_on(api.api().delete_snapshot(&domain, &snapshot.snapshot_id)).expect("a delete");
+    block_on(api.api().delete_snapshot(&domain_id, &snapshot.snapshot_id)).expect("a delete");
     assert_eq!(volume_count(), 0);
     api.get(&format!(
         "/v1/resource-domains/{domain}/snapshots/{}",
@@ -390,6 +397,7 @@ fn a_redis_restore_brings_the_keys_back_with_appendonly_always() {
     let daemon = Daemon::start();
     let api = daemon.client();
     let domain = api.create_domain("shop");
+    let domain_id = support::domain_id(&domain);
     let cache = up_running(&api, &domain, "cache@main", &redis_spec("main"));
     assert_eq!(cache["state"]["kind"], "running", "{cache}");
     redis(&api, &domain, "cache@main", &["set", "greeting", "hello"]);
@@ -403,11 +411,11 @@ fn a_redis_restore_brings_the_keys_back_with_appendonly_always() {
 
     // A branch has every key, and its writes stay apart.
     block_on(api.api().branch(
-        &domain,
+        &domain_id,
         "cache@fix",
         &berth_client::BranchFrom::Instance("cache@main".into()),
         &redis_spec("fix"),
-        berth_client::Cause::Person,
+        berth_client::UpCause::Person,
     ))
     .expect("a branch");
     let fix = api.settled(&domain, "cache@fix", &["running", "failed"], READY);
@@ -427,11 +435,11 @@ fn a_redis_restore_brings_the_keys_back_with_appendonly_always() {
     let (restored, copied) = copy_of(&api, &domain, "restore", "cache@main", || {
         block_on(
             api.api()
-                .restore(&domain, "cache@main", &snapshot.snapshot_id),
+                .restore(&domain_id, "cache@main", &snapshot.snapshot_id),
         )
         .expect("a restore")
     });
-    assert_eq!(copied.state, "done", "{copied:?}");
+    assert_eq!(copied.state.as_str(), "done", "{copied:?}");
     let back = api.settled(&domain, "cache@main", &["running", "failed"], READY);
     assert_eq!(back["state"]["kind"], "running", "{back}");
     assert_eq!(
@@ -446,11 +454,11 @@ fn a_redis_restore_brings_the_keys_back_with_appendonly_always() {
 
     // What the restore replaced is in the before-restore snapshot.
     block_on(api.api().branch(
-        &domain,
+        &domain_id,
         "cache@check",
         &berth_client::BranchFrom::Snapshot(restored.before_restore.snapshot_id),
         &redis_spec("check"),
-        berth_client::Cause::Person,
+        berth_client::UpCause::Person,
     ))
     .expect("a branch");
     let check = api.settled(&domain, "cache@check", &["running", "failed"], READY);
@@ -471,6 +479,7 @@ fn owners_modes_links_and_empty_directories_survive_a_copy_with_the_image_s_cp_a
     let daemon = Daemon::start();
     let api = daemon.client();
     let domain = api.create_domain("files");
+    let domain_id = support::domain_id(&domain);
     let busybox = support::busybox_image();
     let made = up_running(&api, &domain, "files@a", &files_spec(&busybox, "a"));
     assert_eq!(made["state"]["kind"], "running", "{made}");
@@ -507,11 +516,11 @@ fn owners_modes_links_and_empty_directories_survive_a_copy_with_the_image_s_cp_a
 
     // A branch into the same image, which has `cp`: its helper copies with it.
     block_on(api.api().branch(
-        &domain,
+        &domain_id,
         "files@d",
         &berth_client::BranchFrom::Instance("files@a".into()),
         &files_spec(&busybox, "d"),
-        berth_client::Cause::Person,
+        berth_client::UpCause::Person,
     ))
     .expect("a branch into an image with cp");
     let d = api.settled(&domain, "files@d", &["running", "failed"], READY);
@@ -524,11 +533,11 @@ fn owners_modes_links_and_empty_directories_survive_a_copy_with_the_image_s_cp_a
     let mut no_shell = files_spec(&bare, "b");
     no_shell["ready"] = json!({"kind": "tcp", "port": 7000});
     block_on(api.api().branch(
-        &domain,
+        &domain_id,
         "files@b",
         &berth_client::BranchFrom::Instance("files@a".into()),
         &no_shell,
-        berth_client::Cause::Person,
+        berth_client::UpCause::Person,
     ))
     .expect("a branch into the image without a shell");
     let b = api.settled(&domain, "files@b", &["running", "failed"], READY);
@@ -546,11 +555,11 @@ fn owners_modes_links_and_empty_directories_survive_a_copy_with_the_image_s_cp_a
     )
     .expect_error(409, "ResourceInstanceArchivedError");
     block_on(api.api().branch(
-        &domain,
+        &domain_id,
         "files@c",
         &berth_client::BranchFrom::Snapshot(snapshot.snapshot_id.clone()),
         &files_spec(&busybox, "c"),
-        berth_client::Cause::Person,
+        berth_client::UpCause::Person,
     ))
     .expect("a branch from a snapshot of an archived instance");
     let c = api.settled(&domain, "files@c", &["running", "failed"], READY);
@@ -647,7 +656,7 @@ fn bad_snapshot_branch_and_restore_requests_are_refused_and_write_nothing() {
         .expect_error(400, "RequestRefusedError");
     api.get(&format!("{base}/files@b"))
         .expect_error(404, "ResourceInstanceNotFoundError");
-    let list = block_on(api.api().snapshots(&domain, None)).expect("a list");
+    let list = block_on(api.api().snapshots(&support::domain_id(&domain), None)).expect("a list");
     assert!(list.is_empty(), "{list:?}");
     // Another key sees no snapshot of this domain.
     let other = daemon.client_with(Some(support::OTHER_KEY));
@@ -682,11 +691,11 @@ fn a_daemon_killed_in_the_middle_of_a_copy_never_uses_the_half_written_volume_an
         .count()
     };
     let branch = block_on(api.api().branch(
-        &domain,
+        &support::domain_id(&domain),
         "db@fix",
         &berth_client::BranchFrom::Instance("db@main".into()),
         &pg_spec("fix"),
-        berth_client::Cause::Person,
+        berth_client::UpCause::Person,
     ))
     .expect("a branch");
     wait_until(COPY, "the copy's helper appears", || helpers() > 0);

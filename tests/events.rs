@@ -10,7 +10,7 @@ use std::net::TcpStream;
 use std::pin::Pin;
 use std::time::Duration;
 
-use berth_client::{DomainEvent, Instance, InstanceState};
+use berth_client::{DomainEvent, InstanceState, InstanceView};
 use futures_util::{Stream, StreamExt};
 use serde_json::json;
 use support::{Daemon, OTHER_KEY, block_on, busybox_image, spec};
@@ -33,7 +33,7 @@ async fn until_kind(
     key: &str,
     kind: &str,
     within: Duration,
-) -> (String, Instance, Vec<String>) {
+) -> (String, InstanceView, Vec<String>) {
     let mut seen = Vec::new();
     loop {
         if let DomainEvent::Instance { id, instance, .. } =
@@ -108,10 +108,11 @@ fn events_arrive_in_order_for_up_stop_wake_and_archive() {
     let client = daemon.client();
     let api = client.api().clone();
     let domain = client.create_domain("events");
+    let domain_id = support::domain_id(&domain);
     block_on(async {
-        let mut events: Events = Box::pin(api.events(&domain, None));
+        let mut events: Events = Box::pin(api.events(&domain_id, None));
         let s = spec(&busybox_image(), "web");
-        api.up(&domain, "web", &s, berth_client::Cause::Person)
+        api.up(&domain_id, "web", &s, berth_client::UpCause::Person)
             .await
             .unwrap();
         let (up_id, _, seen) = until_kind(&mut events, "web", "running", WITHIN).await;
@@ -122,19 +123,19 @@ fn events_arrive_in_order_for_up_stop_wake_and_archive() {
         );
         assert!(seen.contains(&"starting".to_owned()), "{seen:?}");
 
-        api.stop(&domain, "web", "ada").await.unwrap();
+        api.stop(&domain_id, "web", "ada").await.unwrap();
         let (stop_id, stopped, _) = until_kind(&mut events, "web", "stopped", WITHIN).await;
         assert!(seq(&stop_id) > seq(&up_id));
         assert!(matches!(stopped.state, InstanceState::Stopped { .. }));
 
-        api.up(&domain, "web", &s, berth_client::Cause::Person)
+        api.up(&domain_id, "web", &s, berth_client::UpCause::Person)
             .await
             .unwrap();
         let (wake_id, _, seen) = until_kind(&mut events, "web", "running", WITHIN).await;
         assert!(seq(&wake_id) > seq(&stop_id));
         assert!(seen.contains(&"starting".to_owned()), "{seen:?}");
 
-        api.archive(&domain, "web").await.unwrap();
+        api.archive(&domain_id, "web").await.unwrap();
         let (archive_id, archived, _) = until_kind(&mut events, "web", "archived", WITHIN).await;
         assert!(seq(&archive_id) > seq(&wake_id));
         assert_eq!(archived.desired, berth_client::Desired::Archived);
@@ -150,7 +151,7 @@ fn a_change_of_observed_at_alone_sends_no_event_and_a_new_client_gets_every_inst
     client.up_ok(&domain, "web", &spec(&busybox_image(), "web"), "person");
     client.wait_state(&domain, "web", "running", WITHIN);
     block_on(async {
-        let mut events: Events = Box::pin(api.events(&domain, None));
+        let mut events: Events = Box::pin(api.events(&support::domain_id(&domain), None));
         let DomainEvent::Instance { instance, .. } =
             next(&mut events, "the snapshot", WITHIN).await
         else {
@@ -170,13 +171,14 @@ fn a_dropped_connection_resumes_with_its_last_event_id_without_loss() {
     let client = daemon.client();
     let api = client.api().clone();
     let domain = client.create_domain("events");
+    let domain_id = support::domain_id(&domain);
     block_on(async {
-        let mut events: Events = Box::pin(api.events(&domain, None));
+        let mut events: Events = Box::pin(api.events(&domain_id, None));
         api.up(
-            &domain,
+            &domain_id,
             "web",
             &spec(&busybox_image(), "web"),
-            berth_client::Cause::Person,
+            berth_client::UpCause::Person,
         )
         .await
         .unwrap();
@@ -184,14 +186,14 @@ fn a_dropped_connection_resumes_with_its_last_event_id_without_loss() {
         drop(events);
 
         // While nobody listens: a stop.
-        api.stop(&domain, "web", "ada").await.unwrap();
+        api.stop(&domain_id, "web", "ada").await.unwrap();
         let stopped = api
-            .wait(&domain, "web", &["stopped"], WITHIN)
+            .wait(&domain_id, "web", &["stopped"], WITHIN)
             .await
             .unwrap();
         assert!(!stopped.timed_out);
 
-        let mut events: Events = Box::pin(api.events(&domain, Some(&last)));
+        let mut events: Events = Box::pin(api.events(&domain_id, Some(&last)));
         let first = next(&mut events, "the missed changes", WITHIN).await;
         let DomainEvent::Instance { id, instance, .. } = first else {
             panic!("a resumable id is resumed, not resynced: {first:?}")
@@ -221,16 +223,16 @@ fn another_keys_changes_do_not_move_a_domains_event_ids_and_resuming_works_per_d
     b.up_ok(&b_domain, "web", &s, "person");
     b.settled(&b_domain, "web", &["running"], WITHIN);
     // Where B's sequence is: a new client's snapshot carries it.
-    let mut b_events: Events = Box::pin(b.api().events(&b_domain, None));
+    let mut b_events: Events = Box::pin(b.api().events(&support::domain_id(&b_domain), None));
     let before = block_on(snapshot_id(&mut b_events));
 
     // Key A's activity in its own domain: an up that runs, then a stop.
     a.up_ok(&a_domain, "web", &s, "person");
     a.settled(&a_domain, "web", &["running"], WITHIN);
-    block_on(a.api().stop(&a_domain, "web", "ada")).unwrap();
+    block_on(a.api().stop(&support::domain_id(&a_domain), "web", "ada")).unwrap();
     a.settled(&a_domain, "web", &["stopped"], WITHIN);
     let a_id = block_on(async {
-        let mut events: Events = Box::pin(a.api().events(&a_domain, None));
+        let mut events: Events = Box::pin(a.api().events(&support::domain_id(&a_domain), None));
         snapshot_id(&mut events).await
     });
     assert!(seq(&a_id) >= 3, "A's own sequence moved: {a_id}");
@@ -239,11 +241,11 @@ fn another_keys_changes_do_not_move_a_domains_event_ids_and_resuming_works_per_d
     // B's sequence did not move: a new client's snapshot is where it was, and B's next change
     // on the open stream is the next number.
     let again = block_on(async {
-        let mut events: Events = Box::pin(b.api().events(&b_domain, None));
+        let mut events: Events = Box::pin(b.api().events(&support::domain_id(&b_domain), None));
         snapshot_id(&mut events).await
     });
     assert_eq!(again, before, "A's changes moved B's event ids");
-    block_on(b.api().stop(&b_domain, "web", "ada")).unwrap();
+    block_on(b.api().stop(&support::domain_id(&b_domain), "web", "ada")).unwrap();
     let stopped = block_on(ids_until(&mut b_events, "web", "stopped"));
     assert_consecutive_after(&before, &stopped);
     let last = stopped.last().unwrap().clone();
@@ -257,14 +259,16 @@ fn another_keys_changes_do_not_move_a_domains_event_ids_and_resuming_works_per_d
     a.settled(&a_domain, "web", &["running"], WITHIN);
     b.settled(&b_domain, "web", &["running"], WITHIN);
     let missed = block_on(async {
-        let mut events: Events = Box::pin(b.api().events(&b_domain, Some(&last)));
+        let mut events: Events =
+            Box::pin(b.api().events(&support::domain_id(&b_domain), Some(&last)));
         ids_until(&mut events, "web", "running").await
     });
     assert_consecutive_after(&last, &missed);
 
     // An id of A's domain is foreign to B's, whatever its number: B's stream resyncs.
     block_on(async {
-        let mut events: Events = Box::pin(b.api().events(&b_domain, Some(&a_id)));
+        let mut events: Events =
+            Box::pin(b.api().events(&support::domain_id(&b_domain), Some(&a_id)));
         let first = next(&mut events, "resync", WITHIN).await;
         assert!(
             matches!(first, DomainEvent::Resync { .. }),
@@ -278,15 +282,16 @@ fn a_restarted_daemon_answers_an_old_id_with_resync_then_every_instance() {
     let mut daemon = Daemon::start();
     let client = daemon.client();
     let domain = client.create_domain("events");
+    let domain_id = support::domain_id(&domain);
     client.up_ok(&domain, "web", &spec(&busybox_image(), "web"), "person");
     let last = block_on(async {
-        let mut events: Events = Box::pin(client.api().events(&domain, None));
+        let mut events: Events = Box::pin(client.api().events(&domain_id, None));
         until_kind(&mut events, "web", "running", WITHIN).await.0
     });
     daemon.restart();
     let client = daemon.client();
     block_on(async {
-        let mut events: Events = Box::pin(client.api().events(&domain, Some(&last)));
+        let mut events: Events = Box::pin(client.api().events(&domain_id, Some(&last)));
         let first = next(&mut events, "resync", WITHIN).await;
         assert!(
             matches!(first, DomainEvent::Resync { .. }),
@@ -342,7 +347,13 @@ fn a_reader_that_stalls_is_resynced_and_slows_nobody() {
     });
     // Another client is not slowed by the stalled one: an up and its wait complete.
     client.up_ok(&domain, "db", &spec(&busybox_image(), "db"), "person");
-    let waited = block_on(api.wait(&domain, "db", &["running", "failed"], WITHIN)).unwrap();
+    let waited = block_on(api.wait(
+        &support::domain_id(&domain),
+        "db",
+        &["running", "failed"],
+        WITHIN,
+    ))
+    .unwrap();
     assert!(!waited.timed_out);
     assert_eq!(waited.instance.state.kind(), "running");
 
@@ -370,18 +381,19 @@ fn wait_answers_the_change_the_stream_reports_and_times_out_when_nothing_happens
     let client = daemon.client();
     let api = client.api().clone();
     let domain = client.create_domain("events");
+    let domain_id = support::domain_id(&domain);
     block_on(async {
-        let mut events: Events = Box::pin(api.events(&domain, None));
+        let mut events: Events = Box::pin(api.events(&domain_id, None));
         api.up(
-            &domain,
+            &domain_id,
             "web",
             &spec(&busybox_image(), "web"),
-            berth_client::Cause::Person,
+            berth_client::UpCause::Person,
         )
         .await
         .unwrap();
         let waited = api
-            .wait(&domain, "web", &["running", "failed"], WITHIN)
+            .wait(&domain_id, "web", &["running", "failed"], WITHIN)
             .await
             .unwrap();
         assert!(!waited.timed_out);
@@ -390,7 +402,7 @@ fn wait_answers_the_change_the_stream_reports_and_times_out_when_nothing_happens
         assert_eq!(waited.instance.state, streamed.state, "the same change");
 
         let nothing = api
-            .wait(&domain, "web", &["stopped"], Duration::from_millis(1500))
+            .wait(&domain_id, "web", &["stopped"], Duration::from_millis(1500))
             .await
             .unwrap();
         assert!(nothing.timed_out);

@@ -602,7 +602,7 @@ fn a_changed_spec_is_starting_until_a_container_of_it_is_ready() {
     let mut seen = Vec::new();
     let running = support::block_on(async {
         use futures_util::StreamExt;
-        let mut events = std::pin::pin!(api.api().events(&domain, None));
+        let mut events = std::pin::pin!(api.api().events(&support::domain_id(&domain), None));
         loop {
             let event = tokio::time::timeout(READY, events.next())
                 .await

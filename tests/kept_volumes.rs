@@ -80,7 +80,7 @@ fn mounted_names(instance: &Value) -> Vec<String> {
 
 /// `GET .../volumes`: every volume the instance keeps.
 fn kept(api: &Client, domain: &str, key: &str) -> Vec<berth_client::KeptVolume> {
-    block_on(api.api().volumes(domain, key)).expect("the instance's volumes")
+    block_on(api.api().volumes(&support::domain_id(domain), key)).expect("the instance's volumes")
 }
 
 /// Each kept volume's name and whether it is mounted, by name (the route lists them in the
@@ -123,12 +123,17 @@ fn pairs(expected: &[(&str, bool)]) -> Vec<(String, bool)> {
 
 /// Waits on the domain's event stream until snapshot `id` is no longer copying, and asserts it
 /// is `ready`. Each look at the snapshot comes after the stream is open, so no change is missed.
-fn wait_ready(api: &Client, domain: &str, id: &str) -> berth_client::Snapshot {
-    let mut events = Box::pin(api.api().events(domain, None));
+fn wait_ready(
+    api: &Client,
+    domain: &str,
+    id: &berth_client::SnapshotId,
+) -> berth_client::SnapshotView {
+    let mut events = Box::pin(api.api().events(&support::domain_id(domain), None));
     loop {
-        let now = block_on(api.api().snapshot_by_id(domain, id)).expect("the snapshot");
-        if now.state != "copying" {
-            assert_eq!(now.state, "ready", "{now:?}");
+        let now = block_on(api.api().snapshot_by_id(&support::domain_id(domain), id))
+            .expect("the snapshot");
+        if now.state.as_str() != "copying" {
+            assert_eq!(now.state.as_str(), "ready", "{now:?}");
             return now;
         }
         block_on(async {
@@ -144,15 +149,24 @@ fn wait_ready(api: &Client, domain: &str, id: &str) -> berth_client::Snapshot {
 /// Restores `key` from `snapshot` and waits, on the domain's event stream, until the restore's
 /// copy is done: a restore waiting for its turn leaves the instance running on its old volumes,
 /// so `running` alone does not say the copy happened.
-fn restore_done(api: &Client, domain: &str, key: &str, snapshot: &str) -> berth_client::Restored {
-    let mut events = Box::pin(api.api().events(domain, None));
+fn restore_done(
+    api: &Client,
+    domain: &str,
+    key: &str,
+    snapshot: &berth_client::SnapshotId,
+) -> berth_client::RestoreResponse {
+    let mut events = Box::pin(api.api().events(&support::domain_id(domain), None));
     // The stream opens with every instance of the domain: once the first is read, it is
     // subscribed, and nothing of the copy can be missed.
     block_on(async { tokio::time::timeout(COPY, events.next()).await })
         .expect("the stream opens")
         .expect("an event")
         .expect("an event");
-    let answer = block_on(api.api().restore(domain, key, snapshot)).expect("a restore");
+    let answer = block_on(
+        api.api()
+            .restore(&support::domain_id(domain), key, snapshot),
+    )
+    .expect("a restore");
     block_on(async {
         loop {
             let event = tokio::time::timeout(COPY, events.next())
@@ -161,11 +175,11 @@ fn restore_done(api: &Client, domain: &str, key: &str, snapshot: &str) -> berth_
                 .expect("the stream goes on")
                 .expect("an event");
             if let berth_client::DomainEvent::Copy { copy, .. } = event
-                && copy.kind == "restore"
+                && copy.kind == berth_client::CopyKind::Restore
                 && copy.instance_key == key
-                && copy.state != "copying"
+                && copy.state.as_str() != "copying"
             {
-                assert_eq!(copy.state, "done", "{copy:?}");
+                assert_eq!(copy.state.as_str(), "done", "{copy:?}");
                 return;
             }
         }
@@ -173,12 +187,13 @@ fn restore_done(api: &Client, domain: &str, key: &str, snapshot: &str) -> berth_
     answer
 }
 
-fn snapshot_ready(api: &Client, domain: &str, key: &str, name: &str) -> berth_client::Snapshot {
-    let snapshot = block_on(api.api().snapshot(domain, key, name)).expect("a snapshot");
+fn snapshot_ready(api: &Client, domain: &str, key: &str, name: &str) -> berth_client::SnapshotView {
+    let snapshot =
+        block_on(api.api().snapshot(&support::domain_id(domain), key, name)).expect("a snapshot");
     wait_ready(api, domain, &snapshot.snapshot_id)
 }
 
-fn snapshot_names(snapshot: &berth_client::Snapshot) -> Vec<&str> {
+fn snapshot_names(snapshot: &berth_client::SnapshotView) -> Vec<&str> {
     snapshot.volumes.iter().map(|v| v.name.as_str()).collect()
 }
 
@@ -275,7 +290,8 @@ fn a_volume_a_spec_change_dropped_comes_back_with_its_data_after_a_snapshot_and_
     // Dropped once more and archived: the archive lists both, with their sizes.
     let one = up_running(&api, &domain, "files", &data_only());
     assert_eq!(mounted_names(&one), ["data"], "{one}");
-    let archived = block_on(api.api().archive(&domain, "files")).expect("an archive");
+    let archived =
+        block_on(api.api().archive(&support::domain_id(&domain), "files")).expect("an archive");
     let mut listed: Vec<(&str, &str)> = archived
         .volumes
         .iter()
@@ -363,6 +379,7 @@ fn a_daemon_killed_after_each_request_converges_and_the_dropped_volume_still_com
     let mut daemon = Daemon::start();
     let api = daemon.client();
     let domain = api.create_domain("kept");
+    let domain_id = support::domain_id(&domain);
     let first = up_running(&api, &domain, "files", &both());
     assert_eq!(mounted_names(&first), ["data", "logs"], "{first}");
     write(&api, &domain, "files", "/srv/data/marker", "data-marker");
@@ -381,8 +398,9 @@ fn a_daemon_killed_after_each_request_converges_and_the_dropped_volume_still_com
     );
 
     // Killed right after the snapshot request, before its copy is done.
-    let snapshot = block_on(api.api().snapshot(&domain, "files", "with-logs")).expect("a snapshot");
-    assert_eq!(snapshot.state, "copying", "{snapshot:?}");
+    let snapshot =
+        block_on(api.api().snapshot(&domain_id, "files", "with-logs")).expect("a snapshot");
+    assert_eq!(snapshot.state.as_str(), "copying", "{snapshot:?}");
     daemon.kill9();
     assert_eq!(
         copies_done(&daemon),
@@ -397,8 +415,11 @@ fn a_daemon_killed_after_each_request_converges_and_the_dropped_volume_still_com
     settled_running(&api, &domain, "files");
 
     // Killed right after the restore request.
-    let restored =
-        block_on(api.api().restore(&domain, "files", &snapshot.snapshot_id)).expect("a restore");
+    let restored = block_on(
+        api.api()
+            .restore(&domain_id, "files", &snapshot.snapshot_id),
+    )
+    .expect("a restore");
     assert_eq!(snapshot_names(&restored.before_restore), ["data", "logs"]);
     daemon.kill9();
     assert_eq!(
@@ -435,13 +456,13 @@ fn a_daemon_killed_after_each_request_converges_and_the_dropped_volume_still_com
         read(&api, &domain, "files", "/srv/logs/marker"),
         "logs-marker"
     );
-    let list = block_on(api.api().snapshots(&domain, Some("files"))).expect("the list");
+    let list = block_on(api.api().snapshots(&domain_id, Some("files"))).expect("the list");
     assert_eq!(
         list.len(),
         2,
         "the snapshot and the before-restore one: {list:?}"
     );
-    assert!(list.iter().all(|s| s.state == "ready"), "{list:?}");
+    assert!(list.iter().all(|s| s.state.as_str() == "ready"), "{list:?}");
 }
 
 #[test]
@@ -470,11 +491,11 @@ fn the_before_restore_snapshot_holds_every_kept_volume_as_the_restore_found_it()
     let mut check = both();
     check["alias"] = json!("check");
     block_on(api.api().branch(
-        &domain,
+        &support::domain_id(&domain),
         "check",
         &berth_client::BranchFrom::Snapshot(before.snapshot_id.clone()),
         &check,
-        berth_client::Cause::Person,
+        berth_client::UpCause::Person,
     ))
     .expect("a branch of the before-restore snapshot");
     let branch = settled_running(&api, &domain, "check");

@@ -143,11 +143,11 @@ fn container_ids(names: &[String]) -> Vec<String> {
         .collect()
 }
 
-fn daemon_of(client: &support::Client) -> berth_client::Daemon {
+fn daemon_of(client: &support::Client) -> berth_client::DaemonView {
     support::block_on(client.api().daemon()).expect("GET /v1/daemon answers")
 }
 
-fn only_other(daemon: &berth_client::Daemon) -> berth_client::OtherStore {
+fn only_other(daemon: &berth_client::DaemonView) -> berth_client::OtherStoreView {
     assert_eq!(daemon.other_stores.len(), 1, "one other store: {daemon:?}");
     daemon.other_stores[0].clone()
 }

@@ -531,7 +531,11 @@ fn a_page_signed_in_by_a_link_shows_a_domain_live_and_acts_from_the_keyboard() {
          document.querySelector('#snapshots-h').parentElement.textContent.includes('No snapshot yet')",
         "web's empty snapshot list",
     );
-    block_on(api.api().snapshot(&domain, "web", "before-ui")).expect("a snapshot");
+    block_on(
+        api.api()
+            .snapshot(&support::domain_id(&domain), "web", "before-ui"),
+    )
+    .expect("a snapshot");
     browser.wait(
         "[...document.querySelectorAll('#snapshots-h ~ div tbody tr')].some((tr) => \
          tr.textContent.includes('before-ui') && tr.textContent.includes('ready'))",

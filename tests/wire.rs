@@ -1,214 +1,42 @@
 //! The wire contract, held against a real daemon: every answer of a drive through up, running,
-//! stop and archive, a link, an exec and refusals is decoded with types written here from the
-//! contract alone (not the daemon's or the client's), which refuse an unknown key and a missing
-//! one, nullable ones included.
+//! stop and archive, a link, an exec and refusals is decoded strictly with the wire types the
+//! daemon and the client share (`berth_api`, through `berth_client`): decoded, then encoded
+//! again, it must be exactly the JSON the daemon sent, so a key the types do not name, one they
+//! name that is missing (nullable ones included), and a value they do not know all fail.
 
 use berth_testkit as support;
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use berth_client::{
+    ArchiveDomainResponse as ArchiveDomain, ArchiveInstanceResponse as ArchiveInstance, Desired,
+    DomainList, DomainState, DomainSummary, DomainView as Domain, ErrorBody, ExecResult,
+    InstanceList, InstanceState as State, InstanceView as Instance, LinkView as Link, Session,
+    SignInLink, StopReason, VerificationStatus, VolumeUsage,
+};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use support::{Daemon, busybox_image, spec};
 
 const READY: Duration = Duration::from_secs(60);
 
-/// A nullable field: `null` or a value, never absent (serde would read a missing `Option`
-/// as `None` without this).
-fn nullable<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
-    d: D,
-) -> Result<Option<T>, D::Error> {
-    Option::<T>::deserialize(d)
+/// `body` as the wire type `T`, strictly: `T` must decode it and encode back to exactly it, so
+/// a key `T` does not name, one it names that is missing (a nullable one too) and a value it
+/// does not know (an `Unknown` does not encode) are each an error.
+fn strict<T: DeserializeOwned + Serialize>(body: &Value) -> Result<T, String> {
+    let typed: T = serde_json::from_value(body.clone()).map_err(|e| e.to_string())?;
+    let again =
+        serde_json::to_value(&typed).map_err(|e| format!("a value it does not name: {e}"))?;
+    if &again != body {
+        return Err(format!("it encodes back as {again:#}"));
+    }
+    Ok(typed)
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct Domain {
-    resource_domain_id: String,
-    name: String,
-    state: DomainState,
-    created_at: String,
-}
-
-#[derive(Debug, Deserialize, PartialEq)]
-#[serde(rename_all = "lowercase")]
-enum DomainState {
-    Active,
-    Fenced,
-    Archived,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct List<T> {
-    items: Vec<T>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct Instance {
-    resource_instance_id: String,
-    key: String,
-    alias: String,
-    #[serde(deserialize_with = "nullable")]
-    worktree_key: Option<String>,
-    spec_digest: String,
-    desired: Desired,
-    #[serde(deserialize_with = "nullable")]
-    stop_reason: Option<StopReason>,
-    state: State,
-    observed_at: String,
-    #[serde(deserialize_with = "nullable")]
-    started_at: Option<String>,
-    #[serde(deserialize_with = "nullable")]
-    last_reached_at: Option<String>,
-    volumes: Vec<Volume>,
-}
-
-#[derive(Debug, Deserialize, PartialEq)]
-#[serde(rename_all = "lowercase")]
-enum Desired {
-    Running,
-    Stopped,
-    Archived,
-}
-
-#[derive(Debug, Deserialize, PartialEq)]
-#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
-enum StopReason {
-    Idle,
-    Person { by: String },
-}
-
-#[derive(Debug, Deserialize, PartialEq)]
-#[serde(
-    tag = "kind",
-    rename_all = "kebab-case",
-    rename_all_fields = "camelCase",
-    deny_unknown_fields
-)]
-enum State {
-    NotStarted,
-    Starting {
-        since: String,
-    },
-    Running {
-        since: String,
-    },
-    Stopped {
-        at: String,
-        reason: StopReason,
-    },
-    Exited {
-        at: String,
-        #[serde(deserialize_with = "nullable")]
-        exit_code: Option<i64>,
-    },
-    Failed {
-        at: String,
-        message: String,
-    },
-    Archived {
-        at: String,
-    },
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct Volume {
-    name: String,
-    docker_name: String,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct ArchivedVolume {
-    instance_key: String,
-    name: String,
-    docker_name: String,
-    #[serde(deserialize_with = "nullable")]
-    bytes: Option<i64>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ArchiveInstance {
-    instance: Instance,
-    volumes: Vec<ArchivedVolume>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ArchiveDomain {
-    volumes: Vec<ArchivedVolume>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct Link {
-    workspace_id: String,
-    worktree_key: String,
-    attached_executors: i64,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct ExecResult {
-    #[serde(deserialize_with = "nullable")]
-    exit_code: Option<i64>,
-    stdout: String,
-    stderr: String,
-    truncated: bool,
-    timed_out: bool,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PlainError {
-    #[serde(rename = "_tag")]
-    tag: String,
-    message: String,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SpecRefused {
-    #[serde(rename = "_tag")]
-    tag: String,
-    message: String,
-    refusals: Vec<Refusal>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Refusal {
-    field: String,
-    reason: String,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NotActive {
-    #[serde(rename = "_tag")]
-    tag: String,
-    message: String,
-    state: DomainState,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct LinkedElsewhere {
-    #[serde(rename = "_tag")]
-    tag: String,
-    message: String,
-    resource_domain_id: String,
-}
-
-/// `body` as the contract type `T`, or a panic naming what does not fit.
-fn decode<T: DeserializeOwned>(what: &str, body: &Value) -> T {
-    serde_json::from_value(body.clone())
-        .unwrap_or_else(|e| panic!("{what} does not match the contract: {e}\n{body:#}"))
+/// `body` as the wire type `T` ([`strict`]), or a panic naming what does not fit.
+fn decode<T: DeserializeOwned + Serialize>(what: &str, body: &Value) -> T {
+    strict(body).unwrap_or_else(|e| panic!("{what} does not match the contract: {e}\n{body:#}"))
 }
 
 fn is_id(id: &str, prefix: &str) -> bool {
@@ -235,15 +63,15 @@ fn is_time(t: &str) -> bool {
 
 fn check_instance(i: &Instance, key: &str) {
     assert!(
-        is_id(&i.resource_instance_id, "rin:"),
+        is_id(i.resource_instance_id.as_str(), "rin:"),
         "{}",
         i.resource_instance_id
     );
     assert_eq!(i.key, key);
     assert!(i.spec_digest.starts_with("sha256:"), "{}", i.spec_digest);
-    assert!(is_time(&i.observed_at), "{}", i.observed_at);
+    assert!(is_time(&i.observed_at.to_string()), "{}", i.observed_at);
     for t in [&i.started_at, &i.last_reached_at].into_iter().flatten() {
-        assert!(is_time(t), "{t}");
+        assert!(is_time(&t.to_string()), "{t}");
     }
     let at = match &i.state {
         State::NotStarted => None,
@@ -252,42 +80,56 @@ fn check_instance(i: &Instance, key: &str) {
         | State::Exited { at, .. }
         | State::Failed { at, .. }
         | State::Archived { at } => Some(at),
+        State::Unknown => panic!("{key}: a state the contract does not name"),
     };
     if let Some(at) = at {
-        assert!(is_time(at), "{at}");
+        assert!(is_time(&at.to_string()), "{at}");
     }
 }
 
 #[test]
-fn the_contract_types_refuse_a_missing_or_an_unknown_key() {
+fn the_strict_decode_refuses_a_missing_or_an_unknown_key_or_value() {
     let body = json!({
         "resourceInstanceId": "rin:0a1b2c3d-0000-4000-8000-000000000000", "key": "db",
         "alias": "db", "worktreeKey": null, "specDigest": "sha256:ab", "desired": "running",
         "stopReason": null, "state": {"kind": "not-started"}, "observedAt": "2026-11-29T18:10:03.123Z",
         "startedAt": null, "lastReachedAt": null, "volumes": []
     });
-    assert!(serde_json::from_value::<Instance>(body.clone()).is_ok());
+    assert!(strict::<Instance>(&body).is_ok());
     for key in [
         "worktreeKey",
         "stopReason",
         "startedAt",
         "lastReachedAt",
         "volumes",
+        "alias",
     ] {
         let mut missing = body.clone();
         missing.as_object_mut().unwrap().remove(key);
         assert!(
-            serde_json::from_value::<Instance>(missing).is_err(),
+            strict::<Instance>(&missing).is_err(),
             "a missing {key} must fail"
         );
     }
     let mut extra = body.clone();
     extra["surprise"] = json!(1);
-    assert!(serde_json::from_value::<Instance>(extra).is_err());
-    let mut extra_in_state = body;
+    assert!(strict::<Instance>(&extra).is_err());
+    let mut extra_in_state = body.clone();
     extra_in_state["state"] =
         json!({"kind": "running", "since": "2026-11-29T18:10:03.123Z", "pid": 1});
-    assert!(serde_json::from_value::<Instance>(extra_in_state).is_err());
+    assert!(strict::<Instance>(&extra_in_state).is_err());
+    let mut unknown_state = body.clone();
+    unknown_state["state"] = json!({"kind": "hibernating"});
+    assert!(strict::<Instance>(&unknown_state).is_err());
+    let mut unknown_desired = body.clone();
+    unknown_desired["desired"] = json!("paused");
+    assert!(strict::<Instance>(&unknown_desired).is_err());
+    let mut seconds = body;
+    seconds["observedAt"] = json!("2026-11-29T18:10:03Z");
+    assert!(
+        strict::<Instance>(&seconds).is_err(),
+        "a time without milliseconds"
+    );
 }
 
 #[test]
@@ -301,12 +143,12 @@ fn a_drive_through_the_api_answers_exactly_the_contract() {
         "a created domain",
         &api.post(prefix, json!({"name": "wire"})).expect(200),
     );
-    assert!(is_id(&created.resource_domain_id, "rdm:"));
+    assert!(is_id(created.resource_domain_id.as_str(), "rdm:"));
     assert_eq!(created.name, "wire");
     assert_eq!(created.state, DomainState::Active);
-    assert!(is_time(&created.created_at));
-    let domain = created.resource_domain_id.clone();
-    let listed: List<Domain> = decode("the domain list", &api.get(prefix).expect(200));
+    assert!(is_time(&created.created_at.to_string()));
+    let domain = created.resource_domain_id.to_string();
+    let listed: DomainList = decode("the domain list", &api.get(prefix).expect(200));
     assert_eq!(listed.items.len(), 1);
     let _: Domain = decode(
         "a domain",
@@ -317,7 +159,7 @@ fn a_drive_through_the_api_answers_exactly_the_contract() {
     // A refusal names each forbidden field.
     let mut forbidden = spec(&busybox_image(), "web");
     forbidden["privileged"] = json!(true);
-    let refused: SpecRefused = decode(
+    let refused: ErrorBody = decode(
         "a spec refusal",
         &api.up(&domain, "web", &forbidden, "use")
             .expect_error(400, "ResourceInstanceSpecRefusedError"),
@@ -328,10 +170,11 @@ fn a_drive_through_the_api_answers_exactly_the_contract() {
         refused
             .refusals
             .iter()
+            .flatten()
             .any(|r| r.field == "privileged" && !r.reason.is_empty()),
         "{refused:?}"
     );
-    let missing: PlainError = decode(
+    let missing: ErrorBody = decode(
         "a not-found error",
         &api.get(&format!("{instances}/nope"))
             .expect_error(404, "ResourceInstanceNotFoundError"),
@@ -360,7 +203,7 @@ fn a_drive_through_the_api_answers_exactly_the_contract() {
     assert_eq!(running.volumes.len(), 1);
     assert_eq!(running.volumes[0].name, "data");
     assert!(!running.volumes[0].docker_name.is_empty());
-    let list: List<Instance> = decode("the instance list", &api.get(&instances).expect(200));
+    let list: InstanceList = decode("the instance list", &api.get(&instances).expect(200));
     assert_eq!(list.items.len(), 1);
     // The typed client reads the same answer.
     let typed = api.get_instance(&domain, "web");
@@ -408,7 +251,7 @@ fn a_drive_through_the_api_answers_exactly_the_contract() {
     assert_eq!(link.worktree_key, "feature-x");
     assert_eq!(link.attached_executors, 0);
     let other = api.create_domain("wire-other");
-    let elsewhere: LinkedElsewhere = decode(
+    let elsewhere: ErrorBody = decode(
         "a linked-elsewhere error",
         &api.raw(
             "PUT",
@@ -419,7 +262,10 @@ fn a_drive_through_the_api_answers_exactly_the_contract() {
         .expect_error(409, "ResourceWorkspaceLinkedElsewhereError"),
     );
     assert_eq!(elsewhere.tag, "ResourceWorkspaceLinkedElsewhereError");
-    assert_eq!(elsewhere.resource_domain_id, domain);
+    assert_eq!(
+        elsewhere.resource_domain_id.as_deref(),
+        Some(domain.as_str())
+    );
     assert!(!elsewhere.message.is_empty());
 
     // A fenced domain admits no new instance, and says its state.
@@ -429,12 +275,12 @@ fn a_drive_through_the_api_answers_exactly_the_contract() {
             .expect(200),
     );
     assert_eq!(fenced.state, DomainState::Fenced);
-    let not_active: NotActive = decode(
+    let not_active: ErrorBody = decode(
         "a not-active error",
         &api.up(&other, "x", &spec(&busybox_image(), "x"), "use")
             .expect_error(409, "ResourceDomainNotActiveError"),
     );
-    assert_eq!(not_active.state, DomainState::Fenced);
+    assert_eq!(not_active.state.as_deref(), Some("fenced"));
     assert!(!not_active.message.is_empty() && !not_active.tag.is_empty());
     let unfenced: Domain = decode(
         "an unfenced domain",
@@ -479,7 +325,7 @@ fn a_drive_through_the_api_answers_exactly_the_contract() {
     assert_eq!(archived.volumes[0].name, "data");
     assert!(!archived.volumes[0].docker_name.is_empty());
     assert!(archived.volumes[0].bytes.is_none_or(|b| b >= 0));
-    let archived_list: List<Instance> = decode(
+    let archived_list: InstanceList = decode(
         "the archived list",
         &api.get(&format!("{instances}?archived=true")).expect(200),
     );
@@ -498,85 +344,6 @@ fn a_drive_through_the_api_answers_exactly_the_contract() {
         &api.get(&format!("{prefix}/{domain}")).expect(200),
     );
     assert_eq!(gone.state, DomainState::Archived);
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct SignInLink {
-    url: String,
-    expires_at: String,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct Session {
-    token: String,
-    expires_at: String,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct Summary {
-    domain: Domain,
-    instances: Vec<SummaryInstance>,
-    workspaces: Vec<Value>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct SummaryInstance {
-    instance: Instance,
-    generation: i64,
-    observed_generation: i64,
-    restart_count: u32,
-    image: SummaryImage,
-    endpoints: Vec<Value>,
-    connect: Vec<ConnectString>,
-    #[serde(deserialize_with = "nullable")]
-    last_failure: Option<Value>,
-    #[serde(deserialize_with = "nullable")]
-    branched_from: Option<Value>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ConnectString {
-    port: u16,
-    url: String,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct VolumeUsage {
-    measured_at: String,
-    instances: Vec<InstanceVolumeUsage>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct InstanceVolumeUsage {
-    key: String,
-    volumes: Vec<VolumeSize>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct VolumeSize {
-    name: String,
-    docker_name: String,
-    #[serde(deserialize_with = "nullable")]
-    bytes: Option<u64>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct SummaryImage {
-    reference: String,
-    #[serde(deserialize_with = "nullable")]
-    digest: Option<String>,
-    verification_status: String,
-    #[serde(deserialize_with = "nullable")]
-    message: Option<String>,
 }
 
 #[test]
@@ -609,7 +376,7 @@ fn the_web_pages_routes_answer_exactly_what_the_document_says() {
         "a sign-in link",
         &api.post("/v1/ui/sign-in-links", json!({})).expect(200),
     );
-    assert!(is_time(&link.expires_at), "{}", link.expires_at);
+    assert!(is_time(&link.expires_at.to_string()), "{}", link.expires_at);
     let code = link.url.split_once("#code=").expect("a code").1;
     assert!(code.len() == 64 && code.chars().all(|c| c.is_ascii_hexdigit()));
     let anonymous = daemon.client_with(None);
@@ -619,8 +386,8 @@ fn the_web_pages_routes_answer_exactly_what_the_document_says() {
             .post("/v1/ui/sessions", json!({"code": code}))
             .expect(200),
     );
-    assert!(is_time(&session.expires_at));
-    let refused: PlainError = decode(
+    assert!(is_time(&session.expires_at.to_string()));
+    let refused: ErrorBody = decode(
         "a spent code",
         &anonymous
             .post("/v1/ui/sessions", json!({"code": code}))
@@ -634,7 +401,7 @@ fn the_web_pages_routes_answer_exactly_what_the_document_says() {
     web["worktreeKey"] = json!("wt-1");
     api.up(&domain, "web", &web, "person").expect(200);
     api.wait_state(&domain, "web", "running", READY);
-    let summary: Summary = decode(
+    let summary: DomainSummary = decode(
         "a summary",
         &page
             .get(&format!("/v1/resource-domains/{domain}/summary"))
@@ -646,19 +413,19 @@ fn the_web_pages_routes_answer_exactly_what_the_document_says() {
     check_instance(&web.instance, "web");
     assert_eq!(web.generation, web.observed_generation);
     assert_eq!(web.restart_count, 0);
-    assert_eq!(web.image.verification_status, "verified");
+    assert_eq!(web.image.verification_status, VerificationStatus::Verified);
     assert_eq!(
         web.image.digest.as_deref(),
         busybox_image().split_once('@').map(|(_, d)| d)
     );
     assert!(web.image.message.is_none() && web.image.reference == busybox_image());
     assert_eq!(web.endpoints.len(), 1, "{:?}", web.endpoints);
-    assert_eq!(web.endpoints[0]["port"], 8080);
+    assert_eq!(web.endpoints[0].port, 8080);
     assert_eq!(web.connect.len(), 1);
     assert_eq!(web.connect[0].port, 8080);
     assert_eq!(
         web.connect[0].url,
-        format!("127.0.0.1:{}", web.endpoints[0]["hostPort"])
+        format!("127.0.0.1:{}", web.endpoints[0].host_port)
     );
     assert!(web.last_failure.is_none() && web.branched_from.is_none());
     assert!(summary.workspaces.is_empty());
@@ -668,7 +435,11 @@ fn the_web_pages_routes_answer_exactly_what_the_document_says() {
             .get(&format!("/v1/resource-domains/{domain}/volume-usage"))
             .expect(200),
     );
-    assert!(is_time(&usage.measured_at), "{}", usage.measured_at);
+    assert!(
+        is_time(&usage.measured_at.to_string()),
+        "{}",
+        usage.measured_at
+    );
     assert_eq!(usage.instances.len(), 1);
     assert_eq!(usage.instances[0].key, "web");
     let data = &usage.instances[0].volumes[0];
@@ -700,7 +471,7 @@ fn the_web_pages_routes_answer_exactly_what_the_document_says() {
             .status,
         204
     );
-    let gone: PlainError = decode(
+    let gone: ErrorBody = decode(
         "a revoked token",
         &page.get("/v1/resource-domains").expect(401),
     );

@@ -9,9 +9,30 @@
 //! Invariants: pure values, no I/O; nothing here knows of HTTP, the store or an engine. A value
 //! that decodes here is one the daemon accepts.
 
+/// `Display` as the wire name (`as_str`), for the enums that have one.
+macro_rules! display_as_wire_name {
+    ($($t:ty),* $(,)?) => {$(
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    )*};
+}
+
+pub mod daemon;
 pub mod decode;
+pub mod domains;
+pub mod errors;
+pub mod evidence;
 pub mod exec;
 pub mod ids;
 pub mod image;
+pub mod instances;
+pub mod page;
+pub mod releases;
+pub mod rollouts;
+pub mod snapshots;
 pub mod spec;
 pub mod time;
+pub mod workspaces;

@@ -2,11 +2,12 @@
 //! (`berth-testkit`), and its API reached only through the typed client (`berth-client`).
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, anyhow, bail};
 use berth_client::{
-    ArchivedInstance, Cause, ClientError, ExecFrame, ExecResult, Instance, WorkspaceRequest,
+    ArchiveInstanceResponse, ClientError, DomainId, ExecFrame, ExecResult, InstanceView, Timestamp,
+    UpCause, WorkspaceRequest,
 };
 use berth_testkit::{Daemon, DockerObjects, Launch};
 use serde_json::{Value, json};
@@ -99,7 +100,7 @@ impl Api {
     }
 
     /// Creates a resource domain and returns its id.
-    pub async fn create_domain(&self, name: &str) -> anyhow::Result<String> {
+    pub async fn create_domain(&self, name: &str) -> anyhow::Result<DomainId> {
         let domain = self
             .client
             .create_domain(name)
@@ -109,18 +110,23 @@ impl Api {
     }
 
     /// `POST .../instances/{key}/up` with `spec`, as a person.
-    pub async fn up(&self, domain: &str, key: &str, spec: &Value) -> anyhow::Result<Instance> {
-        self.up_as(domain, key, spec, Cause::Person).await
+    pub async fn up(
+        &self,
+        domain: &DomainId,
+        key: &str,
+        spec: &Value,
+    ) -> anyhow::Result<InstanceView> {
+        self.up_as(domain, key, spec, UpCause::Person).await
     }
 
     /// `POST .../instances/{key}/up` with `spec` and `cause`.
     pub async fn up_as(
         &self,
-        domain: &str,
+        domain: &DomainId,
         key: &str,
         spec: &Value,
-        cause: Cause,
-    ) -> anyhow::Result<Instance> {
+        cause: UpCause,
+    ) -> anyhow::Result<InstanceView> {
         self.client
             .up(domain, key, spec, cause)
             .await
@@ -128,7 +134,7 @@ impl Api {
     }
 
     /// The host port of instance `key`'s endpoint for container port `port`.
-    pub async fn host_port(&self, domain: &str, key: &str, port: u16) -> anyhow::Result<u16> {
+    pub async fn host_port(&self, domain: &DomainId, key: &str, port: u16) -> anyhow::Result<u16> {
         let endpoints = self
             .client
             .endpoints(domain, key)
@@ -142,7 +148,7 @@ impl Api {
     }
 
     /// `GET .../instances/{key}`.
-    pub async fn instance(&self, domain: &str, key: &str) -> anyhow::Result<Instance> {
+    pub async fn instance(&self, domain: &DomainId, key: &str) -> anyhow::Result<InstanceView> {
         self.client
             .instance(domain, key)
             .await
@@ -150,7 +156,11 @@ impl Api {
     }
 
     /// `POST .../instances/{key}/archive`: the container goes, the volumes stay.
-    pub async fn archive(&self, domain: &str, key: &str) -> anyhow::Result<ArchivedInstance> {
+    pub async fn archive(
+        &self,
+        domain: &DomainId,
+        key: &str,
+    ) -> anyhow::Result<ArchiveInstanceResponse> {
         self.client
             .archive(domain, key)
             .await
@@ -159,7 +169,7 @@ impl Api {
 
     /// `GET .../instances`: the live instances, as JSON (`{"items": [...]}`, the shape berth
     /// answers) for the figures that read fields of many at once.
-    pub async fn list(&self, domain: &str) -> anyhow::Result<Value> {
+    pub async fn list(&self, domain: &DomainId) -> anyhow::Result<Value> {
         let items = self
             .client
             .instances(domain, false)
@@ -169,7 +179,12 @@ impl Api {
     }
 
     /// `POST .../instances/{key}/stop`: a person's stop, by `by`.
-    pub async fn stop(&self, domain: &str, key: &str, by: &str) -> anyhow::Result<Instance> {
+    pub async fn stop(
+        &self,
+        domain: &DomainId,
+        key: &str,
+        by: &str,
+    ) -> anyhow::Result<InstanceView> {
         self.client
             .stop(domain, key, by)
             .await
@@ -178,7 +193,7 @@ impl Api {
 
     /// `PUT /v1/workspaces/{id}` with no executors, then its link to `worktree_key` in `domain`
     /// when given.
-    pub async fn workspace(&self, id: &str, link: Option<(&str, &str)>) -> anyhow::Result<()> {
+    pub async fn workspace(&self, id: &str, link: Option<(&DomainId, &str)>) -> anyhow::Result<()> {
         let request = WorkspaceRequest {
             containers: Vec::new(),
             selector: None,
@@ -206,7 +221,7 @@ impl Api {
     }
 
     /// `POST /v1/resource-domains/{id}/archive`.
-    pub async fn archive_domain(&self, domain: &str) -> anyhow::Result<()> {
+    pub async fn archive_domain(&self, domain: &DomainId) -> anyhow::Result<()> {
         self.client
             .archive_domain(domain)
             .await
@@ -228,7 +243,7 @@ impl Api {
     /// daemon's error as it is (the soak tells a refusal it expects from a fault).
     pub async fn exec(
         &self,
-        domain: &str,
+        domain: &DomainId,
         key: &str,
         argv: &[&str],
     ) -> Result<ExecResult, ClientError> {
@@ -247,11 +262,11 @@ impl Api {
     /// without another request (`failed`, `stopped`, `archived`) is an error.
     pub async fn wait_running(
         &self,
-        domain: &str,
+        domain: &DomainId,
         key: &str,
         every: Duration,
         timeout: Duration,
-    ) -> anyhow::Result<Instance> {
+    ) -> anyhow::Result<InstanceView> {
         let settled = self
             .client
             .with_poll_every(every)
@@ -292,12 +307,12 @@ pub fn small_spec(image: &str, alias: &str) -> Value {
     })
 }
 
-/// One of berth's timestamps (`startedAt`, `state.since`, `observedAt`).
-pub fn timestamp(value: &Value) -> Option<std::time::SystemTime> {
-    time_of(value.as_str()?)
+/// One of berth's timestamps in an answer read as JSON (`observedAt`).
+pub fn timestamp(value: &Value) -> Option<SystemTime> {
+    humantime::parse_rfc3339(value.as_str()?).ok()
 }
 
-/// One of berth's timestamps, as the typed client has it.
-pub fn time_of(text: &str) -> Option<std::time::SystemTime> {
-    humantime::parse_rfc3339(text).ok()
+/// One of berth's timestamps (`startedAt`, `state.since`), as the typed client has it.
+pub fn time_of(t: Timestamp) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(u64::try_from(t.millis()).unwrap_or(0))
 }

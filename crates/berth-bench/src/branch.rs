@@ -14,7 +14,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
-use berth_client::{BranchFrom, Cause};
+use berth_client::{BranchFrom, SnapshotState, UpCause};
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, VolumeCreateRequest};
 use bollard::query_parameters::{CreateContainerOptions, WaitContainerOptions};
 use futures_util::StreamExt;
@@ -264,7 +264,7 @@ async fn berth_once(ctx: &Ctx, image: &str, source: &str, key: &str) -> anyhow::
             key,
             &BranchFrom::Instance(source.to_owned()),
             &spec,
-            Cause::Person,
+            UpCause::Person,
         )
         .await
         .map_err(|e| anyhow!("branch of {key}: {e}"))?;
@@ -413,9 +413,9 @@ async fn snapshot_once(ctx: &Ctx, source: &str, name: &str) -> anyhow::Result<Fr
             .snapshot_by_id(&ctx.domain, &taken.snapshot_id)
             .await
             .map_err(|e| anyhow!("reading snapshot {name}: {e}"))?;
-        match s.state.as_str() {
-            "ready" => break s,
-            "failed" => bail!("snapshot {name} failed: {:?}", s.message),
+        match s.state {
+            SnapshotState::Ready => break s,
+            SnapshotState::Failed => bail!("snapshot {name} failed: {:?}", s.message),
             _ if Instant::now() > deadline => {
                 bail!("snapshot {name} was not ready within {SAMPLE_TIMEOUT:?}")
             }

@@ -11,6 +11,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
+use berth_client::{DomainId, SnapshotId, SnapshotState};
 use berth_testkit::{SPEC_MOUNT, spec};
 use tokio::process::Command;
 use tokio::time::Instant;
@@ -134,11 +135,11 @@ pub async fn run(ctx: &Ctx, other: &Api, samples: usize) -> anyhow::Result<Figur
 /// answers at once); their ids.
 async fn queue_large(
     api: &Api,
-    domain: &str,
+    domain: &DomainId,
     key: &str,
     busy: bool,
     tag: &str,
-) -> anyhow::Result<Vec<String>> {
+) -> anyhow::Result<Vec<SnapshotId>> {
     let mut ids = Vec::new();
     for n in 0..if busy { LARGE_SNAPSHOTS } else { 0 } {
         let taken = api
@@ -152,7 +153,7 @@ async fn queue_large(
 }
 
 /// Waits for the other key's snapshots to be ready, then deletes them (not timed).
-async fn settle_large(api: &Api, domain: &str, ids: Vec<String>) -> anyhow::Result<()> {
+async fn settle_large(api: &Api, domain: &DomainId, ids: Vec<SnapshotId>) -> anyhow::Result<()> {
     for id in ids {
         wait_ready(api, domain, &id).await?;
         api.client()
@@ -165,7 +166,7 @@ async fn settle_large(api: &Api, domain: &str, ids: Vec<String>) -> anyhow::Resu
 
 /// A restore of `snapshot` into `key`, until the instance runs on the restored volumes; the
 /// before-restore snapshot is deleted afterwards (not timed).
-async fn restore_once(ctx: &Ctx, key: &str, snapshot: &str) -> anyhow::Result<f64> {
+async fn restore_once(ctx: &Ctx, key: &str, snapshot: &SnapshotId) -> anyhow::Result<f64> {
     let client = ctx.api.client();
     let before = ctx.api.instance(&ctx.domain, key).await?.volumes;
     let start = Instant::now();
@@ -200,7 +201,12 @@ async fn restore_once(ctx: &Ctx, key: &str, snapshot: &str) -> anyhow::Result<f6
 }
 
 /// A snapshot of `key`, waited for until `ready`; its id.
-async fn snapshot_ready(api: &Api, domain: &str, key: &str, name: &str) -> anyhow::Result<String> {
+async fn snapshot_ready(
+    api: &Api,
+    domain: &DomainId,
+    key: &str,
+    name: &str,
+) -> anyhow::Result<SnapshotId> {
     let taken = api
         .client()
         .snapshot(domain, key, name)
@@ -210,7 +216,7 @@ async fn snapshot_ready(api: &Api, domain: &str, key: &str, name: &str) -> anyho
     Ok(taken.snapshot_id)
 }
 
-async fn wait_ready(api: &Api, domain: &str, id: &str) -> anyhow::Result<()> {
+async fn wait_ready(api: &Api, domain: &DomainId, id: &SnapshotId) -> anyhow::Result<()> {
     let start = Instant::now();
     loop {
         let s = api
@@ -218,9 +224,9 @@ async fn wait_ready(api: &Api, domain: &str, id: &str) -> anyhow::Result<()> {
             .snapshot_by_id(domain, id)
             .await
             .map_err(|e| anyhow!("reading snapshot {id}: {e}"))?;
-        match s.state.as_str() {
-            "ready" => return Ok(()),
-            "failed" => bail!("snapshot {id} failed: {:?}", s.message),
+        match s.state {
+            SnapshotState::Ready => return Ok(()),
+            SnapshotState::Failed => bail!("snapshot {id} failed: {:?}", s.message),
             _ if start.elapsed() > TIMEOUT => bail!("snapshot {id} not ready within {TIMEOUT:?}"),
             _ => tokio::time::sleep(POLL).await,
         }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use berth_client::DomainId;
 use bollard::Docker;
 use tokio::time::Instant;
 
@@ -28,7 +29,7 @@ enum Side {
     /// decodes the answer into its type.
     Berth {
         client: berth_client::Client,
-        domain: String,
+        domain: DomainId,
         key: String,
     },
     /// `GET /healthz` of the same daemon through `berth-client`, no auth, the answer decoded

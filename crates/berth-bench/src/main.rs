@@ -45,6 +45,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
+use berth_client::DomainId;
 use berth_testkit::spec;
 use bollard::Docker;
 use clap::{Parser, ValueEnum};
@@ -190,7 +191,7 @@ pub struct Ctx {
     pub prefix: String,
     pub image: String,
     /// The resource domain every benchmark instance lives in.
-    pub domain: String,
+    pub domain: DomainId,
     /// The daemon's binary (the idle figure starts one of its own).
     pub berth_bin: PathBuf,
     /// The echo fixture image, if it is known.

@@ -15,6 +15,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, anyhow, bail};
+use berth_client::DomainId;
 use berth_testkit::Daemon;
 use bollard::Docker;
 use bollard::models::ContainerSummary;
@@ -104,7 +105,7 @@ fn all_observed_since(list: &Value, since: SystemTime) -> Option<SystemTime> {
 }
 
 /// Ups the 200 instances, [`SETUP_CONCURRENCY`] requests at a time, and waits until all run.
-async fn set_up(ctx: &Ctx, api: &Api, domain: &str) -> anyhow::Result<f64> {
+async fn set_up(ctx: &Ctx, api: &Api, domain: &DomainId) -> anyhow::Result<f64> {
     let started = Instant::now();
     let mut ups = futures_util::stream::iter((0..INSTANCES).map(|i| {
         let key = format!("many-{i}");
@@ -244,7 +245,7 @@ async fn restart_once(
     prefix: &str,
     key: &str,
     data: &Path,
-    domain: &str,
+    domain: &DomainId,
 ) -> anyhow::Result<(Daemon, Restart)> {
     let before = engine.count();
     let spawned_wall = SystemTime::now();

@@ -16,7 +16,7 @@ use std::process::Stdio;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, anyhow, bail};
-use berth_client::{Desired, Instance};
+use berth_client::{Desired, InstanceView};
 use bollard::Docker;
 use bollard::container::LogOutput;
 use bollard::models::HealthStatusEnum;
@@ -282,7 +282,7 @@ async fn timeline(docker: &Docker, id: &str, since: SystemTime) -> anyhow::Resul
 /// Polls instance `key` until it is running; a `stopped` state is waited through while the
 /// instance is wanted running (an `up` of a stopped instance says stopped until its reconcile
 /// starts the container). Returns the instance.
-async fn wait_running(ctx: &Ctx, key: &str, start: Instant) -> anyhow::Result<Instance> {
+async fn wait_running(ctx: &Ctx, key: &str, start: Instant) -> anyhow::Result<InstanceView> {
     let deadline = start + SAMPLE_TIMEOUT;
     loop {
         let instance = ctx.api.instance(&ctx.domain, key).await?;
@@ -336,7 +336,7 @@ async fn berth_once(
     let instance = wait_running(ctx, key, start).await?;
     let total = ms(start.elapsed());
     let mut sample = Sample::new(total, wall_start, SystemTime::now());
-    sample.berth_ready = instance.state.time().and_then(time_of);
+    sample.berth_ready = instance.state.time().map(time_of);
     let id = engine::berth_container(&ctx.docker, &ctx.prefix, key).await?;
     sample.timeline = Some(timeline(&ctx.docker, &id, wall_start).await?);
     if archive {

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use berth_client::Cause;
+use berth_client::{DomainId, UpCause};
 use berth_testkit::{Daemon, spec};
 use bollard::Docker;
 use tokio::sync::Mutex;
@@ -122,7 +122,7 @@ async fn operation(
     api: &Api,
     docker: &Docker,
     containers: &[String],
-    domain: &str,
+    domain: &DomainId,
     image: &str,
     roll: u64,
     client: usize,
@@ -174,7 +174,7 @@ async fn operation(
         Kind::StopStart => {
             // A person's stop and start of one instance.
             api.stop(domain, &key, "soak").await?;
-            api.up_as(domain, &key, &spec(image, &key), Cause::Person)
+            api.up_as(domain, &key, &spec(image, &key), UpCause::Person)
                 .await?;
         }
     }

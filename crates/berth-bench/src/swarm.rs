@@ -11,6 +11,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use berth_client::DomainId;
 use berth_testkit::spec;
 use bollard::Docker;
 use bollard::models::{
@@ -186,7 +187,7 @@ struct BerthUp {
     notice: Option<f64>,
 }
 
-async fn berth_once(ctx: &Ctx, api: &Api, domain: &str, key: &str) -> anyhow::Result<BerthUp> {
+async fn berth_once(ctx: &Ctx, api: &Api, domain: &DomainId, key: &str) -> anyhow::Result<BerthUp> {
     let spec = spec(&ctx.image, key);
     let wall_start = std::time::SystemTime::now();
     let start = Instant::now();
@@ -194,8 +195,8 @@ async fn berth_once(ctx: &Ctx, api: &Api, domain: &str, key: &str) -> anyhow::Re
     let instance = api.wait_running(domain, key, POLL, SAMPLE_TIMEOUT).await?;
     let total = ms(start.elapsed());
     let wall_seen = std::time::SystemTime::now();
-    let started = instance.started_at.as_deref().and_then(time_of);
-    let running = instance.state.time().and_then(time_of);
+    let started = instance.started_at.map(time_of);
+    let running = instance.state.time().map(time_of);
     api.archive(domain, key).await?;
     Ok(BerthUp {
         total,

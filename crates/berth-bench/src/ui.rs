@@ -14,6 +14,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use berth_client::DomainId;
 use fantoccini::ClientBuilder;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
@@ -70,7 +71,7 @@ async fn start_driver() -> anyhow::Result<Driver> {
     })
 }
 
-async fn set_up(ctx: &Ctx, domain: &str) -> anyhow::Result<f64> {
+async fn set_up(ctx: &Ctx, domain: &DomainId) -> anyhow::Result<f64> {
     let started = Instant::now();
     let mut ups = futures_util::stream::iter((0..INSTANCES).map(|i| {
         let key = format!("ui-{i:03}");
@@ -163,7 +164,7 @@ pub async fn run(ctx: &Ctx, samples: usize) -> anyhow::Result<Figure> {
 
 async fn measure(
     ctx: &Ctx,
-    domain: &str,
+    domain: &DomainId,
     samples: usize,
 ) -> anyhow::Result<(Vec<f64>, Vec<f64>, Vec<String>)> {
     let driver = start_driver().await?;
@@ -262,7 +263,7 @@ async fn measure(
                 requests
                     .iter()
                     .filter_map(Value::as_str)
-                    .map(|p| format!("`{}`", p.replace(domain, "<domain>")))
+                    .map(|p| format!("`{}`", p.replace(domain.as_str(), "<domain>")))
                     .collect::<Vec<_>>()
                     .join(", "),
                 number(last["summaryBytes"].as_f64().unwrap_or(f64::NAN) / 1000.0),

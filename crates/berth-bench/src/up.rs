@@ -43,8 +43,8 @@ async fn berth_once(ctx: &Ctx, key: &str) -> anyhow::Result<BerthUp> {
         .await?;
     let total = ms(start.elapsed());
     let wall_seen = SystemTime::now();
-    let started = instance.started_at.as_deref().and_then(time_of);
-    let running = instance.state.time().and_then(time_of);
+    let started = instance.started_at.map(time_of);
+    let running = instance.state.time().map(time_of);
     let sample = BerthUp {
         total,
         accept: started.map(|s| between(wall_start, s)),

@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use berth_client::{Cause, Desired, InstanceState, StopReason};
+use berth_client::{Desired, InstanceState, StopReason, UpCause};
 use berth_testkit::{READY_PORT, spec};
 use bollard::models::VolumeCreateRequest;
 use bollard::query_parameters::{CreateContainerOptions, StopContainerOptions};
@@ -96,7 +96,7 @@ async fn berth_api(ctx: &Ctx, key: &str) -> anyhow::Result<f64> {
     wait_idle_stopped(ctx, key).await?;
     let spec = idle_spec(&ctx.image, key);
     let start = Instant::now();
-    ctx.api.up_as(&ctx.domain, key, &spec, Cause::Use).await?;
+    ctx.api.up_as(&ctx.domain, key, &spec, UpCause::Use).await?;
     // Until the reconcile starts the container the state still says stopped (with `desired`
     // already running), so a stopped state is waited through here.
     let deadline = start + SAMPLE_TIMEOUT;

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, anyhow, bail};
-use berth_client::{Cause, DomainEvent, Instance, InstanceState};
+use berth_client::{DomainEvent, DomainId, InstanceState, InstanceView, UpCause};
 use berth_testkit::{READY_PORT, SPEC_MOUNT, spec};
 use bollard::query_parameters::EventsOptions;
 use futures_util::StreamExt;
@@ -128,7 +128,7 @@ fn engine_subscriber(ctx: &Ctx, subscriber: usize, seen: Shared) -> JoinHandle<(
 }
 
 /// A subscriber to a domain's event stream, through the client.
-fn sse_subscriber(ctx: &Ctx, domain: &str, seen: Shared) -> JoinHandle<()> {
+fn sse_subscriber(ctx: &Ctx, domain: &DomainId, seen: Shared) -> JoinHandle<()> {
     let mut events = Box::pin(ctx.api.client().events(domain, None));
     tokio::spawn(async move {
         while let Some(event) = events.next().await {
@@ -136,7 +136,7 @@ fn sse_subscriber(ctx: &Ctx, domain: &str, seen: Shared) -> JoinHandle<()> {
             match event {
                 Ok(DomainEvent::Instance { instance, .. }) => lock(&seen).sse.push(SseSeen {
                     kind: instance.state.kind(),
-                    since: instance.state.time().and_then(time_of),
+                    since: instance.state.time().map(time_of),
                     key: instance.key,
                     at,
                     wall,
@@ -211,11 +211,9 @@ fn signed_ms(a: Instant, b: Instant) -> f64 {
 }
 
 /// The `since` of a running instance.
-fn running_since(instance: &Instance) -> anyhow::Result<SystemTime> {
+fn running_since(instance: &InstanceView) -> anyhow::Result<SystemTime> {
     match &instance.state {
-        InstanceState::Running { since } => {
-            time_of(since).ok_or_else(|| anyhow!("state.since {since:?} is not a timestamp"))
-        }
+        InstanceState::Running { since } => Ok(time_of(*since)),
         other => bail!(
             "instance {} is {} instead of running",
             instance.key,
@@ -225,9 +223,9 @@ fn running_since(instance: &Instance) -> anyhow::Result<SystemTime> {
 }
 
 /// The client's way: `up` with cause `person`, then `wait_for_state` on the wait route.
-async fn client_once(ctx: &Ctx, key: &str) -> anyhow::Result<(f64, Instance)> {
+async fn client_once(ctx: &Ctx, key: &str) -> anyhow::Result<(f64, InstanceView)> {
     ctx.api
-        .up_as(&ctx.domain, key, &spec(&ctx.image, key), Cause::Person)
+        .up_as(&ctx.domain, key, &spec(&ctx.image, key), UpCause::Person)
         .await?;
     let settled = ctx
         .api
@@ -316,7 +314,7 @@ async fn cli_once(ctx: &Ctx, dir: &Path) -> anyhow::Result<(f64, String)> {
         .get(0)
         .cloned()
         .ok_or_else(|| anyhow!("berth up --json printed no instance: {json}"))?;
-    let instance: Instance =
+    let instance: InstanceView =
         serde_json::from_value(instance).context("berth up --json's instance")?;
     let since = running_since(&instance)?;
     Ok((between(since, returned), instance.key))
@@ -380,11 +378,11 @@ async fn measure(
                 Way::Client => {
                     let key = format!("watch-{i}");
                     let (returned, _) = client_once(ctx, &key).await?;
-                    (returned, key, ctx.domain.as_str())
+                    (returned, key, &ctx.domain)
                 }
                 Way::Cli => {
                     let (returned, key) = cli_once(ctx, dir.path()).await?;
-                    (returned, key, project_domain.as_str())
+                    (returned, key, &project_domain)
                 }
             };
             let t = timed(seen, &key).await?;

@@ -29,36 +29,39 @@ impl Client {
     // Resource domains.
 
     /// `POST /v1/resource-domains`.
-    pub async fn create_domain(&self, name: &str) -> Result<Domain, ClientError> {
+    pub async fn create_domain(&self, name: &str) -> Result<DomainView, ClientError> {
         self.post("/v1/resource-domains", Some(json!({ "name": name })))
             .await
     }
 
     /// `GET /v1/resource-domains`: the caller's domains, oldest first.
-    pub async fn domains(&self) -> Result<Vec<Domain>, ClientError> {
-        let list: Items<Domain> = self.get("/v1/resource-domains").await?;
+    pub async fn domains(&self) -> Result<Vec<DomainView>, ClientError> {
+        let list: DomainList = self.get("/v1/resource-domains").await?;
         Ok(list.items)
     }
 
     /// `GET /v1/resource-domains/{id}`.
-    pub async fn domain(&self, domain: &str) -> Result<Domain, ClientError> {
+    pub async fn domain(&self, domain: &DomainId) -> Result<DomainView, ClientError> {
         self.get(&domain_path(domain)).await
     }
 
     /// `POST .../fence`: the domain admits nothing new; running instances keep running.
-    pub async fn fence(&self, domain: &str) -> Result<Domain, ClientError> {
+    pub async fn fence(&self, domain: &DomainId) -> Result<DomainView, ClientError> {
         self.post(&format!("{}/fence", domain_path(domain)), None)
             .await
     }
 
     /// `POST .../unfence`.
-    pub async fn unfence(&self, domain: &str) -> Result<Domain, ClientError> {
+    pub async fn unfence(&self, domain: &DomainId) -> Result<DomainView, ClientError> {
         self.post(&format!("{}/unfence", domain_path(domain)), None)
             .await
     }
 
     /// `POST .../archive`: every instance archived, every volume kept.
-    pub async fn archive_domain(&self, domain: &str) -> Result<ArchivedDomain, ClientError> {
+    pub async fn archive_domain(
+        &self,
+        domain: &DomainId,
+    ) -> Result<ArchiveDomainResponse, ClientError> {
         self.post(&format!("{}/archive", domain_path(domain)), None)
             .await
     }

@@ -17,7 +17,7 @@ impl Client {
     /// reading all of its stdin. The request may take the frame's timeout plus a minute.
     pub async fn exec<S>(
         &self,
-        domain: &str,
+        domain: &DomainId,
         key: &str,
         frame: &ExecFrame,
         stdin: S,
@@ -46,7 +46,7 @@ impl Client {
     /// [`Client::exec`] with all of stdin at hand.
     pub async fn exec_bytes(
         &self,
-        domain: &str,
+        domain: &DomainId,
         key: &str,
         frame: &ExecFrame,
         stdin: impl Into<Bytes>,
@@ -64,7 +64,7 @@ impl Client {
     /// `follow` what the container writes next, as the bytes come.
     pub async fn logs(
         &self,
-        domain: &str,
+        domain: &DomainId,
         key: &str,
         tail: Option<u64>,
         follow: bool,

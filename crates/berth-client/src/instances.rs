@@ -12,11 +12,11 @@ impl Client {
     /// `POST .../instances/{key}/up`: answers at once with the instance as stored.
     pub async fn up<S: Serialize + ?Sized>(
         &self,
-        domain: &str,
+        domain: &DomainId,
         key: &str,
         spec: &S,
-        cause: Cause,
-    ) -> Result<Instance, ClientError> {
+        cause: UpCause,
+    ) -> Result<InstanceView, ClientError> {
         let body = json!({ "spec": spec, "cause": cause });
         self.post(&instance_path(domain, key, "/up"), Some(body))
             .await
@@ -25,23 +25,32 @@ impl Client {
     /// `GET .../instances`: the live instances, or with `archived` only the archived ones.
     pub async fn instances(
         &self,
-        domain: &str,
+        domain: &DomainId,
         archived: bool,
-    ) -> Result<Vec<Instance>, ClientError> {
+    ) -> Result<Vec<InstanceView>, ClientError> {
         let query = if archived { "?archived=true" } else { "" };
-        let list: Items<Instance> = self
+        let list: InstanceList = self
             .get(&format!("{}/instances{query}", domain_path(domain)))
             .await?;
         Ok(list.items)
     }
 
     /// `GET .../instances/{key}`.
-    pub async fn instance(&self, domain: &str, key: &str) -> Result<Instance, ClientError> {
+    pub async fn instance(
+        &self,
+        domain: &DomainId,
+        key: &str,
+    ) -> Result<InstanceView, ClientError> {
         self.get(&instance_path(domain, key, "")).await
     }
 
     /// `POST .../instances/{key}/stop`: a person's stop, by `by`.
-    pub async fn stop(&self, domain: &str, key: &str, by: &str) -> Result<Instance, ClientError> {
+    pub async fn stop(
+        &self,
+        domain: &DomainId,
+        key: &str,
+        by: &str,
+    ) -> Result<InstanceView, ClientError> {
         self.post(
             &instance_path(domain, key, "/stop"),
             Some(json!({ "by": by })),
@@ -50,25 +59,37 @@ impl Client {
     }
 
     /// `POST .../instances/{key}/archive`: the container goes, the volumes are kept and measured.
-    pub async fn archive(&self, domain: &str, key: &str) -> Result<ArchivedInstance, ClientError> {
+    pub async fn archive(
+        &self,
+        domain: &DomainId,
+        key: &str,
+    ) -> Result<ArchiveInstanceResponse, ClientError> {
         self.post(&instance_path(domain, key, "/archive"), None)
             .await
     }
 
     /// `GET .../instances/{key}/endpoints`.
-    pub async fn endpoints(&self, domain: &str, key: &str) -> Result<Vec<Endpoint>, ClientError> {
-        let list: Items<Endpoint> = self.get(&instance_path(domain, key, "/endpoints")).await?;
+    pub async fn endpoints(
+        &self,
+        domain: &DomainId,
+        key: &str,
+    ) -> Result<Vec<EndpointView>, ClientError> {
+        let list: EndpointList = self.get(&instance_path(domain, key, "/endpoints")).await?;
         Ok(list.items)
     }
 
     /// `GET .../instances/{key}/volumes`: every volume the instance keeps, mounted or not.
-    pub async fn volumes(&self, domain: &str, key: &str) -> Result<Vec<KeptVolume>, ClientError> {
-        let list: Items<KeptVolume> = self.get(&instance_path(domain, key, "/volumes")).await?;
+    pub async fn volumes(
+        &self,
+        domain: &DomainId,
+        key: &str,
+    ) -> Result<Vec<KeptVolume>, ClientError> {
+        let list: VolumeList = self.get(&instance_path(domain, key, "/volumes")).await?;
         Ok(list.items)
     }
 
     /// `GET /v1/daemon`: the daemon's store and the other stores it shares the engine with.
-    pub async fn daemon(&self) -> Result<Daemon, ClientError> {
+    pub async fn daemon(&self) -> Result<DaemonView, ClientError> {
         self.get("/v1/daemon").await
     }
 }

@@ -6,7 +6,7 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), berth_client::ClientError> {
 //! use std::time::Duration;
-//! use berth_client::{Cause, Client};
+//! use berth_client::{UpCause, Client};
 //!
 //! let client = Client::new("http://127.0.0.1:2378", "the service key")?;
 //! let domain = client.create_domain("shop").await?;
@@ -17,7 +17,7 @@
 //!     "limits": {"cpuMillicores": 1000, "memoryBytes": 536870912},
 //!     "ready": {"kind": "tcp", "port": 5432}, "idleStopAfterSeconds": 3600
 //! });
-//! client.up(&domain.resource_domain_id, "db", &spec, Cause::Person).await?;
+//! client.up(&domain.resource_domain_id, "db", &spec, UpCause::Person).await?;
 //! let settled = client
 //!     .wait_for_state(&domain.resource_domain_id, "db", &["running", "failed"],
 //!         Duration::from_secs(120), |_| true)
@@ -167,11 +167,11 @@ fn seg(text: &str) -> String {
     out
 }
 
-fn domain_path(domain: &str) -> String {
-    format!("/v1/resource-domains/{}", seg(domain))
+fn domain_path(domain: &DomainId) -> String {
+    format!("/v1/resource-domains/{}", seg(domain.as_str()))
 }
 
-fn instance_path(domain: &str, key: &str, rest: &str) -> String {
+fn instance_path(domain: &DomainId, key: &str, rest: &str) -> String {
     format!("{}/instances/{}{rest}", domain_path(domain), seg(key))
 }
 

@@ -7,13 +7,17 @@ use crate::{Client, ClientError, instance_path, seg};
 
 impl Client {
     /// `GET .../instances/{key}/image`.
-    pub async fn image(&self, domain: &str, key: &str) -> Result<ImageEvidence, ClientError> {
+    pub async fn image(&self, domain: &DomainId, key: &str) -> Result<ImageEvidence, ClientError> {
         self.get(&instance_path(domain, key, "/image")).await
     }
 
     /// `GET .../instances/{key}/releases`: newest first.
-    pub async fn releases(&self, domain: &str, key: &str) -> Result<Vec<Release>, ClientError> {
-        let list: Items<Release> = self.get(&instance_path(domain, key, "/releases")).await?;
+    pub async fn releases(
+        &self,
+        domain: &DomainId,
+        key: &str,
+    ) -> Result<Vec<ReleaseView>, ClientError> {
+        let list: ReleaseList = self.get(&instance_path(domain, key, "/releases")).await?;
         Ok(list.items)
     }
 
@@ -21,28 +25,32 @@ impl Client {
     /// instance, most recently observed first.
     pub async fn image_releases(
         &self,
-        domain: &str,
+        domain: &DomainId,
         key: &str,
-    ) -> Result<Vec<ImageRelease>, ClientError> {
-        let list: Items<ImageRelease> = self
+    ) -> Result<Vec<ImageReleaseView>, ClientError> {
+        let list: ImageReleaseList = self
             .get(&instance_path(domain, key, "/image-releases"))
             .await?;
         Ok(list.items)
     }
 
     /// `GET .../instances/{key}/rollouts`: newest first.
-    pub async fn rollouts(&self, domain: &str, key: &str) -> Result<Vec<Rollout>, ClientError> {
-        let list: Items<Rollout> = self.get(&instance_path(domain, key, "/rollouts")).await?;
+    pub async fn rollouts(
+        &self,
+        domain: &DomainId,
+        key: &str,
+    ) -> Result<Vec<RolloutView>, ClientError> {
+        let list: RolloutList = self.get(&instance_path(domain, key, "/rollouts")).await?;
         Ok(list.items)
     }
 
     /// `GET .../instances/{key}/rollouts/{rolloutId}`.
     pub async fn rollout(
         &self,
-        domain: &str,
+        domain: &DomainId,
         key: &str,
         rollout_id: &str,
-    ) -> Result<Rollout, ClientError> {
+    ) -> Result<RolloutView, ClientError> {
         self.get(&instance_path(
             domain,
             key,
@@ -54,7 +62,7 @@ impl Client {
     /// `GET .../instances/{key}/rollouts/{rolloutId}/evidence`.
     pub async fn rollout_evidence(
         &self,
-        domain: &str,
+        domain: &DomainId,
         key: &str,
         rollout_id: &str,
     ) -> Result<RuntimeEvidence, ClientError> {
@@ -70,11 +78,11 @@ impl Client {
     /// reporter and session, oldest first.
     pub async fn rollout_reports(
         &self,
-        domain: &str,
+        domain: &DomainId,
         key: &str,
         rollout_id: &str,
-    ) -> Result<Vec<RolloutReport>, ClientError> {
-        let list: Items<RolloutReport> = self
+    ) -> Result<Vec<RolloutReportView>, ClientError> {
+        let list: RolloutReportList = self
             .get(&instance_path(
                 domain,
                 key,
@@ -91,12 +99,12 @@ impl Client {
     /// `ResourceInstanceRollbackTargetNotAcceptedError`.
     pub async fn rollback_to(
         &self,
-        domain: &str,
+        domain: &DomainId,
         key: &str,
         idempotency_key: &str,
         expected_rollout_generation: i64,
         release_id: Option<&str>,
-    ) -> Result<Rollback, ClientError> {
+    ) -> Result<RollbackView, ClientError> {
         let mut body = json!({
             "idempotencyKey": idempotency_key,
             "expectedRolloutGeneration": expected_rollout_generation,
@@ -111,11 +119,11 @@ impl Client {
     /// `POST .../instances/{key}/rollback` to the previous release.
     pub async fn rollback(
         &self,
-        domain: &str,
+        domain: &DomainId,
         key: &str,
         idempotency_key: &str,
         expected_spec_digest: &str,
-    ) -> Result<Rollback, ClientError> {
+    ) -> Result<RollbackView, ClientError> {
         let body = json!({
             "idempotencyKey": idempotency_key,
             "expectedSpecDigest": expected_spec_digest,

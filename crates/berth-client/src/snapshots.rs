@@ -11,10 +11,10 @@ impl Client {
     /// `POST .../instances/{key}/snapshots`: answers at once with the snapshot `copying`.
     pub async fn snapshot(
         &self,
-        domain: &str,
+        domain: &DomainId,
         key: &str,
         name: &str,
-    ) -> Result<Snapshot, ClientError> {
+    ) -> Result<SnapshotView, ClientError> {
         self.post(
             &instance_path(domain, key, "/snapshots"),
             Some(json!({ "name": name })),
@@ -25,27 +25,35 @@ impl Client {
     /// `GET .../snapshots`, of one instance key when given: newest first.
     pub async fn snapshots(
         &self,
-        domain: &str,
+        domain: &DomainId,
         instance_key: Option<&str>,
-    ) -> Result<Vec<Snapshot>, ClientError> {
+    ) -> Result<Vec<SnapshotView>, ClientError> {
         let query = instance_key
             // A key is letters, digits and `._@-`: nothing a query must escape.
             .map(|k| format!("?instanceKey={k}"))
             .unwrap_or_default();
-        let list: Items<Snapshot> = self
+        let list: SnapshotList = self
             .get(&format!("{}/snapshots{query}", domain_path(domain)))
             .await?;
         Ok(list.items)
     }
 
     /// `GET .../snapshots/{snapshotId}`.
-    pub async fn snapshot_by_id(&self, domain: &str, id: &str) -> Result<Snapshot, ClientError> {
+    pub async fn snapshot_by_id(
+        &self,
+        domain: &DomainId,
+        id: &SnapshotId,
+    ) -> Result<SnapshotView, ClientError> {
         self.get(&format!("{}/snapshots/{id}", domain_path(domain)))
             .await
     }
 
     /// `DELETE .../snapshots/{snapshotId}`: the snapshot and its storage go.
-    pub async fn delete_snapshot(&self, domain: &str, id: &str) -> Result<(), ClientError> {
+    pub async fn delete_snapshot(
+        &self,
+        domain: &DomainId,
+        id: &SnapshotId,
+    ) -> Result<(), ClientError> {
         let path = format!("{}/snapshots/{id}", domain_path(domain));
         let req = self.request(Method::DELETE, &path).timeout(self.timeout);
         self.send(req).await?;
@@ -56,12 +64,12 @@ impl Client {
     /// would; answers at once.
     pub async fn branch<S: Serialize + ?Sized>(
         &self,
-        domain: &str,
+        domain: &DomainId,
         key: &str,
         from: &BranchFrom,
         spec: &S,
-        cause: Cause,
-    ) -> Result<Instance, ClientError> {
+        cause: UpCause,
+    ) -> Result<InstanceView, ClientError> {
         let from = match from {
             BranchFrom::Instance(k) => json!({ "instanceKey": k }),
             BranchFrom::Snapshot(s) => json!({ "snapshotId": s }),
@@ -75,10 +83,10 @@ impl Client {
     /// they replace is kept as the answer's `beforeRestore` snapshot.
     pub async fn restore(
         &self,
-        domain: &str,
+        domain: &DomainId,
         key: &str,
-        snapshot_id: &str,
-    ) -> Result<Restored, ClientError> {
+        snapshot_id: &SnapshotId,
+    ) -> Result<RestoreResponse, ClientError> {
         self.post(
             &instance_path(domain, key, "/restore"),
             Some(json!({ "snapshotId": snapshot_id })),

@@ -27,6 +27,11 @@ fn instance_json(kind_state: serde_json::Value) -> serde_json::Value {
     })
 }
 
+/// The domain the fake daemons' paths name.
+fn domain() -> DomainId {
+    DomainId::parse("rdm:0a1b2c3d-0000-4000-8000-000000000001").unwrap()
+}
+
 #[test]
 fn every_state_decodes_with_its_kind_and_time() {
     let at = "2026-11-29T18:10:03.123Z";
@@ -62,24 +67,28 @@ fn every_state_decodes_with_its_kind_and_time() {
         (json!({"kind": "hibernating", "at": at}), "unknown", None),
     ];
     for (state, kind, time) in cases {
-        let i: Instance = serde_json::from_value(instance_json(state.clone())).unwrap();
+        let i: InstanceView = serde_json::from_value(instance_json(state.clone())).unwrap();
         assert_eq!(i.state.kind(), kind, "{state}");
-        assert_eq!(i.state.time(), time, "{state}");
+        assert_eq!(
+            i.state.time(),
+            time.map(|t| Timestamp::parse(t).unwrap()),
+            "{state}"
+        );
     }
-    let i: Instance = serde_json::from_value(instance_json(
+    let i: InstanceView = serde_json::from_value(instance_json(
         json!({"kind": "exited", "at": at, "exitCode": 3}),
     ))
     .unwrap();
     assert_eq!(
         i.state,
         InstanceState::Exited {
-            at: at.into(),
+            at: Timestamp::parse(at).unwrap(),
             exit_code: Some(3)
         }
     );
     // What the client sends back out (`berth ps --json`) is the daemon's shape.
     let state = json!({"kind": "stopped", "at": at, "reason": {"kind": "person", "by": "ada"}});
-    let i: Instance = serde_json::from_value(instance_json(state.clone())).unwrap();
+    let i: InstanceView = serde_json::from_value(instance_json(state.clone())).unwrap();
     assert_eq!(serde_json::to_value(&i).unwrap(), instance_json(state));
 }
 
@@ -91,7 +100,7 @@ fn a_wait_answer_decodes() {
         "observedGeneration": 4,
         "timedOut": false
     });
-    let w: Waited = serde_json::from_slice(body.to_string().as_bytes()).unwrap();
+    let w: WaitAnswer = serde_json::from_slice(body.to_string().as_bytes()).unwrap();
     assert_eq!(w.generation, 4);
     assert_eq!(w.observed_generation, 4);
     assert!(!w.timed_out);
@@ -99,7 +108,7 @@ fn a_wait_answer_decodes() {
     // A missing field is an error, not a default.
     let mut partial = body.clone();
     partial.as_object_mut().unwrap().remove("timedOut");
-    assert!(serde_json::from_value::<Waited>(partial).is_err());
+    assert!(serde_json::from_value::<WaitAnswer>(partial).is_err());
 }
 
 async fn events_of(chunks: Vec<&'static [u8]>) -> Vec<Result<DomainEvent, String>> {
@@ -122,7 +131,7 @@ async fn an_event_stream_decodes_instances_resyncs_and_skips_heartbeats() {
     let bytes = text.as_bytes();
     let chunks: Vec<&'static [u8]> = bytes.chunks(7).collect();
     let events = events_of(chunks).await;
-    let expected_instance: Instance = serde_json::from_value(instance).unwrap();
+    let expected_instance: InstanceView = serde_json::from_value(instance).unwrap();
     assert_eq!(
         events,
         vec![
@@ -156,7 +165,7 @@ async fn an_instance_event_split_over_data_lines_decodes_and_a_bad_one_is_an_err
 async fn a_failed_request_is_the_stream_s_one_item() {
     // Nothing listens on port 9 of loopback.
     let client = Client::new("http://127.0.0.1:9", "k").unwrap();
-    let items: Vec<_> = client.events("rdm:x", Some("r-1")).collect().await;
+    let items: Vec<_> = client.events(&DomainId::new(), Some("r-1")).collect().await;
     assert_eq!(items.len(), 1);
     assert!(matches!(items[0], Err(ClientError::Unreachable { .. })));
 }
@@ -168,8 +177,8 @@ fn path_segments_are_encoded() {
     assert_eq!(seg("a/b?c"), "a%2Fb%3Fc");
     assert_eq!(seg(".."), "...");
     assert_eq!(
-        instance_path("rdm:1", "../x", "/up"),
-        "/v1/resource-domains/rdm:1/instances/..%2Fx/up"
+        instance_path(&domain(), "../x", "/up"),
+        "/v1/resource-domains/rdm:0a1b2c3d-0000-4000-8000-000000000001/instances/..%2Fx/up"
     );
 }
 
@@ -233,9 +242,13 @@ async fn wait_for_state_falls_back_to_polling_on_a_daemon_without_the_wait_route
     .await;
     let client = Client::new(&base, "k").unwrap();
     let settled = client
-        .wait_for_state("rdm:1", "db", &["running"], Duration::from_secs(5), |_| {
-            true
-        })
+        .wait_for_state(
+            &domain(),
+            "db",
+            &["running"],
+            Duration::from_secs(5),
+            |_| true,
+        )
         .await
         .unwrap();
     assert!(!settled.timed_out);
@@ -244,8 +257,8 @@ async fn wait_for_state_falls_back_to_polling_on_a_daemon_without_the_wait_route
     assert_eq!(
         asked,
         vec![
-            "/v1/resource-domains/rdm:1/instances/db/wait?for=running&timeoutMs=2000".to_owned(),
-            "/v1/resource-domains/rdm:1/instances/db".to_owned(),
+            "/v1/resource-domains/rdm:0a1b2c3d-0000-4000-8000-000000000001/instances/db/wait?for=running&timeoutMs=2000".to_owned(),
+            "/v1/resource-domains/rdm:0a1b2c3d-0000-4000-8000-000000000001/instances/db".to_owned(),
         ]
     );
 }
@@ -269,7 +282,7 @@ async fn wait_for_state_uses_the_wait_route_when_there_is_one() {
     // `seen` refusing the state matters only when polling: the route's answer stands.
     let settled = client
         .wait_for_state(
-            "rdm:1",
+            &domain(),
             "db",
             &["running", "failed"],
             Duration::from_secs(5),
@@ -293,9 +306,13 @@ async fn an_instance_that_is_not_there_is_an_error_not_a_fallback() {
     .await;
     let client = Client::new(&base, "k").unwrap();
     let err = client
-        .wait_for_state("rdm:1", "db", &["running"], Duration::from_secs(5), |_| {
-            true
-        })
+        .wait_for_state(
+            &domain(),
+            "db",
+            &["running"],
+            Duration::from_secs(5),
+            |_| true,
+        )
         .await
         .unwrap_err();
     assert!(err.is("ResourceInstanceNotFoundError"), "{err:?}");
@@ -328,8 +345,8 @@ fn a_rollout_its_evidence_and_an_image_release_decode_and_encode_back() {
                 "verifiedReplicaCount": 0, "failedReplicaCount": 0}]
         }
     });
-    let typed: Rollout = serde_json::from_value(rollout.clone()).unwrap();
-    assert_eq!(typed.status.status, "rolling-back");
+    let typed: RolloutView = serde_json::from_value(rollout.clone()).unwrap();
+    assert_eq!(typed.status.status, RolloutStatus::RollingBack);
     assert_eq!(typed.status.reporters[0].report_sequence, 1);
     assert_eq!(serde_json::to_value(&typed).unwrap(), rollout);
 
@@ -340,8 +357,8 @@ fn a_rollout_its_evidence_and_an_image_release_decode_and_encode_back() {
     });
     let typed: RuntimeEvidence = serde_json::from_value(evidence.clone()).unwrap();
     assert_eq!(
-        typed.mismatch_reason.as_deref(),
-        Some("registry-digest-inconsistent")
+        typed.mismatch_reason,
+        Some(MismatchReason::RegistryDigestInconsistent)
     );
     assert_eq!(serde_json::to_value(&typed).unwrap(), evidence);
 
@@ -352,7 +369,7 @@ fn a_rollout_its_evidence_and_an_image_release_decode_and_encode_back() {
         "manifestMediaType": "application/vnd.oci.image.index.v1+json", "observedTags": ["16"],
         "firstObservedAt": 1, "lastObservedAt": 2, "observationCount": 2, "acceptedAt": 2
     }});
-    let typed: ImageRelease = serde_json::from_value(release.clone()).unwrap();
+    let typed: ImageReleaseView = serde_json::from_value(release.clone()).unwrap();
     assert_eq!(typed.data.accepted_at, Some(2));
     assert_eq!(serde_json::to_value(&typed).unwrap(), release);
 
@@ -365,7 +382,7 @@ fn a_rollout_its_evidence_and_an_image_release_decode_and_encode_back() {
         "observedReplicaCount": 1, "healthyReplicaCount": 1, "verifiedReplicaCount": 1,
         "failedReplicaCount": 0, "mismatchReason": "stale-rollout-report"
     });
-    let typed: RolloutReport = serde_json::from_value(report.clone()).unwrap();
+    let typed: RolloutReportView = serde_json::from_value(report.clone()).unwrap();
     assert_eq!(typed.envelope.reporter_node_ids, ["n2".to_owned()]);
     assert_eq!(serde_json::to_value(&typed).unwrap(), report);
 }

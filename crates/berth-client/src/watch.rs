@@ -17,11 +17,11 @@ impl Client {
     /// `timedOut: true`.
     pub async fn wait(
         &self,
-        domain: &str,
+        domain: &DomainId,
         key: &str,
         kinds: &[&str],
         timeout: Duration,
-    ) -> Result<Waited, ClientError> {
+    ) -> Result<WaitAnswer, ClientError> {
         let timeout = timeout.min(MAX_WAIT);
         let kinds: Vec<String> = kinds.iter().map(|k| seg(k)).collect();
         let path = instance_path(
@@ -49,11 +49,11 @@ impl Client {
     /// the answer to it (the wait route does that itself with its generations).
     pub async fn wait_for_state(
         &self,
-        domain: &str,
+        domain: &DomainId,
         key: &str,
         kinds: &[&str],
         timeout: Duration,
-        mut seen: impl FnMut(&Instance) -> bool,
+        mut seen: impl FnMut(&InstanceView) -> bool,
     ) -> Result<Settled, ClientError> {
         let deadline = tokio::time::Instant::now() + timeout;
         // Ask the route in slices, so that `seen` hears of progress now and then.
@@ -110,7 +110,7 @@ impl Client {
     /// know are skipped. The stream ends when the daemon ends it; reconnecting is the caller's.
     pub fn events(
         &self,
-        domain: &str,
+        domain: &DomainId,
         last_event_id: Option<&str>,
     ) -> impl Stream<Item = Result<DomainEvent, ClientError>> + Send + 'static {
         let path = format!("{}/events", domain_path(domain));
@@ -138,7 +138,7 @@ impl Client {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settled {
     /// The instance, as last seen.
-    pub instance: Instance,
+    pub instance: InstanceView,
     /// True when the timeout came first.
     pub timed_out: bool,
 }
@@ -180,7 +180,7 @@ where
 fn domain_event(e: sse::SseEvent, what: &str) -> Option<Result<DomainEvent, ClientError>> {
     match e.event.as_str() {
         "instance" => Some(
-            serde_json::from_str::<crate::types::InstanceEventData>(&e.data)
+            serde_json::from_str::<crate::types::InstanceChange>(&e.data)
                 .map(|d| DomainEvent::Instance {
                     id: e.id,
                     instance: Box::new(d.instance),
@@ -194,7 +194,7 @@ fn domain_event(e: sse::SseEvent, what: &str) -> Option<Result<DomainEvent, Clie
         ),
         "resync" => Some(Ok(DomainEvent::Resync { id: e.id })),
         "copy" => Some(
-            serde_json::from_str::<crate::types::CopyProgress>(&e.data)
+            serde_json::from_str::<crate::types::CopyEvent>(&e.data)
                 .map(|copy| DomainEvent::Copy { id: e.id, copy })
                 .map_err(|err| ClientError::Decode {
                     what: format!("{what} (a copy event)"),

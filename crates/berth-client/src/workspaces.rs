@@ -17,7 +17,7 @@ impl Client {
         &self,
         workspace: &str,
         request: &WorkspaceRequest,
-    ) -> Result<Workspace, ClientError> {
+    ) -> Result<WorkspaceView, ClientError> {
         let body = serde_json::to_value(request).map_err(|e| ClientError::Decode {
             what: "the workspace request".to_owned(),
             detail: e.to_string(),
@@ -27,13 +27,13 @@ impl Client {
     }
 
     /// `GET /v1/workspaces/{id}`, with its live executors.
-    pub async fn workspace(&self, workspace: &str) -> Result<Workspace, ClientError> {
+    pub async fn workspace(&self, workspace: &str) -> Result<WorkspaceView, ClientError> {
         self.get(&workspace_path(workspace)).await
     }
 
     /// `GET /v1/workspaces`: the caller's.
-    pub async fn workspaces(&self) -> Result<Vec<Workspace>, ClientError> {
-        let list: Items<Workspace> = self.get("/v1/workspaces").await?;
+    pub async fn workspaces(&self) -> Result<Vec<WorkspaceView>, ClientError> {
+        let list: WorkspaceList = self.get("/v1/workspaces").await?;
         Ok(list.items)
     }
 
@@ -50,7 +50,7 @@ impl Client {
         &self,
         workspace: &str,
         ttl_seconds: i64,
-    ) -> Result<Lease, ClientError> {
+    ) -> Result<LeaseView, ClientError> {
         self.post(
             &format!("{}/leases", workspace_path(workspace)),
             Some(json!({ "ttlSeconds": ttl_seconds })),
@@ -59,7 +59,11 @@ impl Client {
     }
 
     /// `POST /v1/workspaces/{id}/leases/{leaseId}/renew`.
-    pub async fn renew_lease(&self, workspace: &str, lease: &str) -> Result<Lease, ClientError> {
+    pub async fn renew_lease(
+        &self,
+        workspace: &str,
+        lease: &str,
+    ) -> Result<LeaseView, ClientError> {
         self.post(
             &format!("{}/leases/{}/renew", workspace_path(workspace), seg(lease)),
             None,
@@ -82,10 +86,10 @@ impl Client {
     /// `PUT /v1/resource-domains/{id}/workspace-links/{workspaceId}`.
     pub async fn link(
         &self,
-        domain: &str,
+        domain: &DomainId,
         workspace: &str,
         worktree_key: &str,
-    ) -> Result<Link, ClientError> {
+    ) -> Result<LinkView, ClientError> {
         self.with_body(
             Method::PUT,
             &format!("{}/workspace-links/{}", domain_path(domain), seg(workspace)),

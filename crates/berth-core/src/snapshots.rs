@@ -8,11 +8,14 @@
 //! into a volume an instance mounts: an instance is switched to the copied volumes in the
 //! transaction that records the copy done, so a half-written volume is never used.
 //!
-//! This module holds the records and their wire forms; the store keeps them
+//! This module holds the records (their wire forms are `berth_api::snapshots`); the store keeps them
 //! (`store/snapshots.rs`) and the service runs the requests (`service/snapshots.rs`).
 
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+
+pub use berth_api::snapshots::{
+    BranchOrigin, CopyEvent, CopyKind, CopyState, SnapshotState, SnapshotView, SnapshotVolumeView,
+};
 
 use crate::ids::{CopyId, DomainId, InstanceId, SnapshotId};
 use crate::time::Timestamp;
@@ -26,37 +29,6 @@ pub fn storage_gone(volume: &str) -> String {
         "{STORAGE_GONE}: the volume {volume} that held it was removed outside berth, so it \
          can no longer be restored or branched from"
     )
-}
-
-/// Where a snapshot stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum SnapshotState {
-    /// Its copy is under way.
-    Copying,
-    /// It holds the instance's volumes as they were.
-    Ready,
-    /// Its copy failed; `message` says why. It holds nothing.
-    Failed,
-}
-
-impl SnapshotState {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::Copying => "copying",
-            Self::Ready => "ready",
-            Self::Failed => "failed",
-        }
-    }
-
-    pub(crate) fn parse(text: &str) -> Option<Self> {
-        match text {
-            "copying" => Some(Self::Copying),
-            "ready" => Some(Self::Ready),
-            "failed" => Some(Self::Failed),
-            _ => None,
-        }
-    }
 }
 
 /// One volume of a snapshot, as stored.
@@ -100,42 +72,6 @@ pub struct Snapshot {
     pub source_paused_ms: Option<i64>,
 }
 
-/// One volume of a snapshot on the wire.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct SnapshotVolumeView {
-    /// The volume's name in the instance.
-    pub name: String,
-    /// Its size in bytes (files, links and other entries; directories not counted), once
-    /// copied.
-    pub bytes: Option<i64>,
-}
-
-/// A snapshot on the wire.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SnapshotView {
-    /// `snp:<uuid>`.
-    #[schema(value_type = String, pattern = "^snp:[0-9a-f-]{36}$")]
-    pub snapshot_id: SnapshotId,
-    /// Its name.
-    pub name: String,
-    /// The key of the instance it was taken of.
-    pub instance_key: String,
-    /// The spec that instance was asked to run when it was taken.
-    pub spec_digest: String,
-    /// When it was asked for.
-    pub created_at: Timestamp,
-    /// `copying`, `ready` or `failed`.
-    pub state: SnapshotState,
-    /// Why it failed; null otherwise.
-    pub message: Option<String>,
-    /// Its volumes.
-    pub volumes: Vec<SnapshotVolumeView>,
-    /// How long the instance was frozen for the copy, in milliseconds; null when it was not
-    /// running (or the copy is under way).
-    pub source_paused_ms: Option<i64>,
-}
-
 impl Snapshot {
     /// The snapshot's wire form.
     pub fn view(&self) -> SnapshotView {
@@ -156,69 +92,6 @@ impl Snapshot {
                 })
                 .collect(),
             source_paused_ms: self.source_paused_ms,
-        }
-    }
-}
-
-/// What a copy does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum CopyKind {
-    /// An instance's volumes into a snapshot.
-    Snapshot,
-    /// A new instance's volumes from another instance or a snapshot.
-    Branch,
-    /// A snapshot's contents back into an instance.
-    Restore,
-}
-
-impl CopyKind {
-    /// Its name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Snapshot => "snapshot",
-            Self::Branch => "branch",
-            Self::Restore => "restore",
-        }
-    }
-
-    pub(crate) fn parse(text: &str) -> Option<Self> {
-        match text {
-            "snapshot" => Some(Self::Snapshot),
-            "branch" => Some(Self::Branch),
-            "restore" => Some(Self::Restore),
-            _ => None,
-        }
-    }
-}
-
-/// Where a copy stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum CopyState {
-    /// Under way (or to be redone after a crash).
-    Copying,
-    /// Finished: what it filled is in use.
-    Done,
-    /// Given up; what it had written was removed.
-    Failed,
-}
-
-impl CopyState {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::Copying => "copying",
-            Self::Done => "done",
-            Self::Failed => "failed",
-        }
-    }
-
-    pub(crate) fn parse(text: &str) -> Option<Self> {
-        match text {
-            "copying" => Some(Self::Copying),
-            "done" => Some(Self::Done),
-            "failed" => Some(Self::Failed),
-            _ => None,
         }
     }
 }
@@ -252,51 +125,6 @@ pub struct CopyOp {
     pub bytes_total: Option<i64>,
     /// When it was asked for.
     pub created_at: Timestamp,
-}
-
-/// `event: copy` on a domain's stream: a copy's progress.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct CopyEvent {
-    /// `cpy:<uuid>`.
-    #[schema(value_type = String)]
-    pub copy_id: CopyId,
-    /// `snapshot`, `branch` or `restore`.
-    pub kind: CopyKind,
-    /// `copying`, `done` or `failed`.
-    pub state: CopyState,
-    /// The instance read (a snapshot) or filled (a branch, a restore).
-    pub instance_key: String,
-    /// The snapshot filled or read, when there is one.
-    #[schema(value_type = Option<String>)]
-    pub snapshot_id: Option<SnapshotId>,
-    /// Bytes moved so far.
-    pub bytes_done: u64,
-    /// Bytes to move, once measured.
-    pub bytes_total: Option<u64>,
-    /// Why it failed.
-    pub message: Option<String>,
-}
-
-/// Where a branched instance's volumes came from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct BranchOrigin {
-    /// The instance copied, when the branch was from an instance.
-    pub instance_key: Option<String>,
-    /// The snapshot copied, when the branch was from a snapshot.
-    #[schema(value_type = Option<String>)]
-    pub snapshot_id: Option<SnapshotId>,
-    /// That snapshot's name; null when it was deleted since.
-    pub snapshot_name: Option<String>,
-    /// The key of the instance that snapshot was taken of; null when it was deleted since.
-    pub snapshot_instance_key: Option<String>,
-    /// When that snapshot was taken; null when it was deleted since.
-    pub snapshot_created_at: Option<Timestamp>,
-    /// When the branch was asked for.
-    pub at: Timestamp,
-    /// `copying`, `done` or `failed`: the branch's copy.
-    pub state: CopyState,
 }
 
 /// Where a branch takes its volumes from.

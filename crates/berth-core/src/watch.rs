@@ -16,40 +16,17 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use serde::Serialize;
 use tokio::sync::broadcast;
 
 use crate::ids::{DomainId, InstanceId};
-use crate::model::{Instance, InstanceView};
+pub use berth_api::instances::InstanceChange;
+
 use crate::snapshots::CopyEvent;
 
 /// Changes a domain's log keeps for resuming clients.
 pub const LOG_PER_DOMAIN: usize = 1024;
 /// Changes a live subscriber may fall behind before it is told to resync.
 pub const FEED_CAPACITY: usize = 256;
-
-/// One change of one instance, as the event stream and the wait route carry it.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct InstanceChange {
-    /// Exactly the view `GET` answers.
-    pub instance: InstanceView,
-    /// Bumped by every accepted change of what is desired.
-    pub generation: i64,
-    /// The generation the last finished reconcile acted on.
-    pub observed_generation: i64,
-}
-
-impl InstanceChange {
-    /// The change an instance is, as stored.
-    pub fn of(instance: &Instance) -> Self {
-        Self {
-            instance: instance.view(),
-            generation: instance.generation,
-            observed_generation: instance.observed_generation,
-        }
-    }
-}
 
 /// What an event of a domain's stream says.
 #[derive(Debug, Clone, PartialEq)]
@@ -275,7 +252,7 @@ impl Watch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Desired, InstanceState};
+    use crate::model::{Desired, Instance, InstanceState};
     use crate::time::Timestamp;
 
     fn change(n: i64) -> InstanceChange {
@@ -306,7 +283,7 @@ mod tests {
             observed_generation: 0,
             volume_tag: None,
         };
-        InstanceChange::of(&instance)
+        instance.change()
     }
 
     #[test]

@@ -4,44 +4,8 @@
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+pub use berth_api::errors::ErrorBody;
 use berth_core::Error;
-use berth_core::spec::Refusal;
-use serde::Serialize;
-use utoipa::ToSchema;
-
-/// An error body. `_tag` is the error's name; the other fields depend on it.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorBody {
-    /// The error's name, e.g. `ResourceInstanceNotFoundError`.
-    #[serde(rename = "_tag")]
-    pub tag: &'static str,
-    /// A sentence for a person.
-    pub message: String,
-    /// `ResourceInstanceSpecRefusedError`: each refused field with its sentence.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub refusals: Option<Vec<Refusal>>,
-    /// `ResourceDomainNotActiveError`: `fenced` or `archived`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub state: Option<&'static str>,
-    /// `ResourceRuntimeUnsupportedError`: what this berth runs.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub runtime: Option<String>,
-    /// `ResourceWorkspaceLinkedElsewhereError`: the domain the workspace is linked to.
-    #[serde(rename = "resourceDomainId", skip_serializing_if = "Option::is_none")]
-    pub resource_domain_id: Option<String>,
-    /// `ResourceInstanceReleaseConflictError`: the spec digest the instance is asked to run now.
-    #[serde(rename = "currentSpecDigest", skip_serializing_if = "Option::is_none")]
-    pub current_spec_digest: Option<String>,
-    /// `ResourceInstanceRolloutConflictError`: the instance's newest rollout generation.
-    #[serde(
-        rename = "currentRolloutGeneration",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub current_rollout_generation: Option<i64>,
-    /// `ResourceInstanceRollbackTargetNotAcceptedError`: `rollback-target-not-accepted`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<&'static str>,
-}
 
 /// An error answered by a route.
 #[derive(Debug)]
@@ -76,7 +40,7 @@ impl ApiError {
 
     fn parts(self) -> (StatusCode, ErrorBody) {
         let body = |tag: &'static str, message: String| ErrorBody {
-            tag,
+            tag: tag.to_owned(),
             message,
             refusals: None,
             state: None,
@@ -178,7 +142,7 @@ impl ApiError {
             Error::DomainNotActive { state, .. } => (
                 StatusCode::CONFLICT,
                 ErrorBody {
-                    state: Some(state.as_str()),
+                    state: Some(state.as_str().to_owned()),
                     ..body("ResourceDomainNotActiveError", message)
                 },
             ),
@@ -233,7 +197,7 @@ impl ApiError {
             Error::RollbackTargetNotAccepted { .. } => (
                 StatusCode::CONFLICT,
                 ErrorBody {
-                    reason: Some("rollback-target-not-accepted"),
+                    reason: Some("rollback-target-not-accepted".to_owned()),
                     ..body("ResourceInstanceRollbackTargetNotAcceptedError", message)
                 },
             ),

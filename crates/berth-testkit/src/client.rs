@@ -154,6 +154,7 @@ impl Client {
         block_on(self.api.create_domain(name))
             .unwrap_or_else(|e| panic!("creating domain {name:?}: {e}"))
             .resource_domain_id
+            .to_string()
     }
 
     /// `up` through the typed client: the instance as stored, or a panic naming the error.
@@ -163,19 +164,20 @@ impl Client {
         key: &str,
         spec: &Value,
         cause: &str,
-    ) -> berth_client::Instance {
+    ) -> berth_client::InstanceView {
         let cause = match cause {
-            "use" => berth_client::Cause::Use,
-            "person" => berth_client::Cause::Person,
+            "use" => berth_client::UpCause::Use,
+            "person" => berth_client::UpCause::Person,
             other => panic!("no cause {other:?}"),
         };
-        block_on(self.api.up(domain, key, spec, cause))
+        block_on(self.api.up(&domain_id(domain), key, spec, cause))
             .unwrap_or_else(|e| panic!("up of {key}: {e}"))
     }
 
     /// `get` an instance through the typed client.
-    pub fn get_instance(&self, domain: &str, key: &str) -> berth_client::Instance {
-        block_on(self.api.instance(domain, key)).unwrap_or_else(|e| panic!("get of {key}: {e}"))
+    pub fn get_instance(&self, domain: &str, key: &str) -> berth_client::InstanceView {
+        block_on(self.api.instance(&domain_id(domain), key))
+            .unwrap_or_else(|e| panic!("get of {key}: {e}"))
     }
 
     /// `up` with a spec and cause.
@@ -206,7 +208,7 @@ impl Client {
         let deadline = tokio::time::Instant::now() + timeout;
         // A new subscription starts with every instance, so the first look after subscribing
         // comes after it: no change falls between them.
-        let mut events = Box::pin(self.api.events(domain, None));
+        let mut events = Box::pin(self.api.events(&domain_id(domain), None));
         loop {
             let instance = self.instance(domain, key);
             if done(&instance) {
@@ -228,7 +230,7 @@ impl Client {
             match woke {
                 None => panic!("{key} did not become {what} within {timeout:?}: {instance}"),
                 Some(true) => {}
-                Some(false) => events = Box::pin(self.api.events(domain, None)),
+                Some(false) => events = Box::pin(self.api.events(&domain_id(domain), None)),
             }
         }
     }
@@ -238,7 +240,7 @@ impl Client {
     /// `timeout` (at most 300 s). What a test asserts after this is what berth settled on, not
     /// what it had not got to yet.
     pub fn settled(&self, domain: &str, key: &str, kinds: &[&str], timeout: Duration) -> Value {
-        let waited = block_on(self.api.wait(domain, key, kinds, timeout))
+        let waited = block_on(self.api.wait(&domain_id(domain), key, kinds, timeout))
             .unwrap_or_else(|e| panic!("waiting for {key} to settle as {kinds:?}: {e}"));
         assert!(
             !waited.timed_out,
@@ -257,7 +259,7 @@ impl Client {
     /// something does *not* happen.
     pub fn watch(&self, domain: &str) -> Watch {
         Watch {
-            events: Box::pin(self.api.events(domain, None)),
+            events: Box::pin(self.api.events(&domain_id(domain), None)),
         }
     }
 
@@ -275,12 +277,13 @@ impl Client {
         key: &str,
         kind: &str,
         timeout: Duration,
-    ) -> berth_client::Instance {
-        let settled = block_on(
-            self.api
-                .wait_for_state(domain, key, &[kind], timeout, |_| true),
-        )
-        .unwrap_or_else(|e| panic!("waiting for {key} to be {kind}: {e}"));
+    ) -> berth_client::InstanceView {
+        let settled =
+            block_on(
+                self.api
+                    .wait_for_state(&domain_id(domain), key, &[kind], timeout, |_| true),
+            )
+            .unwrap_or_else(|e| panic!("waiting for {key} to be {kind}: {e}"));
         assert!(
             !settled.timed_out,
             "{key} did not become {kind} within {timeout:?}: {:?}",
@@ -326,4 +329,10 @@ impl Watch {
             }
         })
     }
+}
+
+/// `domain` as the typed client takes it; a panic naming it when it is no domain id.
+pub fn domain_id(domain: &str) -> berth_client::DomainId {
+    berth_client::DomainId::parse(domain)
+        .unwrap_or_else(|| panic!("{domain:?} is not a resource domain id (rdm:<uuid>)"))
 }

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-pub use client::{Answer, Client, Watch};
+pub use client::{Answer, Client, Watch, domain_id};
 pub use daemon::{BERTH_BIN_ENV, Daemon, Launch, berth_binary};
 pub use docker::{
     DockerObjects, container_of, containers_labelled, containers_named, containers_of, docker,

@@ -2,9 +2,8 @@
 //! not a single control code when it is not.
 
 use std::io::IsTerminal;
-use std::time::{Duration, SystemTime};
 
-use berth_client::{Instance, InstanceState, StopReason};
+use berth_client::{InstanceState, InstanceView, StopReason, Timestamp};
 
 /// How output is shaped.
 #[derive(Debug, Clone, Copy)]
@@ -197,30 +196,26 @@ pub fn escape(text: &str) -> String {
 }
 
 /// The instance's state kind.
-pub fn state_kind(instance: &Instance) -> &'static str {
+pub fn state_kind(instance: &InstanceView) -> &'static str {
     instance.state.kind()
 }
 
-/// When the instance entered its state (`since` or `at`), as the daemon wrote it.
-pub fn state_time(instance: &Instance) -> Option<&str> {
+/// When the instance entered its state (`since` or `at`).
+pub fn state_time(instance: &InstanceView) -> Option<Timestamp> {
     instance.state.time()
 }
 
-/// A timestamp as milliseconds since the epoch.
-pub fn millis(timestamp: &str) -> Option<u128> {
-    let t = humantime::parse_rfc3339(timestamp).ok()?;
-    Some(t.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_millis())
+/// A timestamp as milliseconds since the epoch (none before it).
+pub fn millis(timestamp: Timestamp) -> Option<u128> {
+    u128::try_from(timestamp.millis()).ok()
 }
 
 /// `12s ago`, `3m ago`, `2h ago`, `4d ago`; `-` for none.
-pub fn ago(timestamp: Option<&str>) -> String {
-    let Some(t) = timestamp.and_then(|t| humantime::parse_rfc3339(t).ok()) else {
+pub fn ago(timestamp: Option<Timestamp>) -> String {
+    let Some(t) = timestamp else {
         return "-".to_owned();
     };
-    let d = SystemTime::now()
-        .duration_since(t)
-        .unwrap_or(Duration::ZERO)
-        .as_secs();
+    let d = Timestamp::now().since(t).as_secs();
     match d {
         0..60 => format!("{d}s ago"),
         60..3600 => format!("{}m ago", d / 60),
@@ -245,7 +240,7 @@ pub fn bytes(n: i64) -> String {
 }
 
 /// A word for the state with what it carries: `stopped (by ada)`, `failed: <message>`.
-pub fn state_detail(instance: &Instance) -> String {
+pub fn state_detail(instance: &InstanceView) -> String {
     match &instance.state {
         InstanceState::Stopped { reason, .. } => match reason {
             StopReason::Person { by } => format!("stopped by {}", escape(by)),
@@ -306,7 +301,7 @@ mod tests {
             "\\u{1b}[31mred\\u{1b}[0m\\u{a}next\\u{9b}2J\\u{7f}"
         );
         assert_eq!(escape(&escape("\x1b")), escape("\x1b"));
-        let stopped: Instance = serde_json::from_value(serde_json::json!({
+        let stopped: InstanceView = serde_json::from_value(serde_json::json!({
             "resourceInstanceId": "rin:00000000-0000-4000-8000-000000000000",
             "key": "db", "alias": "db", "worktreeKey": null, "specDigest": "sha256:x",
             "desired": "stopped", "stopReason": null,

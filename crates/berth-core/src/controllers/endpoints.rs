@@ -19,11 +19,11 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::Serialize;
 use tokio::net::{TcpListener, TcpStream};
-use utoipa::ToSchema;
 
 use super::context::{Context, InstanceQueue};
+pub use berth_api::instances::EndpointView;
+
 use crate::ids::InstanceId;
 use crate::model::{Desired, Instance, InstanceState, StopReason};
 use crate::names;
@@ -64,18 +64,6 @@ impl Listeners {
             tasks.iter().for_each(tokio::task::JoinHandle::abort);
         }
     }
-}
-
-/// An endpoint on the wire.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct EndpointView {
-    /// The port in the container.
-    pub port: u16,
-    /// The host address to connect to.
-    pub host: String,
-    /// The port on the host.
-    pub host_port: u16,
 }
 
 /// What the endpoint controller keeps: its listeners, open connections and container addresses.
@@ -395,7 +383,7 @@ impl EndpointController {
                 match (&instance.desired, &instance.stop_reason) {
                     (Desired::Running, _) => Ok(true),
                     (Desired::Stopped, Some(StopReason::Person { .. }))
-                    | (Desired::Archived, _) => Ok(false),
+                    | (Desired::Archived | Desired::Unknown, _) => Ok(false),
                     (Desired::Stopped, _) => {
                         instance.desired = Desired::Running;
                         instance.stop_reason = None;

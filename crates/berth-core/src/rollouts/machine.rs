@@ -207,7 +207,7 @@ impl Rollout {
                 }
                 let inspected = i64::from(e.container_id.is_some());
                 let reported = match e.verification_status {
-                    VerificationStatus::Pending => return None,
+                    VerificationStatus::Pending | VerificationStatus::Unknown => return None,
                     VerificationStatus::Verified if unhealthy => Reported {
                         observed: 1,
                         verified: 1,

@@ -7,13 +7,12 @@
 mod machine;
 mod wire;
 
+pub use berth_api::rollouts::*;
 pub use wire::*;
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
-use utoipa::ToSchema;
 
 use crate::evidence::{ImageEvidence, MismatchReason, VerificationStatus};
 use crate::ids::InstanceId;
@@ -31,110 +30,6 @@ pub const MEDIA_TYPES: [&str; 4] = [
     "application/vnd.docker.distribution.manifest.list.v2+json",
     "application/vnd.docker.distribution.manifest.v2+json",
 ];
-
-/// Why a rollout was made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum RolloutMode {
-    /// A person's change (an `up` with cause `person`).
-    Promotion,
-    /// An `up` with cause `use` (a launch or a wake).
-    Automatic,
-    /// A rollback.
-    Rollback,
-}
-
-impl RolloutMode {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::Promotion => "promotion",
-            Self::Automatic => "automatic",
-            Self::Rollback => "rollback",
-        }
-    }
-
-    pub(crate) fn parse(text: &str) -> Option<Self> {
-        match text {
-            "promotion" => Some(Self::Promotion),
-            "automatic" => Some(Self::Automatic),
-            "rollback" => Some(Self::Rollback),
-            _ => None,
-        }
-    }
-}
-
-/// Where a rollout stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum RolloutStatus {
-    /// Written by the request; the reconciler has not acted on it yet.
-    Pending,
-    /// A promotion or automatic rollout the reconciler acts on: it makes the image ready
-    /// (pulls it by digest), creates and starts the container, until the evidence's verdict.
-    Deploying,
-    /// The container runs the verified image, and is not ready yet.
-    Verifying,
-    /// A promotion or automatic rollout whose container is verified and ready.
-    Succeeded,
-    /// The image could not be run, the container failed or exits before it is ready, or a
-    /// newer rollout superseded this one before it succeeded.
-    Failed,
-    /// The container runs, or the registry or the engine holds, something other than the
-    /// pinned image.
-    Mismatched,
-    /// `deploying`, for a rollback.
-    RollingBack,
-    /// A rollback whose container is verified and ready.
-    RolledBack,
-}
-
-impl RolloutStatus {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Deploying => "deploying",
-            Self::Verifying => "verifying",
-            Self::Succeeded => "succeeded",
-            Self::Failed => "failed",
-            Self::Mismatched => "mismatched",
-            Self::RollingBack => "rolling-back",
-            Self::RolledBack => "rolled-back",
-        }
-    }
-
-    pub(crate) fn parse(text: &str) -> Option<Self> {
-        [
-            Self::Pending,
-            Self::Deploying,
-            Self::Verifying,
-            Self::Succeeded,
-            Self::Failed,
-            Self::Mismatched,
-            Self::RollingBack,
-            Self::RolledBack,
-        ]
-        .into_iter()
-        .find(|s| s.as_str() == text)
-    }
-
-    /// `succeeded` and `rolled-back` never change again.
-    pub fn is_final(self) -> bool {
-        matches!(self, Self::Succeeded | Self::RolledBack)
-    }
-
-    /// Not yet at a verdict: `pending`, `deploying`, `rolling-back` or `verifying`.
-    pub fn in_progress(self) -> bool {
-        matches!(
-            self,
-            Self::Pending | Self::Deploying | Self::RollingBack | Self::Verifying
-        )
-    }
-
-    /// Its wire name.
-    pub fn name(self) -> &'static str {
-        self.as_str()
-    }
-}
 
 /// What the reconciler reports of an instance, to be recorded on its newest rollout
 /// ([`Tx::report`]).

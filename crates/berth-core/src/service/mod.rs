@@ -22,14 +22,7 @@ use crate::model::{Domain, Instance};
 use crate::rollouts::Site;
 use crate::store::{Store, Tx};
 
-/// Why an instance is asked to run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UpCause {
-    /// A launch or a wake: leaves a person's stop standing.
-    Use,
-    /// A person's Start: runs it whatever stopped it.
-    Person,
-}
+pub use berth_api::instances::UpCause;
 
 /// berth's operations over one store and, when there is one, one reconciler.
 #[derive(Clone)]

@@ -6,8 +6,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-use utoipa::ToSchema;
 
 use super::{Berth, UpCause};
 use crate::controllers::endpoints::EndpointView;
@@ -16,7 +14,7 @@ use crate::evidence::ImageEvidence;
 use crate::ids::DomainId;
 use crate::model::{Domain, Instance, InstanceView};
 use crate::snapshots::BranchOrigin;
-use crate::store::LastFailure;
+pub use berth_api::page::{InstanceVolumeUsage, LastFailure, VolumeSize, VolumeUsage};
 use crate::time::Timestamp;
 use crate::watch::Watch;
 
@@ -44,39 +42,6 @@ pub struct InstanceFacts {
     pub last_failure: Option<LastFailure>,
     /// What it was branched from, when it was.
     pub branched_from: Option<BranchOrigin>,
-}
-
-/// A domain's volume sizes.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct VolumeUsage {
-    /// When the engine measured them (they are reused for 10 seconds).
-    pub measured_at: Timestamp,
-    /// Each instance that is not archived, by key, with its volumes.
-    pub instances: Vec<InstanceVolumeUsage>,
-}
-
-/// One instance's volumes and their sizes.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct InstanceVolumeUsage {
-    /// The instance's key.
-    pub key: String,
-    /// Its volumes.
-    pub volumes: Vec<VolumeSize>,
-}
-
-/// A volume's size, as the engine reports it (`docker system df -v`).
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct VolumeSize {
-    /// The volume's name in the instance.
-    pub name: String,
-    /// The engine volume.
-    pub docker_name: String,
-    /// Its size in bytes; null when the engine did not measure it (no runtime, not made yet,
-    /// or the engine refused its disk-usage report).
-    pub bytes: Option<u64>,
 }
 
 impl Berth {

@@ -67,7 +67,7 @@ impl Berth {
                 state: "copying".to_owned(),
                 what: "wait for its copy to finish (`event: copy` with state done)".to_owned(),
             }),
-            SnapshotState::Failed => Err(Error::SnapshotNotReady {
+            SnapshotState::Failed | SnapshotState::Unknown => Err(Error::SnapshotNotReady {
                 id: id.to_string(),
                 state: "failed".to_owned(),
                 what: match &snapshot.message {

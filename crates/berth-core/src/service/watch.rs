@@ -26,7 +26,7 @@ impl Berth {
                 let mut all = self.store.instances(domain_id, false);
                 all.extend(self.store.instances(domain_id, true));
                 all.sort_by(|a, b| a.key.cmp(&b.key));
-                all.iter().map(InstanceChange::of).collect()
+                all.iter().map(crate::model::Instance::change).collect()
             }
         };
         Ok((Subscription { feed, resume, at }, snapshot))
@@ -45,13 +45,13 @@ impl Berth {
         let deadline = tokio::time::Instant::now() + timeout.min(MAX_WAIT);
         let (mut feed, _, _) = self.store.watch().subscribe(domain_id, None);
         loop {
-            let change = InstanceChange::of(&self.instance(owner, domain_id, key)?);
+            let change = self.instance(owner, domain_id, key)?.change();
             if settled(&change, kinds) {
                 return Ok((change, false));
             }
             let id = change.instance.resource_instance_id.clone();
             if !Watch::next_change(&mut feed, &id, deadline).await {
-                let change = InstanceChange::of(&self.instance(owner, domain_id, key)?);
+                let change = self.instance(owner, domain_id, key)?.change();
                 let done = settled(&change, kinds);
                 return Ok((change, !done));
             }

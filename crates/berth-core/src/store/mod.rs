@@ -18,7 +18,8 @@ mod view;
 mod workspaces;
 
 pub use error::StoreError;
-pub use tx::{LastFailure, Observation, Tx};
+pub use berth_api::page::LastFailure;
+pub use tx::{Observation, Tx};
 
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};

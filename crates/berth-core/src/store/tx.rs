@@ -4,7 +4,7 @@ use std::cell::RefCell;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::StoreError;
+use super::{LastFailure, StoreError};
 use crate::ids::{DomainId, InstanceId};
 use crate::model::{Instance, InstanceState, InstanceVolume};
 use crate::time::Timestamp;
@@ -213,13 +213,4 @@ impl<'a> Tx<'a> {
             _ => None,
         })
     }
-}
-
-/// An instance's last failure, kept after it recovers.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-pub struct LastFailure {
-    /// What went wrong, as the failed state said it.
-    pub message: String,
-    /// When it failed.
-    pub at: Timestamp,
 }

@@ -11,7 +11,7 @@ use super::instances::{INSTANCE_COLUMNS, domain_from_row, instance_from_row};
 use super::tx::{Touched, Tx};
 use crate::ids::{DomainId, InstanceId};
 use crate::model::{Domain, Instance};
-use crate::watch::{InstanceChange, Watch};
+use crate::watch::Watch;
 
 /// Domains and instances as last committed, answered without SQLite. The writer updates it
 /// after each commit, before it answers the write, so a caller reads its own writes.
@@ -83,7 +83,7 @@ pub(super) fn refresh(conn: &Connection, view: &RwLock<View>, watch: &Watch, tou
             old != instance
         });
         if changed {
-            watch.publish(&instance.domain_id, InstanceChange::of(&instance));
+            watch.publish(&instance.domain_id, instance.change());
         }
         view.put_instance(instance);
     }

@@ -2,8 +2,7 @@
 
 use axum::extract::State;
 use axum::{Extension, Json};
-use berth_core::model::{ArchivedVolume, Domain};
-use serde::Serialize;
+use berth_core::model::{Domain, DomainView};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -12,6 +11,7 @@ use crate::App;
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{Body, Decode, DomainPath, NoBody, Params};
+use berth_api::domains::{ArchiveDomainResponse, DomainList};
 use berth_core::decode::Problems;
 
 /// `POST /v1/resource-domains`.
@@ -38,20 +38,6 @@ impl Decode for CreateDomainRequest {
     }
 }
 
-/// A list of domains.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct DomainList {
-    /// The caller's domains, oldest first.
-    pub items: Vec<Domain>,
-}
-
-/// What a domain archive kept.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ArchiveDomainResponse {
-    /// Every volume of every instance of the domain, all kept.
-    pub volumes: Vec<ArchivedVolume>,
-}
-
 pub(crate) fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
         .routes(routes!(create_domain, list_domains))
@@ -64,13 +50,15 @@ pub(crate) fn router() -> OpenApiRouter<App> {
 /// Creates a resource domain owned by the caller's key.
 #[utoipa::path(post, path = "/v1/resource-domains", tag = "resource-domains",
     request_body = CreateDomainRequest,
-    responses((status = 200, body = Domain), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
+    responses((status = 200, body = DomainView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
 async fn create_domain(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
     Body(CreateDomainRequest { name }): Body<CreateDomainRequest>,
-) -> Result<Json<Domain>, ApiError> {
-    Ok(Json(app.berth.create_domain(&caller.owner, name).await?))
+) -> Result<Json<DomainView>, ApiError> {
+    Ok(Json(
+        app.berth.create_domain(&caller.owner, name).await?.view(),
+    ))
 }
 
 /// Lists the caller's resource domains.
@@ -81,49 +69,60 @@ async fn list_domains(
     Extension(caller): Extension<Caller>,
 ) -> Result<Json<DomainList>, ApiError> {
     Ok(Json(DomainList {
-        items: app.berth.list_domains(&caller.owner)?,
+        items: app
+            .berth
+            .list_domains(&caller.owner)?
+            .iter()
+            .map(Domain::view)
+            .collect(),
     }))
 }
 
 /// One resource domain.
 #[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}", tag = "resource-domains",
     params(DomainPath),
-    responses((status = 200, body = Domain), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = DomainView), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 async fn get_domain(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
     Params(path): Params<DomainPath>,
-) -> Result<Json<Domain>, ApiError> {
-    Ok(Json(app.berth.domain(&caller.owner, &path.id()?)?))
+) -> Result<Json<DomainView>, ApiError> {
+    Ok(Json(app.berth.domain(&caller.owner, &path.id()?)?.view()))
 }
 
 /// Fences a domain: it admits no new instance or link; running ones keep running.
 #[utoipa::path(post, path = "/v1/resource-domains/{resourceDomainId}/fence", tag = "resource-domains",
     params(DomainPath),
-    responses((status = 200, body = Domain), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = DomainView), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn fence_domain(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
     Params(path): Params<DomainPath>,
     _: NoBody,
-) -> Result<Json<Domain>, ApiError> {
+) -> Result<Json<DomainView>, ApiError> {
     Ok(Json(
-        app.berth.fence(&caller.owner, &path.id()?, true).await?,
+        app.berth
+            .fence(&caller.owner, &path.id()?, true)
+            .await?
+            .view(),
     ))
 }
 
 /// Unfences a domain: it is active again.
 #[utoipa::path(post, path = "/v1/resource-domains/{resourceDomainId}/unfence", tag = "resource-domains",
     params(DomainPath),
-    responses((status = 200, body = Domain), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = DomainView), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn unfence_domain(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
     Params(path): Params<DomainPath>,
     _: NoBody,
-) -> Result<Json<Domain>, ApiError> {
+) -> Result<Json<DomainView>, ApiError> {
     Ok(Json(
-        app.berth.fence(&caller.owner, &path.id()?, false).await?,
+        app.berth
+            .fence(&caller.owner, &path.id()?, false)
+            .await?
+            .view(),
     ))
 }
 

@@ -8,7 +8,6 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::{Extension, Json};
-use berth_core::model::InstanceView;
 use berth_core::snapshots::CopyEvent;
 use berth_core::watch::{Change, Event, InstanceChange, MAX_WAIT, Resume, STATE_KINDS};
 use futures_util::stream::{self, Stream, StreamExt};
@@ -22,6 +21,7 @@ use crate::App;
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{DomainPath, FromQuery, InstancePath, Params, QueryParams};
+use berth_api::instances::WaitAnswer;
 use berth_core::decode::Problems;
 
 /// How often an idle stream carries a comment, so proxies and clients keep it open.
@@ -241,20 +241,6 @@ impl FromQuery for WaitQuery {
             timeout: timeout?,
         })
     }
-}
-
-/// What a wait answers.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct WaitAnswer {
-    /// Exactly the view `GET .../instances/{key}` answers.
-    pub instance: InstanceView,
-    /// Bumped by every accepted change of what is desired.
-    pub generation: i64,
-    /// The generation the last finished reconcile acted on.
-    pub observed_generation: i64,
-    /// `true`: the time ran out first; the view is the current one.
-    pub timed_out: bool,
 }
 
 /// Waits until the instance's state is one of `for` and the reconciler has acted on the latest

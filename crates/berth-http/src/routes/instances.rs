@@ -3,12 +3,10 @@
 use axum::extract::State;
 use axum::{Extension, Json};
 use berth_core::UpCause;
-use berth_core::controllers::endpoints::EndpointView;
 use berth_core::evidence::ImageEvidence;
 use berth_core::image::Digest;
-use berth_core::model::{ArchivedVolume, InstanceView, KeptVolume, ReleaseView, RollbackView};
+use berth_core::model::{InstanceView, RollbackView};
 use futures_util::StreamExt;
-use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -20,8 +18,11 @@ use crate::extract::{
     Body, Decode, DomainPath, FromQuery, InstancePath, NoBody, Params, QueryParams, RolloutPath,
     query_bool,
 };
+use berth_api::instances::{ArchiveInstanceResponse, EndpointList, InstanceList, VolumeList};
+use berth_api::releases::ReleaseList;
+use berth_api::rollouts::{ImageReleaseList, RolloutList, RolloutReportList};
 use berth_core::decode::Problems;
-use berth_core::rollouts::{ImageReleaseView, RolloutReportView, RolloutView, RuntimeEvidence};
+use berth_core::rollouts::{RolloutView, RuntimeEvidence};
 use berth_core::service::RollbackAsk;
 use utoipa::IntoParams;
 
@@ -84,22 +85,6 @@ impl Decode for StopRequest {
         fields.finish(p);
         Some(StopRequest { by: by? })
     }
-}
-
-/// A list of instances.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct InstanceList {
-    /// The instances, by key.
-    pub items: Vec<InstanceView>,
-}
-
-/// What an archive did.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ArchiveInstanceResponse {
-    /// The instance, archived.
-    pub instance: InstanceView,
-    /// Its volumes, kept, with their sizes.
-    pub volumes: Vec<ArchivedVolume>,
 }
 
 /// `GET .../instances/{key}/logs?tail=&follow=`.
@@ -310,27 +295,6 @@ impl RollbackRequest {
     }
 }
 
-/// An instance's rollouts.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct RolloutList {
-    /// Every change of its image, newest first.
-    pub items: Vec<RolloutView>,
-}
-
-/// The reports on a rollout.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct RolloutReportList {
-    /// The latest report of each reporter and session, oldest first.
-    pub items: Vec<RolloutReportView>,
-}
-
-/// An instance's image releases.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ImageReleaseList {
-    /// Every image berth observed for it, most recently observed first.
-    pub items: Vec<ImageReleaseView>,
-}
-
 /// Every rollout of an instance (every change of its image), newest first, each with its plan
 /// and status. See docs/images.md.
 #[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/rollouts", tag = "resource-instances",
@@ -420,13 +384,6 @@ async fn instance_image_releases(
     }))
 }
 
-/// An instance's release history.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ReleaseList {
-    /// Every spec it ran, newest first.
-    pub items: Vec<ReleaseView>,
-}
-
 /// What proves which image an instance's container runs: the pinned reference and digest, the
 /// container's image id and configured reference, the image's RepoDigests, and the verdict.
 #[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/image", tag = "resource-instances",
@@ -481,13 +438,6 @@ async fn rollback_instance(
     ))
 }
 
-/// An instance's host endpoints.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct EndpointList {
-    /// One per service port (the tcp ready port and the image's exposed tcp ports), by port.
-    pub items: Vec<EndpointView>,
-}
-
 /// The loopback ports on the host that reach an instance's service ports. Each is allocated once
 /// and kept for the instance's life; a connection to one wakes an idle-stopped instance.
 #[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/endpoints", tag = "resource-instances",
@@ -502,15 +452,6 @@ async fn instance_endpoints(
     Ok(Json(EndpointList {
         items: app.berth.endpoints(&caller.owner, &domain, key).await?,
     }))
-}
-
-/// Every volume an instance keeps.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct VolumeList {
-    /// One per name: those its spec mounts (`mounted: true`) and those a spec change dropped,
-    /// in the order the instance came to have them (after a restore or a branch, those its
-    /// spec mounted then come first).
-    pub items: Vec<KeptVolume>,
 }
 
 /// Every volume an instance keeps: those it mounts (the instance's `volumes`) and those an

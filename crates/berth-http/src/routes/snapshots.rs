@@ -9,7 +9,7 @@ use berth_core::ids::SnapshotId;
 use berth_core::model::InstanceView;
 use berth_core::snapshots::{BranchFrom, MAX_SNAPSHOT_NAME, SnapshotView};
 use berth_core::spec::{KEY_EXPECTED, WORKTREE_KEY_EXPECTED, is_instance_key, is_worktree_key};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -21,6 +21,7 @@ use crate::extract::{
     Body, Decode, DomainPath, FromQuery, InstancePath, NoBody, Params, QueryParams,
 };
 use crate::routes::instances::UpRequest;
+use berth_api::snapshots::{RestoreResponse, SnapshotList};
 
 pub(crate) fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -208,23 +209,6 @@ impl Decode for RestoreRequest {
         fields.finish(p);
         Some(RestoreRequest { snapshot_id: id? })
     }
-}
-
-/// What a restore answers.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RestoreResponse {
-    /// The instance, `starting` while the copy goes on (when it was asked to run).
-    pub instance: InstanceView,
-    /// The automatic snapshot `before-restore-<time>` that keeps the contents replaced.
-    pub before_restore: SnapshotView,
-}
-
-/// A domain's snapshots.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SnapshotList {
-    /// Newest first.
-    pub items: Vec<SnapshotView>,
 }
 
 /// `GET .../snapshots?instanceKey=`.

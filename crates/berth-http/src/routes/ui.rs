@@ -6,15 +6,11 @@ use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use axum::http::header::HOST;
 use axum::{Extension, Json};
-use berth_core::controllers::endpoints::EndpointView;
+use berth_api::page::{ConnectString, DomainSummary, ImageSummary, InstanceSummary, Session};
 use berth_core::decode::Problems;
-use berth_core::evidence::{ImageEvidence, VerificationStatus};
-use berth_core::model::{Domain, InstanceView, WorkspaceView};
+use berth_core::evidence::ImageEvidence;
+use berth_core::model::InstanceView;
 use berth_core::service::{InstanceFacts, VolumeUsage};
-use berth_core::snapshots::BranchOrigin;
-use berth_core::store::LastFailure;
-use berth_core::time::Timestamp;
-use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -23,17 +19,7 @@ use crate::App;
 use crate::auth::{Caller, ServiceKeys, SessionAuth};
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{Body, Decode, DomainPath, InstancePath, NoBody, Params};
-
-/// A sign-in link for the web page.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SignInLink {
-    /// The page's address, with a single-use code in its fragment (`#code=...`): open it in a
-    /// browser. The fragment never reaches a server.
-    pub url: String,
-    /// When the code stops working: two minutes after it was asked for.
-    pub expires_at: Timestamp,
-}
+use berth_api::daemon::SignInLink;
 
 /// `POST /v1/ui/sessions`.
 #[derive(Debug, ToSchema)]
@@ -52,66 +38,6 @@ impl Decode for SessionRequest {
         fields.finish(p);
         Some(SessionRequest { code: code? })
     }
-}
-
-/// A web page's session.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Session {
-    /// Send it as `Authorization: Bearer <token>`: it acts as the service key that asked for the
-    /// sign-in link, for that key's domains only.
-    pub token: String,
-    /// When it stops working.
-    pub expires_at: Timestamp,
-}
-
-/// Everything the web page shows of a domain.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct DomainSummary {
-    /// The domain.
-    pub domain: Domain,
-    /// Its instances that are not archived, by key.
-    pub instances: Vec<InstanceSummary>,
-    /// The caller's workspaces linked to it.
-    pub workspaces: Vec<WorkspaceView>,
-}
-
-/// One instance, with what the list view shows of it.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct InstanceSummary {
-    /// Exactly the view `GET .../instances/{key}` answers.
-    pub instance: InstanceView,
-    /// Bumped by every accepted change of what is desired.
-    pub generation: i64,
-    /// The generation the last finished reconcile acted on.
-    pub observed_generation: i64,
-    /// Restarts since it last ran steadily.
-    pub restart_count: u32,
-    /// The image it runs and what proves it.
-    pub image: ImageSummary,
-    /// Its host endpoints (empty until it first started, or when berth runs no runtime).
-    pub endpoints: Vec<EndpointView>,
-    /// A connect string for each host endpoint, in the same order (see [`connect_string`]).
-    pub connect: Vec<ConnectString>,
-    /// Its last failure, kept after it recovers; null when it never failed.
-    pub last_failure: Option<LastFailure>,
-    /// Where its volumes were branched from; null for an instance no branch made.
-    pub branched_from: Option<BranchOrigin>,
-}
-
-/// How to reach a host endpoint from a client.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ConnectString {
-    /// The port in the container.
-    pub port: u16,
-    /// `postgres://USER:PASSWORD@127.0.0.1:PORT/DATABASE` for a 5432, `redis://...` for a
-    /// 6379 and so on, `host:port` otherwise. The user and database come from the spec's env
-    /// (`POSTGRES_USER`, `POSTGRES_DB`, ...); what the env does not say is an upper-case
-    /// placeholder, and a password is always the placeholder `PASSWORD`, never its value.
-    pub url: String,
 }
 
 /// Percent-encodes a value for a URL's user or path.
@@ -174,20 +100,6 @@ pub fn connect_string(
         11211 => format!("memcached://{at}"),
         _ => at,
     }
-}
-
-/// An instance's image, in short.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ImageSummary {
-    /// The spec's image reference.
-    pub reference: String,
-    /// The digest it pins; null when the reference is malformed.
-    pub digest: Option<String>,
-    /// `pending`, `verified`, `missing` or `mismatched`.
-    pub verification_status: VerificationStatus,
-    /// Why it is not verified; null when verified or pending.
-    pub message: Option<String>,
 }
 
 pub(crate) fn router() -> OpenApiRouter<App> {
@@ -323,7 +235,7 @@ async fn domain_summary(
         .filter(|w| w.resource_domain_id.as_ref() == Some(&id))
         .collect();
     Ok(Json(DomainSummary {
-        domain,
+        domain: domain.view(),
         instances: items,
         workspaces,
     }))

@@ -7,7 +7,7 @@ use berth_core::workspaces::{
     LABEL_WORKSPACE, WORKSPACE_ID_EXPECTED, decode_lease, decode_link, decode_workspace,
     is_workspace_id, key_id,
 };
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -16,6 +16,7 @@ use crate::App;
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{Body, Decode, NoBody, Params};
+use berth_api::workspaces::{Empty, Whoami, WorkspaceList};
 use berth_core::decode::Problems;
 use std::time::Duration;
 
@@ -158,28 +159,6 @@ impl Decode for LinkRequest {
         })
     }
 }
-
-/// A list of workspaces.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct WorkspaceList {
-    /// The caller's workspaces, by id.
-    pub items: Vec<WorkspaceView>,
-}
-
-/// Who the caller is, as far as others may know.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Whoami {
-    /// The key's public id: 12 hex digits derived from the key that do not reveal it.
-    pub key_id: String,
-    /// The label a container carries to be an executor of the caller's workspace `ID`:
-    /// this with `ID` replaced.
-    pub consent_label_template: String,
-}
-
-/// An empty object.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct Empty {}
 
 pub(crate) fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()

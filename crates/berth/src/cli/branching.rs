@@ -6,7 +6,8 @@ use std::process::{Command as Process, ExitCode};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use berth_client::{BranchFrom, Cause, CopyProgress, DomainEvent, Snapshot};
+use berth_client::DomainId;
+use berth_client::{BranchFrom, CopyEvent, CopyState, DomainEvent, SnapshotView, UpCause};
 use clap::Args;
 use futures_util::StreamExt;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -73,7 +74,7 @@ pub struct BranchArgs {
     from: String,
 }
 
-async fn domain(client: &Client, repo: &Repo) -> anyhow::Result<String> {
+async fn domain(client: &Client, repo: &Repo) -> anyhow::Result<DomainId> {
     match find_domain(client, repo).await? {
         Some(d) => Ok(d.resource_domain_id),
         None => bail!("this repository has no instances yet; run `berth up` first"),
@@ -81,10 +82,14 @@ async fn domain(client: &Client, repo: &Repo) -> anyhow::Result<String> {
 }
 
 /// A snapshot named by id or by name (the newest of that name).
-async fn find_snapshot(client: &Client, domain: &str, wanted: &str) -> anyhow::Result<Snapshot> {
+async fn find_snapshot(
+    client: &Client,
+    domain: &DomainId,
+    wanted: &str,
+) -> anyhow::Result<SnapshotView> {
     let all = client.api.snapshots(domain, None).await.or_say(client)?;
     all.into_iter()
-        .find(|s| s.snapshot_id == wanted || s.name == wanted)
+        .find(|s| s.snapshot_id.as_str() == wanted || s.name == wanted)
         .with_context(|| format!("no snapshot of this repository has the id or name {wanted:?}; see `berth snapshots`"))
 }
 
@@ -114,7 +119,7 @@ async fn follow_copy(
     kind: &str,
     key: &str,
     bar: Option<&ProgressBar>,
-) -> anyhow::Result<CopyProgress> {
+) -> anyhow::Result<CopyEvent> {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let event = tokio::time::timeout_at(deadline, events.next())
@@ -125,7 +130,7 @@ async fn follow_copy(
         };
         let event = event.or_say(client)?;
         if let DomainEvent::Copy { copy, .. } = event
-            && copy.kind == kind
+            && copy.kind.as_str() == kind
             && copy.instance_key == key
         {
             if let Some(bar) = bar {
@@ -134,7 +139,7 @@ async fn follow_copy(
                 }
                 bar.set_position(copy.bytes_done);
             }
-            if copy.state != "copying" {
+            if copy.state != CopyState::Copying {
                 return Ok(copy);
             }
         }
@@ -144,7 +149,7 @@ async fn follow_copy(
 /// Opens the domain's event stream and waits until it is subscribed (its first event).
 async fn subscribe(
     client: &Client,
-    domain: &str,
+    domain: &DomainId,
 ) -> anyhow::Result<
     impl futures_util::Stream<Item = Result<DomainEvent, berth_client::ClientError>> + Unpin,
 > {
@@ -155,11 +160,11 @@ async fn subscribe(
     Ok(events)
 }
 
-fn finish_bar(bar: Option<ProgressBar>, copy: &CopyProgress) -> anyhow::Result<()> {
+fn finish_bar(bar: Option<ProgressBar>, copy: &CopyEvent) -> anyhow::Result<()> {
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    if copy.state == "failed" {
+    if copy.state == CopyState::Failed {
         bail!(
             "the copy failed: {}",
             copy.message.as_deref().unwrap_or("no reason given")
@@ -250,10 +255,10 @@ pub async fn snapshots(args: SnapshotsArgs) -> anyhow::Result<ExitCode> {
             vec![
                 Cell::plain(&s.name),
                 Cell::plain(&s.instance_key),
-                Cell::state(&s.state),
+                Cell::state(s.state.as_str()),
                 Cell::plain(bytes(s.volumes.iter().filter_map(|v| v.bytes).sum())),
-                Cell::plain(ago(Some(&s.created_at))),
-                Cell::plain(&s.snapshot_id),
+                Cell::plain(ago(Some(s.created_at))),
+                Cell::plain(s.snapshot_id.as_str()),
             ]
         })
         .collect();
@@ -313,7 +318,7 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
 /// worktree named is this one). A branch that no worktree is on is an error naming it.
 pub(super) async fn branch_source(
     client: &Client,
-    domain: &str,
+    domain: &DomainId,
     repo: &Repo,
     def: &crate::project::InstanceDef,
 ) -> anyhow::Result<Option<String>> {
@@ -437,7 +442,7 @@ pub async fn branch(args: BranchArgs) -> anyhow::Result<ExitCode> {
     let mut events = subscribe(&client, &domain).await?;
     client
         .api
-        .branch(&domain, &key, &from, &spec, Cause::Person)
+        .branch(&domain, &key, &from, &spec, UpCause::Person)
         .await
         .or_say(&client)?;
     let bar = bar(ui.live, &args.name);

@@ -187,7 +187,7 @@ async fn image_check(image: &str) -> Check {
 
 /// Whether other berth stores have containers under the daemon's prefix: not a fault (the
 /// daemon leaves them alone), but a person should know whose they are.
-fn engine_sharing(daemon: &berth_client::Daemon) -> Check {
+fn engine_sharing(daemon: &berth_client::DaemonView) -> Check {
     let prefix = daemon.prefix.as_deref().unwrap_or("berth");
     if daemon.other_stores.is_empty() {
         return Check::ok(

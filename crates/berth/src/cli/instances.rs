@@ -4,7 +4,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use berth_client::{DomainState, Endpoint, Instance};
+use berth_client::DomainId;
+use berth_client::{DomainState, EndpointView, InstanceView};
 use berth_core::decode::NAME_REFUSES;
 use clap::Args;
 use serde_json::{Value, json};
@@ -33,7 +34,7 @@ pub struct StopArgs {
     /// Print the stopped instances as JSON.
     #[arg(long)]
     json: bool,
-    /// Instance names from berth.toml (or full keys, `name@worktree`) [default: this worktree's
+    /// InstanceView names from berth.toml (or full keys, `name@worktree`) [default: this worktree's
     /// instances and the shared ones].
     #[arg(value_name = "NAME")]
     names: Vec<String>,
@@ -46,7 +47,7 @@ pub struct ArchiveArgs {
     /// Print the archived instances and their kept volumes as JSON.
     #[arg(long)]
     json: bool,
-    /// Instance names from berth.toml (or full keys, `name@worktree`).
+    /// InstanceView names from berth.toml (or full keys, `name@worktree`).
     #[arg(required = true, value_name = "NAME")]
     names: Vec<String>,
 }
@@ -58,7 +59,7 @@ pub struct EnvArgs {
     /// Print the variables as one JSON object.
     #[arg(long)]
     json: bool,
-    /// Instance names from berth.toml [default: all of them].
+    /// InstanceView names from berth.toml [default: all of them].
     #[arg(value_name = "NAME")]
     names: Vec<String>,
 }
@@ -73,7 +74,7 @@ pub struct DomainsArgs {
 }
 
 /// The repository, a client, and the repository's domain id if it has one yet.
-async fn open(conn: &Conn) -> anyhow::Result<(Repo, Client, Option<String>)> {
+async fn open(conn: &Conn) -> anyhow::Result<(Repo, Client, Option<DomainId>)> {
     let repo = Repo::discover()?;
     let client = conn.endpoint().connect().await?;
     let domain = find_domain(&client, &repo)
@@ -84,7 +85,7 @@ async fn open(conn: &Conn) -> anyhow::Result<(Repo, Client, Option<String>)> {
 
 /// Endpoints as `(container port, host, host port)`, as the project file's connect tables
 /// take them.
-pub(super) fn endpoint_tuples(endpoints: Vec<Endpoint>) -> Vec<(u16, String, u16)> {
+pub(super) fn endpoint_tuples(endpoints: Vec<EndpointView>) -> Vec<(u16, String, u16)> {
     endpoints
         .into_iter()
         .map(|e| (e.port, e.host, e.host_port))
@@ -96,10 +97,10 @@ pub(super) fn endpoint_tuples(endpoints: Vec<Endpoint>) -> Vec<(u16, String, u16
 /// instances and the shared ones.
 pub(super) async fn resolve(
     client: &Client,
-    domain: &str,
+    domain: &DomainId,
     repo: &Repo,
     names: &[String],
-) -> anyhow::Result<Vec<Instance>> {
+) -> anyhow::Result<Vec<InstanceView>> {
     let live = client.api.instances(domain, false).await.or_say(client)?;
     if names.is_empty() {
         return Ok(live
@@ -110,7 +111,7 @@ pub(super) async fn resolve(
             })
             .collect());
     }
-    let mut out: Vec<Instance> = Vec::new();
+    let mut out: Vec<InstanceView> = Vec::new();
     for name in names {
         let bases = if name.contains('@') {
             vec![name.clone()]
@@ -148,7 +149,7 @@ pub(super) async fn resolve(
     Ok(out)
 }
 
-fn key_of(instance: &Instance) -> &str {
+fn key_of(instance: &InstanceView) -> &str {
     &instance.key
 }
 
@@ -210,7 +211,7 @@ pub async fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// What the state carries besides its kind: who stopped it, why it failed.
-fn detail_note(instance: &Instance) -> String {
+fn detail_note(instance: &InstanceView) -> String {
     let detail = state_detail(instance);
     let kind = state_kind(instance);
     match detail.strip_prefix(kind) {
@@ -419,10 +420,10 @@ pub async fn domains(args: DomainsArgs) -> anyhow::Result<ExitCode> {
                 .unwrap_or_default();
             vec![
                 Cell::plain(mark),
-                Cell::plain(&d.resource_domain_id),
+                Cell::plain(d.resource_domain_id.as_str()),
                 Cell::plain(name),
                 Cell::state(state),
-                Cell::plain(ago(Some(&d.created_at))),
+                Cell::plain(ago(Some(d.created_at))),
             ]
         })
         .collect();

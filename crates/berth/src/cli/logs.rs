@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use berth_client::{Executor, Selector, WorkspaceRequest};
+use berth_client::{Executor, SelectorView, WorkspaceRequest};
 use clap::Args;
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
@@ -91,7 +91,7 @@ pub async fn link(args: LinkArgs) -> anyhow::Result<ExitCode> {
         .resource_domain_id;
     let request = WorkspaceRequest {
         containers: args.containers,
-        selector: args.selector.map(|label| Selector { label }),
+        selector: args.selector.map(|label| SelectorView { label }),
     };
     client
         .api

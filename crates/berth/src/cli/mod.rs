@@ -19,7 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use berth_client::{Domain, DomainState, Instance};
+use berth_client::DomainId;
+use berth_client::{DomainState, DomainView, InstanceView};
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
@@ -174,7 +175,7 @@ fn load_project(repo: &Repo) -> anyhow::Result<Project> {
 
 /// The repository's domain: the oldest of the caller's domains with the repository's name that
 /// is not archived.
-async fn find_domain(client: &Client, repo: &Repo) -> anyhow::Result<Option<Domain>> {
+async fn find_domain(client: &Client, repo: &Repo) -> anyhow::Result<Option<DomainView>> {
     Ok(client
         .api
         .domains()
@@ -185,7 +186,7 @@ async fn find_domain(client: &Client, repo: &Repo) -> anyhow::Result<Option<Doma
 }
 
 /// The repository's domain, created on first use.
-async fn ensure_domain(client: &Client, repo: &Repo) -> anyhow::Result<Domain> {
+async fn ensure_domain(client: &Client, repo: &Repo) -> anyhow::Result<DomainView> {
     if let Some(d) = find_domain(client, repo).await? {
         return Ok(d);
     }
@@ -210,11 +211,12 @@ async fn ensure_domain(client: &Client, repo: &Repo) -> anyhow::Result<Domain> {
 /// whether an instance with that key is live.
 async fn current_keys(
     client: &Client,
-    domain: &str,
+    domain: &DomainId,
     repo: &Repo,
     defs: &[&crate::project::InstanceDef],
 ) -> anyhow::Result<Vec<(String, bool)>> {
-    let keys = |list: Vec<Instance>| -> Vec<String> { list.into_iter().map(|i| i.key).collect() };
+    let keys =
+        |list: Vec<InstanceView>| -> Vec<String> { list.into_iter().map(|i| i.key).collect() };
     let live = keys(client.api.instances(domain, false).await.or_say(client)?);
     let archived = keys(client.api.instances(domain, true).await.or_say(client)?);
     Ok(defs
@@ -233,7 +235,7 @@ async fn current_keys(
 }
 
 /// An instance with the project-file name and scope it was made from, for `--json`.
-fn annotated(instance: &Instance, repo: &Repo) -> Value {
+fn annotated(instance: &InstanceView, repo: &Repo) -> Value {
     let mut out = serde_json::to_value(instance).unwrap_or(Value::Null);
     if let Some(map) = out.as_object_mut() {
         map.insert(
@@ -246,7 +248,7 @@ fn annotated(instance: &Instance, repo: &Repo) -> Value {
 }
 
 /// `shared`, `worktree` (this one's), or `worktree <key>` (another one's).
-fn scope_of(instance: &Instance, repo: &Repo) -> String {
+fn scope_of(instance: &InstanceView, repo: &Repo) -> String {
     match instance.worktree_key.as_deref() {
         None => "shared".to_owned(),
         Some(k) if k == repo.worktree_key => "worktree".to_owned(),

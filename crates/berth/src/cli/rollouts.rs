@@ -2,10 +2,10 @@
 //! ran, and a rollback to one of them, checked against the rollout generation the command read.
 
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::bail;
-use berth_client::{ImageRelease, Instance, Rollout};
+use berth_client::{DomainId, ImageReleaseView, InstanceView, RolloutView};
 use clap::Args;
 use serde_json::json;
 
@@ -58,7 +58,7 @@ pub struct RollbackArgs {
 }
 
 /// The repository, a client, its domain and the one live instance `name` means.
-async fn target(conn: &Conn, name: &str) -> anyhow::Result<(Repo, Client, String, Instance)> {
+async fn target(conn: &Conn, name: &str) -> anyhow::Result<(Repo, Client, DomainId, InstanceView)> {
     let repo = Repo::discover()?;
     let client = conn.endpoint().connect().await?;
     let Some(domain) = find_domain(&client, &repo).await? else {
@@ -72,8 +72,7 @@ async fn target(conn: &Conn, name: &str) -> anyhow::Result<(Repo, Client, String
 
 /// `12s ago` for milliseconds since the epoch.
 fn ago_millis(ms: i64) -> String {
-    let at = SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-    crate::ui::ago(Some(&humantime::format_rfc3339_millis(at).to_string()))
+    crate::ui::ago(Some(berth_client::Timestamp::from_millis(ms)))
 }
 
 /// `sha256:0123456789ab`: enough of a digest to tell releases apart.
@@ -110,12 +109,12 @@ pub async fn rollouts(args: RolloutsArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn rollout_row(r: &Rollout) -> Vec<Cell> {
+fn rollout_row(r: &RolloutView) -> Vec<Cell> {
     vec![
         Cell::plain(r.plan.rollout_generation.to_string()),
-        Cell::plain(&r.plan.mode),
-        Cell::state(&r.status.status),
-        Cell::plain(r.status.mismatch_reason.as_deref().unwrap_or("")),
+        Cell::plain(r.plan.mode.as_str()),
+        Cell::state(r.status.status.as_str()),
+        Cell::plain(r.status.mismatch_reason.map(|m| m.as_str()).unwrap_or("")),
         Cell::plain(&r.plan.release_id),
         Cell::plain(short(&r.plan.requested_digest)),
         Cell::plain(ago_millis(r.plan.created_at)),
@@ -153,7 +152,7 @@ pub async fn releases(args: ReleasesArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn release_row(r: &ImageRelease) -> Vec<Cell> {
+fn release_row(r: &ImageReleaseView) -> Vec<Cell> {
     let d = &r.data;
     vec![
         Cell::plain(&r.id),
@@ -233,7 +232,6 @@ pub async fn rollback(args: RollbackArgs) -> anyhow::Result<ExitCode> {
                     r.status.status,
                     r.status
                         .mismatch_reason
-                        .as_deref()
                         .map(|m| format!(", {m}"))
                         .unwrap_or_default()
                 )

@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
-use berth_client::{Cause, Instance, InstanceState};
+use berth_client::{DomainId, InstanceState, InstanceView, UpCause};
 use clap::Args;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
@@ -27,7 +27,7 @@ pub struct UpArgs {
     /// Print the instances as JSON at the end.
     #[arg(long)]
     json: bool,
-    /// Instance names from berth.toml [default: all of them].
+    /// InstanceView names from berth.toml [default: all of them].
     #[arg(value_name = "NAME")]
     names: Vec<String>,
 }
@@ -49,7 +49,7 @@ struct Tracked<'a> {
     /// The `up` changed nothing the daemon acts on (the same spec, already meant to run), so
     /// a `running` state from before it still counts.
     steady: bool,
-    instance: Option<Instance>,
+    instance: Option<InstanceView>,
     outcome: Outcome,
     shown: String,
     bar: Option<ProgressBar>,
@@ -65,7 +65,7 @@ fn now_millis() -> u128 {
 }
 
 /// Whether the instance has settled since `sent_at` (or, when `steady`, is running at all).
-fn settle(instance: &Instance, sent_at: u128, steady: bool) -> Outcome {
+fn settle(instance: &InstanceView, sent_at: u128, steady: bool) -> Outcome {
     let fresh = state_time(instance)
         .and_then(millis)
         .is_some_and(|t| t >= sent_at);
@@ -93,7 +93,7 @@ const SETTLED: [&str; 4] = ["running", "failed", "exited", "archived"];
 
 /// What the instance is doing, for the progress line. A state from before the `up` is one the
 /// daemon has not moved on from yet.
-fn doing(instance: &Instance, sent_at: u128) -> String {
+fn doing(instance: &InstanceView, sent_at: u128) -> String {
     let stale = state_time(instance)
         .and_then(millis)
         .is_some_and(|t| t < sent_at);
@@ -185,11 +185,11 @@ pub async fn run(args: UpArgs, verb: &str) -> anyhow::Result<ExitCode> {
                         &key,
                         &berth_client::BranchFrom::Instance(from.clone()),
                         &spec,
-                        Cause::Person,
+                        UpCause::Person,
                     )
                     .await
             }
-            None => client.api.up(&domain, &key, &spec, Cause::Person).await,
+            None => client.api.up(&domain, &key, &spec, UpCause::Person).await,
         };
         match sent.or_say(&client) {
             Ok(after) => {
@@ -276,7 +276,7 @@ pub async fn run(args: UpArgs, verb: &str) -> anyhow::Result<ExitCode> {
 /// Waits until `t` settles, fails, or `deadline`, showing its progress as it goes.
 async fn wait(
     client: &Client,
-    domain: &str,
+    domain: &DomainId,
     ui: &Ui,
     t: &mut Tracked<'_>,
     deadline: Instant,
@@ -414,7 +414,7 @@ mod tests {
             humantime::format_rfc3339_millis(SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
                 .to_string()
         };
-        let instance = |state: serde_json::Value| -> Instance {
+        let instance = |state: serde_json::Value| -> InstanceView {
             serde_json::from_value(json!({
                 "resourceInstanceId": "rin:x", "key": "db", "alias": "db", "worktreeKey": null,
                 "specDigest": "sha256:a", "desired": "running", "stopReason": null,

@@ -68,6 +68,8 @@ impl CopyController {
                     key.clone_from(&target.key);
                 }
             }
+            // Never stored (see `CopyKind::parse`): nothing was written for it.
+            CopyKind::Unknown => {}
         }
         for volume in &written {
             if let Err(e) = self
@@ -123,6 +125,7 @@ impl CopyController {
                         }
                         failed = stored.target_instance.clone();
                     }
+                    CopyKind::Unknown => {}
                 }
                 Ok::<_, StoreError>(failed)
             })

@@ -324,6 +324,10 @@ impl CopyController {
             CopyKind::Snapshot => self.snapshot(&copy).await,
             CopyKind::Branch => self.branch(&copy).await,
             CopyKind::Restore => self.restore(&copy).await,
+            // The store never reads back a kind it does not know (see `CopyKind::parse`).
+            CopyKind::Unknown => Err(Stop::Fail(
+                "this berth does not know this kind of copy".to_owned(),
+            )),
         }
     }
 

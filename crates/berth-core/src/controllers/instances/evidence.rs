@@ -17,7 +17,7 @@ impl InstanceController {
         failure: ImageFailure,
         message: String,
     ) -> Result<Next, ReconcileError> {
-        let evidence = ImageEvidence::of_image_failure(
+        let evidence = crate::evidence::of_image_failure(
             &instance.spec_digest,
             instance.spec.image.as_str(),
             failure,
@@ -92,7 +92,7 @@ impl InstanceController {
             }
             _ => None,
         };
-        let evidence = ImageEvidence::assess(
+        let evidence = crate::evidence::assess(
             &instance.spec_digest,
             instance.spec.image.as_str(),
             pinned_image_id,

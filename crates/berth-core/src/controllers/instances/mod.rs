@@ -313,6 +313,8 @@ impl InstanceController {
                 Ok(Next::Done)
             }
             Desired::Running => self.converge_running(&instance, container, obs).await,
+            // Never stored (see `Desired::parse`): nothing to converge to.
+            Desired::Unknown => Ok(Next::Done),
         }
     }
 

@@ -1,0 +1,92 @@
+//! Releases on the wire: the specs an instance ran, and what a rollback did.
+
+use serde::{Deserialize, Serialize};
+
+use crate::instances::InstanceView;
+use crate::time::Timestamp;
+
+/// How a release ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum ReleaseEnd {
+    /// Another spec started in its place.
+    Replaced,
+    /// The instance was archived while it was current.
+    Archived,
+    /// A value this berth does not know, from a newer daemon: a client decodes it so and goes
+    /// on; a daemon never sends it (and it does not encode).
+    #[serde(other, skip_serializing)]
+    Unknown,
+}
+
+impl ReleaseEnd {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Replaced => "replaced",
+            Self::Archived => "archived",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    /// Parses a wire name.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "replaced" => Some(Self::Replaced),
+            "archived" => Some(Self::Archived),
+            _ => None,
+        }
+    }
+}
+
+/// A release on the wire (`GET .../instances/{key}/releases`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseView {
+    /// `sha256:<hex>` of the spec it ran.
+    pub spec_digest: String,
+    /// The pinned image reference, as written in that spec.
+    pub image: String,
+    /// The digest that reference pins.
+    pub image_digest: String,
+    /// When berth first started a verified container of it.
+    pub first_started_at: Timestamp,
+    /// When berth last started (or adopted) a verified container of it.
+    pub last_started_at: Timestamp,
+    /// `replaced` or `archived`; null while it is the current release.
+    pub ended: Option<ReleaseEnd>,
+    /// When it ended; null while current.
+    pub ended_at: Option<Timestamp>,
+}
+
+/// What a rollback did (`POST .../instances/{key}/rollback`). A replay of its idempotency key
+/// answers this same record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct RollbackView {
+    /// The instance as stored right after the rollback was asked for.
+    pub instance: InstanceView,
+    /// The spec it was asked to run before.
+    pub from_spec_digest: String,
+    /// The previous release's spec it is now asked to run.
+    pub to_spec_digest: String,
+    /// The rollout the rollback made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_id: Option<String>,
+    /// Its generation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_generation: Option<i64>,
+}
+
+/// An instance's release history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ReleaseList {
+    /// Every spec it ran, newest first.
+    pub items: Vec<ReleaseView>,
+}
+
+display_as_wire_name!(ReleaseEnd);
