@@ -79,3 +79,20 @@ pub struct ArchiveDomainResponse {
 }
 
 display_as_wire_name!(DomainState);
+
+/// `POST /v1/resource-domains`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CreateDomainRequest {
+    /// 1 to 200 characters (Unicode scalar values), none of them a control, bidirectional
+    /// control or zero-width character.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            min_length = 1,
+            max_length = 200,
+            pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F\\u061C\\u200B-\\u200F\\u202A-\\u202E\\u2060\\u2066-\\u2069\\uFEFF]*$"
+        )
+    )]
+    pub name: String,
+}

@@ -375,3 +375,34 @@ mod tests {
         assert_eq!(view.desired, Desired::Running);
     }
 }
+
+/// `POST .../instances/{key}/up`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(example = json!({"spec": crate::schema::example_spec(), "cause": "use"})))]
+pub struct UpRequest {
+    /// A resource-instance spec: every field, its pattern and bounds. Decoded by the core,
+    /// which refuses a bad one with `ResourceInstanceSpecRefusedError`.
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::SpecSchema))]
+    pub spec: serde_json::Value,
+    /// `use`: a launch or a wake, which leaves a person's stop standing. `person`: a person's Start.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^(use|person)$"))]
+    pub cause: UpCause,
+}
+
+/// `POST .../instances/{key}/stop`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StopRequest {
+    /// Who stopped it, 1 to 200 characters (Unicode scalar values), none of them a control,
+    /// bidirectional control or zero-width character.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            min_length = 1,
+            max_length = 200,
+            pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F\\u061C\\u200B-\\u200F\\u202A-\\u202E\\u2060\\u2066-\\u2069\\uFEFF]*$"
+        )
+    )]
+    pub by: String,
+}

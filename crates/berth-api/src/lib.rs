@@ -32,6 +32,7 @@ pub mod instances;
 pub mod page;
 pub mod releases;
 pub mod rollouts;
+pub mod schema;
 pub mod snapshots;
 pub mod spec;
 pub mod time;

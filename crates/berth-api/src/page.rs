@@ -141,3 +141,12 @@ impl std::fmt::Debug for Session {
             .finish_non_exhaustive()
     }
 }
+
+/// `POST /v1/ui/sessions`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SessionRequest {
+    /// The code from a sign-in link's fragment.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128))]
+    pub code: String,
+}

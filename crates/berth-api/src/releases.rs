@@ -90,3 +90,38 @@ pub struct ReleaseList {
 }
 
 display_as_wire_name!(ReleaseEnd);
+
+/// `POST .../instances/{key}/rollback`: either `expectedSpecDigest` (to the previous release),
+/// or `expectedRolloutGeneration` with an optional `releaseId`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "openapi", schema(example = json!({"idempotencyKey": "k1", "expectedRolloutGeneration": 2})))]
+pub struct RollbackRequest {
+    /// 1 to 128 characters (Unicode scalar values), none of them a control, bidirectional
+    /// control or zero-width character: the same key answers the same result.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            min_length = 1,
+            max_length = 128,
+            pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F\\u061C\\u200B-\\u200F\\u202A-\\u202E\\u2060\\u2066-\\u2069\\uFEFF]*$"
+        )
+    )]
+    pub idempotency_key: String,
+    /// The `specDigest` the instance is asked to run now; a stale one is refused with 409.
+    /// Exactly one of this and `expectedRolloutGeneration`.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, pattern = "^sha256:[0-9a-f]{64}$"))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_spec_digest: Option<String>,
+    /// The instance's newest `rolloutGeneration` (0 before its first rollout); a stale one is
+    /// refused with 409 `ResourceInstanceRolloutConflictError`.
+    #[cfg_attr(feature = "openapi", schema(minimum = 0))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_rollout_generation: Option<i64>,
+    /// With `expectedRolloutGeneration` only: the image release (`irl:...`) to roll back to,
+    /// which must have run verified. Without it: the newest other image that ran verified.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^irl:[0-9a-f]{32}$"))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_id: Option<String>,
+}

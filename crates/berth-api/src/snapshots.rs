@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{CopyId, SnapshotId};
-use crate::instances::InstanceView;
+use crate::instances::{InstanceView, UpCause};
 use crate::time::Timestamp;
 
 /// Where a snapshot stands.
@@ -223,3 +223,82 @@ pub struct SnapshotList {
 }
 
 display_as_wire_name!(SnapshotState, CopyKind, CopyState);
+
+/// `POST .../instances/{key}/snapshots`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(example = json!({"name": "before-migration"})))]
+pub struct SnapshotRequest {
+    /// 1 to 100 characters (Unicode scalar values), none of them a control, bidirectional
+    /// control or zero-width character.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            min_length = 1,
+            max_length = 100,
+            pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F\\u061C\\u200B-\\u200F\\u202A-\\u202E\\u2060\\u2066-\\u2069\\uFEFF]*$"
+        )
+    )]
+    pub name: String,
+}
+
+/// Where a branch copies its volumes from: exactly one of the two.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct BranchSource {
+    /// Another instance of the domain (frozen for the copy while it runs).
+    #[cfg_attr(feature = "openapi", schema(pattern = r"^[a-z0-9][a-z0-9._@-]{0,127}$"))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_key: Option<String>,
+    /// A ready snapshot of the domain.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, pattern = r"^snp:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_id: Option<SnapshotId>,
+}
+
+/// `POST .../instances/{key}/branch`: where from, and the `spec` and `cause` an `up` takes.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(example = json!({"from": {"instanceKey": "db-main"}, "spec": crate::schema::example_spec(), "cause": "person"})))]
+#[serde(rename_all = "camelCase")]
+pub struct BranchRequest {
+    /// The source.
+    pub from: BranchSource,
+    /// A resource-instance spec, as `up` takes it. Left out, the new instance asks for its
+    /// source's spec (for a snapshot, the spec the instance it was taken of has now), with
+    /// `worktreeKey` in place of the source's.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::SpecSchema>))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<serde_json::Value>,
+    /// Only without `spec`: the new instance's worktree key (null: shared by the domain).
+    /// Left out, the source's.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, pattern = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"))]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub worktree_key: Option<Option<String>>,
+    /// `use` or `person`, as for `up`.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^(use|person)$"))]
+    pub cause: UpCause,
+}
+
+/// `POST .../instances/{key}/restore`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreRequest {
+    /// The snapshot whose contents go back into the instance's volumes.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = r"^snp:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"))]
+    pub snapshot_id: SnapshotId,
+}
+
+/// A field that may be left out or be null, each meaning something else: left out is `None`
+/// (through `default`), present is `Some`, with `null` as `Some(None)`.
+fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}

@@ -133,3 +133,51 @@ pub struct Whoami {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Empty {}
+
+/// `PUT /v1/workspaces/{workspaceId}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WorkspaceRequest {
+    /// Container names or ids that are executors (at most 64).
+    #[cfg_attr(feature = "openapi", schema(max_items = 64, inline = false))]
+    pub containers: Vec<ContainerRef>,
+    /// Containers carrying this label are executors too; null for none (the key is required).
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub selector: Option<SelectorRequest>,
+}
+
+/// A container's name or id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"))]
+#[serde(transparent)]
+pub struct ContainerRef(pub String);
+
+/// A label selector.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SelectorRequest {
+    /// `key=value`.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}=[^\\u0000-\\u001F\\u007F]{0,256}$"))]
+    pub label: String,
+}
+
+/// `POST /v1/workspaces/{workspaceId}/leases`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseRequest {
+    /// 1 to 86400.
+    #[cfg_attr(feature = "openapi", schema(value_type = i64, minimum = 1, maximum = 86400))]
+    pub ttl_seconds: u64,
+}
+
+/// `PUT .../workspace-links/{workspaceId}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct LinkRequest {
+    /// The worktree key the workspace is linked with.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"))]
+    pub worktree_key: String,
+}

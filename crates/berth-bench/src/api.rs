@@ -212,7 +212,7 @@ impl Api {
     }
 
     /// `POST /v1/workspaces/{id}/leases` for `ttl_seconds`.
-    pub async fn lease(&self, workspace: &str, ttl_seconds: i64) -> anyhow::Result<()> {
+    pub async fn lease(&self, workspace: &str, ttl_seconds: u64) -> anyhow::Result<()> {
         self.client
             .create_lease(workspace, ttl_seconds)
             .await

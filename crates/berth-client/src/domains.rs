@@ -1,6 +1,5 @@
 //! The daemon itself, the web page's sign-in and resource domains.
 
-use serde_json::json;
 
 use crate::types::*;
 use crate::{Client, ClientError, domain_path};
@@ -30,7 +29,10 @@ impl Client {
 
     /// `POST /v1/resource-domains`.
     pub async fn create_domain(&self, name: &str) -> Result<DomainView, ClientError> {
-        self.post("/v1/resource-domains", Some(json!({ "name": name })))
+        let request = CreateDomainRequest {
+            name: name.to_owned(),
+        };
+        self.post("/v1/resource-domains", Self::body(&request))
             .await
     }
 

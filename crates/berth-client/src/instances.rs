@@ -1,7 +1,6 @@
 //! Resource instances: up, list, stop, archive; their endpoints and volumes; the daemon.
 
 use serde::Serialize;
-use serde_json::json;
 
 use crate::types::*;
 use crate::{Client, ClientError, domain_path, instance_path};
@@ -17,8 +16,11 @@ impl Client {
         spec: &S,
         cause: UpCause,
     ) -> Result<InstanceView, ClientError> {
-        let body = json!({ "spec": spec, "cause": cause });
-        self.post(&instance_path(domain, key, "/up"), Some(body))
+        let request = UpRequest {
+            spec: serde_json::to_value(spec).unwrap_or(serde_json::Value::Null),
+            cause,
+        };
+        self.post(&instance_path(domain, key, "/up"), Self::body(&request))
             .await
     }
 
@@ -53,7 +55,7 @@ impl Client {
     ) -> Result<InstanceView, ClientError> {
         self.post(
             &instance_path(domain, key, "/stop"),
-            Some(json!({ "by": by })),
+            Self::body(&StopRequest { by: by.to_owned() }),
         )
         .await
     }

@@ -278,6 +278,12 @@ impl Client {
         self.json(what, req).await
     }
 
+    /// A request body: one of the wire's request types as JSON.
+    fn body<B: serde::Serialize>(request: &B) -> Option<serde_json::Value> {
+        // The request types hold strings, numbers and JSON values only: they always encode.
+        Some(serde_json::to_value(request).unwrap_or(serde_json::Value::Null))
+    }
+
     async fn post<T: DeserializeOwned>(
         &self,
         path: &str,

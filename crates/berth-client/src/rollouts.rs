@@ -1,6 +1,5 @@
 //! Image evidence, releases, rollouts and rollbacks.
 
-use serde_json::json;
 
 use crate::types::*;
 use crate::{Client, ClientError, instance_path, seg};
@@ -105,14 +104,13 @@ impl Client {
         expected_rollout_generation: i64,
         release_id: Option<&str>,
     ) -> Result<RollbackView, ClientError> {
-        let mut body = json!({
-            "idempotencyKey": idempotency_key,
-            "expectedRolloutGeneration": expected_rollout_generation,
-        });
-        if let Some(release) = release_id {
-            body["releaseId"] = json!(release);
-        }
-        self.post(&instance_path(domain, key, "/rollback"), Some(body))
+        let request = RollbackRequest {
+            idempotency_key: idempotency_key.to_owned(),
+            expected_spec_digest: None,
+            expected_rollout_generation: Some(expected_rollout_generation),
+            release_id: release_id.map(str::to_owned),
+        };
+        self.post(&instance_path(domain, key, "/rollback"), Self::body(&request))
             .await
     }
 
@@ -124,11 +122,13 @@ impl Client {
         idempotency_key: &str,
         expected_spec_digest: &str,
     ) -> Result<RollbackView, ClientError> {
-        let body = json!({
-            "idempotencyKey": idempotency_key,
-            "expectedSpecDigest": expected_spec_digest,
-        });
-        self.post(&instance_path(domain, key, "/rollback"), Some(body))
+        let request = RollbackRequest {
+            idempotency_key: idempotency_key.to_owned(),
+            expected_spec_digest: Some(expected_spec_digest.to_owned()),
+            expected_rollout_generation: None,
+            release_id: None,
+        };
+        self.post(&instance_path(domain, key, "/rollback"), Self::body(&request))
             .await
     }
 }

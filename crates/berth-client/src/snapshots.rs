@@ -2,7 +2,6 @@
 
 use reqwest::Method;
 use serde::Serialize;
-use serde_json::json;
 
 use crate::types::*;
 use crate::{Client, ClientError, domain_path, instance_path};
@@ -17,7 +16,9 @@ impl Client {
     ) -> Result<SnapshotView, ClientError> {
         self.post(
             &instance_path(domain, key, "/snapshots"),
-            Some(json!({ "name": name })),
+            Self::body(&SnapshotRequest {
+                name: name.to_owned(),
+            }),
         )
         .await
     }
@@ -71,11 +72,22 @@ impl Client {
         cause: UpCause,
     ) -> Result<InstanceView, ClientError> {
         let from = match from {
-            BranchFrom::Instance(k) => json!({ "instanceKey": k }),
-            BranchFrom::Snapshot(s) => json!({ "snapshotId": s }),
+            BranchFrom::Instance(k) => BranchSource {
+                instance_key: Some(k.clone()),
+                snapshot_id: None,
+            },
+            BranchFrom::Snapshot(s) => BranchSource {
+                instance_key: None,
+                snapshot_id: Some(s.clone()),
+            },
         };
-        let body = json!({ "from": from, "spec": spec, "cause": cause });
-        self.post(&instance_path(domain, key, "/branch"), Some(body))
+        let request = BranchRequest {
+            from,
+            spec: Some(serde_json::to_value(spec).unwrap_or(serde_json::Value::Null)),
+            worktree_key: None,
+            cause,
+        };
+        self.post(&instance_path(domain, key, "/branch"), Self::body(&request))
             .await
     }
 
@@ -89,7 +101,9 @@ impl Client {
     ) -> Result<RestoreResponse, ClientError> {
         self.post(
             &instance_path(domain, key, "/restore"),
-            Some(json!({ "snapshotId": snapshot_id })),
+            Self::body(&RestoreRequest {
+                snapshot_id: snapshot_id.clone(),
+            }),
         )
         .await
     }

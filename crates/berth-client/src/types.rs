@@ -1,4 +1,4 @@
-//! The answers and events of berth's routes: the wire types of `berth_api`, defined once for
+//! The requests, answers and events of berth's routes: the wire types of `berth_api`, defined once for
 //! the daemon and its clients, re-exported here.
 //!
 //! They decode leniently: a field the daemon adds later is ignored, and a state, reason or
@@ -7,7 +7,9 @@
 //! and encode it back, which holds the daemon to exactly the fields and values they name.)
 
 pub use berth_api::daemon::{DaemonView, Health, OtherStoreView, SignInLink};
-pub use berth_api::domains::{ArchiveDomainResponse, DomainList, DomainState, DomainView};
+pub use berth_api::domains::{
+    ArchiveDomainResponse, CreateDomainRequest, DomainList, DomainState, DomainView,
+};
 pub use berth_api::errors::ErrorBody;
 pub use berth_api::evidence::{ImageEvidence, MismatchReason, VerificationStatus};
 pub use berth_api::exec::{ExecFrame, ExecResult};
@@ -19,22 +21,25 @@ pub use berth_api::instances::{
 };
 pub use berth_api::page::{
     ConnectString, DomainSummary, ImageSummary, InstanceSummary, InstanceVolumeUsage, LastFailure,
-    Session, VolumeSize, VolumeUsage,
+    Session, SessionRequest, VolumeSize, VolumeUsage,
 };
-pub use berth_api::releases::{ReleaseEnd, ReleaseList, ReleaseView, RollbackView};
+pub use berth_api::releases::{
+    ReleaseEnd, ReleaseList, ReleaseView, RollbackRequest, RollbackView,
+};
 pub use berth_api::rollouts::{
     ImagePlan, ImageReleaseData, ImageReleaseList, ImageReleaseView, ReporterCapabilities,
     ReporterStatus, RolloutList, RolloutMode, RolloutReportEnvelope, RolloutReportList,
     RolloutReportView, RolloutStatus, RolloutStatusView, RolloutView, RuntimeEvidence, TargetScope,
 };
 pub use berth_api::snapshots::{
-    BranchOrigin, CopyEvent, CopyKind, CopyState, RestoreResponse, SnapshotList, SnapshotState,
-    SnapshotView, SnapshotVolumeView,
+    BranchOrigin, BranchRequest, BranchSource, CopyEvent, CopyKind, CopyState, RestoreRequest,
+    RestoreResponse, SnapshotList, SnapshotRequest, SnapshotState, SnapshotView,
+    SnapshotVolumeView,
 };
 pub use berth_api::time::Timestamp;
 pub use berth_api::workspaces::{
-    Executor, LeaseView, LinkView, NotAttachedView, SelectorView, Whoami, WorkspaceList,
-    WorkspaceView,
+    ContainerRef, Executor, LeaseRequest, LeaseView, LinkRequest, LinkView, NotAttachedView,
+    SelectorRequest, SelectorView, Whoami, WorkspaceList, WorkspaceRequest, WorkspaceView,
 };
 
 /// One event of `GET /v1/resource-domains/{id}/events`, as the client parses its Server-Sent
@@ -85,11 +90,3 @@ pub enum BranchFrom {
     Snapshot(SnapshotId),
 }
 
-/// `PUT /v1/workspaces/{id}`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct WorkspaceRequest {
-    /// Executor containers, by name or id (at most 64).
-    pub containers: Vec<String>,
-    /// Containers carrying this label are executors too.
-    pub selector: Option<SelectorView>,
-}

@@ -1,7 +1,6 @@
 //! Workspaces, their leases and links.
 
 use reqwest::Method;
-use serde_json::json;
 
 use crate::types::*;
 use crate::{Client, ClientError, domain_path, seg, workspace_path};
@@ -18,11 +17,7 @@ impl Client {
         workspace: &str,
         request: &WorkspaceRequest,
     ) -> Result<WorkspaceView, ClientError> {
-        let body = serde_json::to_value(request).map_err(|e| ClientError::Decode {
-            what: "the workspace request".to_owned(),
-            detail: e.to_string(),
-        })?;
-        self.with_body(Method::PUT, &workspace_path(workspace), Some(body))
+        self.with_body(Method::PUT, &workspace_path(workspace), Self::body(request))
             .await
     }
 
@@ -49,11 +44,11 @@ impl Client {
     pub async fn create_lease(
         &self,
         workspace: &str,
-        ttl_seconds: i64,
+        ttl_seconds: u64,
     ) -> Result<LeaseView, ClientError> {
         self.post(
             &format!("{}/leases", workspace_path(workspace)),
-            Some(json!({ "ttlSeconds": ttl_seconds })),
+            Self::body(&LeaseRequest { ttl_seconds }),
         )
         .await
     }
@@ -93,7 +88,9 @@ impl Client {
         self.with_body(
             Method::PUT,
             &format!("{}/workspace-links/{}", domain_path(domain), seg(workspace)),
-            Some(json!({ "worktreeKey": worktree_key })),
+            Self::body(&LinkRequest {
+                worktree_key: worktree_key.to_owned(),
+            }),
         )
         .await
     }

@@ -11,7 +11,7 @@ pub mod auth;
 pub mod error;
 pub mod extract;
 pub mod routes;
-pub mod schema;
+pub use berth_api::schema;
 pub mod ui;
 
 use std::future::Future;
@@ -343,8 +343,11 @@ mod tests {
     fn each_request_type_is_decoded_as_the_document_describes_it() {
         use crate::extract::Decode;
         use berth_core::decode::Problems;
-        use routes::domains::CreateDomainRequest;
-        use routes::instances::{RollbackRequest, StopRequest, UpRequest};
+        use berth_api::domains::CreateDomainRequest;
+        use berth_api::instances::{StopRequest, UpRequest};
+        use berth_api::page::SessionRequest;
+        use berth_api::releases::RollbackRequest;
+        use berth_api::snapshots::{BranchRequest, RestoreRequest, SnapshotRequest};
         schema_and_decoder_agree::<CreateDomainRequest>(
             "CreateDomainRequest",
             serde_json::json!({"name": "shop"}),
@@ -355,22 +358,22 @@ mod tests {
             serde_json::json!({"by": "ada"}),
             &[],
         );
-        schema_and_decoder_agree::<routes::snapshots::SnapshotRequest>(
+        schema_and_decoder_agree::<SnapshotRequest>(
             "SnapshotRequest",
             serde_json::json!({"name": "before-migration"}),
             &[],
         );
-        schema_and_decoder_agree::<routes::snapshots::RestoreRequest>(
+        schema_and_decoder_agree::<RestoreRequest>(
             "RestoreRequest",
             serde_json::json!({"snapshotId": "snp:0a1b2c3d-0000-4000-8000-000000000000"}),
             &[],
         );
-        schema_and_decoder_agree::<routes::snapshots::BranchRequest>(
+        schema_and_decoder_agree::<BranchRequest>(
             "BranchRequest",
             serde_json::json!({"from": {"instanceKey": "db"}, "spec": crate::schema::example_spec(), "cause": "person"}),
             &["spec", "worktreeKey"],
         );
-        schema_and_decoder_agree::<routes::ui::SessionRequest>(
+        schema_and_decoder_agree::<SessionRequest>(
             "SessionRequest",
             serde_json::json!({"code": "0123abcd"}),
             &[],
@@ -379,7 +382,7 @@ mod tests {
         // worktree key.
         let branch = |v: serde_json::Value| {
             let mut p = Problems::default();
-            let out = routes::snapshots::BranchRequest::decode(&v, &mut p);
+            let out = BranchRequest::decode(&v, &mut p);
             p.finish(out).map_err(|p| p.joined())
         };
         let from = serde_json::json!({"snapshotId": "snp:0a1b2c3d-0000-4000-8000-000000000000"});

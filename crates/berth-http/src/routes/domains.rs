@@ -11,21 +11,8 @@ use crate::App;
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{Body, Decode, DomainPath, NoBody, Params};
-use berth_api::domains::{ArchiveDomainResponse, DomainList};
+use berth_api::domains::{ArchiveDomainResponse, CreateDomainRequest, DomainList};
 use berth_core::decode::Problems;
-
-/// `POST /v1/resource-domains`.
-#[derive(Debug, ToSchema)]
-pub struct CreateDomainRequest {
-    /// 1 to 200 characters (Unicode scalar values), none of them a control, bidirectional
-    /// control or zero-width character.
-    #[schema(
-        min_length = 1,
-        max_length = 200,
-        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F\\u061C\\u200B-\\u200F\\u202A-\\u202E\\u2060\\u2066-\\u2069\\uFEFF]*$"
-    )]
-    pub name: String,
-}
 
 impl Decode for CreateDomainRequest {
     fn decode(v: &serde_json::Value, p: &mut Problems) -> Option<Self> {

@@ -5,6 +5,8 @@ use axum::{Extension, Json};
 use berth_core::UpCause;
 use berth_core::evidence::ImageEvidence;
 use berth_core::image::Digest;
+use berth_api::instances::{StopRequest, UpRequest};
+use berth_api::releases::RollbackRequest;
 use berth_core::model::{InstanceView, RollbackView};
 use futures_util::StreamExt;
 use utoipa::ToSchema;
@@ -25,19 +27,6 @@ use berth_core::decode::Problems;
 use berth_core::rollouts::{RolloutView, RuntimeEvidence};
 use berth_core::service::RollbackAsk;
 use utoipa::IntoParams;
-
-/// `POST .../instances/{key}/up`.
-#[derive(ToSchema)]
-#[schema(example = json!({"spec": crate::schema::example_spec(), "cause": "use"}))]
-pub struct UpRequest {
-    /// A resource-instance spec: every field, its pattern and bounds. Decoded by the core,
-    /// which refuses a bad one with `ResourceInstanceSpecRefusedError`.
-    #[schema(value_type = crate::schema::SpecSchema)]
-    pub spec: serde_json::Value,
-    /// `use`: a launch or a wake, which leaves a person's stop standing. `person`: a person's Start.
-    #[schema(value_type = String, pattern = "^(use|person)$")]
-    pub cause: UpCause,
-}
 
 impl Decode for UpRequest {
     fn decode(v: &serde_json::Value, p: &mut Problems) -> Option<Self> {
@@ -61,19 +50,6 @@ impl Decode for UpRequest {
         };
         Some(UpRequest { spec: spec?, cause })
     }
-}
-
-/// `POST .../instances/{key}/stop`.
-#[derive(Debug, ToSchema)]
-pub struct StopRequest {
-    /// Who stopped it, 1 to 200 characters (Unicode scalar values), none of them a control,
-    /// bidirectional control or zero-width character.
-    #[schema(
-        min_length = 1,
-        max_length = 200,
-        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F\\u061C\\u200B-\\u200F\\u202A-\\u202E\\u2060\\u2066-\\u2069\\uFEFF]*$"
-    )]
-    pub by: String,
 }
 
 impl Decode for StopRequest {
@@ -189,34 +165,6 @@ async fn instance_logs(
         .map_err(|e| ApiError::Core(berth_core::Error::Internal(e.to_string())))
 }
 
-/// `POST .../instances/{key}/rollback`: either `expectedSpecDigest` (to the previous release),
-/// or `expectedRolloutGeneration` with an optional `releaseId`.
-#[derive(Debug, ToSchema)]
-#[serde(rename_all = "camelCase")]
-#[schema(example = json!({"idempotencyKey": "k1", "expectedRolloutGeneration": 2}))]
-pub struct RollbackRequest {
-    /// 1 to 128 characters (Unicode scalar values), none of them a control, bidirectional
-    /// control or zero-width character: the same key answers the same result.
-    #[schema(
-        min_length = 1,
-        max_length = 128,
-        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F\\u061C\\u200B-\\u200F\\u202A-\\u202E\\u2060\\u2066-\\u2069\\uFEFF]*$"
-    )]
-    pub idempotency_key: String,
-    /// The `specDigest` the instance is asked to run now; a stale one is refused with 409.
-    /// Exactly one of this and `expectedRolloutGeneration`.
-    #[schema(value_type = Option<String>, pattern = "^sha256:[0-9a-f]{64}$")]
-    pub expected_spec_digest: Option<Digest>,
-    /// The instance's newest `rolloutGeneration` (0 before its first rollout); a stale one is
-    /// refused with 409 `ResourceInstanceRolloutConflictError`.
-    #[schema(minimum = 0)]
-    pub expected_rollout_generation: Option<i64>,
-    /// With `expectedRolloutGeneration` only: the image release (`irl:...`) to roll back to,
-    /// which must have run verified. Without it: the newest other image that ran verified.
-    #[schema(pattern = "^irl:[0-9a-f]{32}$")]
-    pub release_id: Option<String>,
-}
-
 impl Decode for RollbackRequest {
     fn decode(v: &serde_json::Value, p: &mut Problems) -> Option<Self> {
         let mut fields = p.object(v, "body")?;
@@ -274,24 +222,23 @@ impl Decode for RollbackRequest {
         fields.finish(p);
         Some(RollbackRequest {
             idempotency_key: idempotency_key?,
-            expected_spec_digest: expected,
+            expected_spec_digest: expected.map(|d| d.to_string()),
             expected_rollout_generation: generation,
             release_id,
         })
     }
 }
 
-impl RollbackRequest {
-    fn ask(self) -> RollbackAsk {
-        match (self.expected_spec_digest, self.expected_rollout_generation) {
-            (Some(digest), _) => RollbackAsk::Spec {
-                expected_spec_digest: digest.as_str().to_owned(),
-            },
-            (None, generation) => RollbackAsk::Generation {
-                expected: generation.unwrap_or_default(),
-                release_id: self.release_id,
-            },
-        }
+/// What a decoded rollback request asks of core.
+fn rollback_ask(request: RollbackRequest) -> RollbackAsk {
+    match (request.expected_spec_digest, request.expected_rollout_generation) {
+        (Some(expected_spec_digest), _) => RollbackAsk::Spec {
+            expected_spec_digest,
+        },
+        (None, generation) => RollbackAsk::Generation {
+            expected: generation.unwrap_or_default(),
+            release_id: request.release_id,
+        },
     }
 }
 
@@ -433,7 +380,7 @@ async fn rollback_instance(
     let idempotency_key = request.idempotency_key.clone();
     Ok(Json(
         app.berth
-            .rollback(&caller.owner, &domain, key, &idempotency_key, request.ask())
+            .rollback(&caller.owner, &domain, key, &idempotency_key, rollback_ask(request))
             .await?,
     ))
 }

@@ -20,8 +20,10 @@ use crate::error::{ApiError, ErrorBody};
 use crate::extract::{
     Body, Decode, DomainPath, FromQuery, InstancePath, NoBody, Params, QueryParams,
 };
-use crate::routes::instances::UpRequest;
-use berth_api::snapshots::{RestoreResponse, SnapshotList};
+use berth_api::instances::UpRequest;
+use berth_api::snapshots::{
+    BranchRequest, BranchSource, RestoreRequest, RestoreResponse, SnapshotList, SnapshotRequest,
+};
 
 pub(crate) fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
@@ -44,20 +46,6 @@ fn snapshot_id(value: &serde_json::Value, place: &str, p: &mut Problems) -> Opti
     id
 }
 
-/// `POST .../instances/{key}/snapshots`.
-#[derive(Debug, ToSchema)]
-#[schema(example = json!({"name": "before-migration"}))]
-pub struct SnapshotRequest {
-    /// 1 to 100 characters (Unicode scalar values), none of them a control, bidirectional
-    /// control or zero-width character.
-    #[schema(
-        min_length = 1,
-        max_length = 100,
-        pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F\\u061C\\u200B-\\u200F\\u202A-\\u202E\\u2060\\u2066-\\u2069\\uFEFF]*$"
-    )]
-    pub name: String,
-}
-
 impl Decode for SnapshotRequest {
     fn decode(v: &serde_json::Value, p: &mut Problems) -> Option<Self> {
         let mut fields = p.object(v, "body")?;
@@ -67,39 +55,6 @@ impl Decode for SnapshotRequest {
         fields.finish(p);
         Some(SnapshotRequest { name: name? })
     }
-}
-
-/// Where a branch copies its volumes from: exactly one of the two.
-#[derive(Debug, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct BranchSource {
-    /// Another instance of the domain (frozen for the copy while it runs).
-    #[schema(pattern = r"^[a-z0-9][a-z0-9._@-]{0,127}$")]
-    pub instance_key: Option<String>,
-    /// A ready snapshot of the domain.
-    #[schema(value_type = Option<String>, pattern = r"^snp:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
-    pub snapshot_id: Option<SnapshotId>,
-}
-
-/// `POST .../instances/{key}/branch`: where from, and the `spec` and `cause` an `up` takes.
-#[derive(ToSchema)]
-#[schema(example = json!({"from": {"instanceKey": "db-main"}, "spec": crate::schema::example_spec(), "cause": "person"}))]
-#[serde(rename_all = "camelCase")]
-pub struct BranchRequest {
-    /// The source.
-    pub from: BranchSource,
-    /// A resource-instance spec, as `up` takes it. Left out, the new instance asks for its
-    /// source's spec (for a snapshot, the spec the instance it was taken of has now), with
-    /// `worktreeKey` in place of the source's.
-    #[schema(value_type = Option<crate::schema::SpecSchema>)]
-    pub spec: Option<serde_json::Value>,
-    /// Only without `spec`: the new instance's worktree key (null: shared by the domain).
-    /// Left out, the source's.
-    #[schema(value_type = Option<String>, pattern = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")]
-    pub worktree_key: Option<Option<String>>,
-    /// `use` or `person`, as for `up`.
-    #[schema(value_type = String, pattern = "^(use|person)$")]
-    pub cause: UpCause,
 }
 
 impl Decode for BranchRequest {
@@ -189,15 +144,6 @@ impl Decode for BranchRequest {
             cause: up.cause,
         })
     }
-}
-
-/// `POST .../instances/{key}/restore`.
-#[derive(Debug, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RestoreRequest {
-    /// The snapshot whose contents go back into the instance's volumes.
-    #[schema(value_type = String, pattern = r"^snp:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
-    pub snapshot_id: SnapshotId,
 }
 
 impl Decode for RestoreRequest {

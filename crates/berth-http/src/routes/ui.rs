@@ -6,7 +6,9 @@ use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use axum::http::header::HOST;
 use axum::{Extension, Json};
-use berth_api::page::{ConnectString, DomainSummary, ImageSummary, InstanceSummary, Session};
+use berth_api::page::{
+    ConnectString, DomainSummary, ImageSummary, InstanceSummary, Session, SessionRequest,
+};
 use berth_core::decode::Problems;
 use berth_core::evidence::ImageEvidence;
 use berth_core::model::InstanceView;
@@ -20,14 +22,6 @@ use crate::auth::{Caller, ServiceKeys, SessionAuth};
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{Body, Decode, DomainPath, InstancePath, NoBody, Params};
 use berth_api::daemon::SignInLink;
-
-/// `POST /v1/ui/sessions`.
-#[derive(Debug, ToSchema)]
-pub struct SessionRequest {
-    /// The code from a sign-in link's fragment.
-    #[schema(min_length = 1, max_length = 128)]
-    pub code: String,
-}
 
 impl Decode for SessionRequest {
     fn decode(v: &serde_json::Value, p: &mut Problems) -> Option<Self> {

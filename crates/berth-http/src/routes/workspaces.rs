@@ -16,7 +16,10 @@ use crate::App;
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{Body, Decode, NoBody, Params};
-use berth_api::workspaces::{Empty, Whoami, WorkspaceList};
+use berth_api::workspaces::{
+    ContainerRef, Empty, LeaseRequest, LinkRequest, SelectorRequest, Whoami, WorkspaceList,
+    WorkspaceRequest,
+};
 use berth_core::decode::Problems;
 use std::time::Duration;
 
@@ -83,30 +86,6 @@ pub struct LinkPath {
     pub workspace_id: String,
 }
 
-/// `PUT /v1/workspaces/{workspaceId}`.
-#[derive(Debug, ToSchema)]
-pub struct WorkspaceRequest {
-    /// Container names or ids that are executors (at most 64).
-    #[schema(max_items = 64, inline = false)]
-    pub containers: Vec<ContainerRef>,
-    /// Containers carrying this label are executors too; null for none (the key is required).
-    #[schema(required = true)]
-    pub selector: Option<SelectorRequest>,
-}
-
-/// A container's name or id.
-#[derive(Debug, ToSchema)]
-#[schema(value_type = String, pattern = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")]
-pub struct ContainerRef(pub String);
-
-/// A label selector.
-#[derive(Debug, ToSchema)]
-pub struct SelectorRequest {
-    /// `key=value`.
-    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}=[^\\u0000-\\u001F\\u007F]{0,256}$")]
-    pub label: String,
-}
-
 impl Decode for WorkspaceRequest {
     fn decode(v: &serde_json::Value, p: &mut Problems) -> Option<Self> {
         let request = decode_workspace(v, p)?;
@@ -117,39 +96,20 @@ impl Decode for WorkspaceRequest {
     }
 }
 
-impl From<WorkspaceRequest> for berth_core::workspaces::WorkspaceRequest {
-    fn from(request: WorkspaceRequest) -> Self {
-        Self {
-            containers: request.containers.into_iter().map(|c| c.0).collect(),
-            selector: request.selector.map(|s| s.label),
-        }
+/// A decoded workspace request as core takes it.
+fn workspace_ask(request: WorkspaceRequest) -> berth_core::workspaces::WorkspaceRequest {
+    berth_core::workspaces::WorkspaceRequest {
+        containers: request.containers.into_iter().map(|c| c.0).collect(),
+        selector: request.selector.map(|s| s.label),
     }
-}
-
-/// `POST /v1/workspaces/{workspaceId}/leases`.
-#[derive(Debug, ToSchema)]
-#[schema(rename_all = "camelCase")]
-pub struct LeaseRequest {
-    /// 1 to 86400.
-    #[schema(value_type = i64, minimum = 1, maximum = 86400)]
-    pub ttl_seconds: Duration,
 }
 
 impl Decode for LeaseRequest {
     fn decode(v: &serde_json::Value, p: &mut Problems) -> Option<Self> {
         Some(LeaseRequest {
-            ttl_seconds: decode_lease(v, p)?,
+            ttl_seconds: decode_lease(v, p)?.as_secs(),
         })
     }
-}
-
-/// `PUT .../workspace-links/{workspaceId}`.
-#[derive(Debug, ToSchema)]
-#[schema(rename_all = "camelCase")]
-pub struct LinkRequest {
-    /// The worktree key the workspace is linked with.
-    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")]
-    pub worktree_key: String,
 }
 
 impl Decode for LinkRequest {
@@ -196,7 +156,7 @@ async fn put_workspace(
     let id = path.id()?;
     Ok(Json(
         app.berth
-            .put_workspace(&caller.owner, id, request.into())
+            .put_workspace(&caller.owner, id, workspace_ask(request))
             .await?,
     ))
 }
@@ -251,7 +211,7 @@ async fn create_lease(
     let id = path.id()?;
     Ok(Json(
         app.berth
-            .create_lease(&caller.owner, id, ttl_seconds)
+            .create_lease(&caller.owner, id, Duration::from_secs(ttl_seconds))
             .await?,
     ))
 }

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use berth_client::{Executor, SelectorView, WorkspaceRequest};
+use berth_client::{ContainerRef, Executor, SelectorRequest, WorkspaceRequest};
 use clap::Args;
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
@@ -90,8 +90,8 @@ pub async fn link(args: LinkArgs) -> anyhow::Result<ExitCode> {
         .await?
         .resource_domain_id;
     let request = WorkspaceRequest {
-        containers: args.containers,
-        selector: args.selector.map(|label| SelectorView { label }),
+        containers: args.containers.into_iter().map(ContainerRef).collect(),
+        selector: args.selector.map(|label| SelectorRequest { label }),
     };
     client
         .api

@@ -1,19 +1,16 @@
 //! The OpenAPI schema of a resource-instance spec, built from the same constants the decoder in
-//! [`berth_core::spec`] checks against (patterns, bounds, limits), so the document and the
+//! [`crate::spec`] checks against (patterns, bounds, limits), so the document and the
 //! decoder cannot drift apart on them. The example is a spec the decoder accepts (a test here
 //! says so); `scripts/schemathesis` replaces its image with the fixture image it can pull.
 
-use std::borrow::Cow;
-
-use berth_core::decode::MAX_SAFE_INTEGER;
-use berth_core::exec::MAX_ARGS;
-use berth_core::image::PINNED_IMAGE_PATTERN;
-use berth_core::spec::{
+use crate::decode::MAX_SAFE_INTEGER;
+use crate::exec::MAX_ARGS;
+use crate::image::PINNED_IMAGE_PATTERN;
+use crate::spec::{
     ALIAS_PATTERN, CPU_MILLICORES, ENV_NAME_PATTERN, MAX_ENV_VALUE, MAX_IDLE_SECONDS, MAX_VOLUMES,
     MIN_MEMORY_BYTES, READY_USER_PATTERN, VOLUME_NAME_PATTERN, WORKTREE_KEY_PATTERN,
 };
 use serde_json::{Value, json};
-use utoipa::openapi::{RefOr, Schema};
 
 /// The image in the document's example spec: a digest-pinned reference on a local registry.
 pub const EXAMPLE_IMAGE: &str = "127.0.0.1:5000/berth-fixtures/busybox@sha256:0000000000000000000000000000000000000000000000000000000000000000";
@@ -172,24 +169,27 @@ pub fn spec_schema() -> Value {
 }
 
 /// The spec in the OpenAPI document (`ResourceInstanceSpec`).
+#[cfg(feature = "openapi")]
 pub struct SpecSchema;
 
+#[cfg(feature = "openapi")]
 impl utoipa::PartialSchema for SpecSchema {
-    fn schema() -> RefOr<Schema> {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::Schema> {
         serde_json::from_value(spec_schema()).expect("the spec schema is a valid schema")
     }
 }
 
+#[cfg(feature = "openapi")]
 impl utoipa::ToSchema for SpecSchema {
-    fn name() -> Cow<'static, str> {
-        Cow::Borrowed("ResourceInstanceSpec")
+    fn name() -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed("ResourceInstanceSpec")
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use berth_core::spec::decode_spec;
+    use crate::spec::decode_spec;
 
     #[test]
     fn the_example_is_a_spec_the_decoder_accepts() {
