@@ -248,7 +248,10 @@ pub struct SnapshotRequest {
 #[serde(rename_all = "camelCase")]
 pub struct BranchSource {
     /// Another instance of the domain (frozen for the copy while it runs).
-    #[cfg_attr(feature = "openapi", schema(pattern = r"^[a-z0-9][a-z0-9._@-]{0,127}$"))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = r"^[a-z0-9][a-z0-9._@-]{0,127}$")
+    )]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_key: Option<String>,
     /// A ready snapshot of the domain.

@@ -158,7 +158,10 @@ pub struct ContainerRef(pub String);
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SelectorRequest {
     /// `key=value`.
-    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}=[^\\u0000-\\u001F\\u007F]{0,256}$"))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}=[^\\u0000-\\u001F\\u007F]{0,256}$")
+    )]
     pub label: String,
 }
 
@@ -178,6 +181,9 @@ pub struct LeaseRequest {
 #[serde(rename_all = "camelCase")]
 pub struct LinkRequest {
     /// The worktree key the workspace is linked with.
-    #[cfg_attr(feature = "openapi", schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+    )]
     pub worktree_key: String,
 }

@@ -1,6 +1,5 @@
 //! The daemon itself, the web page's sign-in and resource domains.
 
-
 use crate::types::*;
 use crate::{Client, ClientError, domain_path};
 

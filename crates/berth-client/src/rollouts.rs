@@ -1,6 +1,5 @@
 //! Image evidence, releases, rollouts and rollbacks.
 
-
 use crate::types::*;
 use crate::{Client, ClientError, instance_path, seg};
 
@@ -110,8 +109,11 @@ impl Client {
             expected_rollout_generation: Some(expected_rollout_generation),
             release_id: release_id.map(str::to_owned),
         };
-        self.post(&instance_path(domain, key, "/rollback"), Self::body(&request))
-            .await
+        self.post(
+            &instance_path(domain, key, "/rollback"),
+            Self::body(&request),
+        )
+        .await
     }
 
     /// `POST .../instances/{key}/rollback` to the previous release.
@@ -128,7 +130,10 @@ impl Client {
             expected_rollout_generation: None,
             release_id: None,
         };
-        self.post(&instance_path(domain, key, "/rollback"), Self::body(&request))
-            .await
+        self.post(
+            &instance_path(domain, key, "/rollback"),
+            Self::body(&request),
+        )
+        .await
     }
 }

@@ -16,8 +16,8 @@ pub use berth_api::exec::{ExecFrame, ExecResult};
 pub use berth_api::ids::{CopyId, DomainId, InstanceId, SnapshotId};
 pub use berth_api::instances::{
     ArchiveInstanceResponse, ArchivedVolume, Desired, EndpointList, EndpointView, InstanceChange,
-    InstanceList, InstanceState, InstanceView, InstanceVolume, KeptVolume, StopReason, UpCause,
-    VolumeList, WaitAnswer,
+    InstanceList, InstanceState, InstanceView, InstanceVolume, KeptVolume, StopReason, StopRequest,
+    UpCause, UpRequest, VolumeList, WaitAnswer,
 };
 pub use berth_api::page::{
     ConnectString, DomainSummary, ImageSummary, InstanceSummary, InstanceVolumeUsage, LastFailure,
@@ -89,4 +89,3 @@ pub enum BranchFrom {
     /// A ready snapshot, by id.
     Snapshot(SnapshotId),
 }
-

@@ -342,12 +342,12 @@ mod tests {
     #[test]
     fn each_request_type_is_decoded_as_the_document_describes_it() {
         use crate::extract::Decode;
-        use berth_core::decode::Problems;
         use berth_api::domains::CreateDomainRequest;
         use berth_api::instances::{StopRequest, UpRequest};
         use berth_api::page::SessionRequest;
         use berth_api::releases::RollbackRequest;
         use berth_api::snapshots::{BranchRequest, RestoreRequest, SnapshotRequest};
+        use berth_core::decode::Problems;
         schema_and_decoder_agree::<CreateDomainRequest>(
             "CreateDomainRequest",
             serde_json::json!({"name": "shop"}),

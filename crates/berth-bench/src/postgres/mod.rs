@@ -42,6 +42,28 @@ mod ways;
 use timeline::Sample;
 use ways::*;
 
+/// berth's spec: the end-to-end tests' Postgres (the fixture, a password, one volume for the
+/// data, 1000 millicores and 512 MiB), ready when `pg_isready` answers over TCP or, with `tcp`,
+/// when 5432 accepts a connection.
+pub(crate) fn pg_spec(image: &str, alias: &str, tcp: bool) -> Value {
+    let ready = if tcp {
+        json!({"kind": "tcp", "port": 5432})
+    } else {
+        json!({"kind": "exec", "argv": PG_ISREADY, "user": null})
+    };
+    json!({
+        "alias": alias,
+        "worktreeKey": null,
+        "image": image,
+        "command": null,
+        "env": {"POSTGRES_PASSWORD": PASSWORD},
+        "volumes": [{"name": "data", "mountPath": DATA}],
+        "limits": {"cpuMillicores": MILLICORES, "memoryBytes": MEMORY},
+        "ready": ready,
+        "idleStopAfterSeconds": 3600
+    })
+}
+
 pub const NAME_FRESH: &str = "up_to_running_postgres_fresh";
 pub const NAME_EXISTING: &str = "up_to_running_postgres_existing";
 /// The superuser's password on every side.
@@ -122,9 +144,7 @@ const ORDERS: [[Way; 4]; 4] = [
     ],
 ];
 
-
 // berth
-
 
 // The figure
 
@@ -484,6 +504,7 @@ fn figure(fresh: &Samples, existing: &Samples, warm: &Warm) -> Figure {
 
 #[cfg(test)]
 mod tests {
+    use super::timeline::{read_timeline, timestamp};
     use super::*;
 
     const DIGEST: &str = "sha256:5a7aaad3ef1a442bb61a4077ceccd744b5b61cb3c560851961c69447b68037b0";

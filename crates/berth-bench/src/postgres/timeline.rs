@@ -72,28 +72,6 @@ pub(super) fn timestamp(text: &str) -> Option<SystemTime> {
     humantime::parse_rfc3339_weak(text.trim()).ok()
 }
 
-/// berth's spec: the end-to-end tests' Postgres (the fixture, a password, one volume for the
-/// data, 1000 millicores and 512 MiB), ready when `pg_isready` answers over TCP or, with `tcp`,
-/// when 5432 accepts a connection.
-pub(crate) fn pg_spec(image: &str, alias: &str, tcp: bool) -> Value {
-    let ready = if tcp {
-        json!({"kind": "tcp", "port": 5432})
-    } else {
-        json!({"kind": "exec", "argv": PG_ISREADY, "user": null})
-    };
-    json!({
-        "alias": alias,
-        "worktreeKey": null,
-        "image": image,
-        "command": null,
-        "env": {"POSTGRES_PASSWORD": PASSWORD},
-        "volumes": [{"name": "data", "mountPath": DATA}],
-        "limits": {"cpuMillicores": MILLICORES, "memoryBytes": MEMORY},
-        "ready": ready,
-        "idleStopAfterSeconds": 3600
-    })
-}
-
 /// A log line as Docker sends it with timestamps: `2026-11-29T21:55:20.144796909Z text`.
 pub(super) fn split_timestamp(line: &str) -> Option<(SystemTime, &str)> {
     let (stamp, text) = line.split_once(' ')?;
@@ -131,7 +109,11 @@ pub(super) fn read_timeline<'a>(
 }
 
 /// Reads container `id`'s start and log for the sample that began at `since` (not timed).
-pub(super) async fn timeline(docker: &Docker, id: &str, since: SystemTime) -> anyhow::Result<Timeline> {
+pub(super) async fn timeline(
+    docker: &Docker,
+    id: &str,
+    since: SystemTime,
+) -> anyhow::Result<Timeline> {
     let inspected = docker
         .inspect_container(id, None::<InspectContainerOptions>)
         .await

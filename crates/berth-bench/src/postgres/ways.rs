@@ -7,7 +7,11 @@ use super::*;
 /// Polls instance `key` until it is running; a `stopped` state is waited through while the
 /// instance is wanted running (an `up` of a stopped instance says stopped until its reconcile
 /// starts the container). Returns the instance.
-pub(super) async fn wait_running(ctx: &Ctx, key: &str, start: Instant) -> anyhow::Result<InstanceView> {
+pub(super) async fn wait_running(
+    ctx: &Ctx,
+    key: &str,
+    start: Instant,
+) -> anyhow::Result<InstanceView> {
     let deadline = start + SAMPLE_TIMEOUT;
     loop {
         let instance = ctx.api.instance(&ctx.domain, key).await?;
@@ -258,7 +262,11 @@ pub(super) fn compose_container(project: &str) -> String {
 }
 
 /// Reads the container's health every 500 ms until it is healthy; returns how many reads.
-pub(super) async fn wait_healthy(docker: &Docker, container: &str, start: Instant) -> anyhow::Result<u32> {
+pub(super) async fn wait_healthy(
+    docker: &Docker,
+    container: &str,
+    start: Instant,
+) -> anyhow::Result<u32> {
     let mut ticks = tokio::time::interval(HEALTH_POLL);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     // An interval's first tick is at once; a ticker's (Compose's) is after its period.

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-
 use super::{Berth, UpCause};
 use crate::controllers::endpoints::EndpointView;
 use crate::error::Error;
@@ -14,9 +13,9 @@ use crate::evidence::ImageEvidence;
 use crate::ids::DomainId;
 use crate::model::{Domain, Instance, InstanceView};
 use crate::snapshots::BranchOrigin;
-pub use berth_api::page::{InstanceVolumeUsage, LastFailure, VolumeSize, VolumeUsage};
 use crate::time::Timestamp;
 use crate::watch::Watch;
+pub use berth_api::page::{InstanceVolumeUsage, LastFailure, VolumeSize, VolumeUsage};
 
 /// How long measured volume sizes are reused.
 const SIZE_CACHE_FOR: Duration = Duration::from_secs(10);

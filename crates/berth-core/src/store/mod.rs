@@ -17,8 +17,8 @@ mod tx;
 mod view;
 mod workspaces;
 
-pub use error::StoreError;
 pub use berth_api::page::LastFailure;
+pub use error::StoreError;
 pub use tx::{Observation, Tx};
 
 use std::panic::AssertUnwindSafe;

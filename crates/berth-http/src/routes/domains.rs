@@ -3,7 +3,6 @@
 use axum::extract::State;
 use axum::{Extension, Json};
 use berth_core::model::{Domain, DomainView};
-use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 

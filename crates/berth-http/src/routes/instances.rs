@@ -2,14 +2,13 @@
 
 use axum::extract::State;
 use axum::{Extension, Json};
+use berth_api::instances::{StopRequest, UpRequest};
+use berth_api::releases::RollbackRequest;
 use berth_core::UpCause;
 use berth_core::evidence::ImageEvidence;
 use berth_core::image::Digest;
-use berth_api::instances::{StopRequest, UpRequest};
-use berth_api::releases::RollbackRequest;
 use berth_core::model::{InstanceView, RollbackView};
 use futures_util::StreamExt;
-use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -231,7 +230,10 @@ impl Decode for RollbackRequest {
 
 /// What a decoded rollback request asks of core.
 fn rollback_ask(request: RollbackRequest) -> RollbackAsk {
-    match (request.expected_spec_digest, request.expected_rollout_generation) {
+    match (
+        request.expected_spec_digest,
+        request.expected_rollout_generation,
+    ) {
         (Some(expected_spec_digest), _) => RollbackAsk::Spec {
             expected_spec_digest,
         },
@@ -380,7 +382,13 @@ async fn rollback_instance(
     let idempotency_key = request.idempotency_key.clone();
     Ok(Json(
         app.berth
-            .rollback(&caller.owner, &domain, key, &idempotency_key, rollback_ask(request))
+            .rollback(
+                &caller.owner,
+                &domain,
+                key,
+                &idempotency_key,
+                rollback_ask(request),
+            )
             .await?,
     ))
 }

@@ -3,14 +3,13 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
-use berth_core::UpCause;
 use berth_core::decode::Problems;
 use berth_core::ids::SnapshotId;
 use berth_core::model::InstanceView;
 use berth_core::snapshots::{BranchFrom, MAX_SNAPSHOT_NAME, SnapshotView};
 use berth_core::spec::{KEY_EXPECTED, WORKTREE_KEY_EXPECTED, is_instance_key, is_worktree_key};
 use serde::Deserialize;
-use utoipa::{IntoParams, ToSchema};
+use utoipa::IntoParams;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 

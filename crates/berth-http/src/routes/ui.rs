@@ -13,7 +13,6 @@ use berth_core::decode::Problems;
 use berth_core::evidence::ImageEvidence;
 use berth_core::model::InstanceView;
 use berth_core::service::{InstanceFacts, VolumeUsage};
-use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 

@@ -8,7 +8,7 @@ use berth_core::workspaces::{
     is_workspace_id, key_id,
 };
 use serde::Deserialize;
-use utoipa::{IntoParams, ToSchema};
+use utoipa::IntoParams;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
