@@ -745,3 +745,211 @@ fn a_daemon_killed_in_the_middle_of_a_copy_never_uses_the_half_written_volume_an
     assert_eq!(volumes.lines().count(), 1, "{volumes}");
     assert_eq!(volumes, fix["volumes"][0]["dockerName"].as_str().unwrap());
 }
+
+/// The engine's options of volume `name` (`type`, `o`, ...); empty for a plain volume.
+fn volume_options(name: &str) -> Value {
+    support::docker_inspect("volume", name)
+        .unwrap_or_else(|| panic!("the volume {name} exists"))["Options"]
+        .clone()
+}
+
+#[test]
+fn a_branch_and_a_restore_from_a_snapshot_stand_on_its_layers_and_the_snapshot_is_kept_while_they_do()
+ {
+    use berth_client::{BranchFrom, CopyMethod, CopyState, UpCause};
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("layers");
+    let domain_id = support::domain_id(&domain);
+    let main = up_running(&api, &domain, "db@main", &pg_spec("main"));
+    assert_eq!(main["state"]["kind"], "running", "{main}");
+    fill(&api, &domain, "db@main", 20_000);
+    let snapshot = snapshot_ready(&api, &domain, "db@main", "base");
+    let snapshot_volume = snapshot.volumes[0].name.clone();
+    assert_eq!(snapshot_volume, "data");
+
+    // A branch from the snapshot: an overlay volume on its layer, no byte moved.
+    let (_, copy) = copy_of(&api, &domain, "branch", "db@layered", || {
+        block_on(api.api().branch(
+            &domain_id,
+            "db@layered",
+            &BranchFrom::Snapshot(snapshot.snapshot_id.clone()),
+            &pg_spec("layered"),
+            UpCause::Person,
+        ))
+        .expect("a branch")
+    });
+    assert_eq!(copy.state, CopyState::Done, "{copy:?}");
+    assert_eq!(copy.method, CopyMethod::Overlay, "{copy:?}");
+    assert_eq!(copy.bytes_done, 0, "{copy:?}");
+    let branch = api.settled(&domain, "db@layered", &["running", "failed"], READY);
+    assert_eq!(branch["state"]["kind"], "running", "{branch}");
+    let volume = branch["volumes"][0]["dockerName"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(volume_options(&volume)["type"], "overlay", "{volume}");
+    assert_eq!(
+        sql(&api, &domain, "db@layered", "SELECT count(*) FROM t"),
+        "20000"
+    );
+    let root = |key: &str| {
+        exec_ok(
+            &api,
+            &domain,
+            key,
+            &["stat", "-c", "%u:%g %a", "/var/lib/postgresql/data"],
+        )
+    };
+    assert_eq!(
+        root("db@layered"),
+        root("db@main"),
+        "the root's owner and mode"
+    );
+    assert_eq!(api.get("/v1/daemon").expect(200)["volumeLayers"], "overlay");
+
+    // Writes stay on their side, both ways.
+    sql(
+        &api,
+        &domain,
+        "db@layered",
+        "INSERT INTO t VALUES (20001, 'branch')",
+    );
+    sql(&api, &domain, "db@main", "DELETE FROM t WHERE id = 1");
+    assert_eq!(
+        sql(&api, &domain, "db@layered", "SELECT count(*) FROM t"),
+        "20001"
+    );
+    assert_eq!(
+        sql(&api, &domain, "db@main", "SELECT count(*) FROM t"),
+        "19999"
+    );
+
+    // The snapshot holds the branch's layer: its delete is refused, naming the volume.
+    let refused = api
+        .raw(
+            "DELETE",
+            &format!(
+                "/v1/resource-domains/{domain}/snapshots/{}",
+                snapshot.snapshot_id
+            ),
+            None,
+            &[],
+        )
+        .expect_error(409, "ResourceSnapshotInUseError");
+    assert!(
+        refused["message"].as_str().unwrap().contains(&volume),
+        "{refused}"
+    );
+    let kept = block_on(api.api().snapshot_by_id(&domain_id, &snapshot.snapshot_id))
+        .expect("the snapshot is kept");
+    assert_eq!(kept.state.as_str(), "ready");
+
+    // A destructive migration, then a restore from the snapshot: layers again, rows back.
+    sql(&api, &domain, "db@main", "DROP TABLE t");
+    let (restored, copy) = copy_of(&api, &domain, "restore", "db@main", || {
+        block_on(
+            api.api()
+                .restore(&domain_id, "db@main", &snapshot.snapshot_id),
+        )
+        .expect("a restore")
+    });
+    assert_eq!(copy.method, CopyMethod::Overlay, "{copy:?}");
+    let back = api.settled(&domain, "db@main", &["running", "failed"], READY);
+    assert_eq!(back["state"]["kind"], "running", "{back}");
+    assert_eq!(
+        sql(&api, &domain, "db@main", "SELECT count(*) FROM t"),
+        "20000"
+    );
+
+    // The before-restore snapshot holds the migrated state: a branch from it has no table.
+    let before = restored.before_restore.snapshot_id.clone();
+    copy_of(&api, &domain, "branch", "db@before", || {
+        block_on(api.api().branch(
+            &domain_id,
+            "db@before",
+            &BranchFrom::Snapshot(before.clone()),
+            &pg_spec("before"),
+            UpCause::Person,
+        ))
+        .expect("a branch")
+    });
+    let from_before = api.settled(&domain, "db@before", &["running", "failed"], READY);
+    assert_eq!(from_before["state"]["kind"], "running", "{from_before}");
+    assert_eq!(
+        sql(
+            &api,
+            &domain,
+            "db@before",
+            "SELECT to_regclass('public.t') IS NULL"
+        ),
+        "t"
+    );
+
+    // A branch of a branch: a snapshot of the layered one, and a branch from that.
+    let second = snapshot_ready(&api, &domain, "db@layered", "layered");
+    let (_, copy) = copy_of(&api, &domain, "branch", "db@second", || {
+        block_on(api.api().branch(
+            &domain_id,
+            "db@second",
+            &BranchFrom::Snapshot(second.snapshot_id.clone()),
+            &pg_spec("second"),
+            UpCause::Person,
+        ))
+        .expect("a branch")
+    });
+    assert_eq!(copy.method, CopyMethod::Overlay, "{copy:?}");
+    let grandchild = api.settled(&domain, "db@second", &["running", "failed"], READY);
+    assert_eq!(grandchild["state"]["kind"], "running", "{grandchild}");
+    assert_eq!(
+        sql(&api, &domain, "db@second", "SELECT count(*) FROM t"),
+        "20001"
+    );
+}
+
+#[test]
+fn with_volume_layers_off_a_branch_from_a_snapshot_copies_every_byte() {
+    use berth_client::{BranchFrom, CopyMethod, UpCause};
+    let daemon = Daemon::start_with(&["--volume-layers", "off"]);
+    let api = daemon.client();
+    let domain = api.create_domain("copies");
+    let domain_id = support::domain_id(&domain);
+    let image = support::busybox_image();
+    let files = up_running(&api, &domain, "files", &files_spec(&image, "main"));
+    assert_eq!(files["state"]["kind"], "running", "{files}");
+    exec_ok(
+        &api,
+        &domain,
+        "files",
+        &["sh", "-c", "echo kept > /srv/data/f"],
+    );
+    let snapshot = snapshot_ready(&api, &domain, "files", "base");
+    let (_, copy) = copy_of(&api, &domain, "branch", "files@copy", || {
+        block_on(api.api().branch(
+            &domain_id,
+            "files@copy",
+            &BranchFrom::Snapshot(snapshot.snapshot_id.clone()),
+            &files_spec(&image, "copy"),
+            UpCause::Person,
+        ))
+        .expect("a branch")
+    });
+    assert_eq!(copy.method, CopyMethod::Copy, "{copy:?}");
+    let branch = api.settled(&domain, "files@copy", &["running", "failed"], READY);
+    assert_eq!(branch["state"]["kind"], "running", "{branch}");
+    let volume = branch["volumes"][0]["dockerName"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        volume_options(&volume)
+            .as_object()
+            .is_none_or(|o| o.is_empty()),
+        "{volume}"
+    );
+    assert_eq!(
+        exec_ok(&api, &domain, "files@copy", &["cat", "/srv/data/f"]),
+        "kept"
+    );
+    assert_eq!(api.get("/v1/daemon").expect(200)["volumeLayers"], "copy");
+}

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::snapshots::CopyMethod;
 use crate::time::Timestamp;
 
 /// The daemon's store and the other stores the engine holds objects of under its prefix
@@ -20,6 +21,11 @@ pub struct DaemonView {
     /// Other stores' containers under the same prefix, which this daemon leaves alone.
     #[serde(default)]
     pub other_stores: Vec<OtherStoreView>,
+    /// How branches and restores from a snapshot fill their volumes on this engine:
+    /// `overlay` when it mounts overlay volumes (found by a probe at the first one), `copy`
+    /// when it does not or berth runs with `--volume-layers off`; null until probed.
+    #[serde(default)]
+    pub volume_layers: Option<CopyMethod>,
 }
 
 /// Another store's containers under this daemon's prefix.

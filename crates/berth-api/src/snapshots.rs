@@ -156,6 +156,42 @@ impl CopyState {
     }
 }
 
+/// How a copy filled its target volumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum CopyMethod {
+    /// Overlay volumes over the snapshot's immutable layers: made at once, whatever the size
+    /// of the data, taking disk only for what is written to them.
+    Overlay,
+    /// Every byte moved into fresh volumes.
+    Copy,
+    /// A value this berth does not know, from a newer daemon: a client decodes it so and goes
+    /// on; a daemon never sends it (and it does not encode).
+    #[serde(other, skip_serializing)]
+    Unknown,
+}
+
+impl CopyMethod {
+    /// Its name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Overlay => "overlay",
+            Self::Copy => "copy",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    /// Parses a name.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "overlay" => Some(Self::Overlay),
+            "copy" => Some(Self::Copy),
+            _ => None,
+        }
+    }
+}
+
 /// `event: copy` on a domain's stream: a copy's progress.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -173,6 +209,9 @@ pub struct CopyEvent {
     /// The snapshot filled or read, when there is one.
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub snapshot_id: Option<SnapshotId>,
+    /// `overlay` (layers: no byte moves) or `copy` (every byte moves); `copy` until the copy
+    /// has chosen.
+    pub method: CopyMethod,
     /// Bytes moved so far.
     pub bytes_done: u64,
     /// Bytes to move, once measured.
@@ -222,7 +261,7 @@ pub struct SnapshotList {
     pub items: Vec<SnapshotView>,
 }
 
-display_as_wire_name!(SnapshotState, CopyKind, CopyState);
+display_as_wire_name!(SnapshotState, CopyKind, CopyState, CopyMethod);
 
 /// `POST .../instances/{key}/snapshots`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -32,8 +32,8 @@ pub use berth_api::rollouts::{
     RolloutReportView, RolloutStatus, RolloutStatusView, RolloutView, RuntimeEvidence, TargetScope,
 };
 pub use berth_api::snapshots::{
-    BranchOrigin, BranchRequest, BranchSource, CopyEvent, CopyKind, CopyState, RestoreRequest,
-    RestoreResponse, SnapshotList, SnapshotRequest, SnapshotState, SnapshotView,
+    BranchOrigin, BranchRequest, BranchSource, CopyEvent, CopyKind, CopyMethod, CopyState,
+    RestoreRequest, RestoreResponse, SnapshotList, SnapshotRequest, SnapshotState, SnapshotView,
     SnapshotVolumeView,
 };
 pub use berth_api::time::Timestamp;

@@ -173,6 +173,17 @@ pub enum Error {
         /// The copy's id.
         copy: String,
     },
+    /// Other volumes stand on the snapshot's layers: deleting it would take their data.
+    #[error(
+        "the snapshot {id} holds the layers that {users} stand on: it is kept while they are; \
+         remove those volumes first (`docker volume rm`) if their data is not needed"
+    )]
+    SnapshotInUse {
+        /// The snapshot.
+        id: String,
+        /// The volumes that stand on it, comma-separated.
+        users: String,
+    },
     /// This daemon runs no container runtime.
     #[error("resources run on Docker; this berth runs {runtime}")]
     RuntimeUnsupported {

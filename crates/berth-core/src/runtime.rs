@@ -64,6 +64,39 @@ pub struct CopyPlan {
     pub freeze: Option<String>,
 }
 
+/// One lower layer of an overlay volume: the data of volume `volume`, or its subdirectory
+/// `dir` (`upper`: the upper layer of another overlay volume, which nothing writes any more).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Layer {
+    /// The volume that holds it.
+    pub volume: String,
+    /// Its directory inside that volume; empty for the volume's own data.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub dir: String,
+}
+
+/// The directory of an overlay's upper volume that holds its upper layer (beside the work
+/// directory overlayfs needs on the same filesystem).
+pub const UPPER_DIR: &str = "upper";
+
+/// An overlay volume to make: [`Runtime::create_overlay_volume`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverlayPlan {
+    /// The overlay volume, which must not exist yet.
+    pub name: String,
+    /// The volume made fresh for its upper layer (what is written through the overlay), which
+    /// must not exist yet.
+    pub upper: String,
+    /// Its lower layers, the top one first; none is ever written again.
+    pub lowers: Vec<Layer>,
+    /// Labels of both volumes and of the helpers.
+    pub labels: Labels,
+    /// The image, present on the engine, the helpers are made from (they never run).
+    pub image: String,
+    /// The start of the helpers' names; they are removed after.
+    pub helper: String,
+}
+
 /// What a copy did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Copied {
@@ -452,6 +485,29 @@ pub trait Runtime: Send + Sync + 'static {
         plan: &CopyPlan,
         progress: &(dyn Fn(u64) + Send + Sync),
     ) -> Result<Copied, RuntimeError>;
+
+    /// Whether this engine mounts overlay volumes (`type=overlay` of the `local` driver): a
+    /// scratch overlay is made and a never-run helper of `image` mounts it. Its scratch
+    /// volumes and helpers, named from `helper`, are removed after. A runtime that cannot say
+    /// answers `false`, and every copy then moves bytes.
+    async fn probe_overlay_volumes(
+        &self,
+        _image: &str,
+        _helper: &str,
+        _labels: &Labels,
+    ) -> Result<bool, RuntimeError> {
+        Ok(false)
+    }
+
+    /// Makes `plan.name` an overlay volume over `plan.lowers` with `plan.upper` for what is
+    /// written: at once, whatever the lowers hold. The merged view's root has the top lower's
+    /// owner and mode. Only after [`Runtime::probe_overlay_volumes`] said yes.
+    async fn create_overlay_volume(&self, plan: &OverlayPlan) -> Result<(), RuntimeError> {
+        Err(RuntimeError::Engine(format!(
+            "this runtime cannot make the overlay volume {}",
+            plan.name
+        )))
+    }
 
     /// A container's output: its last `tail` lines (all when `None`), then, with `follow`, what
     /// it writes next until it stops or the stream is dropped.

@@ -14,10 +14,12 @@
 use serde::{Deserialize, Serialize};
 
 pub use berth_api::snapshots::{
-    BranchOrigin, CopyEvent, CopyKind, CopyState, SnapshotState, SnapshotView, SnapshotVolumeView,
+    BranchOrigin, CopyEvent, CopyKind, CopyMethod, CopyState, SnapshotState, SnapshotView,
+    SnapshotVolumeView,
 };
 
 use crate::ids::{CopyId, DomainId, InstanceId, SnapshotId};
+use crate::runtime::{Layer, UPPER_DIR};
 use crate::time::Timestamp;
 
 /// How the message of a snapshot whose storage was removed outside berth begins.
@@ -125,7 +127,39 @@ pub struct CopyOp {
     pub bytes_total: Option<i64>,
     /// When it was asked for.
     pub created_at: Timestamp,
+    /// How it fills its volumes: `copy` until it has chosen.
+    pub method: CopyMethod,
 }
+
+/// An overlay volume as recorded: its upper layer's volume and the layers under it, top
+/// first. No layer under a recorded volume is removed while the volume is recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayeredVolume {
+    /// The overlay volume.
+    pub volume: String,
+    /// The volume that holds its upper layer (in its `upper` directory).
+    pub upper: String,
+    /// Its lower layers, top first.
+    pub lowers: Vec<Layer>,
+}
+
+impl LayeredVolume {
+    /// The layers a new overlay over this volume stands on: its upper layer (which nothing
+    /// writes once the volume is a snapshot's or a restore's source), then its own lowers.
+    pub fn as_lowers(&self) -> Vec<Layer> {
+        let mut layers = vec![Layer {
+            volume: self.upper.clone(),
+            dir: UPPER_DIR.to_owned(),
+        }];
+        layers.extend(self.lowers.iter().cloned());
+        layers
+    }
+}
+
+/// The most layers under one overlay volume: the kernel takes a mount's options in one page,
+/// and each layer's path is about a hundred bytes of it. A branch that would stand on more
+/// copies its data instead.
+pub const MAX_LAYERS: usize = 16;
 
 /// Where a branch takes its volumes from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -384,7 +384,7 @@ fn shadow_image_volumes(declared: &[String], taken: &[Mount]) -> Vec<Mount> {
 }
 
 /// A volume mounted at `path`.
-fn volume_mount(volume: &str, path: &str, read_only: bool) -> Mount {
+pub(crate) fn volume_mount(volume: &str, path: &str, read_only: bool) -> Mount {
     Mount {
         target: Some(path.to_owned()),
         source: Some(volume.to_owned()),
@@ -395,7 +395,10 @@ fn volume_mount(volume: &str, path: &str, read_only: bool) -> Mount {
 }
 
 /// The `VOLUME` paths `image` declares.
-async fn image_volumes(docker: &Docker, image: &str) -> Result<Vec<String>, RuntimeError> {
+pub(crate) async fn image_volumes(
+    docker: &Docker,
+    image: &str,
+) -> Result<Vec<String>, RuntimeError> {
     Ok(docker
         .inspect_image(image)
         .await
@@ -409,7 +412,7 @@ async fn image_volumes(docker: &Docker, image: &str) -> Result<Vec<String>, Runt
 /// removed and made again. Every path of `declared` (its image's `VOLUME`s) that its mounts do
 /// not cover is covered by a small tmpfs: the engine would give each an anonymous volume, which
 /// nothing removes when the helper goes (a Postgres image's copy helper would leave one per copy).
-async fn create_fresh(
+pub(crate) async fn create_fresh(
     docker: &Docker,
     name: &str,
     mut body: ContainerCreateBody,

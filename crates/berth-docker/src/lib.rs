@@ -44,6 +44,7 @@ mod error;
 mod events;
 mod exec;
 mod images;
+mod layers;
 mod networks;
 mod probe;
 mod raw;
@@ -57,8 +58,8 @@ use async_trait::async_trait;
 use berth_core::image::PinnedImage;
 use berth_core::runtime::{
     ContainerFacts, ContainerPlan, Copied, CopyPlan, ExecOutcome, ExecRequest, ExecStdin,
-    ImageFacts, LABEL_PREFIX, Labels, LogStream, RegistryManifest, Runtime, RuntimeError,
-    RuntimeEvent,
+    ImageFacts, LABEL_PREFIX, Labels, LogStream, OverlayPlan, RegistryManifest, Runtime,
+    RuntimeError, RuntimeEvent,
 };
 use berth_core::spec::Ready;
 use bollard::Docker;
@@ -358,6 +359,19 @@ impl Runtime for DockerRuntime {
         value: &str,
     ) -> Result<(), RuntimeError> {
         volumes::remove_labelled(&self.docker, name, label, value).await
+    }
+
+    async fn probe_overlay_volumes(
+        &self,
+        image: &str,
+        helper: &str,
+        labels: &Labels,
+    ) -> Result<bool, RuntimeError> {
+        layers::probe(&self.docker, image, helper, labels).await
+    }
+
+    async fn create_overlay_volume(&self, plan: &OverlayPlan) -> Result<(), RuntimeError> {
+        layers::create_overlay(&self.docker, plan).await
     }
 
     /// With the image's `cp` in a helper, or through the archive API on helpers that never

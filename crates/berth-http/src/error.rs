@@ -233,6 +233,10 @@ impl ApiError {
                 StatusCode::CONFLICT,
                 body("ResourceCopyUnderWayError", message),
             ),
+            Error::SnapshotInUse { .. } => (
+                StatusCode::CONFLICT,
+                body("ResourceSnapshotInUseError", message),
+            ),
             Error::RuntimeUnsupported { runtime } => (
                 StatusCode::CONFLICT,
                 ErrorBody {

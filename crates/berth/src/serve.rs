@@ -84,6 +84,12 @@ pub struct ServeArgs {
     #[arg(long, env = "BERTH_RESYNC_EVERY", default_value = "60s", value_parser = resync_every)]
     resync_every: Duration,
 
+    /// How branches and restores from a snapshot fill their volumes: `auto` stands them on the
+    /// snapshot's layers (overlay volumes, made at once whatever the data's size) when the
+    /// engine mounts overlays, which berth asks it at the first one; `off` copies every byte.
+    #[arg(long, env = "BERTH_VOLUME_LAYERS", value_enum, default_value = "auto")]
+    volume_layers: VolumeLayers,
+
     /// How long an image pull may take.
     #[arg(long, env = "BERTH_PULL_TIMEOUT", default_value = "10m", value_parser = humantime::parse_duration)]
     pull_timeout: Duration,
@@ -104,6 +110,15 @@ pub struct ServeArgs {
     /// their Host header (comma-separated).
     #[arg(long, env = "BERTH_ALLOWED_HOSTS", value_delimiter = ',')]
     allowed_hosts: Vec<String>,
+}
+
+/// `--volume-layers`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum VolumeLayers {
+    /// Overlay volumes where the engine mounts them.
+    Auto,
+    /// Copies, always.
+    Off,
 }
 
 /// A parser of `NAME=VALUE` for `flag`, both sides non-empty, with an error naming the flag.
@@ -221,6 +236,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 ready_timeout: args.ready_timeout,
                 stop_timeout: args.stop_timeout,
                 resync_every: args.resync_every,
+                volume_layers: args.volume_layers == VolumeLayers::Auto,
                 queue: QueueConfig {
                     workers: usize::from(args.workers),
                     ..QueueConfig::default()

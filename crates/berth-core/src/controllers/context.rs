@@ -30,6 +30,9 @@ pub struct ReconcileConfig {
     pub restart_backoff_max: Duration,
     /// The work queue: how many reconciles run at once, and the back-off after a failed one.
     pub queue: QueueConfig,
+    /// Whether branches and restores from a snapshot may stand on overlay volumes when the
+    /// engine mounts them (`--volume-layers auto`); `false` copies every byte.
+    pub volume_layers: bool,
 }
 
 impl Default for ReconcileConfig {
@@ -42,6 +45,7 @@ impl Default for ReconcileConfig {
             restart_backoff: Duration::from_secs(1),
             restart_backoff_max: Duration::from_secs(300),
             queue: QueueConfig::default(),
+            volume_layers: true,
         }
     }
 }

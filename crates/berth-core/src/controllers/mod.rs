@@ -28,6 +28,7 @@ mod copies;
 pub mod endpoints;
 mod idle;
 mod instances;
+pub mod sizes;
 mod storage;
 mod views;
 
@@ -396,6 +397,12 @@ impl Reconciler {
     /// once when its turn is free (see [`Reconciler::copy_begun`]), or waits for it.
     pub fn start_copy(&self, copy: &crate::snapshots::CopyOp) {
         self.inner.copies.start(copy);
+    }
+
+    /// Whether branches and restores from a snapshot stand on overlay volumes here: `None`
+    /// until the first one asked the engine.
+    pub fn overlay_volumes(&self) -> Option<bool> {
+        self.inner.copies.overlays_found()
     }
 
     /// Whether a copy has begun, rather than waiting for its turn behind others.

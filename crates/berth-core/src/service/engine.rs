@@ -2,12 +2,14 @@
 //! and the daemon's own view.
 
 use super::Berth;
+use crate::controllers::sizes::volume_sizes;
 use crate::error::Error;
 use crate::exec::{ExecFrame, ExecResult, MAX_OUTPUT_BYTES};
 use crate::ids::DomainId;
 use crate::model::{DaemonView, Desired, InstanceState, KeptVolume, OtherStoreView};
 use crate::names;
 use crate::runtime::{ExecRequest, ExecStdin, RuntimeError};
+use crate::snapshots::CopyMethod;
 
 impl Berth {
     /// An instance's host endpoints: a loopback port per service port, stable for its life.
@@ -37,9 +39,7 @@ impl Berth {
             .iter()
             .map(|v| v.docker_name.clone())
             .collect();
-        let sizes = reconciler
-            .runtime()
-            .volume_bytes(&names)
+        let sizes = volume_sizes(self.store(), reconciler.runtime().as_ref(), &names)
             .await
             .unwrap_or_default();
         Ok(instance
@@ -78,6 +78,17 @@ impl Berth {
                     data_dir: o.data_dir,
                 })
                 .collect(),
+            volume_layers: self
+                .reconciler
+                .as_ref()
+                .and_then(|r| r.overlay_volumes())
+                .map(|overlay| {
+                    if overlay {
+                        CopyMethod::Overlay
+                    } else {
+                        CopyMethod::Copy
+                    }
+                }),
         }
     }
 

@@ -4,6 +4,7 @@ use serde_json::Value;
 
 use super::{Berth, UpCause, instance_in, owned};
 use crate::controllers::Reconciler;
+use crate::controllers::sizes::volume_sizes;
 use crate::error::Error;
 use crate::ids::{DomainId, InstanceId};
 use crate::model::{
@@ -255,9 +256,7 @@ impl Berth {
             .iter()
             .flat_map(|i| i.kept.iter().map(|v| v.docker_name.clone()))
             .collect();
-        let sizes = reconciler
-            .runtime()
-            .volume_bytes(&names)
+        let sizes = volume_sizes(self.store(), reconciler.runtime().as_ref(), &names)
             .await
             .unwrap_or_default();
         instances

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::{Berth, UpCause};
 use crate::controllers::endpoints::EndpointView;
+use crate::controllers::sizes::volume_sizes;
 use crate::error::Error;
 use crate::evidence::ImageEvidence;
 use crate::ids::DomainId;
@@ -119,11 +120,11 @@ impl Berth {
                 }
                 _ => {
                     let sizes = match &self.reconciler {
-                        Some(r) if !names.is_empty() => r
-                            .runtime()
-                            .volume_bytes(&names)
-                            .await
-                            .map_err(|e| Error::Runtime(e.to_string()))?,
+                        Some(r) if !names.is_empty() => {
+                            volume_sizes(self.store(), r.runtime().as_ref(), &names)
+                                .await
+                                .map_err(|e| Error::Runtime(e.to_string()))?
+                        }
                         _ => names.iter().map(|n| (n.clone(), None)).collect(),
                     };
                     let at = Timestamp::now();

@@ -140,6 +140,7 @@ impl Berth {
                     bytes_done: 0,
                     bytes_total: None,
                     created_at: snapshot.created_at,
+                    method: CopyMethod::Copy,
                 };
                 tx.insert_snapshot(&snapshot)?;
                 tx.insert_copy(&copy)?;
@@ -210,6 +211,35 @@ impl Berth {
                 copy: copy.id.to_string(),
             });
         }
+        // Its volumes (and the upper volumes of those that are overlays) hold layers other
+        // volumes may stand on: then it is kept. A user removed outside berth holds nothing.
+        let asked: Vec<String> = snapshot
+            .volumes
+            .iter()
+            .flat_map(|v| [v.docker_name.clone(), format!("{}.up", v.docker_name)])
+            .collect();
+        let users = self.store().read(move |tx| tx.layer_users(&asked)).await?;
+        let mut holding = Vec::new();
+        for user in users {
+            let present = reconciler
+                .runtime()
+                .volume_labels(&user)
+                .await
+                .map_err(|e| Error::Runtime(e.to_string()))?;
+            if present.is_some() {
+                holding.push(user);
+            } else {
+                self.store()
+                    .write(move |tx| tx.forget_layered(&user))
+                    .await?;
+            }
+        }
+        if !holding.is_empty() {
+            return Err(Error::SnapshotInUse {
+                id: id.to_string(),
+                users: holding.join(", "),
+            });
+        }
         // A before-restore snapshot keeps the volumes the instance mounted before the restore:
         // they carry the instance's labels, not a snapshot's. A volume some instance mounts
         // now is never removed.
@@ -220,6 +250,7 @@ impl Berth {
             .chain(self.store().instances(domain_id, true))
             .flat_map(|i| i.kept.into_iter().map(|v| v.docker_name))
             .collect();
+        let mut removed = Vec::new();
         for volume in &snapshot.volumes {
             if mounted.contains(&volume.docker_name) {
                 continue;
@@ -229,20 +260,32 @@ impl Berth {
             } else {
                 (LABEL_INSTANCE, snapshot.instance_id.to_string())
             };
-            reconciler
-                .runtime()
-                .remove_volume(&volume.docker_name, label.0, &label.1)
-                .await
-                .map_err(|e| {
-                    Error::Runtime(format!(
-                        "the snapshot's volume {} could not be removed ({e}); delete it again",
-                        volume.docker_name
-                    ))
-                })?;
+            // The overlay first, then its upper layer's volume (absent for a plain volume).
+            for name in [
+                volume.docker_name.clone(),
+                format!("{}.up", volume.docker_name),
+            ] {
+                reconciler
+                    .runtime()
+                    .remove_volume(&name, label.0, &label.1)
+                    .await
+                    .map_err(|e| {
+                        Error::Runtime(format!(
+                            "the snapshot's volume {name} could not be removed ({e}); delete it \
+                             again"
+                        ))
+                    })?;
+            }
+            removed.push(volume.docker_name.clone());
         }
         let id = id.clone();
         self.store()
-            .write(move |tx| tx.delete_snapshot(&id))
+            .write(move |tx| {
+                for volume in &removed {
+                    tx.forget_layered(volume)?;
+                }
+                tx.delete_snapshot(&id)
+            })
             .await?;
         tracing::info!(snapshot = %snapshot.id, "snapshot deleted");
         Ok(())
@@ -334,6 +377,7 @@ impl Berth {
                     bytes_done: 0,
                     bytes_total: None,
                     created_at: Timestamp::now(),
+                    method: CopyMethod::Copy,
                 };
                 tx.insert_copy(&copy)?;
                 Ok::<_, Error>((instance, copy))
@@ -412,6 +456,7 @@ impl Berth {
                     bytes_done: 0,
                     bytes_total: None,
                     created_at: now,
+                    method: CopyMethod::Copy,
                 };
                 tx.insert_snapshot(&backup)?;
                 tx.insert_copy(&copy)?;

@@ -242,6 +242,14 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // branches and archive reach it.
     "ALTER TABLE instances ADD COLUMN kept_volumes TEXT NOT NULL DEFAULT '[]';
     UPDATE instances SET kept_volumes = volumes;",
+    // 14: overlay volumes and the layers under them (a volume's data, or an overlay's upper
+    // layer), top first, as JSON; and how each copy filled its volumes.
+    "CREATE TABLE layered_volumes (
+        volume TEXT PRIMARY KEY,
+        upper TEXT NOT NULL,
+        lowers TEXT NOT NULL
+    );
+    ALTER TABLE copies ADD COLUMN method TEXT NOT NULL DEFAULT 'copy';",
 ];
 
 /// Runs `PRAGMA quick_check` (every page and index, without comparing index contents to their

@@ -9,6 +9,7 @@
 mod endpoints;
 mod error;
 mod instances;
+mod layers;
 mod migrations;
 mod releases;
 mod rollouts;

@@ -5,7 +5,7 @@ use rusqlite::{OptionalExtension, Row, params};
 use super::{StoreError, Tx};
 use crate::ids::{CopyId, DomainId, InstanceId, SnapshotId};
 use crate::snapshots::{
-    BranchOrigin, CopyKind, CopyOp, CopyState, Snapshot, SnapshotState, SnapshotVolume,
+    BranchOrigin, CopyKind, CopyMethod, CopyOp, CopyState, Snapshot, SnapshotState, SnapshotVolume,
 };
 use crate::time::Timestamp;
 
@@ -39,7 +39,8 @@ fn snapshot_from_row(row: &Row<'_>) -> rusqlite::Result<Snapshot> {
 }
 
 const COPY_COLUMNS: &str = "id, domain_id, kind, source_instance_id, target_instance_id,
-    snapshot_id, backup_snapshot_id, tag, state, message, bytes_done, bytes_total, created_at";
+    snapshot_id, backup_snapshot_id, tag, state, message, bytes_done, bytes_total, created_at,
+    method";
 
 fn copy_from_row(row: &Row<'_>) -> rusqlite::Result<CopyOp> {
     let id: String = row.get(0)?;
@@ -70,6 +71,7 @@ fn copy_from_row(row: &Row<'_>) -> rusqlite::Result<CopyOp> {
         bytes_done: row.get(10)?,
         bytes_total: row.get(11)?,
         created_at: Timestamp::from_millis(row.get(12)?),
+        method: CopyMethod::parse(&row.get::<_, String>(13)?).ok_or_else(bad_row)?,
     })
 }
 
@@ -177,7 +179,7 @@ impl Tx<'_> {
         self.conn().execute(
             &format!(
                 "INSERT INTO copies ({COPY_COLUMNS}, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, \
-                 ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+                 ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
             ),
             params![
                 c.id.as_str(),
@@ -193,6 +195,7 @@ impl Tx<'_> {
                 c.bytes_done,
                 c.bytes_total,
                 c.created_at.millis(),
+                c.method.as_str(),
                 now,
             ],
         )?;
@@ -219,6 +222,15 @@ impl Tx<'_> {
                 bytes_total,
                 Timestamp::now().millis()
             ],
+        )?;
+        Ok(())
+    }
+
+    /// Records how copy `id` fills its volumes.
+    pub fn set_copy_method(&self, id: &CopyId, method: CopyMethod) -> Result<(), StoreError> {
+        self.conn().execute(
+            "UPDATE copies SET method = ?2, updated_at = ?3 WHERE id = ?1",
+            params![id.as_str(), method.as_str(), Timestamp::now().millis()],
         )?;
         Ok(())
     }

@@ -12,6 +12,7 @@ mod containers;
 mod events;
 mod exec;
 mod images;
+mod layers;
 mod networks;
 mod probe;
 mod volumes;

@@ -165,7 +165,7 @@ async fn volume_bytes_reports_at_least_the_size_of_a_1_mib_file() {
 }
 
 /// Runs `sh -c script` in a throwaway busybox container with `volume` at /d; its stdout.
-fn in_volume(image: &str, volume: &str, script: &str) -> String {
+pub(crate) fn in_volume(image: &str, volume: &str, script: &str) -> String {
     let out = std::process::Command::new("docker")
         .args([
             "run",

@@ -265,7 +265,9 @@ async fn get_snapshot(
     ))
 }
 
-/// Deletes a snapshot and its storage: the only way berth removes a snapshot's volumes.
+/// Deletes a snapshot and its storage: the only way berth removes a snapshot's volumes. One
+/// whose layers a branch or a restore stands on is kept: `ResourceSnapshotInUseError` (409)
+/// names the volumes.
 #[utoipa::path(delete, path = "/v1/resource-domains/{resourceDomainId}/snapshots/{snapshotId}", tag = "snapshots",
     params(SnapshotPath),
     responses((status = 204, description = "Deleted"), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),

@@ -222,6 +222,25 @@ fn engine_sharing(daemon: &berth_client::DaemonView) -> Check {
     )
 }
 
+/// How branches and restores from a snapshot fill their volumes on the daemon's engine.
+fn volume_layers(daemon: &berth_client::DaemonView) -> Check {
+    let said = match daemon.volume_layers {
+        Some(berth_client::CopyMethod::Overlay) => {
+            "the engine mounts overlay volumes: a branch or restore from a snapshot stands on \
+             its layers, made at once whatever the size of the data"
+        }
+        Some(berth_client::CopyMethod::Copy) => {
+            "branches and restores copy every byte: the engine does not mount overlay volumes, \
+             or the daemon runs with --volume-layers off"
+        }
+        _ => {
+            "not asked yet: the daemon asks the engine whether it mounts overlay volumes at the \
+             first branch or restore from a snapshot"
+        }
+    };
+    Check::ok("layers", said.to_owned())
+}
+
 pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let ui = ui(args.json);
     let mut checks = vec![docker()];
@@ -257,6 +276,7 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
             && let Ok(daemon) = c.api.daemon().await
         {
             checks.push(engine_sharing(&daemon));
+            checks.push(volume_layers(&daemon));
         }
         match domains {
             Ok(domains) => checks.push(Check::ok("key", format!("the daemon accepts the service key ({} domain(s))", domains.len()))),

@@ -64,7 +64,12 @@ impl CopyController {
                     }
                     let (_, targets) =
                         copy_targets(&self.ctx.config.prefix, &tagged, &image_paths, &names);
-                    written.extend(targets.into_iter().map(|v: InstanceVolume| v.docker_name));
+                    // A target made as an overlay volume has an upper volume beside it.
+                    for v in targets {
+                        let v: InstanceVolume = v;
+                        written.push(super::layers::upper_volume(&v.docker_name));
+                        written.push(v.docker_name);
+                    }
                     key.clone_from(&target.key);
                 }
             }

@@ -7,7 +7,7 @@ use super::{CopyController, Stop, to_i64};
 use crate::model::Instance;
 use crate::plan::{copy_targets, plan_volumes};
 use crate::runtime::LABEL_SNAPSHOT;
-use crate::snapshots::{CopyOp, CopyState, SnapshotState};
+use crate::snapshots::{CopyMethod, CopyOp, CopyState, SnapshotState};
 use crate::store::StoreError;
 
 impl CopyController {
@@ -121,26 +121,42 @@ impl CopyController {
         let (_, targets) = copy_targets(&self.ctx.config.prefix, &target, &image.volumes, &names);
         let pairs = pairs_into(&targets, &source_volumes);
         let labels = self.instance_labels(copy, &target);
-        let (moved, _, _) = self
-            .copy_pairs(
-                copy,
-                &target.key,
-                &pairs,
-                &labels,
-                target.spec.image.as_str(),
-                source.as_ref(),
-            )
-            .await?;
+        let image_ref = target.spec.image.as_str();
+        // A snapshot never changes: its volumes can be layers. Another instance's go on
+        // changing, so they are copied.
+        let layered = match source {
+            None => self.layer_pairs(copy, &pairs, &labels, image_ref).await?,
+            Some(_) => None,
+        };
+        let (copy, moved, layered) = match layered {
+            Some(layered) => (self.choose(copy, CopyMethod::Overlay).await?, 0, layered),
+            None => {
+                let (moved, _, _) = self
+                    .copy_pairs(
+                        copy,
+                        &target.key,
+                        &pairs,
+                        &labels,
+                        image_ref,
+                        source.as_ref(),
+                    )
+                    .await?;
+                (copy.clone(), moved, Vec::new())
+            }
+        };
         let (id, done, instance) = (copy.id.clone(), to_i64(moved), target.id.clone());
         self.ctx
             .store
             .write(move |tx| {
+                for volume in &layered {
+                    tx.record_layered(volume)?;
+                }
                 // The source's volumes no spec mounts now are the branch's too.
                 tx.keep_volumes(&instance, &targets)?;
                 tx.end_copy(&id, CopyState::Done, None, done, Some(done))
             })
             .await?;
-        self.finished(copy, &target.key, moved);
+        self.finished(&copy, &target.key, moved);
         self.queue.enqueue_now(&target.id);
         Ok(())
     }
@@ -174,18 +190,17 @@ impl CopyController {
             return Err(Stop::Retry(format!("the container {name} still runs")));
         }
         if let Some(backup) = copy.backup.clone() {
-            let sizes = self
-                .ctx
-                .runtime
-                .volume_bytes(
-                    &target
-                        .kept
-                        .iter()
-                        .map(|v| v.docker_name.clone())
-                        .collect::<Vec<_>>(),
-                )
-                .await
-                .unwrap_or_default();
+            let sizes = crate::controllers::sizes::volume_sizes(
+                &self.ctx.store,
+                self.ctx.runtime.as_ref(),
+                &target
+                    .kept
+                    .iter()
+                    .map(|v| v.docker_name.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .await
+            .unwrap_or_default();
             self.ctx
                 .store
                 .write(move |tx| {
@@ -218,16 +233,17 @@ impl CopyController {
             copy_targets(&self.ctx.config.prefix, &tagged, &image.volumes, &names);
         let pairs = pairs_into(&targets, &source_volumes);
         let labels = self.instance_labels(copy, &target);
-        let (moved, _, _) = self
-            .copy_pairs(
-                copy,
-                &target.key,
-                &pairs,
-                &labels,
-                target.spec.image.as_str(),
-                None,
-            )
-            .await?;
+        let image_ref = target.spec.image.as_str();
+        let (copy, moved, layered) =
+            match self.layer_pairs(copy, &pairs, &labels, image_ref).await? {
+                Some(layered) => (self.choose(copy, CopyMethod::Overlay).await?, 0, layered),
+                None => {
+                    let (moved, _, _) = self
+                        .copy_pairs(copy, &target.key, &pairs, &labels, image_ref, None)
+                        .await?;
+                    (copy.clone(), moved, Vec::new())
+                }
+            };
         let (id, done, instance, tag) = (
             copy.id.clone(),
             to_i64(moved),
@@ -237,13 +253,29 @@ impl CopyController {
         self.ctx
             .store
             .write(move |tx| {
+                for volume in &layered {
+                    tx.record_layered(volume)?;
+                }
                 tx.set_volume_tag(&instance, &tag, &volumes, &targets)?;
                 tx.end_copy(&id, CopyState::Done, None, done, Some(done))
             })
             .await?;
-        self.finished(copy, &target.key, moved);
+        self.finished(&copy, &target.key, moved);
         self.queue.enqueue_now(&target.id);
         Ok(())
+    }
+
+    /// Records how `copy` fills its volumes, and answers it so.
+    async fn choose(&self, copy: &CopyOp, method: CopyMethod) -> Result<CopyOp, Stop> {
+        let id = copy.id.clone();
+        self.ctx
+            .store
+            .write(move |tx| tx.set_copy_method(&id, method))
+            .await?;
+        Ok(CopyOp {
+            method,
+            ..copy.clone()
+        })
     }
 
     pub(super) fn finished(&self, copy: &CopyOp, key: &str, moved: u64) {

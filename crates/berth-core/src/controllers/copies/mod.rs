@@ -25,6 +25,7 @@
 
 mod give_up;
 mod kinds;
+mod layers;
 mod slots;
 mod volumes;
 
@@ -110,6 +111,8 @@ pub(crate) struct CopyController {
     paused: Mutex<HashMap<CopyId, String>>,
     /// The most bytes each copy under way has reported.
     reported: Mutex<HashMap<CopyId, u64>>,
+    /// Whether the engine mounts overlay volumes, once a copy asked (see `layers`).
+    overlays: tokio::sync::OnceCell<bool>,
     shutdown: CancellationToken,
 }
 
@@ -128,6 +131,7 @@ impl CopyController {
             slots: Mutex::new(Slots::default()),
             paused: Mutex::new(HashMap::new()),
             reported: Mutex::new(HashMap::new()),
+            overlays: tokio::sync::OnceCell::new(),
             shutdown,
         })
     }
@@ -274,6 +278,7 @@ impl CopyController {
                 state: copy.state,
                 instance_key: key.to_owned(),
                 snapshot_id: copy.snapshot.clone(),
+                method: copy.method,
                 bytes_done: done,
                 bytes_total: total,
                 message: copy.message.clone(),

@@ -37,13 +37,19 @@ impl CopyController {
         // once it answers.
         let measured: Arc<std::sync::OnceLock<BTreeMap<String, Option<u64>>>> = Arc::default();
         let measuring = {
-            let (runtime, from, measured) =
-                (self.ctx.runtime.clone(), from.clone(), measured.clone());
+            let (store, runtime, from, measured) = (
+                self.ctx.store.clone(),
+                self.ctx.runtime.clone(),
+                from.clone(),
+                measured.clone(),
+            );
             tokio::spawn(async move {
                 let sizes = if from.is_empty() {
                     BTreeMap::new()
                 } else {
-                    runtime.volume_bytes(&from).await.unwrap_or_default()
+                    crate::controllers::sizes::volume_sizes(&store, runtime.as_ref(), &from)
+                        .await
+                        .unwrap_or_default()
                 };
                 let _ = measured.set(sizes);
             })

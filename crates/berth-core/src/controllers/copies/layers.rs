@@ -1,0 +1,140 @@
+//! Filling a branch's or a restore's volumes from a snapshot with layers instead of bytes: each
+//! target becomes an overlay volume whose lower layers are the snapshot's (a copied volume, or
+//! the upper layer and lowers of an overlay nothing writes any more) and whose upper layer is a
+//! fresh volume of its own. It takes the same time whatever the data's size, and disk only for
+//! what the instance then writes.
+//!
+//! Whether the engine mounts overlays is asked once per daemon run, at the first copy that could
+//! use them (a probe with that copy's image); with `--volume-layers off`, or when the engine
+//! says no, or when a target would stand on more than [`MAX_LAYERS`] layers, the copy moves
+//! bytes as before. The layers under each overlay volume are recorded in the same transaction
+//! that records the copy done, and no layer is removed while a recorded volume stands on it.
+
+use super::volumes::Pair;
+use super::{CopyController, Stop};
+use crate::names;
+use crate::runtime::{LABEL_COPY, LABEL_VOLUME, Labels, Layer, OverlayPlan};
+use crate::snapshots::{CopyOp, LayeredVolume, MAX_LAYERS};
+
+/// The volume that holds overlay volume `volume`'s upper layer.
+pub(super) fn upper_volume(volume: &str) -> String {
+    format!("{volume}.up")
+}
+
+impl CopyController {
+    /// Whether this engine mounts overlay volumes, asked once per run (with `image`, which is
+    /// on the engine) unless layers are off.
+    pub(super) async fn overlays_here(&self, image: &str) -> Result<bool, Stop> {
+        if !self.ctx.config.volume_layers {
+            return Ok(false);
+        }
+        let probed = self
+            .overlays
+            .get_or_try_init(|| async {
+                let helper = format!("{}-layers-probe", self.ctx.config.prefix);
+                let found = self
+                    .ctx
+                    .runtime
+                    .probe_overlay_volumes(image, &helper, &self.ctx.base_labels())
+                    .await?;
+                tracing::info!(
+                    overlay_volumes = found,
+                    "probed whether the engine mounts overlay volumes"
+                );
+                Ok::<_, Stop>(found)
+            })
+            .await?;
+        Ok(*probed)
+    }
+
+    /// What the probe found, once it ran: whether branches and restores from a snapshot
+    /// stand on layers.
+    pub(crate) fn overlays_found(&self) -> Option<bool> {
+        if !self.ctx.config.volume_layers {
+            return Some(false);
+        }
+        self.overlays.get().copied()
+    }
+
+    /// Makes each pair's target an overlay volume over its source's layers (a pair without a
+    /// source gets a fresh, empty volume). `None`, having made nothing, when the copy must move
+    /// bytes instead: the engine mounts no overlays, or a target would stand on too many layers.
+    pub(super) async fn layer_pairs(
+        &self,
+        copy: &CopyOp,
+        pairs: &[Pair],
+        labels: &Labels,
+        image: &str,
+    ) -> Result<Option<Vec<LayeredVolume>>, Stop> {
+        if !self.overlays_here(image).await? {
+            return Ok(None);
+        }
+        let mut planned = Vec::new();
+        for pair in pairs {
+            let Some(from) = &pair.from else { continue };
+            let source = from.clone();
+            let lowers = match self
+                .ctx
+                .store
+                .read(move |tx| tx.layered_volume(&source))
+                .await?
+            {
+                Some(layered) => layered.as_lowers(),
+                None => vec![Layer {
+                    volume: from.clone(),
+                    dir: String::new(),
+                }],
+            };
+            if lowers.len() > MAX_LAYERS {
+                tracing::info!(copy = %copy.id, volume = %pair.to, layers = lowers.len(), "too many layers: copying instead");
+                return Ok(None);
+            }
+            planned.push(LayeredVolume {
+                volume: pair.to.clone(),
+                upper: upper_volume(&pair.to),
+                lowers,
+            });
+        }
+        for (i, pair) in pairs.iter().enumerate() {
+            let mut labels = labels.clone();
+            labels.insert(LABEL_VOLUME.to_owned(), pair.name.clone());
+            let Some(layered) = planned.iter().find(|l| l.volume == pair.to) else {
+                self.fresh_volume(copy, &pair.to, &labels).await?;
+                continue;
+            };
+            self.clear_earlier_attempt(copy, &layered.volume).await?;
+            self.clear_earlier_attempt(copy, &layered.upper).await?;
+            let plan = OverlayPlan {
+                name: layered.volume.clone(),
+                upper: layered.upper.clone(),
+                lowers: layered.lowers.clone(),
+                labels,
+                image: image.to_owned(),
+                helper: names::copy_helper(&self.ctx.config.prefix, &copy.id, i),
+            };
+            self.ctx.runtime.create_overlay_volume(&plan).await?;
+        }
+        Ok(Some(planned))
+    }
+
+    /// Removes volume `name` when an earlier attempt of this copy left it; one that is not
+    /// this copy's is in the way.
+    async fn clear_earlier_attempt(&self, copy: &CopyOp, name: &str) -> Result<(), Stop> {
+        let runtime = &self.ctx.runtime;
+        let Some(existing) = runtime.volume_labels(name).await? else {
+            return Ok(());
+        };
+        if existing.get(LABEL_COPY) == Some(&copy.id.to_string()) {
+            tracing::info!(volume = %name, copy = %copy.id, "removing what an interrupted copy made");
+            runtime
+                .remove_volume(name, LABEL_COPY, copy.id.as_str())
+                .await?;
+            Ok(())
+        } else {
+            Err(Stop::Fail(format!(
+                "a volume named {name} exists already and is not this copy's; berth will not \
+                 write into it"
+            )))
+        }
+    }
+}

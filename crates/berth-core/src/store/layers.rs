@@ -1,0 +1,71 @@
+//! The layered_volumes table: every overlay volume berth made, with the layers under it.
+
+use rusqlite::{OptionalExtension, params};
+
+use super::{StoreError, Tx};
+use crate::runtime::Layer;
+use crate::snapshots::LayeredVolume;
+
+impl Tx<'_> {
+    /// The overlay volume `volume`, when it is one berth made.
+    pub fn layered_volume(&self, volume: &str) -> Result<Option<LayeredVolume>, StoreError> {
+        let row = self
+            .conn()
+            .query_row(
+                "SELECT upper, lowers FROM layered_volumes WHERE volume = ?1",
+                [volume],
+                |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
+            )
+            .optional()?;
+        row.map(|(upper, lowers)| {
+            Ok(LayeredVolume {
+                volume: volume.to_owned(),
+                upper,
+                lowers: serde_json::from_str(&lowers)
+                    .map_err(|e| StoreError::Corrupt(format!("layers of {volume}: {e}")))?,
+            })
+        })
+        .transpose()
+    }
+
+    /// Records overlay volume `layered`.
+    pub fn record_layered(&self, layered: &LayeredVolume) -> Result<(), StoreError> {
+        let lowers = serde_json::to_string(&layered.lowers)
+            .map_err(|e| StoreError::Corrupt(format!("layers of {}: {e}", layered.volume)))?;
+        self.conn().execute(
+            "INSERT INTO layered_volumes (volume, upper, lowers) VALUES (?1, ?2, ?3)
+             ON CONFLICT(volume) DO UPDATE SET upper = excluded.upper, lowers = excluded.lowers",
+            params![layered.volume, layered.upper, lowers],
+        )?;
+        Ok(())
+    }
+
+    /// Forgets overlay volume `volume` (it was removed).
+    pub fn forget_layered(&self, volume: &str) -> Result<(), StoreError> {
+        self.conn()
+            .execute("DELETE FROM layered_volumes WHERE volume = ?1", [volume])?;
+        Ok(())
+    }
+
+    /// The overlay volumes that stand on a layer held by one of `volumes` (other than those
+    /// volumes themselves), by name.
+    pub fn layer_users(&self, volumes: &[String]) -> Result<Vec<String>, StoreError> {
+        let mut stmt = self
+            .conn()
+            .prepare_cached("SELECT volume, lowers FROM layered_volumes ORDER BY volume")?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+        let mut users = Vec::new();
+        for row in rows {
+            let (volume, lowers) = row?;
+            if volumes.contains(&volume) {
+                continue;
+            }
+            let lowers: Vec<Layer> = serde_json::from_str(&lowers)
+                .map_err(|e| StoreError::Corrupt(format!("layers of {volume}: {e}")))?;
+            if lowers.iter().any(|l| volumes.contains(&l.volume)) {
+                users.push(volume);
+            }
+        }
+        Ok(users)
+    }
+}
