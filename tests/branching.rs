@@ -363,31 +363,37 @@ fn a_postgres_restore_brings_the_rows_back_and_keeps_the_migrated_state_as_a_sna
         "t"
     );
 
-    // Snapshots belong to their domain: another domain's id is unknown there, and a delete
-    // removes the snapshot and its storage.
+    // Snapshots belong to their domain: another domain's id is unknown there. One an instance
+    // stands on (the restore's volumes are layers on it) is kept; one nothing stands on goes
+    // with its storage.
     let other = api.create_domain("other");
     api.get(&format!(
         "/v1/resource-domains/{other}/snapshots/{}",
         snapshot.snapshot_id
     ))
     .expect_error(404, "ResourceSnapshotNotFoundError");
-    let volume_count = || {
+    let volume_count = |id: &berth_client::SnapshotId| {
         docker(&[
             "volume",
             "ls",
             "-q",
             "--filter",
-            &format!("label=berth.snapshot={}", snapshot.snapshot_id),
+            &format!("label=berth.snapshot={id}"),
         ])
         .lines()
         .count()
     };
-    assert_eq!(volume_count(), 1);
-    block_on(api.api().delete_snapshot(&domain_id, &snapshot.snapshot_id)).expect("a delete");
-    assert_eq!(volume_count(), 0);
+    let refused = block_on(api.api().delete_snapshot(&domain_id, &snapshot.snapshot_id))
+        .expect_err("db@main stands on it");
+    assert!(refused.is("ResourceSnapshotInUseError"), "{refused}");
+    assert_eq!(volume_count(&snapshot.snapshot_id), 1);
+    let spare = snapshot_ready(&api, &domain, "db@main", "spare");
+    assert_eq!(volume_count(&spare.snapshot_id), 1);
+    block_on(api.api().delete_snapshot(&domain_id, &spare.snapshot_id)).expect("a delete");
+    assert_eq!(volume_count(&spare.snapshot_id), 0);
     api.get(&format!(
         "/v1/resource-domains/{domain}/snapshots/{}",
-        snapshot.snapshot_id
+        spare.snapshot_id
     ))
     .expect_error(404, "ResourceSnapshotNotFoundError");
 }
@@ -496,6 +502,8 @@ fn owners_modes_links_and_empty_directories_survive_a_copy_with_the_image_s_cp_a
              && chown 4321:4321 /srv/data && chmod 0751 /srv/data",
         ],
     );
+    // Link counts of files only: a directory's depends on the filesystem (an overlay's merged
+    // directory, as a branch from a snapshot has, counts 1).
     let listing = |key: &str| {
         exec_ok(
             &api,
@@ -504,13 +512,14 @@ fn owners_modes_links_and_empty_directories_survive_a_copy_with_the_image_s_cp_a
             &[
                 "sh",
                 "-c",
-                "cd /srv/data && stat -c '%n %u %g %a %F %h' . * && readlink link && cat f",
+                "cd /srv/data && stat -c '%n %u %g %a %F' . * && stat -c '%n %h' f hard \
+                 && readlink link && cat f",
             ],
         )
     };
     let expected = listing("files@a");
     assert!(
-        expected.contains("f 1234 5678 640 regular file 2"),
+        expected.contains("f 1234 5678 640 regular file\n") && expected.contains("hard 2"),
         "{expected}"
     );
 

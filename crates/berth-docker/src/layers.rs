@@ -244,10 +244,10 @@ fn archive(entries: &[(&str, u32, u64, u64, &[u8])]) -> Result<Vec<u8>, RuntimeE
 }
 
 async fn upload(docker: &Docker, id: &str, path: &str, body: Vec<u8>) -> Result<(), RuntimeError> {
+    // Without `copyUIDGID` the engine keeps the owners the archive gives (with it, it would
+    // give everything the helper image's user).
     let options = UploadToContainerOptions {
         path: path.to_owned(),
-        // The owners in the archive are the ones the directories get.
-        copy_uidgid: Some("1".to_owned()),
         ..Default::default()
     };
     docker
