@@ -962,3 +962,65 @@ fn with_volume_layers_off_a_branch_from_a_snapshot_copies_every_byte() {
     );
     assert_eq!(api.get("/v1/daemon").expect(200)["volumeLayers"], "copy");
 }
+
+#[test]
+fn a_daemon_killed_as_a_branch_stands_on_layers_converges_on_whole_overlay_volumes() {
+    use berth_client::{BranchFrom, UpCause};
+    let mut daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("layers-kill");
+    let main = up_running(&api, &domain, "db@main", &pg_spec("main"));
+    assert_eq!(main["state"]["kind"], "running", "{main}");
+    fill(&api, &domain, "db@main", 10_000);
+    let snapshot = snapshot_ready(&api, &domain, "db@main", "base");
+    // Killed the moment the branch is accepted: its layers are being made (or not begun).
+    let branch = block_on(api.api().branch(
+        &support::domain_id(&domain),
+        "db@fix",
+        &BranchFrom::Snapshot(snapshot.snapshot_id.clone()),
+        &pg_spec("fix"),
+        UpCause::Person,
+    ))
+    .expect("a branch");
+    daemon.kill9();
+    let branch_json = serde_json::to_value(&branch).unwrap();
+    assert!(support::containers_of(&branch_json).is_empty());
+
+    daemon.start_again();
+    let api = daemon.client();
+    let fix = api.settled(&domain, "db@fix", &["running", "failed"], COPY);
+    assert_eq!(fix["state"]["kind"], "running", "{fix}");
+    assert_eq!(
+        sql(&api, &domain, "db@fix", "SELECT count(*) FROM t"),
+        "10000"
+    );
+    // Exactly the overlay volume it mounts and its upper layer's volume, no helper left.
+    let mounted = fix["volumes"][0]["dockerName"].as_str().unwrap().to_owned();
+    assert_eq!(volume_options(&mounted)["type"], "overlay", "{mounted}");
+    let mut volumes: Vec<String> = docker(&[
+        "volume",
+        "ls",
+        "-q",
+        "--filter",
+        &format!(
+            "label=berth.instance={}",
+            fix["resourceInstanceId"].as_str().unwrap()
+        ),
+    ])
+    .lines()
+    .map(str::to_owned)
+    .collect();
+    volumes.sort();
+    assert_eq!(volumes, [mounted.clone(), format!("{mounted}.up")]);
+    let helpers = docker(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("label=berth.prefix={}", daemon.prefix),
+        "--filter",
+        "label=berth.copy",
+        "--format",
+        "{{.Names}}",
+    ]);
+    assert_eq!(helpers, "", "no helper is left");
+}
