@@ -57,9 +57,9 @@ const ORDERS: [[Way; 4]; 4] = [
 ];
 
 /// One floor sample: the copy, then the start and first connect of a container on the copy.
-struct Floor {
-    copy: f64,
-    total: f64,
+pub(crate) struct Floor {
+    pub(crate) copy: f64,
+    pub(crate) total: f64,
 }
 
 /// One snapshot of the running source: how long berth froze it, and the request → ready time.
@@ -194,7 +194,7 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
 
 /// Writes back what the previous sample left in the page cache (`sync`, not timed), so no
 /// sample pays for another's writes: each copies hundreds of MB.
-async fn settle() -> anyhow::Result<()> {
+pub(crate) async fn settle() -> anyhow::Result<()> {
     let status = Command::new("sync")
         .status()
         .await
@@ -205,12 +205,12 @@ async fn settle() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn mb(bytes: u64) -> String {
+pub(crate) fn mb(bytes: u64) -> String {
     format!("{} MB", number(bytes as f64 / 1e6))
 }
 
 /// Runs `sql` with `psql` in container `id` as the image's user (not timed).
-async fn psql(id: &str, sql: &str) -> anyhow::Result<()> {
+pub(crate) async fn psql(id: &str, sql: &str) -> anyhow::Result<()> {
     let status = Command::new("docker")
         .args(["exec", id, "psql", "-v", "ON_ERROR_STOP=1", "-qAt", "-d"])
         .args(["postgres", "-c", sql])
@@ -225,7 +225,7 @@ async fn psql(id: &str, sql: &str) -> anyhow::Result<()> {
 }
 
 /// The volume container `id` mounts at the data directory.
-async fn data_volume(ctx: &Ctx, id: &str) -> anyhow::Result<String> {
+pub(crate) async fn data_volume(ctx: &Ctx, id: &str) -> anyhow::Result<String> {
     let inspected = ctx
         .docker
         .inspect_container(id, None)
@@ -241,7 +241,7 @@ async fn data_volume(ctx: &Ctx, id: &str) -> anyhow::Result<String> {
 }
 
 /// The size of the data directory in container `id`, by `du` in it (not timed).
-async fn data_bytes(id: &str) -> Option<u64> {
+pub(crate) async fn data_bytes(id: &str) -> Option<u64> {
     let out = Command::new("docker")
         .args(["exec", id, "du", "-sk", DATA])
         .output()
@@ -279,7 +279,7 @@ async fn berth_once(ctx: &Ctx, image: &str, source: &str, key: &str) -> anyhow::
 /// The floor: a fresh volume, a container of the same image that runs `cp -a` from the source
 /// volume into it (as root, so owners are kept) and exits, then the Postgres container on the
 /// copy until 5432 accepts a connection. Both containers are removed afterwards, not timed.
-async fn floor_once(
+pub(crate) async fn floor_once(
     ctx: &Ctx,
     image: &str,
     source_volume: &str,

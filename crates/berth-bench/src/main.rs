@@ -25,6 +25,7 @@ mod engine;
 mod exec;
 mod fair;
 mod idle;
+mod layers;
 mod load;
 mod many;
 mod postgres;
@@ -158,6 +159,10 @@ enum FigureKind {
     /// run, against the same alone.
     #[value(alias = "restore_small_while_another_key_copies")]
     Fair,
+    /// Branching from a snapshot on layers, for 100 MB and 1 GB of Postgres, against a plain
+    /// `cp -a` of the 1 GB snapshot; a fresh branch's disk and its first write.
+    #[value(alias = "branch_from_snapshot_to_running")]
+    Layers,
 }
 
 impl FigureKind {
@@ -178,6 +183,7 @@ impl FigureKind {
             FigureKind::Ui => "ui",
             FigureKind::Branch => "branch",
             FigureKind::Fair => "fair",
+            FigureKind::Layers => "layers",
         }
     }
 }
@@ -336,6 +342,15 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
             }
             FigureKind::Fair => {
                 fair::run(ctx, &ctx.other_api, args.samples.map_or(4, |n| n as usize)).await
+            }
+            FigureKind::Layers => {
+                let image = ctx.postgres_image.as_deref().ok_or_else(|| {
+                    anyhow!(
+                        "BERTH_TEST_POSTGRES_IMAGE is not set: source \
+                         target/berth-fixtures/fixtures.env, or run scripts/bench"
+                    )
+                })?;
+                layers::run(ctx, image, args.samples.map_or(3, |n| n as usize)).await
             }
         }
         .with_context(|| format!("measuring {}", kind.key()))?;

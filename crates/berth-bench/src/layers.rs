@@ -1,0 +1,276 @@
+//! Branching from a snapshot on layers: berth's `branch` from a snapshot, request to the
+//! branch's `running`, for a Postgres of about 100 MB and one of about 1 GB, against the raw
+//! floor of a copy (a plain `cp -a` of the snapshot's volume in a container of the same image,
+//! then a raw engine start on the copy and its first connect) at 1 GB. The branch stands on the
+//! snapshot's layer (an overlay volume), so its time should not grow with the data; the
+//! floor's does. The notes give the disk a fresh branch takes and what its first write to the
+//! big table costs (overlayfs copies the table's file up whole).
+//!
+//! Each size is one berth instance of the Postgres fixture, filled once (not timed) and
+//! snapshotted once; the samples branch from that snapshot. The ways take turns in a rotated
+//! order each round, each after a `sync` (not timed).
+
+use std::time::Duration;
+
+use anyhow::{anyhow, bail};
+use berth_client::{BranchFrom, SnapshotId, SnapshotState, UpCause};
+use tokio::process::Command;
+use tokio::time::Instant;
+
+use crate::Ctx;
+use crate::branch::{Floor, data_bytes, floor_once, mb, psql, settle};
+use crate::engine;
+use crate::postgres::pg_spec;
+use crate::progress;
+use crate::report::{Figure, Row, Stat, Target, number};
+use crate::stats::{median, ms};
+
+pub const NAME: &str = "branch_from_snapshot_to_running";
+/// About 100 MB and about 1 GB of rows (about 380 bytes each on disk, with the index).
+const SIZES: [(&str, u32); 2] = [("100 MB", 260_000), ("1 GB", 2_600_000)];
+const SAMPLE_TIMEOUT: Duration = Duration::from_secs(600);
+const POLL: Duration = Duration::from_millis(50);
+
+/// One size's source: its instance, container, snapshot, data volume and size.
+struct Source {
+    key: String,
+    container: String,
+    snapshot: SnapshotId,
+    volume: String,
+    bytes: Option<u64>,
+}
+
+pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figure> {
+    let network = format!("{}-layers", ctx.prefix);
+    engine::create_network(&ctx.docker, &network, &ctx.prefix).await?;
+    let mut sources = Vec::new();
+    for (i, (size, rows)) in SIZES.iter().enumerate() {
+        progress::line(&format!("{NAME}: filling a {size} source ({rows} rows)"));
+        sources.push(source(ctx, image, &format!("layers-src-{i}"), *rows).await?);
+    }
+    progress::line(&format!("{NAME}: warming up"));
+    berth_once(ctx, image, &sources[0], "layers-warm").await?;
+
+    let mut berth: Vec<Vec<f64>> = vec![Vec::new(); SIZES.len()];
+    let mut floor: Vec<Floor> = Vec::new();
+    for i in 0..samples {
+        let mut turns: Vec<usize> = (0..=SIZES.len()).collect();
+        let ways = turns.len();
+        turns.rotate_left(i % ways);
+        for turn in turns {
+            settle().await?;
+            if turn < SIZES.len() {
+                let key = format!("layers-{turn}-{i}");
+                berth[turn].push(berth_once(ctx, image, &sources[turn], &key).await?);
+            } else {
+                let large = &sources[SIZES.len() - 1];
+                let tag = format!("layers-{i}");
+                floor.push(floor_once(ctx, image, &large.volume, &network, &tag).await?);
+            }
+        }
+        progress::step(NAME, i + 1, samples);
+    }
+
+    // A fresh branch of the large source: the disk it takes, and its first write to the table.
+    let large = &sources[SIZES.len() - 1];
+    let key = "layers-disk";
+    berth_once(ctx, image, large, key).await?;
+    let branch = engine::berth_container(&ctx.docker, &ctx.prefix, key).await?;
+    let fresh = upper_bytes(ctx, &branch).await;
+    let first_write = timed_write(&branch, 1).await?;
+    let second_write = timed_write(&branch, 2).await?;
+    let after = upper_bytes(ctx, &branch).await;
+    let on_source = timed_write(&large.container, 3).await?;
+    ctx.api.archive(&ctx.domain, key).await?;
+
+    let floor_totals: Vec<f64> = floor.iter().map(|f| f.total).collect();
+    let floor_copies: Vec<f64> = floor.iter().map(|f| f.copy).collect();
+    let rows = vec![
+        Row {
+            name: format!("{NAME} (1 GB)"),
+            unit: "ms",
+            berth: Stat::of_samples(&berth[1]),
+            baseline: "raw-cp-a-floor",
+            base: Stat::of_samples(&floor_totals),
+            target: Some(Target::AtMost(0.2)),
+        },
+        Row {
+            name: format!("{NAME} (1 GB)"),
+            unit: "ms",
+            berth: Stat::of_samples(&berth[1]),
+            baseline: "berth-100-MB",
+            base: Stat::of_samples(&berth[0]),
+            target: Some(Target::AtMost(1.2)),
+        },
+    ];
+    let size = |s: &Source| s.bytes.map_or_else(|| "an unknown size".to_owned(), mb);
+    let share = |upper: Option<u64>| match (upper, large.bytes) {
+        (Some(u), Some(total)) if total > 0 => {
+            format!(
+                "{} ({}% of the source)",
+                mb(u),
+                number(u as f64 * 100.0 / total as f64)
+            )
+        }
+        (Some(u), _) => mb(u),
+        _ => "unknown".to_owned(),
+    };
+    let notes = vec![
+        format!(
+            "The sources: the Postgres fixture with {} and {} rows in one table and its primary \
+             key, {} and {} on disk (`du` of the data directory), each snapshotted once (a copy, \
+             not timed). Every berth sample branches from its snapshot: an overlay volume on the \
+             snapshot's layer, whatever its size; the floor copies the 1 GB snapshot's volume.",
+            SIZES[0].1,
+            SIZES[1].1,
+            size(&sources[0]),
+            size(&sources[1]),
+        ),
+        format!(
+            "raw-cp-a-floor, median by part: the copy container (create, start, `cp -a`, exit) \
+             {} ms, then the Postgres container on the copy until its first connect {} ms.",
+            number(median(&floor_copies)),
+            number(median(&floor_totals) - median(&floor_copies)),
+        ),
+        format!(
+            "A fresh branch of the 1 GB source takes {} of new disk once running (its upper \
+             layer, `du` through a helper), and {} after its first writes.",
+            share(fresh),
+            share(after),
+        ),
+        format!(
+            "The first write to the big table on a fresh branch (an UPDATE of one row, through \
+             `docker exec psql`, which each of the three pays alike) took {} ms, against {} ms for the next one and {} ms for the same write on \
+             the source: overlayfs copies a file up into the upper layer whole on its first \
+             write, so the first change to a table (or an index) pays for copying that table's \
+             file (1 GB files are split by Postgres into 1 GB segments).",
+            number(first_write),
+            number(second_write),
+            number(on_source),
+        ),
+    ];
+    Ok(Figure { rows, notes })
+}
+
+/// An instance of `key` filled with `rows` rows and checkpointed, and its snapshot (none of it
+/// timed).
+async fn source(ctx: &Ctx, image: &str, key: &str, rows: u32) -> anyhow::Result<Source> {
+    ctx.api
+        .up(&ctx.domain, key, &pg_spec(image, key, true))
+        .await?;
+    ctx.api
+        .wait_running(&ctx.domain, key, POLL, SAMPLE_TIMEOUT)
+        .await?;
+    let container = engine::berth_container(&ctx.docker, &ctx.prefix, key).await?;
+    psql(
+        &container,
+        &format!(
+            "CREATE TABLE t (id int PRIMARY KEY, body text); \
+             INSERT INTO t SELECT g, md5(g::text) || md5((g + 1)::text) || md5((g + 2)::text) \
+             || md5((g + 3)::text) || md5((g + 4)::text) || md5((g + 5)::text) \
+             || md5((g + 6)::text) || md5((g + 7)::text) || md5((g + 8)::text) \
+             || md5((g + 9)::text) FROM generate_series(1, {rows}) g; CHECKPOINT"
+        ),
+    )
+    .await?;
+    let bytes = data_bytes(&container).await;
+    let client = ctx.api.client();
+    let taken = client
+        .snapshot(&ctx.domain, key, "base")
+        .await
+        .map_err(|e| anyhow!("snapshot of {key}: {e}"))?;
+    let deadline = Instant::now() + SAMPLE_TIMEOUT;
+    let snapshot = loop {
+        let s = client
+            .snapshot_by_id(&ctx.domain, &taken.snapshot_id)
+            .await
+            .map_err(|e| anyhow!("reading the snapshot of {key}: {e}"))?;
+        match s.state {
+            SnapshotState::Ready => break s,
+            SnapshotState::Failed => bail!("the snapshot of {key} failed: {:?}", s.message),
+            _ if Instant::now() > deadline => bail!("the snapshot of {key} was not ready in time"),
+            _ => tokio::time::sleep(POLL).await,
+        }
+    };
+    let volume = snapshot
+        .volumes
+        .first()
+        .map(|v| v.name.clone())
+        .ok_or_else(|| anyhow!("the snapshot of {key} holds no volume"))?;
+    // The floor copies the snapshot's storage volume, found by its label.
+    let storage = engine::volumes_labelled(
+        &ctx.docker,
+        &format!("berth.snapshot={}", snapshot.snapshot_id),
+    )
+    .await?
+    .into_iter()
+    .next()
+    .ok_or_else(|| anyhow!("no storage volume for the snapshot of {key} ({volume})"))?;
+    Ok(Source {
+        key: key.to_owned(),
+        container,
+        snapshot: snapshot.snapshot_id,
+        volume: storage,
+        bytes,
+    })
+}
+
+/// berth: `branch` from the source's snapshot to `key`, until `running` (its tcp ready check on
+/// 5432 is the first connect). The branch is archived afterwards, not timed.
+async fn berth_once(ctx: &Ctx, image: &str, source: &Source, key: &str) -> anyhow::Result<f64> {
+    let spec = pg_spec(image, key, true);
+    let start = Instant::now();
+    ctx.api
+        .client()
+        .branch(
+            &ctx.domain,
+            key,
+            &BranchFrom::Snapshot(source.snapshot.clone()),
+            &spec,
+            UpCause::Person,
+        )
+        .await
+        .map_err(|e| anyhow!("branch of {key} from {}: {e}", source.key))?;
+    ctx.api
+        .wait_running(&ctx.domain, key, POLL, SAMPLE_TIMEOUT)
+        .await?;
+    let took = ms(start.elapsed());
+    if !key.ends_with("-disk") {
+        ctx.api.archive(&ctx.domain, key).await?;
+    }
+    Ok(took)
+}
+
+/// The size of the upper layer of the overlay volume container `id` mounts at the data
+/// directory (`du` in a throwaway container of the volume that holds it; not timed).
+async fn upper_bytes(ctx: &Ctx, id: &str) -> Option<u64> {
+    let volume = crate::branch::data_volume(ctx, id).await.ok()?;
+    let out = Command::new("docker")
+        .args([
+            "run",
+            "--rm",
+            "-v",
+            &format!("{volume}.up:/u"),
+            "--entrypoint",
+            "du",
+        ])
+        .arg(engine::create_reference(&ctx.image))
+        .args(["-sk", "/u/upper"])
+        .output()
+        .await
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let kib: u64 = text.split_whitespace().next()?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// One UPDATE of row `id` of the big table in container `id`, with its commit, timed.
+async fn timed_write(container: &str, row: u32) -> anyhow::Result<f64> {
+    let start = Instant::now();
+    psql(
+        container,
+        &format!("UPDATE t SET body = reverse(body) WHERE id = {row}"),
+    )
+    .await?;
+    Ok(ms(start.elapsed()))
+}
