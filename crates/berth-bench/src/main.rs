@@ -363,32 +363,19 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    // The soak takes ten minutes by default: it runs only when named.
-    let kinds: Vec<FigureKind> = [
-        FigureKind::Up,
-        FigureKind::Exec,
-        FigureKind::Get,
-        FigureKind::Wake,
-        FigureKind::Proxy,
-        FigureKind::Idle,
-        FigureKind::Postgres,
-        FigureKind::Many,
-        FigureKind::Watch,
-        FigureKind::Swarm,
-        FigureKind::Ui,
-        FigureKind::Branch,
-        FigureKind::Fair,
-        FigureKind::Soak,
-    ]
-    .into_iter()
-    .filter(|k| {
-        if args.only.is_empty() {
-            !matches!(k, FigureKind::Soak)
-        } else {
-            args.only.contains(k)
-        }
-    })
-    .collect();
+    // Every figure the command line knows, in the order it declares them (one added there runs
+    // here too); the soak takes ten minutes by default, so it runs only when named.
+    let kinds: Vec<FigureKind> = <FigureKind as clap::ValueEnum>::value_variants()
+        .iter()
+        .copied()
+        .filter(|k| {
+            if args.only.is_empty() {
+                !matches!(k, FigureKind::Soak)
+            } else {
+                args.only.contains(k)
+            }
+        })
+        .collect();
     let image = args
         .image
         .clone()
