@@ -49,7 +49,7 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
         sources.push(source(ctx, image, &format!("layers-src-{i}"), *rows).await?);
     }
     progress::line(&format!("{NAME}: warming up"));
-    berth_once(ctx, image, &sources[0], "layers-warm").await?;
+    berth_once(ctx, image, &sources[0], "layers-warm", true).await?;
 
     let mut berth: Vec<Vec<f64>> = vec![Vec::new(); SIZES.len()];
     let mut floor: Vec<Floor> = Vec::new();
@@ -61,7 +61,7 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
             settle().await?;
             if turn < SIZES.len() {
                 let key = format!("layers-{turn}-{i}");
-                berth[turn].push(berth_once(ctx, image, &sources[turn], &key).await?);
+                berth[turn].push(berth_once(ctx, image, &sources[turn], &key, true).await?);
             } else {
                 let large = &sources[SIZES.len() - 1];
                 let tag = format!("layers-{i}");
@@ -72,9 +72,11 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
     }
 
     // A fresh branch of the large source: the disk it takes, and its first write to the table.
+    // It is ready when `pg_isready` says so: a branch of a snapshot of a running Postgres
+    // recovers first, and takes TCP connections before it takes queries.
     let large = &sources[SIZES.len() - 1];
     let key = "layers-disk";
-    berth_once(ctx, image, large, key).await?;
+    berth_once(ctx, image, large, key, false).await?;
     let branch = engine::berth_container(&ctx.docker, &ctx.prefix, key).await?;
     let fresh = upper_bytes(ctx, &branch).await;
     let first_write = timed_write(&branch, 1).await?;
@@ -215,10 +217,17 @@ async fn source(ctx: &Ctx, image: &str, key: &str, rows: u32) -> anyhow::Result<
     })
 }
 
-/// berth: `branch` from the source's snapshot to `key`, until `running` (its tcp ready check on
-/// 5432 is the first connect). The branch is archived afterwards, not timed.
-async fn berth_once(ctx: &Ctx, image: &str, source: &Source, key: &str) -> anyhow::Result<f64> {
-    let spec = pg_spec(image, key, true);
+/// berth: `branch` from the source's snapshot to `key`, until `running` (with `tcp`, its ready
+/// check on 5432 is the first connect; else `pg_isready`). The branch is archived afterwards,
+/// not timed.
+async fn berth_once(
+    ctx: &Ctx,
+    image: &str,
+    source: &Source,
+    key: &str,
+    tcp: bool,
+) -> anyhow::Result<f64> {
+    let spec = pg_spec(image, key, tcp);
     let start = Instant::now();
     ctx.api
         .client()
