@@ -64,7 +64,7 @@ use crate::report::{Figure, Machine};
 #[command(name = "berth-bench", version)]
 struct Args {
     /// Samples per figure [default: 20 for up, 50 for exec, 10 for wake and postgres, 5
-    /// restarts for many, 20 rounds for watch, 10 page loads for ui, 3 for branch, 4 for fair].
+    /// restarts for many, 20 rounds for watch, 10 page loads for ui, 3 for branch and layers, 4 for fair].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     samples: Option<u32>,
 
