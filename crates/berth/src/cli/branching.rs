@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use berth_client::DomainId;
-use berth_client::{BranchFrom, CopyEvent, CopyState, DomainEvent, SnapshotView, UpCause};
+use berth_client::{
+    BranchFrom, CopyEvent, CopyMethod, CopyState, DomainEvent, SnapshotView, UpCause,
+};
 use clap::Args;
 use futures_util::StreamExt;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -160,6 +162,14 @@ async fn subscribe(
     Ok(events)
 }
 
+/// How a branch or a restore filled the volumes, for its last line: nothing to say for a copy.
+fn layered(copy: &CopyEvent) -> &'static str {
+    match copy.method {
+        CopyMethod::Overlay => " (on the snapshot's layers: no byte copied)",
+        _ => "",
+    }
+}
+
 fn finish_bar(bar: Option<ProgressBar>, copy: &CopyEvent) -> anyhow::Result<()> {
     if let Some(bar) = bar {
         bar.finish_and_clear();
@@ -298,10 +308,11 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
         }));
     } else {
         println!(
-            "{} restored {} from {}; what it replaced is the snapshot {} ({})",
+            "{} restored {} from {}{}; what it replaced is the snapshot {} ({})",
             ui.ok_mark(),
             args.name,
             snapshot.name,
+            layered(&copy),
             restored.before_restore.name,
             restored.before_restore.snapshot_id,
         );
@@ -457,10 +468,11 @@ pub async fn branch(args: BranchArgs) -> anyhow::Result<ExitCode> {
         print_json(&serde_json::to_value(&settled.instance)?);
     } else {
         println!(
-            "{} {} ({key}) branched from {}: {}",
+            "{} {} ({key}) branched from {}{}: {}",
             ui.ok_mark(),
             args.name,
             args.from,
+            layered(&copy),
             ui.state(settled.instance.state.kind())
         );
     }
