@@ -91,6 +91,19 @@ pub fn snapshot_volume(prefix: &str, snapshot: &crate::ids::SnapshotId, name: &s
     format!("{prefix}-snp-{}.{name}", &snapshot.hex()[..16])
 }
 
+/// The volume that holds overlay volume `volume`'s upper layer (and its work directory).
+pub fn upper_volume(volume: &str) -> String {
+    format!("{volume}.up")
+}
+
+/// The start of the names of the scratch volumes and helpers with which this store's daemon
+/// asks the engine whether it mounts overlay volumes: the store's id in it, so two daemons on
+/// one engine and prefix never touch each other's.
+pub fn overlay_probe(prefix: &str, store_id: &str) -> String {
+    let id = store_id.strip_prefix("bst:").unwrap_or(store_id);
+    format!("{prefix}-layers-probe-{}", &id[..id.len().min(16)])
+}
+
 /// The never-started container a copy reads and writes volumes through.
 pub fn copy_helper(prefix: &str, copy: &crate::ids::CopyId, index: usize) -> String {
     format!("{prefix}-copy-{}-{index}", &copy.hex()[..16])
@@ -103,6 +116,22 @@ pub fn is_image_volume(docker_name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_overlay_probe_is_named_for_the_store_and_an_upper_volume_for_its_overlay() {
+        assert_eq!(
+            overlay_probe("berth", "bst:0123456789abcdef0123456789abcdef"),
+            "berth-layers-probe-0123456789abcdef"
+        );
+        assert_ne!(
+            overlay_probe("berth", "bst:0123456789abcdef0123456789abcdef"),
+            overlay_probe("berth", "bst:fedcba98765432100123456789abcdef")
+        );
+        assert_eq!(
+            upper_volume("berth-x-db.vol.data.c1"),
+            "berth-x-db.vol.data.c1.up"
+        );
+    }
+
     use super::*;
 
     #[test]

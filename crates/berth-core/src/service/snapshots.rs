@@ -216,7 +216,7 @@ impl Berth {
         let asked: Vec<String> = snapshot
             .volumes
             .iter()
-            .flat_map(|v| [v.docker_name.clone(), format!("{}.up", v.docker_name)])
+            .flat_map(|v| [v.docker_name.clone(), names::upper_volume(&v.docker_name)])
             .collect();
         let users = self.store().read(move |tx| tx.layer_users(&asked)).await?;
         let mut holding = Vec::new();
@@ -263,7 +263,7 @@ impl Berth {
             // The overlay first, then its upper layer's volume (absent for a plain volume).
             for name in [
                 volume.docker_name.clone(),
-                format!("{}.up", volume.docker_name),
+                names::upper_volume(&volume.docker_name),
             ] {
                 reconciler
                     .runtime()

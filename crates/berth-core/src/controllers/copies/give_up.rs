@@ -67,7 +67,7 @@ impl CopyController {
                     // A target made as an overlay volume has an upper volume beside it.
                     for v in targets {
                         let v: InstanceVolume = v;
-                        written.push(super::layers::upper_volume(&v.docker_name));
+                        written.push(names::upper_volume(&v.docker_name));
                         written.push(v.docker_name);
                     }
                     key.clone_from(&target.key);

@@ -16,11 +16,6 @@ use crate::names;
 use crate::runtime::{LABEL_COPY, LABEL_VOLUME, Labels, Layer, OverlayPlan};
 use crate::snapshots::{CopyOp, LayeredVolume, MAX_LAYERS};
 
-/// The volume that holds overlay volume `volume`'s upper layer.
-pub(super) fn upper_volume(volume: &str) -> String {
-    format!("{volume}.up")
-}
-
 impl CopyController {
     /// Whether this engine mounts overlay volumes, asked once per run (with `image`, which is
     /// on the engine) unless layers are off.
@@ -31,7 +26,8 @@ impl CopyController {
         let probed = self
             .overlays
             .get_or_try_init(|| async {
-                let helper = format!("{}-layers-probe", self.ctx.config.prefix);
+                let helper =
+                    names::overlay_probe(&self.ctx.config.prefix, &self.ctx.store.identity().id);
                 let found = self
                     .ctx
                     .runtime
@@ -91,7 +87,7 @@ impl CopyController {
             }
             planned.push(LayeredVolume {
                 volume: pair.to.clone(),
-                upper: upper_volume(&pair.to),
+                upper: names::upper_volume(&pair.to),
                 lowers,
             });
         }
