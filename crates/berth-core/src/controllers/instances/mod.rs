@@ -276,6 +276,17 @@ impl InstanceController {
                     .await;
             }
         }
+        // A copy that ended since the instance was read switched its volumes in the transaction
+        // that ended it (a restore's does): act on the instance as it is now, never on the
+        // volumes it had before (which would start the container the restore replaced).
+        let instance = match self.ctx.store.instance_by_id(id) {
+            Some(now) if now.volumes != instance.volumes => {
+                obs = Observation::of(&now);
+                obs.observed_at = Timestamp::now();
+                now
+            }
+            _ => instance,
+        };
         match instance.desired {
             Desired::Archived => {
                 if let Some(c) = container {
