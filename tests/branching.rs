@@ -149,8 +149,18 @@ fn snapshot_ready(api: &Client, domain: &str, key: &str, name: &str) -> berth_cl
         block_on(api.api().snapshot(&support::domain_id(domain), key, name)).expect("a snapshot");
     assert_eq!(snapshot.state.as_str(), "copying");
     assert!(snapshot.snapshot_id.as_str().starts_with("snp:"));
+    until_ready(api, domain, &snapshot.snapshot_id)
+}
+
+/// Waits, on the domain's event stream, until snapshot `id` is no longer `copying`; it must be
+/// `ready`.
+fn until_ready(
+    api: &Client,
+    domain: &str,
+    id: &berth_client::SnapshotId,
+) -> berth_client::SnapshotView {
     let mut events = Box::pin(api.api().events(&support::domain_id(domain), None));
-    let id = snapshot.snapshot_id.clone();
+    let id = id.clone();
     // The copy may be done before the stream opens: the snapshot itself says so then.
     loop {
         let now = block_on(api.api().snapshot_by_id(&support::domain_id(domain), &id))
@@ -169,7 +179,8 @@ fn snapshot_ready(api: &Client, domain: &str, key: &str, name: &str) -> berth_cl
 
 #[test]
 fn a_branch_of_a_running_postgres_has_every_row_and_writes_stay_apart_both_ways() {
-    let daemon = Daemon::start();
+    // Copies (layers off): a running source is frozen while its bytes move, never stopped.
+    let daemon = Daemon::start_with(&["--volume-layers", "off"]);
     let api = daemon.client();
     let domain = api.create_domain("shop");
     let main = up_running(&api, &domain, "db@main", &pg_spec("main"));
@@ -297,7 +308,9 @@ fn a_postgres_restore_brings_the_rows_back_and_keeps_the_migrated_state_as_a_sna
         snapshot.volumes[0].bytes.unwrap_or(0) > 5_000_000,
         "{snapshot:?}"
     );
-    assert_eq!(api.instance(&domain, "db@main")["state"]["kind"], "running");
+    // On layers, the source went on after a restart, on a new layer over the snapshot's.
+    let main = api.settled(&domain, "db@main", &["running", "failed"], READY);
+    assert_eq!(main["state"]["kind"], "running", "{main}");
 
     // A destructive migration.
     sql(
@@ -384,13 +397,22 @@ fn a_postgres_restore_brings_the_rows_back_and_keeps_the_migrated_state_as_a_sna
         .count()
     };
     let refused = block_on(api.api().delete_snapshot(&domain_id, &snapshot.snapshot_id))
-        .expect_err("db@main stands on it");
+        .expect_err("db@check stands on it");
     assert!(refused.is("ResourceSnapshotInUseError"), "{refused}");
-    assert_eq!(volume_count(&snapshot.snapshot_id), 1);
+    let kept = block_on(api.api().snapshot_by_id(&domain_id, &snapshot.snapshot_id))
+        .expect("the snapshot is kept");
+    assert_eq!(kept.state.as_str(), "ready");
+    // One only its own instance stands on (it moved onto a new layer over it) is forgotten,
+    // and its volume stays under the instance.
     let spare = snapshot_ready(&api, &domain, "db@main", "spare");
-    assert_eq!(volume_count(&spare.snapshot_id), 1);
-    block_on(api.api().delete_snapshot(&domain_id, &spare.snapshot_id)).expect("a delete");
     assert_eq!(volume_count(&spare.snapshot_id), 0);
+    block_on(api.api().delete_snapshot(&domain_id, &spare.snapshot_id)).expect("a delete");
+    let main = api.settled(&domain, "db@main", &["running", "failed"], READY);
+    assert_eq!(main["state"]["kind"], "running", "{main}");
+    assert_eq!(
+        sql(&api, &domain, "db@main", "SELECT count(*) FROM t"),
+        "20000"
+    );
     api.get(&format!(
         "/v1/resource-domains/{domain}/snapshots/{}",
         spare.snapshot_id
@@ -677,7 +699,8 @@ fn bad_snapshot_branch_and_restore_requests_are_refused_and_write_nothing() {
 #[test]
 fn a_daemon_killed_in_the_middle_of_a_copy_never_uses_the_half_written_volume_and_the_next_start_finishes_it()
  {
-    let mut daemon = Daemon::start();
+    // Copies (layers off): the half-written volume is a copy's.
+    let mut daemon = Daemon::start_with(&["--volume-layers", "off"]);
     let api = daemon.client();
     let domain = api.create_domain("shop");
     let main = up_running(&api, &domain, "db@main", &pg_spec("main"));
@@ -1023,4 +1046,211 @@ fn a_daemon_killed_as_a_branch_stands_on_layers_converges_on_whole_overlay_volum
         "{{.Names}}",
     ]);
     assert_eq!(helpers, "", "no helper is left");
+}
+
+#[test]
+fn a_snapshot_and_a_branch_of_a_running_postgres_on_layers_copy_nothing_and_stand_on_a_clean_stop()
+{
+    use berth_client::{BranchFrom, CopyMethod, CopyState, UpCause};
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("moves");
+    let domain_id = support::domain_id(&domain);
+    let main = up_running(&api, &domain, "db@main", &pg_spec("main"));
+    assert_eq!(main["state"]["kind"], "running", "{main}");
+    fill(&api, &domain, "db@main", 20_000);
+    let plain = main["volumes"][0]["dockerName"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // The snapshot copies nothing: the source stops cleanly, its volume becomes the
+    // snapshot's layer, and it starts again on an overlay volume over it.
+    let (_, copy) = copy_of(&api, &domain, "snapshot", "db@main", || {
+        block_on(api.api().snapshot(&domain_id, "db@main", "before")).expect("a snapshot")
+    });
+    assert_eq!(copy.state, CopyState::Done, "{copy:?}");
+    assert_eq!(copy.method, CopyMethod::Overlay, "{copy:?}");
+    assert_eq!(copy.bytes_done, 0, "{copy:?}");
+    let snapshot = block_on(api.api().snapshot_by_id(
+        &domain_id,
+        copy.snapshot_id.as_ref().expect("the copy's snapshot"),
+    ))
+    .expect("the snapshot");
+    assert_eq!(snapshot.state.as_str(), "ready", "{snapshot:?}");
+    assert!(snapshot.source_paused_ms.is_some(), "{snapshot:?}");
+    assert!(
+        snapshot.volumes[0].bytes.unwrap_or(0) > 5_000_000,
+        "{snapshot:?}"
+    );
+    let moved = api.settled(&domain, "db@main", &["running", "failed"], READY);
+    assert_eq!(moved["state"]["kind"], "running", "{moved}");
+    assert_ne!(moved["startedAt"], main["startedAt"], "it restarted");
+    let upper = moved["volumes"][0]["dockerName"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(volume_options(&upper)["type"], "overlay", "{upper}");
+    assert_eq!(volume_options(&plain), Value::Null, "{plain} stays plain");
+    sql(
+        &api,
+        &domain,
+        "db@main",
+        "INSERT INTO t VALUES (-1, 'after')",
+    );
+
+    // A branch of the running source copies nothing either, and has every row up to now.
+    let (_, copy) = copy_of(&api, &domain, "branch", "db@fix", || {
+        block_on(api.api().branch(
+            &domain_id,
+            "db@fix",
+            &BranchFrom::Instance("db@main".into()),
+            &pg_spec("fix"),
+            UpCause::Person,
+        ))
+        .expect("a branch")
+    });
+    assert_eq!(copy.state, CopyState::Done, "{copy:?}");
+    assert_eq!(copy.method, CopyMethod::Overlay, "{copy:?}");
+    assert_eq!(copy.bytes_done, 0, "{copy:?}");
+    let fix = api.settled(&domain, "db@fix", &["running", "failed"], READY);
+    assert_eq!(fix["state"]["kind"], "running", "{fix}");
+    assert_eq!(
+        sql(&api, &domain, "db@fix", "SELECT count(*) FROM t"),
+        "20001"
+    );
+    // It stands on a clean stop: Postgres found no crash to recover from.
+    let logs = std::process::Command::new("docker")
+        .args(["logs", &support::container_of(&fix)])
+        .output()
+        .expect("docker logs");
+    let logs =
+        String::from_utf8_lossy(&logs.stderr).into_owned() + &String::from_utf8_lossy(&logs.stdout);
+    assert!(logs.contains("was shut down at"), "{logs}");
+    assert!(!logs.contains("not properly shut down"), "{logs}");
+    let main_now = api.settled(&domain, "db@main", &["running", "failed"], READY);
+    assert_eq!(main_now["state"]["kind"], "running", "{main_now}");
+
+    // Writes stay apart both ways.
+    sql(&api, &domain, "db@fix", "INSERT INTO t VALUES (-2, 'fix')");
+    sql(
+        &api,
+        &domain,
+        "db@main",
+        "INSERT INTO t VALUES (-3, 'main')",
+    );
+    assert_eq!(
+        sql(
+            &api,
+            &domain,
+            "db@main",
+            "SELECT count(*) FROM t WHERE id = -2"
+        ),
+        "0"
+    );
+    assert_eq!(
+        sql(
+            &api,
+            &domain,
+            "db@fix",
+            "SELECT count(*) FROM t WHERE id = -3"
+        ),
+        "0"
+    );
+
+    // The snapshot holds the state it was taken in: a restore brings it back.
+    let (_, copy) = copy_of(&api, &domain, "restore", "db@main", || {
+        block_on(
+            api.api()
+                .restore(&domain_id, "db@main", &snapshot.snapshot_id),
+        )
+        .expect("a restore")
+    });
+    assert_eq!(copy.method, CopyMethod::Overlay, "{copy:?}");
+    let back = api.settled(&domain, "db@main", &["running", "failed"], READY);
+    assert_eq!(back["state"]["kind"], "running", "{back}");
+    assert_eq!(
+        sql(&api, &domain, "db@main", "SELECT count(*) FROM t"),
+        "20000"
+    );
+
+    // The branch stands on the snapshot's layer: deleting it is refused, naming the branch's
+    // volume.
+    let refused = block_on(api.api().delete_snapshot(&domain_id, &snapshot.snapshot_id))
+        .expect_err("db@fix stands on it");
+    assert!(refused.is("ResourceSnapshotInUseError"), "{refused}");
+    let fix_volume = fix["volumes"][0]["dockerName"].as_str().unwrap();
+    assert!(refused.to_string().contains(fix_volume), "{refused}");
+
+    // A snapshot only its own instance stands on is forgotten; the volumes stay under it.
+    let (_, copy) = copy_of(&api, &domain, "snapshot", "db@fix", || {
+        block_on(api.api().snapshot(&domain_id, "db@fix", "fix-base")).expect("a snapshot")
+    });
+    let own = copy.snapshot_id.expect("the copy's snapshot");
+    block_on(api.api().delete_snapshot(&domain_id, &own)).expect("a delete");
+    let fix_again = api.settled(&domain, "db@fix", &["running", "failed"], READY);
+    assert_eq!(fix_again["state"]["kind"], "running", "{fix_again}");
+    assert_eq!(
+        sql(&api, &domain, "db@fix", "SELECT count(*) FROM t"),
+        "20002"
+    );
+    assert_eq!(
+        volume_options(fix_volume)["type"],
+        "overlay",
+        "{fix_volume} stays"
+    );
+}
+
+#[test]
+fn a_daemon_killed_as_a_snapshot_moves_its_source_onto_layers_converges_with_nothing_half_made() {
+    let mut daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("moves-kill");
+    let domain_id = support::domain_id(&domain);
+    let main = up_running(&api, &domain, "db@main", &pg_spec("main"));
+    assert_eq!(main["state"]["kind"], "running", "{main}");
+    fill(&api, &domain, "db@main", 10_000);
+    // Killed the moment the snapshot is accepted: the source is stopping, or its layers are
+    // being made, or it moved already.
+    let taken = block_on(api.api().snapshot(&domain_id, "db@main", "base")).expect("a snapshot");
+    daemon.kill9();
+
+    daemon.start_again();
+    let api = daemon.client();
+    until_ready(&api, &domain, &taken.snapshot_id);
+    let main = api.settled(&domain, "db@main", &["running", "failed"], COPY);
+    assert_eq!(main["state"]["kind"], "running", "{main}");
+    sql(&api, &domain, "db@main", "DELETE FROM t WHERE id <= 10");
+    // Exactly the volume it mounts, its upper layer and the volume it left: nothing half-made.
+    let mounted = main["volumes"][0]["dockerName"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(volume_options(&mounted)["type"], "overlay", "{mounted}");
+    let volumes = docker(&[
+        "volume",
+        "ls",
+        "-q",
+        "--filter",
+        &format!(
+            "label=berth.instance={}",
+            main["resourceInstanceId"].as_str().unwrap()
+        ),
+    ]);
+    assert_eq!(volumes.lines().count(), 3, "{volumes}");
+    assert!(
+        volumes.lines().any(|v| v == format!("{mounted}.up")),
+        "{volumes}"
+    );
+
+    // The snapshot holds the rows as they were.
+    copy_of(&api, &domain, "restore", "db@main", || {
+        block_on(api.api().restore(&domain_id, "db@main", &taken.snapshot_id)).expect("a restore")
+    });
+    let back = api.settled(&domain, "db@main", &["running", "failed"], COPY);
+    assert_eq!(back["state"]["kind"], "running", "{back}");
+    assert_eq!(
+        sql(&api, &domain, "db@main", "SELECT count(*) FROM t"),
+        "10000"
+    );
 }

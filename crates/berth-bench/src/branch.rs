@@ -86,17 +86,7 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
         )
         .await?;
     let source_container = engine::berth_container(&ctx.docker, &ctx.prefix, source).await?;
-    psql(
-        &source_container,
-        &format!(
-            "CREATE TABLE t (id int PRIMARY KEY, body text); \
-             INSERT INTO t SELECT g, md5(g::text) || md5((g + 1)::text) || md5((g + 2)::text) \
-             || md5((g + 3)::text) || md5((g + 4)::text) || md5((g + 5)::text) \
-             || md5((g + 6)::text) || md5((g + 7)::text) || md5((g + 8)::text) \
-             || md5((g + 9)::text) FROM generate_series(1, {ROWS}) g; CHECKPOINT"
-        ),
-    )
-    .await?;
+    fill(&source_container, ROWS).await?;
     let source_volume = data_volume(ctx, &source_container).await?;
     let bytes = data_bytes(&source_container).await;
 
@@ -111,19 +101,24 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
     let mut archive = Vec::with_capacity(samples);
     for i in 0..samples {
         for way in ORDERS[i % ORDERS.len()] {
+            // On layers, berth's branch and snapshot restart the source (not timed here).
+            ctx.api
+                .wait_running(&ctx.domain, source, SNAPSHOT_POLL, SAMPLE_TIMEOUT)
+                .await?;
             settle().await?;
             match way {
                 Way::Berth => berth.push(berth_once(ctx, image, source, &format!("br-{i}")).await?),
                 Way::Floor => floor
                     .push(floor_once(ctx, image, &source_volume, &network, &i.to_string()).await?),
-                Way::Dump => {
-                    dump.push(dump_once(ctx, image, &source_container, &format!("dump-{i}")).await?)
-                }
+                Way::Dump => dump.push(dump_once(ctx, image, source, &format!("dump-{i}")).await?),
                 Way::Archive => {
                     archive.push(archive_once(ctx, image, &source_volume, &i.to_string()).await?)
                 }
             }
         }
+        ctx.api
+            .wait_running(&ctx.domain, source, SNAPSHOT_POLL, SAMPLE_TIMEOUT)
+            .await?;
         settle().await?;
         frozen.push(snapshot_once(ctx, source, &format!("frozen-{i}")).await?);
         progress::step(NAME, i + 1, samples);
@@ -222,6 +217,22 @@ pub(crate) async fn psql(id: &str, sql: &str) -> anyhow::Result<()> {
         bail!("psql in {id} failed ({status}) for the benchmark's data");
     }
     Ok(())
+}
+
+/// Fills container `id`'s Postgres with `rows` rows of about 380 bytes each that Postgres
+/// stores uncompressed, in table `t`, and checkpoints (not timed).
+pub(crate) async fn fill(id: &str, rows: u32) -> anyhow::Result<()> {
+    psql(
+        id,
+        &format!(
+            "CREATE TABLE t (id int PRIMARY KEY, body text); \
+             INSERT INTO t SELECT g, md5(g::text) || md5((g + 1)::text) || md5((g + 2)::text) \
+             || md5((g + 3)::text) || md5((g + 4)::text) || md5((g + 5)::text) \
+             || md5((g + 6)::text) || md5((g + 7)::text) || md5((g + 8)::text) \
+             || md5((g + 9)::text) FROM generate_series(1, {rows}) g; CHECKPOINT"
+        ),
+    )
+    .await
 }
 
 /// The volume container `id` mounts at the data directory.
@@ -371,7 +382,9 @@ pub(crate) async fn floor_once(
 
 /// The usual way: a fresh berth instance until `running`, then `pg_dump` of the source piped
 /// into `psql` in it, both through `docker exec`, as a developer would type it.
-async fn dump_once(ctx: &Ctx, image: &str, source: &str, key: &str) -> anyhow::Result<f64> {
+async fn dump_once(ctx: &Ctx, image: &str, source_key: &str, key: &str) -> anyhow::Result<f64> {
+    // The source's container of now: a branch on layers made it anew.
+    let source = engine::berth_container(&ctx.docker, &ctx.prefix, source_key).await?;
     let start = Instant::now();
     ctx.api
         .up(&ctx.domain, key, &pg_spec(image, key, true))
@@ -426,10 +439,15 @@ async fn snapshot_once(ctx: &Ctx, source: &str, name: &str) -> anyhow::Result<Fr
     let paused = snapshot
         .source_paused_ms
         .ok_or_else(|| anyhow!("snapshot {name} of a running source says no frozen time"))?;
-    client
+    // On layers, the branches of the source (archived, their volumes kept) stand on it: then
+    // it is kept.
+    if let Err(e) = client
         .delete_snapshot(&ctx.domain, &taken.snapshot_id)
         .await
-        .map_err(|e| anyhow!("deleting snapshot {name}: {e}"))?;
+        && !e.is("ResourceSnapshotInUseError")
+    {
+        bail!("deleting snapshot {name}: {e}");
+    }
     Ok(Frozen {
         paused: paused as f64,
         ready,

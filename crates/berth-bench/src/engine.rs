@@ -409,26 +409,6 @@ pub async fn berth_container(docker: &Docker, prefix: &str, key: &str) -> anyhow
         .ok_or_else(|| anyhow!("berth made no container for instance {key}"))
 }
 
-/// The names of the volumes carrying `label` (`key=value`).
-pub async fn volumes_labelled(docker: &Docker, label: &str) -> anyhow::Result<Vec<String>> {
-    let options = bollard::query_parameters::ListVolumesOptions {
-        filters: Some(HashMap::from([(
-            "label".to_owned(),
-            vec![label.to_owned()],
-        )])),
-    };
-    let listed = docker
-        .list_volumes(Some(options))
-        .await
-        .with_context(|| format!("listing the volumes labelled {label}"))?;
-    Ok(listed
-        .volumes
-        .unwrap_or_default()
-        .into_iter()
-        .map(|v| v.name)
-        .collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

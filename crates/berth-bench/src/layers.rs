@@ -168,18 +168,10 @@ async fn source(ctx: &Ctx, image: &str, key: &str, rows: u32) -> anyhow::Result<
         .wait_running(&ctx.domain, key, POLL, SAMPLE_TIMEOUT)
         .await?;
     let container = engine::berth_container(&ctx.docker, &ctx.prefix, key).await?;
-    psql(
-        &container,
-        &format!(
-            "CREATE TABLE t (id int PRIMARY KEY, body text); \
-             INSERT INTO t SELECT g, md5(g::text) || md5((g + 1)::text) || md5((g + 2)::text) \
-             || md5((g + 3)::text) || md5((g + 4)::text) || md5((g + 5)::text) \
-             || md5((g + 6)::text) || md5((g + 7)::text) || md5((g + 8)::text) \
-             || md5((g + 9)::text) FROM generate_series(1, {rows}) g; CHECKPOINT"
-        ),
-    )
-    .await?;
+    crate::branch::fill(&container, rows).await?;
     let bytes = data_bytes(&container).await;
+    // The volume the snapshot stands on: on layers, the one the instance mounted until then.
+    let storage = crate::branch::data_volume(ctx, &container).await?;
     // Stopped cleanly before its snapshot: a branch of a crash-consistent copy (a snapshot of a
     // running Postgres) recovers on its first start, and that start's fsync of every file opens
     // each one for writing, which makes overlayfs copy every file up (see benchmarks.md).
@@ -207,20 +199,9 @@ async fn source(ctx: &Ctx, image: &str, key: &str, rows: u32) -> anyhow::Result<
             _ => tokio::time::sleep(POLL).await,
         }
     };
-    let volume = snapshot
-        .volumes
-        .first()
-        .map(|v| v.name.clone())
-        .ok_or_else(|| anyhow!("the snapshot of {key} holds no volume"))?;
-    // The floor copies the snapshot's storage volume, found by its label.
-    let storage = engine::volumes_labelled(
-        &ctx.docker,
-        &format!("berth.snapshot={}", snapshot.snapshot_id),
-    )
-    .await?
-    .into_iter()
-    .next()
-    .ok_or_else(|| anyhow!("no storage volume for the snapshot of {key} ({volume})"))?;
+    if snapshot.volumes.is_empty() {
+        bail!("the snapshot of {key} holds no volume");
+    }
     Ok(Source {
         key: key.to_owned(),
         snapshot: snapshot.snapshot_id,

@@ -298,6 +298,16 @@ fn load_note(before: Option<(f64, f64, f64)>, after: Option<(f64, f64, f64)>) ->
     ))
 }
 
+/// The Postgres fixture's pinned image, which the Postgres figures run.
+fn postgres_image(ctx: &Ctx) -> anyhow::Result<&str> {
+    ctx.postgres_image.as_deref().ok_or_else(|| {
+        anyhow!(
+            "BERTH_TEST_POSTGRES_IMAGE is not set: source target/berth-fixtures/fixtures.env, \
+             or run scripts/bench"
+        )
+    })
+}
+
 async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result<Vec<Figure>> {
     let mut figures = Vec::new();
     for kind in kinds {
@@ -319,12 +329,7 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
             FigureKind::Idle => idle::run(ctx).await,
             FigureKind::Soak => soak::run(ctx, args.soak_duration).await,
             FigureKind::Postgres => {
-                let image = ctx.postgres_image.as_deref().ok_or_else(|| {
-                    anyhow!(
-                        "BERTH_TEST_POSTGRES_IMAGE is not set: source \
-                         target/berth-fixtures/fixtures.env, or run scripts/bench"
-                    )
-                })?;
+                let image = postgres_image(ctx)?;
                 postgres::run(ctx, image, args.samples.map_or(10, |n| n as usize)).await
             }
             FigureKind::Many => many::run(ctx, args.samples.map_or(5, |n| n as usize)).await,
@@ -332,24 +337,14 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
             FigureKind::Swarm => swarm::run(ctx, args.samples.map_or(10, |n| n as usize)).await,
             FigureKind::Ui => ui::run(ctx, args.samples.map_or(10, |n| n as usize)).await,
             FigureKind::Branch => {
-                let image = ctx.postgres_image.as_deref().ok_or_else(|| {
-                    anyhow!(
-                        "BERTH_TEST_POSTGRES_IMAGE is not set: source \
-                         target/berth-fixtures/fixtures.env, or run scripts/bench"
-                    )
-                })?;
+                let image = postgres_image(ctx)?;
                 branch::run(ctx, image, args.samples.map_or(3, |n| n as usize)).await
             }
             FigureKind::Fair => {
                 fair::run(ctx, &ctx.other_api, args.samples.map_or(4, |n| n as usize)).await
             }
             FigureKind::Layers => {
-                let image = ctx.postgres_image.as_deref().ok_or_else(|| {
-                    anyhow!(
-                        "BERTH_TEST_POSTGRES_IMAGE is not set: source \
-                         target/berth-fixtures/fixtures.env, or run scripts/bench"
-                    )
-                })?;
+                let image = postgres_image(ctx)?;
                 layers::run(ctx, image, args.samples.map_or(3, |n| n as usize)).await
             }
         }

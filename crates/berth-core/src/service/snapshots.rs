@@ -212,28 +212,39 @@ impl Berth {
             });
         }
         // Its volumes (and the upper volumes of those that are overlays) hold layers other
-        // volumes may stand on: then it is kept. A user removed outside berth holds nothing.
-        let asked: Vec<String> = snapshot
-            .volumes
-            .iter()
-            .flat_map(|v| [v.docker_name.clone(), names::upper_volume(&v.docker_name)])
-            .collect();
-        let users = self.store().read(move |tx| tx.layer_users(&asked)).await?;
+        // volumes may stand on. Another instance's: the snapshot is kept. Its own instance's
+        // (it moved onto new layers when the snapshot was taken): they are that instance's
+        // data, and stay; the snapshot is forgotten. A user removed outside berth holds nothing.
+        let own = snapshot.instance_id.to_string();
         let mut holding = Vec::new();
-        for user in users {
-            let present = reconciler
-                .runtime()
-                .volume_labels(&user)
-                .await
-                .map_err(|e| Error::Runtime(e.to_string()))?;
-            if present.is_some() {
-                holding.push(user);
-            } else {
-                self.store()
-                    .write(move |tx| tx.forget_layered(&user))
-                    .await?;
+        let mut standing = std::collections::BTreeSet::new();
+        for volume in &snapshot.volumes {
+            let asked = vec![
+                volume.docker_name.clone(),
+                names::upper_volume(&volume.docker_name),
+            ];
+            let users = self.store().read(move |tx| tx.layer_users(&asked)).await?;
+            for user in users {
+                let labels = reconciler
+                    .runtime()
+                    .volume_labels(&user)
+                    .await
+                    .map_err(|e| Error::Runtime(e.to_string()))?;
+                match labels {
+                    None => {
+                        self.store()
+                            .write(move |tx| tx.forget_layered(&user))
+                            .await?;
+                    }
+                    Some(labels) if labels.get(LABEL_INSTANCE) == Some(&own) => {
+                        standing.insert(volume.docker_name.clone());
+                    }
+                    Some(_) => holding.push(user),
+                }
             }
         }
+        holding.sort();
+        holding.dedup();
         if !holding.is_empty() {
             return Err(Error::SnapshotInUse {
                 id: id.to_string(),
@@ -252,7 +263,7 @@ impl Berth {
             .collect();
         let mut removed = Vec::new();
         for volume in &snapshot.volumes {
-            if mounted.contains(&volume.docker_name) {
+            if mounted.contains(&volume.docker_name) || standing.contains(&volume.docker_name) {
                 continue;
             }
             let label = if volume.docker_name.contains("-snp-") {

@@ -2,12 +2,15 @@
 
 use std::sync::Arc;
 
+use super::moves::Moved;
 use super::volumes::{Pair, pairs_into};
 use super::{CopyController, Stop, to_i64};
+use crate::ids::InstanceId;
 use crate::model::Instance;
+use crate::names;
 use crate::plan::{copy_targets, plan_volumes};
 use crate::runtime::LABEL_SNAPSHOT;
-use crate::snapshots::{CopyMethod, CopyOp, CopyState, SnapshotState};
+use crate::snapshots::{CopyMethod, CopyOp, CopyState, Snapshot, SnapshotState, SnapshotVolume};
 use crate::store::StoreError;
 
 impl CopyController {
@@ -25,7 +28,56 @@ impl CopyController {
             .await?
             .ok_or_else(|| Stop::Fail("the snapshot is gone".to_owned()))?;
         let image = self.ctx.runtime.ensure_image(&source.spec.image).await?;
-        let _ = image;
+        // An earlier attempt moved the instance onto new layers already: the snapshot names
+        // the volumes it left, and only their sizes are missing.
+        let prefix = &self.ctx.config.prefix;
+        if snapshot
+            .volumes
+            .iter()
+            .any(|v| v.docker_name != names::snapshot_volume(prefix, &snapshot_id, &v.name))
+        {
+            return self
+                .snapshot_stands(copy, &source.key, snapshot, Some(&source.id))
+                .await;
+        }
+        if let Some(moved) = self.move_onto_layers(copy, &source, &image).await? {
+            let copy = self.choose(copy, CopyMethod::Overlay).await?;
+            let Moved {
+                old,
+                layered,
+                volumes,
+                kept,
+                tag,
+                stopped,
+                held,
+            } = moved;
+            snapshot.volumes = old
+                .into_iter()
+                .map(|(name, docker_name)| SnapshotVolume {
+                    name,
+                    docker_name,
+                    bytes: None,
+                })
+                .collect();
+            snapshot.source_paused_ms =
+                Some(i64::try_from(stopped.elapsed().as_millis()).unwrap_or(i64::MAX));
+            let (recorded, instance) = (snapshot.clone(), source.id.clone());
+            self.ctx
+                .store
+                .write(move |tx| {
+                    for volume in &layered {
+                        tx.record_layered(volume)?;
+                    }
+                    tx.update_snapshot(&recorded)?;
+                    tx.set_volume_tag(&instance, &tag, &volumes, &kept)
+                })
+                .await?;
+            // Its volumes are switched: it starts again on its new layers.
+            drop(held);
+            return self
+                .snapshot_stands(&copy, &source.key, snapshot, Some(&source.id))
+                .await;
+        }
         let pairs: Vec<Pair> = snapshot
             .volumes
             .iter()
@@ -71,6 +123,52 @@ impl CopyController {
             })
             .await?;
         self.finished(copy, &source.key, moved);
+        Ok(())
+    }
+
+    /// Ends a snapshot that stands on the volumes its instance left when it moved onto new
+    /// layers: their sizes, and the snapshot `ready` once the instance runs again.
+    async fn snapshot_stands(
+        &self,
+        copy: &CopyOp,
+        key: &str,
+        mut snapshot: Snapshot,
+        source: Option<&InstanceId>,
+    ) -> Result<(), Stop> {
+        let volumes: Vec<String> = snapshot
+            .volumes
+            .iter()
+            .map(|v| v.docker_name.clone())
+            .collect();
+        let measuring = crate::controllers::sizes::volume_sizes(
+            &self.ctx.store,
+            self.ctx.runtime.as_ref(),
+            &volumes,
+        );
+        let back = async {
+            if let Some(id) = source {
+                self.source_back(copy, id).await;
+            }
+        };
+        let (sizes, ()) = tokio::join!(measuring, back);
+        let sizes = sizes.unwrap_or_default();
+        for v in &mut snapshot.volumes {
+            v.bytes = sizes
+                .get(&v.docker_name)
+                .copied()
+                .flatten()
+                .and_then(|b| i64::try_from(b).ok());
+        }
+        snapshot.state = SnapshotState::Ready;
+        let id = copy.id.clone();
+        self.ctx
+            .store
+            .write(move |tx| {
+                tx.update_snapshot(&snapshot)?;
+                tx.end_copy(&id, CopyState::Done, None, 0, Some(0))
+            })
+            .await?;
+        self.finished(copy, key, 0);
         Ok(())
     }
 
@@ -123,31 +221,49 @@ impl CopyController {
         let labels = self.instance_labels(copy, &target);
         let image_ref = target.spec.image.as_str();
         // A snapshot never changes: its volumes can be layers. Another instance's go on
-        // changing, so they are copied.
-        let layered = match source {
-            None => self.layer_pairs(copy, &pairs, &labels, image_ref).await?,
-            Some(_) => None,
+        // changing: it moves onto new layers first, and the volumes it leaves are the branch's
+        // layers too. Where it cannot, they are copied.
+        let moved = match &source {
+            Some(source) => {
+                let image = self.ctx.runtime.ensure_image(&source.spec.image).await?;
+                self.move_onto_layers(copy, source, &image).await?
+            }
+            None => None,
         };
-        let (copy, moved, layered) = match layered {
+        let layered = match (&source, &moved) {
+            (None, _) | (Some(_), Some(_)) => {
+                self.layer_pairs(copy, &pairs, &labels, image_ref).await?
+            }
+            (Some(_), None) => None,
+        };
+        // A source that moved is stopped: nothing to freeze.
+        let frozen = source.as_ref().filter(|_| moved.is_none());
+        let (copy, bytes, layered) = match layered {
             Some(layered) => (self.choose(copy, CopyMethod::Overlay).await?, 0, layered),
             None => {
                 let (moved, _, _) = self
-                    .copy_pairs(
-                        copy,
-                        &target.key,
-                        &pairs,
-                        &labels,
-                        image_ref,
-                        source.as_ref(),
-                    )
+                    .copy_pairs(copy, &target.key, &pairs, &labels, image_ref, frozen)
                     .await?;
                 (copy.clone(), moved, Vec::new())
             }
         };
-        let (id, done, instance) = (copy.id.clone(), to_i64(moved), target.id.clone());
+        let (id, done, instance) = (copy.id.clone(), to_i64(bytes), target.id.clone());
+        let (held, moved) = match (moved, &source) {
+            (Some(m), Some(source)) => (
+                Some(m.held),
+                Some((source.id.clone(), m.layered, m.tag, m.volumes, m.kept)),
+            ),
+            _ => (None, None),
+        };
         self.ctx
             .store
             .write(move |tx| {
+                if let Some((source, moved_layers, tag, volumes, kept)) = &moved {
+                    for volume in moved_layers {
+                        tx.record_layered(volume)?;
+                    }
+                    tx.set_volume_tag(source, tag, volumes, kept)?;
+                }
                 for volume in &layered {
                     tx.record_layered(volume)?;
                 }
@@ -156,7 +272,15 @@ impl CopyController {
                 tx.end_copy(&id, CopyState::Done, None, done, Some(done))
             })
             .await?;
-        self.finished(&copy, &target.key, moved);
+        // A source that moved starts again on its new layers; the copy says it is done once
+        // it runs.
+        if let Some(held) = held {
+            drop(held);
+            if let Some(source) = &source {
+                self.source_back(&copy, &source.id).await;
+            }
+        }
+        self.finished(&copy, &target.key, bytes);
         self.queue.enqueue_now(&target.id);
         Ok(())
     }

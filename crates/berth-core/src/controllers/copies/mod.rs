@@ -26,6 +26,7 @@
 mod give_up;
 mod kinds;
 mod layers;
+mod moves;
 mod slots;
 mod volumes;
 

@@ -74,6 +74,9 @@ pub(crate) struct InstanceController {
     /// The copies the copy controller has begun (not those waiting for their turn): a
     /// restore's target is held stopped only while its copy is one of them.
     begun_copies: Mutex<HashSet<CopyId>>,
+    /// The instances a copy moves onto new layers (a snapshot or a branch of them on layers):
+    /// held stopped until their volumes are switched.
+    moving: Mutex<HashSet<InstanceId>>,
 }
 
 impl InstanceController {
@@ -106,6 +109,7 @@ impl InstanceController {
                 starts: Arc::default(),
                 locks: Mutex::new(HashMap::new()),
                 begun_copies: Mutex::new(HashSet::new()),
+                moving: Mutex::new(HashSet::new()),
             }
         })
     }
@@ -127,6 +131,21 @@ impl InstanceController {
     /// The copy controller says a copy's task ended (done, failed, or cut off by a shutdown).
     pub(crate) fn copy_ended(&self, id: &CopyId) {
         self.begun_copies().remove(id);
+    }
+
+    fn moving(&self) -> std::sync::MutexGuard<'_, HashSet<InstanceId>> {
+        self.moving.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A copy is about to move instance `id` onto new layers: it is held stopped (and
+    /// `starting`) from now until [`InstanceController::move_ended`].
+    pub(crate) fn move_begins(&self, id: &InstanceId) {
+        self.moving().insert(id.clone());
+    }
+
+    /// The copy switched the instance's volumes (or gave up): it may run again.
+    pub(crate) fn move_ended(&self, id: &InstanceId) {
+        self.moving().remove(id);
     }
 
     /// How many instances the start bookkeeping holds.
@@ -259,6 +278,9 @@ impl InstanceController {
         if instance.desired != Desired::Running {
             self.forget_start(&instance.id);
         }
+        if instance.desired == Desired::Running && self.moving().contains(&instance.id) {
+            return self.hold_for_copy(&instance, container, obs, true).await;
+        }
         if instance.desired == Desired::Running {
             let id = instance.id.clone();
             // A branch's target has no volumes until its copy is done; a restore's keeps
@@ -271,8 +293,9 @@ impl InstanceController {
                 .await?
                 .filter(|c| c.kind != CopyKind::Restore || self.begun_copies().contains(&c.id))
             {
+                let starting = copy.kind == CopyKind::Restore;
                 return self
-                    .hold_for_copy(&instance, container, obs, copy.kind)
+                    .hold_for_copy(&instance, container, obs, starting)
                     .await;
             }
         }
@@ -329,15 +352,15 @@ impl InstanceController {
         }
     }
 
-    /// While a copy fills an instance (a branch, a restore that has begun), its container does
-    /// not run: it is stopped (a restore) or not made yet (a branch), and it starts once the
-    /// copy is done.
+    /// While a copy fills an instance (a branch, a restore that has begun) or moves it onto new
+    /// layers, its container does not run: it is stopped (a restore, a move) or not made yet (a
+    /// branch), and it starts once the copy is done; `starting` says so in its state.
     async fn hold_for_copy(
         &self,
         instance: &Instance,
         container: Option<ContainerFacts>,
         mut obs: Observation,
-        kind: CopyKind,
+        starting: bool,
     ) -> Result<Next, ReconcileError> {
         self.forget_start(&instance.id);
         if let Some(c) = container.filter(|c| c.running) {
@@ -346,7 +369,7 @@ impl InstanceController {
                 .stop_container(&c.id, self.ctx.config.stop_timeout)
                 .await?;
         }
-        if kind == CopyKind::Restore && !matches!(instance.state, InstanceState::Starting { .. }) {
+        if starting && !matches!(instance.state, InstanceState::Starting { .. }) {
             obs.state = InstanceState::Starting {
                 since: obs.observed_at,
             };
