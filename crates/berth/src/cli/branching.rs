@@ -222,15 +222,21 @@ pub async fn snapshot(args: SnapshotArgs) -> anyhow::Result<ExitCode> {
         print_json(&serde_json::to_value(&done)?);
     } else {
         let size: i64 = done.volumes.iter().filter_map(|v| v.bytes).sum();
+        let interruption = match (copy.method, done.source_paused_ms) {
+            (CopyMethod::Overlay, Some(ms)) => {
+                format!("no byte copied; it restarted on new layers ({ms} ms stopped)")
+            }
+            (CopyMethod::Overlay, None) => "no byte copied: it stands on its layers".to_owned(),
+            (_, Some(ms)) => format!("{ms} ms frozen"),
+            (_, None) => "not frozen".to_owned(),
+        };
         println!(
-            "{} snapshot {} of {} ({}): {}, {} frozen",
+            "{} snapshot {} of {} ({}): {}, {interruption}",
             ui.ok_mark(),
             done.name,
             args.name,
             done.snapshot_id,
             bytes(size),
-            done.source_paused_ms
-                .map_or("not".to_owned(), |ms| format!("{ms} ms")),
         );
     }
     Ok(ExitCode::SUCCESS)

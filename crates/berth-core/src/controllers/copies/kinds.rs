@@ -60,7 +60,7 @@ impl CopyController {
                 })
                 .collect();
             snapshot.source_paused_ms =
-                Some(i64::try_from(stopped.elapsed().as_millis()).unwrap_or(i64::MAX));
+                stopped.map(|at| i64::try_from(at.elapsed().as_millis()).unwrap_or(i64::MAX));
             let (recorded, instance) = (snapshot.clone(), source.id.clone());
             self.ctx
                 .store

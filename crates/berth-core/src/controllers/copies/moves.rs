@@ -30,8 +30,8 @@ pub(super) struct Moved<'a> {
     pub(super) volumes: Vec<InstanceVolume>,
     pub(super) kept: Vec<InstanceVolume>,
     pub(super) tag: String,
-    /// When it was stopped.
-    pub(super) stopped: std::time::Instant,
+    /// When it was stopped, when it ran.
+    pub(super) stopped: Option<std::time::Instant>,
     /// The hold on it: dropped once its volumes are switched, it is put on the queue to start.
     pub(super) held: Held<'a>,
 }
@@ -101,7 +101,14 @@ impl CopyController {
                 return Ok(None);
             }
         }
-        let stopped = std::time::Instant::now();
+        let name = self.ctx.container_name(source);
+        let ran = self
+            .ctx
+            .runtime
+            .inspect_container(&name)
+            .await?
+            .is_some_and(|c| c.running);
+        let stopped = ran.then(std::time::Instant::now);
         self.instances.move_begins(&source.id);
         let held = Held {
             controller: self,
@@ -113,7 +120,6 @@ impl CopyController {
             .reconcile_exclusive(&source.id)
             .await
             .map_err(|e| Stop::Retry(e.to_string()))?;
-        let name = self.ctx.container_name(source);
         if let Some(c) = self.ctx.runtime.inspect_container(&name).await?
             && c.running
         {
