@@ -778,6 +778,26 @@ fn a_daemon_killed_in_the_middle_of_a_copy_never_uses_the_half_written_volume_an
     assert_eq!(volumes, fix["volumes"][0]["dockerName"].as_str().unwrap());
 }
 
+/// Restores `key` from `snapshot`, which must stand on layers, and waits until it runs with
+/// `rows` rows in `t`; answers the restore's answer.
+fn restore_on_layers(
+    api: &Client,
+    domain: &str,
+    key: &str,
+    snapshot: &berth_client::SnapshotId,
+    rows: &str,
+) -> berth_client::RestoreResponse {
+    let domain_id = support::domain_id(domain);
+    let (restored, copy) = copy_of(api, domain, "restore", key, || {
+        block_on(api.api().restore(&domain_id, key, snapshot)).expect("a restore")
+    });
+    assert_eq!(copy.method, berth_client::CopyMethod::Overlay, "{copy:?}");
+    let back = api.settled(domain, key, &["running", "failed"], READY);
+    assert_eq!(back["state"]["kind"], "running", "{back}");
+    assert_eq!(sql(api, domain, key, "SELECT count(*) FROM t"), rows);
+    restored
+}
+
 /// The engine's options of volume `name` (`type`, `o`, ...); empty for a plain volume.
 fn volume_options(name: &str) -> Value {
     support::docker_inspect("volume", name)
@@ -879,20 +899,7 @@ fn a_branch_and_a_restore_from_a_snapshot_stand_on_its_layers_and_the_snapshot_i
 
     // A destructive migration, then a restore from the snapshot: layers again, rows back.
     sql(&api, &domain, "db@main", "DROP TABLE t");
-    let (restored, copy) = copy_of(&api, &domain, "restore", "db@main", || {
-        block_on(
-            api.api()
-                .restore(&domain_id, "db@main", &snapshot.snapshot_id),
-        )
-        .expect("a restore")
-    });
-    assert_eq!(copy.method, CopyMethod::Overlay, "{copy:?}");
-    let back = api.settled(&domain, "db@main", &["running", "failed"], READY);
-    assert_eq!(back["state"]["kind"], "running", "{back}");
-    assert_eq!(
-        sql(&api, &domain, "db@main", "SELECT count(*) FROM t"),
-        "20000"
-    );
+    let restored = restore_on_layers(&api, &domain, "db@main", &snapshot.snapshot_id, "20000");
 
     // The before-restore snapshot holds the migrated state: a branch from it has no table.
     let before = restored.before_restore.snapshot_id.clone();
@@ -1159,20 +1166,7 @@ fn a_snapshot_and_a_branch_of_a_running_postgres_on_layers_copy_nothing_and_stan
     );
 
     // The snapshot holds the state it was taken in: a restore brings it back.
-    let (_, copy) = copy_of(&api, &domain, "restore", "db@main", || {
-        block_on(
-            api.api()
-                .restore(&domain_id, "db@main", &snapshot.snapshot_id),
-        )
-        .expect("a restore")
-    });
-    assert_eq!(copy.method, CopyMethod::Overlay, "{copy:?}");
-    let back = api.settled(&domain, "db@main", &["running", "failed"], READY);
-    assert_eq!(back["state"]["kind"], "running", "{back}");
-    assert_eq!(
-        sql(&api, &domain, "db@main", "SELECT count(*) FROM t"),
-        "20000"
-    );
+    restore_on_layers(&api, &domain, "db@main", &snapshot.snapshot_id, "20000");
 
     // The branch stands on the snapshot's layer: deleting it is refused, naming the branch's
     // volume.

@@ -75,6 +75,17 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// Sets each volume's `bytes` from `sizes` (by Docker name; unknown where it has none).
+    pub fn set_sizes(&mut self, sizes: &std::collections::BTreeMap<String, Option<u64>>) {
+        for v in &mut self.volumes {
+            v.bytes = sizes
+                .get(&v.docker_name)
+                .copied()
+                .flatten()
+                .and_then(|b| i64::try_from(b).ok());
+        }
+    }
+
     /// The snapshot's wire form.
     pub fn view(&self) -> SnapshotView {
         SnapshotView {

@@ -151,14 +151,7 @@ impl CopyController {
             }
         };
         let (sizes, ()) = tokio::join!(measuring, back);
-        let sizes = sizes.unwrap_or_default();
-        for v in &mut snapshot.volumes {
-            v.bytes = sizes
-                .get(&v.docker_name)
-                .copied()
-                .flatten()
-                .and_then(|b| i64::try_from(b).ok());
-        }
+        snapshot.set_sizes(&sizes.unwrap_or_default());
         snapshot.state = SnapshotState::Ready;
         let id = copy.id.clone();
         self.ctx
@@ -331,13 +324,7 @@ impl CopyController {
                     if let Some(mut s) = tx.snapshot(&backup)?
                         && s.state == SnapshotState::Copying
                     {
-                        for v in &mut s.volumes {
-                            v.bytes = sizes
-                                .get(&v.docker_name)
-                                .copied()
-                                .flatten()
-                                .and_then(|b| i64::try_from(b).ok());
-                        }
+                        s.set_sizes(&sizes);
                         s.state = SnapshotState::Ready;
                         tx.update_snapshot(&s)?;
                     }
