@@ -388,6 +388,12 @@ pub struct UpRequest {
     /// `use`: a launch or a wake, which leaves a person's stop standing. `person`: a person's Start.
     #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^(use|person)$"))]
     pub cause: UpCause,
+    /// `true`: volumes the instance does not have yet start on the domain's template for its
+    /// image, command, environment and volume paths (made once, by running the image
+    /// privately until it is ready), instead of empty. Left out: `false`. Only with overlay
+    /// volumes (`volumeLayers` in `GET /v1/daemon`); otherwise they start empty, as without it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub template: bool,
 }
 
 /// `POST .../instances/{key}/stop`.

@@ -35,5 +35,6 @@ pub mod rollouts;
 pub mod schema;
 pub mod snapshots;
 pub mod spec;
+pub mod templates;
 pub mod time;
 pub mod workspaces;

@@ -133,6 +133,25 @@ impl Api {
             .map_err(said(format!("up of {key}")))
     }
 
+    /// `POST .../instances/{key}/up` with `spec` and `template: true`: a new instance starts
+    /// on its domain's template for the spec's recipe.
+    pub async fn up_from_template(
+        &self,
+        domain: &DomainId,
+        key: &str,
+        spec: &Value,
+    ) -> anyhow::Result<InstanceView> {
+        let request = berth_client::UpRequest {
+            spec: spec.clone(),
+            cause: UpCause::Person,
+            template: true,
+        };
+        self.client
+            .up_request(domain, key, &request)
+            .await
+            .map_err(said(format!("up of {key} from a template")))
+    }
+
     /// The host port of instance `key`'s endpoint for container port `port`.
     pub async fn host_port(&self, domain: &DomainId, key: &str, port: u16) -> anyhow::Result<u16> {
         let endpoints = self

@@ -19,8 +19,19 @@ impl Client {
         let request = UpRequest {
             spec: serde_json::to_value(spec).unwrap_or(serde_json::Value::Null),
             cause,
+            template: false,
         };
-        self.post(&instance_path(domain, key, "/up"), Self::body(&request))
+        self.up_request(domain, key, &request).await
+    }
+
+    /// `POST .../instances/{key}/up` with the whole request (`template` among it).
+    pub async fn up_request(
+        &self,
+        domain: &DomainId,
+        key: &str,
+        request: &UpRequest,
+    ) -> Result<InstanceView, ClientError> {
+        self.post(&instance_path(domain, key, "/up"), Self::body(request))
             .await
     }
 

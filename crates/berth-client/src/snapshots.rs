@@ -61,6 +61,23 @@ impl Client {
         Ok(())
     }
 
+    /// `GET .../templates`: the domain's templates, newest first.
+    pub async fn templates(&self, domain: &DomainId) -> Result<Vec<TemplateView>, ClientError> {
+        let list: TemplateList = self
+            .get(&format!("{}/templates", domain_path(domain)))
+            .await?;
+        Ok(list.items)
+    }
+
+    /// `DELETE .../templates/{templateId}`: the template and its volumes go, unless volumes
+    /// stand on it.
+    pub async fn delete_template(&self, domain: &DomainId, id: &str) -> Result<(), ClientError> {
+        let path = format!("{}/templates/{id}", domain_path(domain));
+        let req = self.request(Method::DELETE, &path).timeout(self.timeout);
+        self.send(req).await?;
+        Ok(())
+    }
+
     /// `POST .../instances/{key}/branch`: a new instance filled from `from`, then run as `up`
     /// would; answers at once.
     pub async fn branch<S: Serialize + ?Sized>(

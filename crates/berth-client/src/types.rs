@@ -36,6 +36,7 @@ pub use berth_api::snapshots::{
     RestoreRequest, RestoreResponse, SnapshotList, SnapshotRequest, SnapshotState, SnapshotView,
     SnapshotVolumeView,
 };
+pub use berth_api::templates::{TemplateList, TemplateState, TemplateView, TemplateVolumeView};
 pub use berth_api::time::Timestamp;
 pub use berth_api::workspaces::{
     ContainerRef, Executor, LeaseRequest, LeaseView, LinkRequest, LinkView, NotAttachedView,

@@ -184,6 +184,20 @@ pub enum Error {
         /// The volumes that stand on it, comma-separated.
         users: String,
     },
+    /// No template of that id in the domain.
+    #[error("no template {0} in this domain; `GET .../templates` lists them")]
+    TemplateNotFound(String),
+    /// Volumes stand on the template, or it is being made: deleting it would take their data.
+    #[error(
+        "the template {id} holds the layers that {users} stand on: it is kept while they are; \
+         archive and remove those instances' volumes first if their data is not needed"
+    )]
+    TemplateInUse {
+        /// The template.
+        id: String,
+        /// What stands on it, comma-separated.
+        users: String,
+    },
     /// This daemon runs no container runtime.
     #[error("resources run on Docker; this berth runs {runtime}")]
     RuntimeUnsupported {

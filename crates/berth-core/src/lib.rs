@@ -24,6 +24,7 @@ pub mod runtime;
 pub mod service;
 pub mod snapshots;
 pub mod store;
+pub mod templates;
 pub mod watch;
 pub mod workspaces;
 

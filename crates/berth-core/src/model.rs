@@ -83,6 +83,9 @@ pub struct Instance {
     /// Set by a branch or a restore: its volumes are the fresh ones a copy filled, whose names
     /// carry this tag (see [`crate::names::tagged_volume`]).
     pub volume_tag: Option<String>,
+    /// Asked for with its first `up`: volumes it does not have yet start on its domain's
+    /// template for its image, command, environment and volume paths, instead of empty.
+    pub template: bool,
 }
 
 impl Instance {

@@ -109,6 +109,16 @@ pub fn copy_helper(prefix: &str, copy: &crate::ids::CopyId, index: usize) -> Str
     format!("{prefix}-copy-{}-{index}", &copy.hex()[..16])
 }
 
+/// The private container, and its network, that template `id` of `domain` is made with.
+pub fn template(prefix: &str, domain: &DomainId, id: &str) -> String {
+    format!("{prefix}-tpl-{}-{id}", domain_part(domain))
+}
+
+/// The volume of template `id` that holds what its image writes at `path`.
+pub fn template_volume(prefix: &str, domain: &DomainId, id: &str, path: &str) -> String {
+    format!("{}.{}", template(prefix, domain, id), short_hash(path))
+}
+
 /// True when a Docker volume name is one [`image_volume`] made (not one the spec names).
 pub fn is_image_volume(docker_name: &str) -> bool {
     docker_name.contains(".img.")

@@ -44,6 +44,8 @@ pub const LABEL_PLACEMENT: &str = "berth.placement";
 pub const LABEL_SNAPSHOT: &str = "berth.snapshot";
 /// The id of the copy that made and filled a volume, or that a helper container serves.
 pub const LABEL_COPY: &str = "berth.copy";
+/// A template's id, on its volumes and on the private container and network that make it.
+pub const LABEL_TEMPLATE: &str = "berth.template";
 
 /// One volume-to-volume copy through the engine.
 #[derive(Debug, Clone, PartialEq, Eq)]

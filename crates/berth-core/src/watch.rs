@@ -282,6 +282,7 @@ mod tests {
             generation: n,
             observed_generation: 0,
             volume_tag: None,
+            template: false,
         };
         instance.change()
     }

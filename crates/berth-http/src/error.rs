@@ -233,6 +233,14 @@ impl ApiError {
                 StatusCode::CONFLICT,
                 body("ResourceCopyUnderWayError", message),
             ),
+            Error::TemplateNotFound(_) => (
+                StatusCode::NOT_FOUND,
+                body("ResourceTemplateNotFoundError", message),
+            ),
+            Error::TemplateInUse { .. } => (
+                StatusCode::CONFLICT,
+                body("ResourceTemplateInUseError", message),
+            ),
             Error::SnapshotInUse { .. } => (
                 StatusCode::CONFLICT,
                 body("ResourceSnapshotInUseError", message),

@@ -88,6 +88,7 @@ pub fn router(
         .merge(routes::instances::router())
         .merge(routes::events::router())
         .merge(routes::snapshots::router())
+        .merge(routes::templates::router())
         .merge(routes::exec::router())
         .merge(routes::workspaces::router())
         .merge(routes::ui::router())
@@ -246,6 +247,7 @@ mod tests {
             .merge(routes::domains::router())
             .merge(routes::instances::router())
             .merge(routes::snapshots::router())
+            .merge(routes::templates::router())
             .merge(routes::exec::router())
             .merge(routes::workspaces::router())
             .merge(routes::ui::router())
@@ -472,7 +474,7 @@ mod tests {
         );
         let doc = document();
         let example = doc["components"]["schemas"]["UpRequest"]["example"].clone();
-        schema_and_decoder_agree::<UpRequest>("UpRequest", example, &[]);
+        schema_and_decoder_agree::<UpRequest>("UpRequest", example, &["template"]);
     }
 
     /// A check for the one shape the id pattern has: a prefix, then a canonical uuid.

@@ -66,6 +66,7 @@ pub(crate) fn pg_spec(image: &str, alias: &str, tcp: bool) -> Value {
 
 pub const NAME_FRESH: &str = "up_to_running_postgres_fresh";
 pub const NAME_EXISTING: &str = "up_to_running_postgres_existing";
+pub const NAME_TEMPLATE: &str = "up_to_running_postgres_from_template";
 /// The superuser's password on every side.
 pub(crate) const PASSWORD: &str = "dev-secret";
 /// Where the image keeps its data.
@@ -267,6 +268,8 @@ impl Samples {
 struct Warm {
     pulled: bool,
     fresh: Vec<(Way, f64)>,
+    /// The first instance from a template, which made it.
+    template_first: f64,
 }
 
 async fn warm_up(ctx: &Ctx, setup: &Setup<'_>) -> anyhow::Result<Warm> {
@@ -297,30 +300,40 @@ async fn warm_up(ctx: &Ctx, setup: &Setup<'_>) -> anyhow::Result<Warm> {
     let name = format!("{}-tc-pg-existing-init", ctx.prefix);
     testcontainers_once(ctx, setup.image, &name, &setup.tc_existing, true).await?;
     compose_once(ctx, &setup.compose, &setup.compose_existing, false).await?;
-    Ok(Warm { pulled, fresh })
+    progress::line(&format!("{NAME_TEMPLATE}: making the template"));
+    let template_first = berth_template_once(ctx, setup.image, "pg-tpl-warm")
+        .await?
+        .total;
+    Ok(Warm {
+        pulled,
+        fresh,
+        template_first,
+    })
 }
 
 async fn measure(
     ctx: &Ctx,
     setup: &Setup<'_>,
     samples: usize,
-) -> anyhow::Result<(Samples, Samples, Warm)> {
+) -> anyhow::Result<(Samples, Samples, Vec<Sample>, Warm)> {
     let warm = warm_up(ctx, setup).await?;
     let mut fresh = Samples::default();
     let mut existing = Samples::default();
+    let mut templated = Vec::new();
     for i in 0..samples {
         let order = ORDERS[i % ORDERS.len()];
         for way in order {
             let sample = setup.fresh(ctx, way, &i.to_string()).await?;
             fresh.of(way).push(sample);
         }
+        templated.push(berth_template_once(ctx, setup.image, &format!("pg-tpl-{i}")).await?);
         for way in order {
             let sample = setup.existing(ctx, way, &i.to_string()).await?;
             existing.of(way).push(sample);
         }
         progress::step(NAME_FRESH, i + 1, samples);
     }
-    Ok((fresh, existing, warm))
+    Ok((fresh, existing, templated, warm))
 }
 
 pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figure> {
@@ -348,9 +361,9 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
     let measured = measure(ctx, &setup, samples).await;
     progress::line(&format!("{NAME_FRESH}: removing the Postgres containers"));
     let torn = setup.tear_down(ctx).await;
-    let (fresh, existing, warm) = measured?;
+    let (fresh, existing, templated, warm) = measured?;
     torn?;
-    Ok(figure(&fresh, &existing, &warm))
+    Ok(figure(&fresh, &existing, &templated, &warm))
 }
 
 fn rows(name: &str, samples: &Samples) -> Vec<Row> {
@@ -431,9 +444,26 @@ fn get_lag(samples: &[Sample]) -> String {
     )
 }
 
-fn figure(fresh: &Samples, existing: &Samples, warm: &Warm) -> Figure {
+fn figure(fresh: &Samples, existing: &Samples, templated: &[Sample], warm: &Warm) -> Figure {
     let mut all_rows = rows(NAME_FRESH, fresh);
     all_rows.extend(rows(NAME_EXISTING, existing));
+    let from_template = Stat::of_samples(&templated.iter().map(|s| s.total).collect::<Vec<_>>());
+    all_rows.push(Row {
+        name: NAME_TEMPLATE.to_owned(),
+        unit: "ms",
+        berth: from_template.clone(),
+        baseline: "testcontainers, fresh volume",
+        base: Stat::of_samples(&fresh.totals(Way::Testcontainers)),
+        target: Some(Target::AtMost(0.15)),
+    });
+    all_rows.push(Row {
+        name: NAME_TEMPLATE.to_owned(),
+        unit: "ms",
+        berth: from_template,
+        baseline: "berth, existing volume",
+        base: Stat::of_samples(&existing.totals(Way::Berth)),
+        target: Some(Target::AtMost(1.3)),
+    });
     let all = |samples: &Samples| -> Vec<Sample> {
         [
             Way::Berth,
@@ -481,6 +511,17 @@ fn figure(fresh: &Samples, existing: &Samples, warm: &Warm) -> Figure {
             get_lag(&existing.berth),
             number(median(&fresh.totals(Way::BerthExec))),
             number(median(&existing.totals(Way::BerthExec))),
+        ),
+        format!(
+            "From a template: a new instance each sample, with `template: true` (its volume an \
+             overlay over the template's, made once in the warm-up: that first instance took \
+             {} ms, its image run privately to ready and stopped, then the instance's own \
+             start). Parts: {} + {} + {} ms (to the container's start, Postgres's own start on \
+             the cleanly stopped cluster, to berth saying ready).",
+            number(warm.template_first),
+            median_of(templated.iter().map(Sample::before_start)),
+            median_of(templated.iter().map(Sample::postgres)),
+            median_of(templated.iter().map(Sample::notice)),
         ),
         format!(
             "Not in the figure: the warm-up's fresh-volume samples{}: {}.",

@@ -74,6 +74,27 @@ pub(super) async fn berth_once(
     Ok(sample)
 }
 
+/// One berth `up` of a new instance `key` with `template: true`, timed until a GET says
+/// running; then, not timed, its container's timeline and its archive.
+pub(super) async fn berth_template_once(
+    ctx: &Ctx,
+    image: &str,
+    key: &str,
+) -> anyhow::Result<Sample> {
+    let spec = pg_spec(image, key, true);
+    let wall_start = SystemTime::now();
+    let start = Instant::now();
+    ctx.api.up_from_template(&ctx.domain, key, &spec).await?;
+    let instance = wait_running(ctx, key, start).await?;
+    let total = ms(start.elapsed());
+    let mut sample = Sample::new(total, wall_start, SystemTime::now());
+    sample.berth_ready = instance.state.time().map(time_of);
+    let id = engine::berth_container(&ctx.docker, &ctx.prefix, key).await?;
+    sample.timeline = Some(timeline(&ctx.docker, &id, wall_start).await?);
+    ctx.api.archive(&ctx.domain, key).await?;
+    Ok(sample)
+}
+
 // testcontainers
 
 /// The name and tag testcontainers is given for `image`, pinned by digest: it asks Docker for

@@ -72,6 +72,8 @@ pub(crate) struct Context {
     pub(crate) store: Arc<Store>,
     pub(crate) runtime: Arc<dyn Runtime>,
     pub(crate) config: ReconcileConfig,
+    /// Whether the engine mounts overlay volumes, once the probe has asked.
+    pub(crate) overlays: tokio::sync::OnceCell<bool>,
 }
 
 impl Context {
@@ -100,6 +102,39 @@ impl Context {
             }),
             Some(Ownership::Other(_)) | None => false,
         }
+    }
+
+    /// Whether this engine mounts overlay volumes, asked once per run (with `image`, which is
+    /// on the engine) unless layers are off.
+    pub(crate) async fn overlays_here(&self, image: &str) -> Result<bool, RuntimeError> {
+        if !self.config.volume_layers {
+            return Ok(false);
+        }
+        let probed = self
+            .overlays
+            .get_or_try_init(|| async {
+                let helper = names::overlay_probe(&self.config.prefix, &self.store.identity().id);
+                let found = self
+                    .runtime
+                    .probe_overlay_volumes(image, &helper, &self.base_labels())
+                    .await?;
+                tracing::info!(
+                    overlay_volumes = found,
+                    "probed whether the engine mounts overlay volumes"
+                );
+                Ok::<_, RuntimeError>(found)
+            })
+            .await?;
+        Ok(*probed)
+    }
+
+    /// What the probe found, once it ran: whether branches, restores and templates stand on
+    /// layers.
+    pub(crate) fn overlays_found(&self) -> Option<bool> {
+        if !self.config.volume_layers {
+            return Some(false);
+        }
+        self.overlays.get().copied()
     }
 
     /// The deterministic name of an instance's container.

@@ -30,6 +30,7 @@ mod idle;
 mod instances;
 pub mod sizes;
 mod storage;
+mod templates;
 mod views;
 
 use std::sync::{Arc, Mutex};
@@ -53,6 +54,7 @@ use copies::CopyController;
 use endpoints::{EndpointController, EndpointView};
 use idle::IdleController;
 use instances::InstanceController;
+use templates::TemplateController;
 use views::ViewController;
 
 struct Controllers {
@@ -83,11 +85,14 @@ impl Reconciler {
             store,
             runtime,
             config,
+            overlays: tokio::sync::OnceCell::new(),
         });
         let views = Arc::new(ViewController::new(ctx.clone()));
         let mut endpoints = None;
+        let templates = TemplateController::new(ctx.clone());
         let instances = InstanceController::new(
             ctx.clone(),
+            templates,
             |_| views.clone(),
             |queue| {
                 let made = Arc::new(EndpointController::new(ctx.clone(), queue));
@@ -402,7 +407,7 @@ impl Reconciler {
     /// Whether branches and restores from a snapshot stand on overlay volumes here: `None`
     /// until the first one asked the engine.
     pub fn overlay_volumes(&self) -> Option<bool> {
-        self.inner.copies.overlays_found()
+        self.inner.ctx.overlays_found()
     }
 
     /// Whether a copy has begun, rather than waiting for its turn behind others.

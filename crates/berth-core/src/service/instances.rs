@@ -83,6 +83,21 @@ impl Berth {
         spec: &Value,
         cause: UpCause,
     ) -> Result<InstanceView, Error> {
+        self.up_with(owner, domain_id, key, spec, cause, false)
+            .await
+    }
+
+    /// [`Berth::up`]; with `template`, the volumes a new instance does not have yet start on
+    /// its domain's template (see `controllers::templates`).
+    pub async fn up_with(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+        spec: &Value,
+        cause: UpCause,
+        template: bool,
+    ) -> Result<InstanceView, Error> {
         self.domain(owner, domain_id)?;
         let spec = decode_spec(spec).map_err(|refusals| Error::SpecRefused {
             message: if refusals.iter().any(|r| r.field != "spec") {
@@ -99,7 +114,7 @@ impl Berth {
         let instance = self
             .store
             .write(move |tx| {
-                apply_up(
+                let mut instance = apply_up(
                     tx,
                     &owner,
                     &domain,
@@ -112,7 +127,14 @@ impl Berth {
                         UpCause::Person => RolloutMode::Promotion,
                         UpCause::Use => RolloutMode::Automatic,
                     },
-                )
+                )?;
+                // Only an instance with no volumes yet starts on a template: one that has
+                // data keeps it.
+                if template && !instance.template && instance.kept.is_empty() {
+                    tx.set_template(&instance.id)?;
+                    instance.template = true;
+                }
+                Ok::<_, Error>(instance)
             })
             .await?;
         tracing::info!(instance = %instance.id, key, digest = %instance.spec_digest, "up");
@@ -378,6 +400,7 @@ pub(crate) fn apply_up(
                 generation: 1,
                 observed_generation: 0,
                 volume_tag: None,
+                template: false,
             };
             instance.volumes = plan_volumes(prefix, &instance, &[]);
             tx.insert_instance(&instance)?;

@@ -8,6 +8,7 @@ mod instances;
 mod page;
 mod rollouts;
 mod snapshots;
+mod templates;
 mod watch;
 mod workspaces;
 

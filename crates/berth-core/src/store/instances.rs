@@ -14,7 +14,7 @@ use crate::time::Timestamp;
 pub(super) const INSTANCE_COLUMNS: &str =
     "id, domain_id, key, spec, spec_digest, desired, stop_reason, state,
     observed_at, started_at, last_reached_at, volumes, restart_count, generation,
-    observed_generation, volume_tag, kept_volumes";
+    observed_generation, volume_tag, kept_volumes, template";
 
 pub(super) fn domain_from_row(row: &Row<'_>) -> rusqlite::Result<Domain> {
     let id: String = row.get(0)?;
@@ -60,6 +60,7 @@ pub(super) fn instance_from_row(row: &Row<'_>) -> rusqlite::Result<Instance> {
         generation: row.get(13)?,
         observed_generation: row.get(14)?,
         volume_tag: row.get(15)?,
+        template: row.get(17)?,
     })
 }
 
@@ -219,15 +220,25 @@ impl Tx<'_> {
             .optional()?)
     }
 
+    /// Marks instance `id` as one whose volumes start on a template.
+    pub fn set_template(&self, id: &InstanceId) -> Result<(), StoreError> {
+        self.conn.execute(
+            "UPDATE instances SET template = 1 WHERE id = ?1",
+            [id.as_str()],
+        )?;
+        self.touch_instance(id);
+        Ok(())
+    }
+
     /// Stores a new instance.
     pub fn insert_instance(&self, i: &Instance) -> Result<(), StoreError> {
         let volumes = to_json(&StoredVolumes::from(&i.volumes[..]))?;
         self.conn.execute(
             "INSERT INTO instances (id, domain_id, key, alias, worktree_key, spec, spec_digest,
                 desired, stop_reason, state, observed_at, started_at, last_reached_at, volumes,
-                restart_count, created_at, generation, observed_generation, volume_tag)
+                restart_count, created_at, generation, observed_generation, volume_tag, template)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
-                ?18, ?19)",
+                ?18, ?19, ?20)",
             params![
                 i.id.as_str(),
                 i.domain_id.as_str(),
@@ -248,6 +259,7 @@ impl Tx<'_> {
                 i.generation,
                 i.observed_generation,
                 i.volume_tag,
+                i.template,
             ],
         )?;
         self.keep_volumes(&i.id, &i.kept)?;

@@ -250,6 +250,21 @@ pub(super) const MIGRATIONS: &[&str] = &[
         lowers TEXT NOT NULL
     );
     ALTER TABLE copies ADD COLUMN method TEXT NOT NULL DEFAULT 'copy';",
+    // 15: templates, the bases a fresh instance may start on (one per domain and recipe: the
+    // image digest, command, environment and volume paths), and which instances asked for one.
+    "ALTER TABLE instances ADD COLUMN template INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE templates (
+        id TEXT NOT NULL,
+        domain_id TEXT NOT NULL REFERENCES domains(id),
+        recipe TEXT NOT NULL,
+        image TEXT NOT NULL,
+        state TEXT NOT NULL,
+        volumes TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        ready_at INTEGER,
+        build_ms INTEGER,
+        PRIMARY KEY (domain_id, id)
+    );",
 ];
 
 /// Runs `PRAGMA quick_check` (every page and index, without comparing index contents to their

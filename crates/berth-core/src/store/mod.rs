@@ -14,6 +14,7 @@ mod migrations;
 mod releases;
 mod rollouts;
 mod snapshots;
+mod templates;
 mod tx;
 mod view;
 mod workspaces;

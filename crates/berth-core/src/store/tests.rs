@@ -94,6 +94,7 @@ async fn a_change_is_published_and_one_of_observed_at_alone_is_not() {
         generation: 1,
         observed_generation: 1,
         volume_tag: None,
+        template: false,
     };
     let stored = instance.clone();
     store

@@ -41,13 +41,25 @@ impl Decode for UpRequest {
         let cause = fields
             .required(p, "cause")
             .and_then(|c| p.literal(c, "body.cause", &["use", "person"]));
+        let template = match fields.optional("template") {
+            None => Some(false),
+            Some(serde_json::Value::Bool(b)) => Some(*b),
+            Some(_) => {
+                p.push("body.template", "must be true or false");
+                None
+            }
+        };
         fields.finish(p);
         let cause = if cause? == "person" {
             UpCause::Person
         } else {
             UpCause::Use
         };
-        Some(UpRequest { spec: spec?, cause })
+        Some(UpRequest {
+            spec: spec?,
+            cause,
+            template: template?,
+        })
     }
 }
 
@@ -435,12 +447,16 @@ async fn up_instance(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
     Params(path): Params<InstancePath>,
-    Body(UpRequest { spec, cause }): Body<UpRequest>,
+    Body(UpRequest {
+        spec,
+        cause,
+        template,
+    }): Body<UpRequest>,
 ) -> Result<Json<InstanceView>, ApiError> {
     let (domain, key) = path.parts()?;
     Ok(Json(
         app.berth
-            .up(&caller.owner, &domain, key, &spec, cause)
+            .up_with(&caller.owner, &domain, key, &spec, cause, template)
             .await?,
     ))
 }

@@ -5,5 +5,6 @@ pub mod events;
 pub mod exec;
 pub mod instances;
 pub mod snapshots;
+pub mod templates;
 pub mod ui;
 pub mod workspaces;

@@ -76,7 +76,7 @@ pub struct BranchArgs {
     from: String,
 }
 
-async fn domain(client: &Client, repo: &Repo) -> anyhow::Result<DomainId> {
+pub(super) async fn domain(client: &Client, repo: &Repo) -> anyhow::Result<DomainId> {
     match find_domain(client, repo).await? {
         Some(d) => Ok(d.resource_domain_id),
         None => bail!("this repository has no instances yet; run `berth up` first"),

@@ -13,6 +13,7 @@ mod instances;
 mod logs;
 mod page;
 mod rollouts;
+mod templates;
 mod up;
 
 use std::path::{Path, PathBuf};
@@ -86,6 +87,9 @@ pub enum Command {
     Snapshot(branching::SnapshotArgs),
     /// List the repository's snapshots, newest first.
     Snapshots(branching::SnapshotsArgs),
+    /// List the repository's templates (what a new instance with `template = true` starts on),
+    /// or delete one with `berth templates rm ID`.
+    Templates(templates::TemplatesArgs),
     /// Put a snapshot's contents back into an instance; what it replaces is kept as a snapshot.
     Restore(branching::RestoreArgs),
     /// Make this worktree's instance with another worktree's data (or a snapshot's).
@@ -114,6 +118,7 @@ pub async fn run(command: Command) -> ExitCode {
         Command::Doctor(args) => doctor::run(args).await,
         Command::Snapshot(args) => branching::snapshot(args).await,
         Command::Snapshots(args) => branching::snapshots(args).await,
+        Command::Templates(args) => templates::run(args).await,
         Command::Restore(args) => branching::restore(args).await,
         Command::Branch(args) => branching::branch(args).await,
         Command::Ui(args) => page::run(args).await,

@@ -189,7 +189,14 @@ pub async fn run(args: UpArgs, verb: &str) -> anyhow::Result<ExitCode> {
                     )
                     .await
             }
-            None => client.api.up(&domain, &key, &spec, UpCause::Person).await,
+            None => {
+                let request = berth_client::UpRequest {
+                    spec: spec.clone(),
+                    cause: UpCause::Person,
+                    template: t.def.template,
+                };
+                client.api.up_request(&domain, &key, &request).await
+            }
         };
         match sent.or_say(&client) {
             Ok(after) => {

@@ -203,6 +203,7 @@ impl Checker<'_> {
         let mut memory = DEFAULT_MEMORY_BYTES;
         let mut idle = DEFAULT_IDLE_STOP_SECONDS;
         let mut branch_from: Option<String> = None;
+        let mut template = false;
         let mut connect_raw: Vec<(Range<usize>, String, String)> = Vec::new();
 
         for (key, value) in table.iter() {
@@ -258,6 +259,13 @@ impl Checker<'_> {
                         }
                     }
                 }
+                "template" => match value.get_ref().as_bool() {
+                    Some(b) => template = b,
+                    None => self.problem(
+                        value.span(),
+                        format!("{place} must be true (a new instance starts on a template of its image, made once, instead of on empty volumes) or false"),
+                    ),
+                },
                 other => self.unknown(key.span(), &place, other),
             }
         }
@@ -327,6 +335,7 @@ impl Checker<'_> {
             idle_stop_seconds: idle,
             connect,
             branch_from,
+            template,
         };
         let parsed = Parsed {
             def,

@@ -16,7 +16,7 @@ pub const DEFAULT_MEMORY_BYTES: i64 = 512 * 1024 * 1024;
 pub const DEFAULT_IDLE_STOP_SECONDS: i64 = 3600;
 
 /// Every field an instance table may have.
-pub const FIELDS: [&str; 12] = [
+pub const FIELDS: [&str; 13] = [
     "image",
     "scope",
     "alias",
@@ -29,6 +29,7 @@ pub const FIELDS: [&str; 12] = [
     "idle-stop",
     "connect",
     "branch-from",
+    "template",
 ];
 
 /// Whether an instance is one per worktree or one for the whole repository.
@@ -81,6 +82,9 @@ pub struct InstanceDef {
     /// Where a new worktree's instance takes its data from: the git branch of another worktree,
     /// or `shared` (the shared instance of that name); `None`: it starts empty.
     pub branch_from: Option<String>,
+    /// `template = true`: a new instance starts on a template of its image, command, env and
+    /// volume paths (made once) instead of on empty volumes.
+    pub template: bool,
 }
 
 impl InstanceDef {
@@ -223,6 +227,7 @@ mod tests {
                 .map(|(n, t)| (n.to_string(), t.to_string()))
                 .collect(),
             branch_from: None,
+            template: false,
         }
     }
 

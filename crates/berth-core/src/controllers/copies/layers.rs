@@ -17,39 +17,9 @@ use crate::runtime::{LABEL_COPY, LABEL_VOLUME, Labels, Layer, OverlayPlan};
 use crate::snapshots::{CopyOp, LayeredVolume, MAX_LAYERS};
 
 impl CopyController {
-    /// Whether this engine mounts overlay volumes, asked once per run (with `image`, which is
-    /// on the engine) unless layers are off.
+    /// Whether this engine mounts overlay volumes (the context's probe, asked once per run).
     pub(super) async fn overlays_here(&self, image: &str) -> Result<bool, Stop> {
-        if !self.ctx.config.volume_layers {
-            return Ok(false);
-        }
-        let probed = self
-            .overlays
-            .get_or_try_init(|| async {
-                let helper =
-                    names::overlay_probe(&self.ctx.config.prefix, &self.ctx.store.identity().id);
-                let found = self
-                    .ctx
-                    .runtime
-                    .probe_overlay_volumes(image, &helper, &self.ctx.base_labels())
-                    .await?;
-                tracing::info!(
-                    overlay_volumes = found,
-                    "probed whether the engine mounts overlay volumes"
-                );
-                Ok::<_, Stop>(found)
-            })
-            .await?;
-        Ok(*probed)
-    }
-
-    /// What the probe found, once it ran: whether branches and restores from a snapshot
-    /// stand on layers.
-    pub(crate) fn overlays_found(&self) -> Option<bool> {
-        if !self.ctx.config.volume_layers {
-            return Some(false);
-        }
-        self.overlays.get().copied()
+        Ok(self.ctx.overlays_here(image).await?)
     }
 
     /// Makes each pair's target an overlay volume over its source's layers (a pair without a

@@ -112,8 +112,6 @@ pub(crate) struct CopyController {
     paused: Mutex<HashMap<CopyId, String>>,
     /// The most bytes each copy under way has reported.
     reported: Mutex<HashMap<CopyId, u64>>,
-    /// Whether the engine mounts overlay volumes, once a copy asked (see `layers`).
-    overlays: tokio::sync::OnceCell<bool>,
     shutdown: CancellationToken,
 }
 
@@ -132,7 +130,6 @@ impl CopyController {
             slots: Mutex::new(Slots::default()),
             paused: Mutex::new(HashMap::new()),
             reported: Mutex::new(HashMap::new()),
-            overlays: tokio::sync::OnceCell::new(),
             shutdown,
         })
     }

@@ -150,6 +150,9 @@ impl InstanceController {
         if let Some(placed) = placement {
             labels.insert(LABEL_PLACEMENT.to_owned(), placed);
         }
+        self.templates
+            .stand_on_template(instance, &obs.volumes, &labels)
+            .await?;
         for volume in &obs.volumes {
             let mut volume_labels = labels.clone();
             volume_labels.insert(LABEL_VOLUME.to_owned(), volume.name.clone());

@@ -20,6 +20,7 @@ mod plan;
 
 use super::context::{Context, InstanceQueue, Next, ReconcileError};
 use super::endpoints::EndpointController;
+use super::templates::TemplateController;
 use super::views::ViewController;
 use crate::ids::{CopyId, InstanceId};
 use crate::model::{Desired, Instance, InstanceState, StopReason};
@@ -67,6 +68,7 @@ pub(crate) struct InstanceController {
     queue: InstanceQueue,
     views: Arc<ViewController>,
     endpoints: Arc<EndpointController>,
+    templates: Arc<TemplateController>,
     starts: Arc<Mutex<HashMap<InstanceId, StartState>>>,
     /// One lock per id while someone holds it: the queue's reconcile and direct teardowns
     /// (archive) take it. Entries go when their last holder lets go.
@@ -83,6 +85,7 @@ impl InstanceController {
     /// The controller, and the queue that runs it.
     pub(crate) fn new(
         ctx: Arc<Context>,
+        templates: Arc<TemplateController>,
         views: impl FnOnce(InstanceQueue) -> Arc<ViewController>,
         endpoints: impl FnOnce(InstanceQueue) -> Arc<EndpointController>,
     ) -> Arc<Self> {
@@ -104,6 +107,7 @@ impl InstanceController {
             Self {
                 views: views(queue.clone()),
                 endpoints: endpoints(queue.clone()),
+                templates,
                 ctx,
                 queue,
                 starts: Arc::default(),
