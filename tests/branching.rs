@@ -1248,3 +1248,84 @@ fn a_daemon_killed_as_a_snapshot_moves_its_source_onto_layers_converges_with_not
         "10000"
     );
 }
+
+#[test]
+fn layers_past_the_flatten_limit_are_copied_into_one_in_the_background_and_every_snapshot_still_restores()
+ {
+    let daemon = Daemon::start_with(&["--layers-flatten-at", "3"]);
+    let api = daemon.client();
+    let domain = api.create_domain("flatten");
+    let domain_id = support::domain_id(&domain);
+    let main = up_running(&api, &domain, "db@main", &pg_spec("main"));
+    assert_eq!(main["state"]["kind"], "running", "{main}");
+    fill(&api, &domain, "db@main", 1_000);
+    let lowers = |instance: &Value| -> usize {
+        let options = volume_options(instance["volumes"][0]["dockerName"].as_str().unwrap());
+        let o = options["o"].as_str().unwrap_or_else(|| panic!("{options}"));
+        let lowerdir = o
+            .split(',')
+            .find_map(|part| part.strip_prefix("lowerdir="))
+            .unwrap_or_else(|| panic!("{o}"));
+        lowerdir.split(':').count()
+    };
+
+    // Each snapshot moves the instance onto one more layer: 1, then 2.
+    let first = snapshot_ready(&api, &domain, "db@main", "first");
+    sql(
+        &api,
+        &domain,
+        "db@main",
+        "INSERT INTO t VALUES (1001, 'second')",
+    );
+    assert_eq!(lowers(&api.instance(&domain, "db@main")), 1);
+    let second = snapshot_ready(&api, &domain, "db@main", "second");
+    sql(
+        &api,
+        &domain,
+        "db@main",
+        "INSERT INTO t VALUES (1002, 'third')",
+    );
+    assert_eq!(lowers(&api.instance(&domain, "db@main")), 2);
+
+    // The third reaches the limit: a flatten follows it, reported on the stream, and the
+    // instance stands on two layers (its upper layer over one flat copy of the rest).
+    let (third, flattened) = copy_of(&api, &domain, "flatten", "db@main", || {
+        block_on(api.api().snapshot(&domain_id, "db@main", "third")).expect("a snapshot")
+    });
+    assert_eq!(flattened.state.as_str(), "done", "{flattened:?}");
+    assert_eq!(flattened.method, berth_client::CopyMethod::Copy, "{flattened:?}");
+    assert!(flattened.bytes_done > 1_000_000, "{flattened:?}");
+    until_ready(&api, &domain, &third.snapshot_id);
+    let now = api.settled(&domain, "db@main", &["running", "failed"], READY);
+    assert_eq!(now["state"]["kind"], "running", "{now}");
+    assert_eq!(lowers(&now), 2, "{now}");
+    assert_eq!(
+        sql(&api, &domain, "db@main", "SELECT count(*) FROM t"),
+        "1002"
+    );
+    sql(
+        &api,
+        &domain,
+        "db@main",
+        "INSERT INTO t VALUES (1003, 'after')",
+    );
+
+    // Every snapshot still holds what it held: a branch of the second, a restore of the first.
+    copy_of(&api, &domain, "branch", "db@second", || {
+        block_on(api.api().branch(
+            &domain_id,
+            "db@second",
+            &berth_client::BranchFrom::Snapshot(second.snapshot_id.clone()),
+            &pg_spec("second"),
+            berth_client::UpCause::Person,
+        ))
+        .expect("a branch")
+    });
+    let branch = api.settled(&domain, "db@second", &["running", "failed"], READY);
+    assert_eq!(branch["state"]["kind"], "running", "{branch}");
+    assert_eq!(
+        sql(&api, &domain, "db@second", "SELECT count(*) FROM t"),
+        "1001"
+    );
+    restore_on_layers(&api, &domain, "db@main", &first.snapshot_id, "1000");
+}

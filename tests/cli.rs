@@ -1099,3 +1099,56 @@ fn branch_from_in_berth_toml_gives_a_new_worktree_mains_data_and_names_a_missing
     assert_eq!(refused.code, 1, "{refused:?}");
     assert!(refused.stderr.contains("no-such-branch"), "{refused:?}");
 }
+
+#[test]
+fn template_true_in_berth_toml_starts_each_worktree_on_one_template_that_templates_lists_and_doctor_counts()
+ {
+    let daemon = Daemon::start();
+    let toml = two_instances().replace(
+        "idle-stop = \"30m\"\n",
+        "idle-stop = \"30m\"\ntemplate = true\n",
+    );
+    assert!(toml.contains("template = true"));
+    let repo = repo(&toml);
+    berth(&daemon, &repo.main, &["up", "db"]).ok();
+    berth(&daemon, &repo.second, &["up", "db"]).ok();
+
+    let list = berth(&daemon, &repo.main, &["templates", "--json"])
+        .ok()
+        .json();
+    let list = list.as_array().unwrap();
+    assert_eq!(list.len(), 1, "one recipe for both worktrees: {list:?}");
+    assert_eq!(list[0]["state"], "ready", "{list:?}");
+    assert_eq!(list[0]["volumes"][0]["mountPath"], "/srv/data");
+    assert_eq!(list[0]["users"].as_array().unwrap().len(), 2, "{list:?}");
+    let id = list[0]["templateId"].as_str().unwrap().to_owned();
+
+    let table = berth(&daemon, &repo.second, &["templates"]).ok();
+    assert!(
+        table
+            .stdout
+            .lines()
+            .any(|l| l.starts_with(&id) && l.contains("ready")),
+        "{table:?}"
+    );
+    let doctor = berth(&daemon, &repo.main, &["doctor"]).ok();
+    assert!(
+        doctor.stdout.lines().any(|l| l.starts_with("ok")
+            && l.contains(" templates: 1 template(s)")
+            && l.contains("2 instance volume(s) stand on them")),
+        "{doctor:?}"
+    );
+    // In use: kept, and the error says what stands on it.
+    let rm = berth(&daemon, &repo.main, &["templates", "rm", &id]);
+    assert_eq!(rm.code, 1, "{rm:?}");
+    assert!(rm.stderr.contains("stand on"), "{rm:?}");
+    assert_eq!(
+        berth(&daemon, &repo.main, &["templates", "--json"])
+            .ok()
+            .json()
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}

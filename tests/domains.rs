@@ -346,6 +346,11 @@ fn the_openapi_document_lists_every_route() {
             "post",
         ),
         ("/v1/resource-domains/{resourceDomainId}/summary", "get"),
+        ("/v1/resource-domains/{resourceDomainId}/templates", "get"),
+        (
+            "/v1/resource-domains/{resourceDomainId}/templates/{templateId}",
+            "delete",
+        ),
         ("/v1/ui/sign-in-links", "post"),
         ("/v1/ui/sessions", "post"),
         ("/v1/ui/sessions/current", "delete"),

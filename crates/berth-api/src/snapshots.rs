@@ -93,6 +93,9 @@ pub enum CopyKind {
     Branch,
     /// A snapshot's contents back into an instance.
     Restore,
+    /// An instance's deep stack of layers copied into one, in the background; the instance
+    /// then restarts on it.
+    Flatten,
     /// A value this berth does not know, from a newer daemon: a client decodes it so and goes
     /// on; a daemon never sends it (and it does not encode).
     #[serde(other, skip_serializing)]
@@ -106,6 +109,7 @@ impl CopyKind {
             Self::Snapshot => "snapshot",
             Self::Branch => "branch",
             Self::Restore => "restore",
+            Self::Flatten => "flatten",
             Self::Unknown => "unknown",
         }
     }
@@ -115,6 +119,7 @@ impl CopyKind {
             "snapshot" => Some(Self::Snapshot),
             "branch" => Some(Self::Branch),
             "restore" => Some(Self::Restore),
+            "flatten" => Some(Self::Flatten),
             _ => None,
         }
     }

@@ -119,6 +119,17 @@ pub fn template_volume(prefix: &str, domain: &DomainId, id: &str, path: &str) ->
     format!("{}.{}", template(prefix, domain, id), short_hash(path))
 }
 
+/// The volume a flatten copies an instance's volume `name`'s layers into.
+pub fn flat_volume(prefix: &str, copy: &crate::ids::CopyId, name: &str) -> String {
+    format!("{prefix}-flat-{}.{name}", &copy.hex()[..16])
+}
+
+/// The scratch overlay volume through which a flatten reads the layers of the instance's
+/// `index`th volume it flattens.
+pub fn flat_reader(prefix: &str, copy: &crate::ids::CopyId, index: usize) -> String {
+    format!("{prefix}-flat-{}-r{index}", &copy.hex()[..16])
+}
+
 /// True when a Docker volume name is one [`image_volume`] made (not one the spec names).
 pub fn is_image_volume(docker_name: &str) -> bool {
     docker_name.contains(".img.")

@@ -90,6 +90,12 @@ pub struct ServeArgs {
     #[arg(long, env = "BERTH_VOLUME_LAYERS", value_enum, default_value = "auto")]
     volume_layers: VolumeLayers,
 
+    /// How many layers an instance's volume may stand on before berth flattens them: the layers
+    /// under it are copied into one in the background (the instance keeps running), and it
+    /// restarts on that one. 2 to 16.
+    #[arg(long, env = "BERTH_LAYERS_FLATTEN_AT", default_value_t = 8, value_parser = clap::value_parser!(u8).range(2..=16))]
+    layers_flatten_at: u8,
+
     /// How long an image pull may take.
     #[arg(long, env = "BERTH_PULL_TIMEOUT", default_value = "10m", value_parser = humantime::parse_duration)]
     pull_timeout: Duration,
@@ -237,6 +243,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 stop_timeout: args.stop_timeout,
                 resync_every: args.resync_every,
                 volume_layers: args.volume_layers == VolumeLayers::Auto,
+                flatten_at: usize::from(args.layers_flatten_at),
                 queue: QueueConfig {
                     workers: usize::from(args.workers),
                     ..QueueConfig::default()

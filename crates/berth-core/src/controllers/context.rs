@@ -33,6 +33,9 @@ pub struct ReconcileConfig {
     /// Whether branches and restores from a snapshot may stand on overlay volumes when the
     /// engine mounts them (`--volume-layers auto`); `false` copies every byte.
     pub volume_layers: bool,
+    /// An instance's volume that stands on this many layers or more has them flattened into
+    /// one by a background copy (see `copies::flatten`).
+    pub flatten_at: usize,
 }
 
 impl Default for ReconcileConfig {
@@ -46,6 +49,7 @@ impl Default for ReconcileConfig {
             restart_backoff_max: Duration::from_secs(300),
             queue: QueueConfig::default(),
             volume_layers: true,
+            flatten_at: 8,
         }
     }
 }

@@ -8,6 +8,7 @@ use clap::Args;
 use serde_json::{Value, json};
 
 use super::{Conn, load_project, print_json, ui};
+use crate::client::Client;
 use crate::repo::Repo;
 
 #[derive(Args, Debug)]
@@ -241,6 +242,61 @@ fn volume_layers(daemon: &berth_client::DaemonView) -> Check {
     Check::ok("layers", said.to_owned())
 }
 
+/// The repository's templates and the disk they hold; `None` when there is nothing to say
+/// (no domain yet, and no instance asks for a template).
+async fn templates(client: &Client, repo: &Repo, asked: bool) -> Option<Check> {
+    let domain = match super::find_domain(client, repo).await {
+        Ok(Some(d)) => d.resource_domain_id,
+        Ok(None) if asked => {
+            return Some(Check::ok(
+                "templates",
+                "none yet: an instance with template = true makes its template at its first start",
+            ));
+        }
+        Ok(None) => return None,
+        Err(e) => {
+            return Some(Check::fail(
+                "templates",
+                format!("{e:#}"),
+                "see the daemon's log",
+            ));
+        }
+    };
+    let list = match client.api.templates(&domain).await {
+        Ok(list) => list,
+        Err(e) => {
+            let e = client.explain(e);
+            return Some(Check::fail(
+                "templates",
+                format!("{e:#}"),
+                "see the daemon's log",
+            ));
+        }
+    };
+    if list.is_empty() && !asked {
+        return None;
+    }
+    let disk: i64 = list
+        .iter()
+        .flat_map(|t| t.volumes.iter().filter_map(|v| v.bytes))
+        .sum();
+    let users: usize = list.iter().map(|t| t.users.len()).sum();
+    Some(Check::ok(
+        "templates",
+        if list.is_empty() {
+            "none yet: an instance with template = true makes its template at its first start"
+                .to_owned()
+        } else {
+            format!(
+                "{} template(s) hold {} of disk; {users} instance volume(s) stand on them \
+                 (`berth templates` lists them, `berth templates rm ID` deletes an unused one)",
+                list.len(),
+                crate::ui::bytes(disk)
+            )
+        },
+    ))
+}
+
 pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let ui = ui(args.json);
     let mut checks = vec![docker()];
@@ -266,6 +322,7 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
             false
         }
     };
+    let mut client = None;
     if daemon_up {
         let connected = endpoint.connect().await;
         let domains = match &connected {
@@ -286,6 +343,7 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
                 "use the key file of the daemon you run (--data-dir or BERTH_DATA_DIR) or set BERTH_SERVICE_KEYS",
             )),
         }
+        client = connected.ok();
     } else {
         checks.push(Check::fail(
             "key",
@@ -316,6 +374,10 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
                 images.dedup();
                 for image in images {
                     checks.push(image_check(image).await);
+                }
+                if let Some(client) = &client {
+                    let asked = project.instances.iter().any(|i| i.template);
+                    checks.extend(templates(client, &repo, asked).await);
                 }
             }
             Err(e) => {

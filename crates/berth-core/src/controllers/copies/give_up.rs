@@ -73,6 +73,37 @@ impl CopyController {
                     key.clone_from(&target.key);
                 }
             }
+            CopyKind::Flatten => {
+                if let Some(source) = copy
+                    .source_instance
+                    .as_ref()
+                    .and_then(|id| self.ctx.store.instance_by_id(id))
+                {
+                    let prefix = &self.ctx.config.prefix;
+                    let mut tagged = source.clone();
+                    tagged.volume_tag = Some(names::copy_tag(&copy.id));
+                    let image_paths: Vec<String> = source
+                        .volumes
+                        .iter()
+                        .filter(|v| names::is_image_volume(&v.docker_name))
+                        .map(|v| v.mount_path.clone())
+                        .collect();
+                    let names_kept: Vec<String> =
+                        source.kept.iter().map(|v| v.name.clone()).collect();
+                    let (_, targets) = copy_targets(prefix, &tagged, &image_paths, &names_kept);
+                    for v in targets {
+                        written.push(names::upper_volume(&v.docker_name));
+                        written.push(v.docker_name);
+                    }
+                    for (i, v) in source.kept.iter().enumerate() {
+                        let reader = names::flat_reader(prefix, &copy.id, i);
+                        written.push(names::upper_volume(&reader));
+                        written.push(reader);
+                        written.push(names::flat_volume(prefix, &copy.id, &v.name));
+                    }
+                    key.clone_from(&source.key);
+                }
+            }
             // Never stored (see `CopyKind::parse`): nothing was written for it.
             CopyKind::Unknown => {}
         }
@@ -130,7 +161,8 @@ impl CopyController {
                         }
                         failed = stored.target_instance.clone();
                     }
-                    CopyKind::Unknown => {}
+                    // The instance keeps the layers it stood on.
+                    CopyKind::Flatten | CopyKind::Unknown => {}
                 }
                 Ok::<_, StoreError>(failed)
             })

@@ -40,7 +40,7 @@ impl CopyController {
                 .snapshot_stands(copy, &source.key, snapshot, Some(&source.id))
                 .await;
         }
-        if let Some(moved) = self.move_onto_layers(copy, &source, &image).await? {
+        if let Some(moved) = self.move_onto_layers(copy, &source, &image, &[]).await? {
             let copy = self.choose(copy, CopyMethod::Overlay).await?;
             let Moved {
                 old,
@@ -62,6 +62,7 @@ impl CopyController {
             snapshot.source_paused_ms =
                 stopped.map(|at| i64::try_from(at.elapsed().as_millis()).unwrap_or(i64::MAX));
             let (recorded, instance) = (snapshot.clone(), source.id.clone());
+            let given = layered.clone();
             self.ctx
                 .store
                 .write(move |tx| {
@@ -74,6 +75,8 @@ impl CopyController {
                 .await?;
             // Its volumes are switched: it starts again on its new layers.
             drop(held);
+            self.flatten_if_deep(&copy.domain_id, &source.id, &given)
+                .await;
             return self
                 .snapshot_stands(&copy, &source.key, snapshot, Some(&source.id))
                 .await;
@@ -219,13 +222,14 @@ impl CopyController {
         let moved = match &source {
             Some(source) => {
                 let image = self.ctx.runtime.ensure_image(&source.spec.image).await?;
-                self.move_onto_layers(copy, source, &image).await?
+                self.move_onto_layers(copy, source, &image, &[]).await?
             }
             None => None,
         };
         let layered = match (&source, &moved) {
             (None, _) | (Some(_), Some(_)) => {
-                self.layer_pairs(copy, &pairs, &labels, image_ref).await?
+                self.layer_pairs(copy, &pairs, &labels, image_ref, &[])
+                    .await?
             }
             (Some(_), None) => None,
         };
@@ -248,6 +252,8 @@ impl CopyController {
             ),
             _ => (None, None),
         };
+        let source_given = moved.as_ref().map(|m| m.1.clone()).unwrap_or_default();
+        let target_given = layered.clone();
         self.ctx
             .store
             .write(move |tx| {
@@ -270,11 +276,15 @@ impl CopyController {
         if let Some(held) = held {
             drop(held);
             if let Some(source) = &source {
+                self.flatten_if_deep(&copy.domain_id, &source.id, &source_given)
+                    .await;
                 self.source_back(&copy, &source.id).await;
             }
         }
         self.finished(&copy, &target.key, bytes);
         self.queue.enqueue_now(&target.id);
+        self.flatten_if_deep(&copy.domain_id, &target.id, &target_given)
+            .await;
         Ok(())
     }
 
@@ -345,22 +355,25 @@ impl CopyController {
         let pairs = pairs_into(&targets, &source_volumes);
         let labels = self.instance_labels(copy, &target);
         let image_ref = target.spec.image.as_str();
-        let (copy, moved, layered) =
-            match self.layer_pairs(copy, &pairs, &labels, image_ref).await? {
-                Some(layered) => (self.choose(copy, CopyMethod::Overlay).await?, 0, layered),
-                None => {
-                    let (moved, _, _) = self
-                        .copy_pairs(copy, &target.key, &pairs, &labels, image_ref, None)
-                        .await?;
-                    (copy.clone(), moved, Vec::new())
-                }
-            };
+        let (copy, moved, layered) = match self
+            .layer_pairs(copy, &pairs, &labels, image_ref, &[])
+            .await?
+        {
+            Some(layered) => (self.choose(copy, CopyMethod::Overlay).await?, 0, layered),
+            None => {
+                let (moved, _, _) = self
+                    .copy_pairs(copy, &target.key, &pairs, &labels, image_ref, None)
+                    .await?;
+                (copy.clone(), moved, Vec::new())
+            }
+        };
         let (id, done, instance, tag) = (
             copy.id.clone(),
             to_i64(moved),
             target.id.clone(),
             copy.tag.clone().unwrap_or_default(),
         );
+        let given = layered.clone();
         self.ctx
             .store
             .write(move |tx| {
@@ -373,11 +386,13 @@ impl CopyController {
             .await?;
         self.finished(&copy, &target.key, moved);
         self.queue.enqueue_now(&target.id);
+        self.flatten_if_deep(&copy.domain_id, &target.id, &given)
+            .await;
         Ok(())
     }
 
     /// Records how `copy` fills its volumes, and answers it so.
-    async fn choose(&self, copy: &CopyOp, method: CopyMethod) -> Result<CopyOp, Stop> {
+    pub(super) async fn choose(&self, copy: &CopyOp, method: CopyMethod) -> Result<CopyOp, Stop> {
         let id = copy.id.clone();
         self.ctx
             .store

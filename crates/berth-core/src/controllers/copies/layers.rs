@@ -13,7 +13,7 @@
 use super::volumes::Pair;
 use super::{CopyController, Stop};
 use crate::names;
-use crate::runtime::{LABEL_COPY, LABEL_VOLUME, Labels, Layer, OverlayPlan};
+use crate::runtime::{LABEL_COPY, LABEL_VOLUME, Labels, Layer, OverlayPlan, UPPER_DIR};
 use crate::snapshots::{CopyOp, LayeredVolume, MAX_LAYERS};
 
 impl CopyController {
@@ -23,14 +23,17 @@ impl CopyController {
     }
 
     /// Makes each pair's target an overlay volume over its source's layers (a pair without a
-    /// source gets a fresh, empty volume). `None`, having made nothing, when the copy must move
-    /// bytes instead: the engine mounts no overlays, or a target would stand on too many layers.
+    /// source gets a fresh, empty volume). A source named in `flat` (an overlay volume, with the
+    /// volume its lower layers were flattened into) gives its upper layer over that one volume
+    /// instead. `None`, having made nothing, when the copy must move bytes instead: the engine
+    /// mounts no overlays, or a target would stand on too many layers.
     pub(super) async fn layer_pairs(
         &self,
         copy: &CopyOp,
         pairs: &[Pair],
         labels: &Labels,
         image: &str,
+        flat: &[(String, String)],
     ) -> Result<Option<Vec<LayeredVolume>>, Stop> {
         if !self.overlays_here(image).await? {
             return Ok(None);
@@ -39,14 +42,26 @@ impl CopyController {
         for pair in pairs {
             let Some(from) = &pair.from else { continue };
             let source = from.clone();
-            let lowers = match self
-                .ctx
-                .store
-                .read(move |tx| tx.layered_volume(&source))
-                .await?
-            {
-                Some(layered) => layered.as_lowers(),
-                None => vec![Layer {
+            let flattened = flat.iter().find(|(old, _)| old == from).map(|(_, f)| f);
+            let lowers = match (
+                self.ctx
+                    .store
+                    .read(move |tx| tx.layered_volume(&source))
+                    .await?,
+                flattened,
+            ) {
+                (Some(layered), Some(flat)) => vec![
+                    Layer {
+                        volume: layered.upper,
+                        dir: UPPER_DIR.to_owned(),
+                    },
+                    Layer {
+                        volume: flat.clone(),
+                        dir: String::new(),
+                    },
+                ],
+                (Some(layered), None) => layered.as_lowers(),
+                (None, _) => vec![Layer {
                     volume: from.clone(),
                     dir: String::new(),
                 }],
@@ -85,7 +100,11 @@ impl CopyController {
 
     /// Removes volume `name` when an earlier attempt of this copy left it; one that is not
     /// this copy's is in the way.
-    async fn clear_earlier_attempt(&self, copy: &CopyOp, name: &str) -> Result<(), Stop> {
+    pub(super) async fn clear_earlier_attempt(
+        &self,
+        copy: &CopyOp,
+        name: &str,
+    ) -> Result<(), Stop> {
         let runtime = &self.ctx.runtime;
         let Some(existing) = runtime.volume_labels(name).await? else {
             return Ok(());

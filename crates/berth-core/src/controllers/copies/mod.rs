@@ -23,6 +23,7 @@
 //! its copy begins (the instance controller holds a restore's target stopped only once this
 //! controller says it began).
 
+mod flatten;
 mod give_up;
 mod kinds;
 mod layers;
@@ -327,6 +328,7 @@ impl CopyController {
             CopyKind::Snapshot => self.snapshot(&copy).await,
             CopyKind::Branch => self.branch(&copy).await,
             CopyKind::Restore => self.restore(&copy).await,
+            CopyKind::Flatten => self.flatten(&copy).await,
             // The store never reads back a kind it does not know (see `CopyKind::parse`).
             CopyKind::Unknown => Err(Stop::Fail(
                 "this berth does not know this kind of copy".to_owned(),

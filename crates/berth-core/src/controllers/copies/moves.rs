@@ -73,12 +73,14 @@ impl CopyController {
 
     /// Moves `source` onto new layers, when this engine mounts overlays and none of its
     /// volumes stands on [`MAX_LAYERS`] layers already; `None`, having changed nothing, when
-    /// its data must be copied instead.
+    /// its data must be copied instead. A volume named in `flat` (with the volume its lower
+    /// layers were flattened into, by a flatten) gets its upper layer over that one instead.
     pub(super) async fn move_onto_layers<'a>(
         &'a self,
         copy: &CopyOp,
         source: &Instance,
         image: &ImageFacts,
+        flat: &[(String, String)],
     ) -> Result<Option<Moved<'a>>, Stop> {
         if source.kept.is_empty() || !self.overlays_here(source.spec.image.as_str()).await? {
             return Ok(None);
@@ -89,6 +91,9 @@ impl CopyController {
             .map(|v| (v.name.clone(), v.docker_name.clone()))
             .collect();
         for (_, volume) in &old {
+            if flat.iter().any(|(flattened, _)| flattened == volume) {
+                continue;
+            }
             let read = volume.clone();
             let depth = self
                 .ctx
@@ -138,7 +143,7 @@ impl CopyController {
         let pairs = pairs_into(&kept, &old);
         let labels = self.instance_labels(copy, source);
         let Some(layered) = self
-            .layer_pairs(copy, &pairs, &labels, source.spec.image.as_str())
+            .layer_pairs(copy, &pairs, &labels, source.spec.image.as_str(), flat)
             .await?
         else {
             return Ok(None);
