@@ -1293,7 +1293,11 @@ fn layers_past_the_flatten_limit_are_copied_into_one_in_the_background_and_every
         block_on(api.api().snapshot(&domain_id, "db@main", "third")).expect("a snapshot")
     });
     assert_eq!(flattened.state.as_str(), "done", "{flattened:?}");
-    assert_eq!(flattened.method, berth_client::CopyMethod::Copy, "{flattened:?}");
+    assert_eq!(
+        flattened.method,
+        berth_client::CopyMethod::Copy,
+        "{flattened:?}"
+    );
     assert!(flattened.bytes_done > 1_000_000, "{flattened:?}");
     until_ready(&api, &domain, &third.snapshot_id);
     let now = api.settled(&domain, "db@main", &["running", "failed"], READY);
@@ -1328,4 +1332,79 @@ fn layers_past_the_flatten_limit_are_copied_into_one_in_the_background_and_every
         "1001"
     );
     restore_on_layers(&api, &domain, "db@main", &first.snapshot_id, "1000");
+}
+
+#[test]
+fn a_daemon_killed_while_it_flattens_converges_on_two_layers_with_nothing_half_made() {
+    let mut daemon = Daemon::start_with(&["--layers-flatten-at", "2"]);
+    let api = daemon.client();
+    let domain = api.create_domain("flatten-kill");
+    let domain_id = support::domain_id(&domain);
+    let main = up_running(&api, &domain, "db@main", &pg_spec("main"));
+    assert_eq!(main["state"]["kind"], "running", "{main}");
+    fill(&api, &domain, "db@main", 2_000);
+    snapshot_ready(&api, &domain, "db@main", "first");
+    sql(
+        &api,
+        &domain,
+        "db@main",
+        "INSERT INTO t VALUES (2001, 'second')",
+    );
+    // The second snapshot reaches the limit; killed as soon as the flatten is under way.
+    let mut events = Box::pin(api.api().events(&domain_id, None));
+    block_on(async { tokio::time::timeout(COPY, events.next()).await })
+        .expect("the stream opens")
+        .expect("an event")
+        .expect("an event");
+    block_on(api.api().snapshot(&domain_id, "db@main", "second")).expect("a snapshot");
+    let flatten = block_on(async {
+        loop {
+            let event = tokio::time::timeout(COPY, events.next())
+                .await
+                .expect("a flatten in time")
+                .expect("the stream goes on")
+                .expect("an event");
+            if let berth_client::DomainEvent::Copy { copy, .. } = event
+                && copy.kind == berth_client::CopyKind::Flatten
+            {
+                return copy.copy_id;
+            }
+        }
+    });
+    daemon.kill9();
+
+    daemon.start_again();
+    let api = daemon.client();
+    let copy_label = format!("label=berth.copy={flatten}");
+    // The redo ends with the instance on the flatten's volumes (named with its tag).
+    let tag = format!(".c{}", &flatten.as_str()[4..12]);
+    wait_until(COPY, "the flatten's redo switches the instance", || {
+        api.instance(&domain, "db@main")["volumes"][0]["dockerName"]
+            .as_str()
+            .is_some_and(|v| v.ends_with(&tag))
+    });
+    let main = api.settled(&domain, "db@main", &["running", "failed"], COPY);
+    assert_eq!(main["state"]["kind"], "running", "{main}");
+    let mounted = main["volumes"][0]["dockerName"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let o = volume_options(&mounted)["o"].as_str().unwrap().to_owned();
+    let lowerdir = o
+        .split(',')
+        .find_map(|p| p.strip_prefix("lowerdir="))
+        .unwrap();
+    assert_eq!(lowerdir.split(':').count(), 2, "{o}");
+    assert_eq!(
+        sql(&api, &domain, "db@main", "SELECT count(*) FROM t"),
+        "2001"
+    );
+    // What the flatten made: the flat volume, the instance's overlay and its upper; no
+    // scratch reader is left.
+    let made = docker(&["volume", "ls", "-q", "--filter", &copy_label]);
+    let mut made: Vec<&str> = made.lines().collect();
+    made.sort_unstable();
+    assert_eq!(made.len(), 3, "{made:?}");
+    assert!(made.iter().all(|v| !v.contains("-r0")), "{made:?}");
+    assert!(made.contains(&mounted.as_str()), "{made:?}");
 }
