@@ -1,8 +1,8 @@
 //! Overlay volumes: a volume whose data is an overlay of immutable lower layers (other volumes'
 //! data, or the upper layer of an overlay nothing writes any more) and an upper layer of its
 //! own, which the engine's `local` driver mounts (`type=overlay`) whenever a container mounts
-//! it. Making one takes the same time whatever the lowers hold: two volumes, two helpers that
-//! never run (the archive API mounts their volumes), and no byte of the data moves.
+//! it. Making one takes the same time whatever the lowers hold: two volumes, one helper that
+//! never runs (the archive API mounts its volumes), and no byte of the data moves.
 //!
 //! The merged view's root takes the upper directory's owner and mode, not the lower's, so the
 //! upper directory is made with the top lower's: the archive of the lower's root gives them in
@@ -43,9 +43,8 @@ pub(crate) async fn create_overlay(
         ))
     })?;
     let declared = image_volumes(docker, &create_reference(&plan.image)).await?;
-    let root = root_of(docker, plan, &declared, top).await?;
     volumes::create_fresh(docker, &plan.upper, &plan.labels).await?;
-    make_upper_dirs(docker, plan, &declared, root).await?;
+    make_upper_dirs(docker, plan, &declared, top).await?;
     let mut lowers = Vec::with_capacity(plan.lowers.len());
     for layer in &plan.lowers {
         lowers.push(layer_path(docker, layer).await?);
@@ -110,7 +109,7 @@ pub(crate) async fn probe(
         create_overlay(docker, &plan).await?;
         let declared = image_volumes(docker, &create_reference(image)).await?;
         let name = format!("{helper}-probe");
-        let id = helper_on(docker, &plan, &declared, &name, &plan.name, false).await?;
+        let id = helper_on(docker, &plan, &declared, &name, &[(&plan.name, AT, false)]).await?;
         let wrote = upload(docker, &id, AT, archive(&[("probe", 0o644, 0, 0, b"ok")])?).await;
         crate::containers::remove(docker, &id).await?;
         Ok::<_, RuntimeError>(wrote)
@@ -133,26 +132,6 @@ async fn remove_scratch(docker: &Docker, names: &[String]) {
             .remove_volume(name, None::<bollard::query_parameters::RemoveVolumeOptions>)
             .await;
     }
-}
-
-/// The owner and mode of `layer`'s root directory: the first header of its archive, read
-/// through a never-run helper; the rest of the archive is never read.
-async fn root_of(
-    docker: &Docker,
-    plan: &OverlayPlan,
-    declared: &[String],
-    layer: &Layer,
-) -> Result<Root, RuntimeError> {
-    let name = format!("{}-root", plan.helper);
-    let id = helper_on(docker, plan, declared, &name, &layer.volume, true).await?;
-    let path = if layer.dir.is_empty() {
-        AT.to_owned()
-    } else {
-        format!("{AT}/{}", layer.dir)
-    };
-    let read = first_header(docker, &id, &path).await;
-    crate::containers::remove(docker, &id).await?;
-    read
 }
 
 async fn first_header(docker: &Docker, id: &str, path: &str) -> Result<Root, RuntimeError> {
@@ -191,23 +170,39 @@ struct Root {
     gid: u64,
 }
 
-/// Makes the upper volume's `upper` (with `root`'s owner and mode) and `work` directories.
+/// Makes the upper volume's `upper` and `work` directories, `upper` with the owner and mode
+/// of `top`'s root (the first header of its archive; the rest is never read), through one
+/// never-run helper that mounts the top lower read-only and the upper volume.
 async fn make_upper_dirs(
     docker: &Docker,
     plan: &OverlayPlan,
     declared: &[String],
-    root: Root,
+    top: &Layer,
 ) -> Result<(), RuntimeError> {
     let name = format!("{}-upper", plan.helper);
-    let id = helper_on(docker, plan, declared, &name, &plan.upper, false).await?;
-    let body = archive(&[
-        (UPPER_DIR, root.mode, root.uid, root.gid, &[][..]),
-        (WORK_DIR, 0o700, 0, 0, &[][..]),
-    ]);
-    let made = match body {
-        Ok(body) => upload(docker, &id, AT, body).await,
-        Err(e) => Err(e),
+    let (lower_at, upper_at) = (format!("{AT}/lower"), format!("{AT}/upper"));
+    let id = helper_on(
+        docker,
+        plan,
+        declared,
+        &name,
+        &[(&top.volume, &lower_at, true), (&plan.upper, &upper_at, false)],
+    )
+    .await?;
+    let root_path = if top.dir.is_empty() {
+        lower_at
+    } else {
+        format!("{lower_at}/{}", top.dir)
     };
+    let made = async {
+        let root = first_header(docker, &id, &root_path).await?;
+        let body = archive(&[
+            (UPPER_DIR, root.mode, root.uid, root.gid, &[][..]),
+            (WORK_DIR, 0o700, 0, 0, &[][..]),
+        ])?;
+        upload(docker, &id, &upper_at, body).await
+    }
+    .await;
     crate::containers::remove(docker, &id).await?;
     made
 }
@@ -256,14 +251,14 @@ async fn upload(docker: &Docker, id: &str, path: &str, body: Vec<u8>) -> Result<
         .map_err(|e| error::map(e, &format!("writing into {path} of helper {id}")))
 }
 
-/// A helper of `plan.image` named `name` that never runs, with `volume` at [`AT`].
+/// A helper of `plan.image` named `name` that never runs, with each of `mounts` (a volume, the
+/// path it is mounted at, whether read-only).
 async fn helper_on(
     docker: &Docker,
     plan: &OverlayPlan,
     declared: &[String],
     name: &str,
-    volume: &str,
-    read_only: bool,
+    mounts: &[(&str, &str, bool)],
 ) -> Result<String, RuntimeError> {
     let labels: BTreeMap<String, String> = plan.labels.clone().into_iter().collect();
     let body = ContainerCreateBody {
@@ -273,7 +268,12 @@ async fn helper_on(
         labels: Some(labels.into_iter().collect()),
         network_disabled: Some(true),
         host_config: Some(HostConfig {
-            mounts: Some(vec![volume_mount(volume, AT, read_only)]),
+            mounts: Some(
+                mounts
+                    .iter()
+                    .map(|(volume, at, read_only)| volume_mount(volume, at, *read_only))
+                    .collect(),
+            ),
             network_mode: Some("none".to_owned()),
             privileged: Some(false),
             security_opt: Some(vec![crate::containers::NO_NEW_PRIVILEGES.to_owned()]),
