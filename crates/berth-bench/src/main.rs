@@ -25,6 +25,7 @@ mod engine;
 mod exec;
 mod fair;
 mod idle;
+mod interrupt;
 mod layers;
 mod load;
 mod many;
@@ -64,7 +65,7 @@ use crate::report::{Figure, Machine};
 #[command(name = "berth-bench", version)]
 struct Args {
     /// Samples per figure [default: 20 for up, 50 for exec, 10 for wake and postgres, 5
-    /// restarts for many, 20 rounds for watch, 10 page loads for ui, 3 for branch and layers, 4 for fair].
+    /// restarts for many, 20 rounds for watch, 10 page loads for ui, 3 for branch, layers and interrupt, 4 for fair].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     samples: Option<u32>,
 
@@ -163,6 +164,10 @@ enum FigureKind {
     /// `cp -a` of the 1 GB snapshot; a fresh branch's disk and its first write.
     #[value(alias = "branch_from_snapshot_to_running")]
     Layers,
+    /// How long a snapshot interrupts a running Postgres of 100 MB and 1 GB: on layers (a
+    /// clean stop and start) against `--volume-layers off` (a freeze for the copy).
+    #[value(alias = "snapshot_source_interruption")]
+    Interrupt,
 }
 
 impl FigureKind {
@@ -184,6 +189,7 @@ impl FigureKind {
             FigureKind::Branch => "branch",
             FigureKind::Fair => "fair",
             FigureKind::Layers => "layers",
+            FigureKind::Interrupt => "interrupt",
         }
     }
 }
@@ -233,7 +239,7 @@ impl Ctx {
     }
 }
 
-fn random_hex(bytes: usize) -> anyhow::Result<String> {
+pub(crate) fn random_hex(bytes: usize) -> anyhow::Result<String> {
     let mut buf = vec![0u8; bytes];
     getrandom::fill(&mut buf).map_err(|e| anyhow!("no randomness: {e}"))?;
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
@@ -346,6 +352,10 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
             FigureKind::Layers => {
                 let image = postgres_image(ctx)?;
                 layers::run(ctx, image, args.samples.map_or(3, |n| n as usize)).await
+            }
+            FigureKind::Interrupt => {
+                let image = postgres_image(ctx)?;
+                interrupt::run(ctx, image, args.samples.map_or(3, |n| n as usize)).await
             }
         }
         .with_context(|| format!("measuring {}", kind.key()))?;

@@ -1,0 +1,188 @@
+//! How long a snapshot of a running Postgres interrupts it, at about 100 MB and about 1 GB: on
+//! layers (where the engine mounts overlays, the default) the source stops cleanly and starts
+//! again on new layers, so the snapshot copies nothing; with `--volume-layers off` (berth
+//! before layers, and every engine without overlays) it is frozen for the copy of its bytes.
+//!
+//! Two daemons on the engine: the run's own, and one of its own prefix and data directory with
+//! `--volume-layers off`. Each has one instance of the Postgres fixture per size, filled alike
+//! (not timed). Each round takes one snapshot of every instance, in a rotated order. On layers
+//! the interruption is the request to the snapshot `ready`, which berth says once the source
+//! runs again (its stop, the switch of its volumes, its start and its ready check); frozen, it
+//! is the snapshot's `sourcePausedMs` (the source keeps its connections, which wait).
+
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow, bail};
+use berth_client::{DomainId, SnapshotState, SnapshotView};
+use tokio::time::Instant;
+
+use crate::api::{self as berth, Api};
+use crate::report::{Figure, Row, Stat, Target, number};
+use crate::stats::{median, ms};
+use crate::{Ctx, engine, postgres::pg_spec, progress};
+
+pub const NAME: &str = "snapshot_source_interruption";
+/// About 100 MB and about 1 GB of rows (the layers figure's sizes).
+const SIZES: [(&str, u32); 2] = [("100 MB", 120_000), ("1 GB", 1_250_000)];
+const TIMEOUT: Duration = Duration::from_secs(600);
+const POLL: Duration = Duration::from_millis(50);
+
+/// One side: a daemon's API and domain, and its instance of each size.
+struct Side<'a> {
+    api: &'a Api,
+    domain: DomainId,
+    prefix: String,
+    keys: Vec<String>,
+}
+
+pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figure> {
+    let off_prefix = format!("{}-off", ctx.prefix);
+    let key = format!("bench-off-{}", crate::random_hex(16)?);
+    let dir = tempfile::Builder::new()
+        .prefix("berth-bench-off-")
+        .tempdir()
+        .context("a data directory for the second daemon")?;
+    let launch = berth::launch(&ctx.berth_bin, &off_prefix, &[key.as_str()])
+        .data_dir(dir.path())
+        .args(&["--volume-layers", "off"]);
+    let daemon = berth::start(launch).await?;
+    let measured = async {
+        let off_api = Api::new(&daemon.base, &key)?;
+        let off_domain = off_api.create_domain("berth-bench-off").await?;
+        let mut sides = [
+            Side {
+                api: &ctx.api,
+                domain: ctx.domain.clone(),
+                prefix: ctx.prefix.clone(),
+                keys: Vec::new(),
+            },
+            Side {
+                api: &off_api,
+                domain: off_domain,
+                prefix: off_prefix.clone(),
+                keys: Vec::new(),
+            },
+        ];
+        for (s, side) in sides.iter_mut().enumerate() {
+            for (i, (size, rows)) in SIZES.iter().enumerate() {
+                let key = format!("int-{s}-{i}");
+                progress::line(&format!("{NAME}: filling {key} ({size}, {rows} rows)"));
+                source(ctx, side, image, &key, *rows).await?;
+                side.keys.push(key);
+            }
+        }
+        progress::line(&format!("{NAME}: warming up"));
+        for side in &sides {
+            snapshot_once(side, &side.keys[0]).await?;
+        }
+        // [size][side] samples.
+        let mut taken: Vec<[Vec<f64>; 2]> = vec![[Vec::new(), Vec::new()]; SIZES.len()];
+        let mut totals_off: Vec<Vec<f64>> = vec![Vec::new(); SIZES.len()];
+        for round in 0..samples {
+            let mut turns: Vec<(usize, usize)> = (0..SIZES.len())
+                .flat_map(|i| [(i, 0), (i, 1)])
+                .collect();
+            let n = turns.len();
+            turns.rotate_left(round % n);
+            for (size, s) in turns {
+                let side = &sides[s];
+                let (total, snapshot) = snapshot_once(side, &side.keys[size]).await?;
+                if s == 0 {
+                    taken[size][0].push(total);
+                } else {
+                    let paused = snapshot.source_paused_ms.ok_or_else(|| {
+                        anyhow!("the frozen snapshot of {} says no pause", side.keys[size])
+                    })?;
+                    taken[size][1].push(paused as f64);
+                    totals_off[size].push(total);
+                }
+            }
+            progress::step(NAME, round + 1, samples);
+        }
+        // The instances go: later figures should not share the machine with four Postgres.
+        for key in &sides[0].keys {
+            ctx.api.archive(&ctx.domain, key).await?;
+        }
+        Ok::<_, anyhow::Error>((taken, totals_off))
+    }
+    .await;
+    berth::stop(daemon).await;
+    progress::line(&format!("{NAME}: removing the second daemon's instances"));
+    let leftovers = berth::remove_everything(&off_prefix).await?;
+    if !leftovers.is_empty() {
+        bail!("could not remove the second daemon's objects: {leftovers:?}");
+    }
+    let (taken, totals_off) = measured?;
+    let mut rows = Vec::new();
+    for (i, (size, _)) in SIZES.iter().enumerate() {
+        rows.push(Row {
+            name: format!("{NAME} ({size})"),
+            unit: "ms",
+            berth: Stat::of_samples(&taken[i][0]),
+            baseline: "volume-layers-off-freeze",
+            base: Stat::of_samples(&taken[i][1]),
+            // Small data copies faster than a restart; the move is for large data.
+            target: (i + 1 == SIZES.len()).then_some(Target::AtMost(0.5)),
+        });
+    }
+    let notes = vec![
+        format!(
+            "On layers, the interruption is the request to the snapshot `ready`: the source's \
+             clean stop, the switch of its volumes, its start and its ready check; no byte is \
+             copied, and what the snapshot holds was written by a Postgres that shut down. \
+             Frozen (`--volume-layers off`), it is `sourcePausedMs`, the copy of the source's \
+             bytes; the whole snapshot took {} ms (100 MB) and {} ms (1 GB) from the request \
+             to `ready` (medians).",
+            number(median(&totals_off[0])),
+            number(median(&totals_off[1])),
+        ),
+        "The two differ in kind as well as length: a frozen Postgres keeps its connections, \
+         whose queries wait; a stopped one ends them, and clients reconnect (berth's alias and \
+         endpoint stay the same). Each move puts one more layer under the source (flattened \
+         past 8)."
+            .to_owned(),
+    ];
+    Ok(Figure { rows, notes })
+}
+
+/// An instance `key` of `side` filled with `rows` rows and checkpointed (not timed).
+async fn source(
+    ctx: &Ctx,
+    side: &Side<'_>,
+    image: &str,
+    key: &str,
+    rows: u32,
+) -> anyhow::Result<()> {
+    side.api
+        .up(&side.domain, key, &pg_spec(image, key, true))
+        .await?;
+    side.api
+        .wait_running(&side.domain, key, POLL, TIMEOUT)
+        .await?;
+    let container = engine::berth_container(&ctx.docker, &side.prefix, key).await?;
+    crate::branch::fill(&container, rows).await
+}
+
+/// A snapshot of `key`, timed from the request to `ready`, and the snapshot.
+async fn snapshot_once(side: &Side<'_>, key: &str) -> anyhow::Result<(f64, SnapshotView)> {
+    crate::branch::settle().await?;
+    let client = side.api.client();
+    let start = Instant::now();
+    let taken = client
+        .snapshot(&side.domain, key, "interruption")
+        .await
+        .map_err(|e| anyhow!("snapshot of {key}: {e}"))?;
+    let deadline = start + TIMEOUT;
+    loop {
+        let s = client
+            .snapshot_by_id(&side.domain, &taken.snapshot_id)
+            .await
+            .map_err(|e| anyhow!("reading the snapshot of {key}: {e}"))?;
+        match s.state {
+            SnapshotState::Ready => return Ok((ms(start.elapsed()), s)),
+            SnapshotState::Failed => bail!("the snapshot of {key} failed: {:?}", s.message),
+            _ if Instant::now() > deadline => bail!("the snapshot of {key} was not ready in time"),
+            _ => tokio::time::sleep(POLL).await,
+        }
+    }
+}
