@@ -128,8 +128,8 @@ impl Berth {
                         UpCause::Use => RolloutMode::Automatic,
                     },
                 )?;
-                // Only an instance with no volumes yet starts on a template: one that has
-                // data keeps it.
+                // Only a new instance starts on a template (its volumes are listed in the
+                // store, not made yet); one that has been up before keeps its data.
                 if template && !instance.template && instance.kept.is_empty() {
                     tx.set_template(&instance.id)?;
                     instance.template = true;
