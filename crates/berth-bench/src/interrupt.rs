@@ -79,9 +79,8 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
         let mut taken: Vec<[Vec<f64>; 2]> = vec![[Vec::new(), Vec::new()]; SIZES.len()];
         let mut totals_off: Vec<Vec<f64>> = vec![Vec::new(); SIZES.len()];
         for round in 0..samples {
-            let mut turns: Vec<(usize, usize)> = (0..SIZES.len())
-                .flat_map(|i| [(i, 0), (i, 1)])
-                .collect();
+            let mut turns: Vec<(usize, usize)> =
+                (0..SIZES.len()).flat_map(|i| [(i, 0), (i, 1)]).collect();
             let n = turns.len();
             turns.rotate_left(round % n);
             for (size, s) in turns {

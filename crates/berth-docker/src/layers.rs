@@ -186,7 +186,10 @@ async fn make_upper_dirs(
         plan,
         declared,
         &name,
-        &[(&top.volume, &lower_at, true), (&plan.upper, &upper_at, false)],
+        &[
+            (&top.volume, &lower_at, true),
+            (&plan.upper, &upper_at, false),
+        ],
     )
     .await?;
     let root_path = if top.dir.is_empty() {
