@@ -9,6 +9,12 @@
 //! the interruption is the request to the snapshot `ready`, which berth says once the source
 //! runs again (its stop, the switch of its volumes, its start and its ready check); frozen, it
 //! is the snapshot's `sourcePausedMs` (the source keeps its connections, which wait).
+//!
+//! The same rounds also branch each running source of the run's daemon (request to the
+//! branch `running`: the source moves onto new layers and the branch stands on the ones it
+//! left), against the branch of the 100 MB source and, at 1 GB, the raw floor of a copy (a
+//! plain `cp -a` of the source's volume, then a raw start on it), each after the page cache is
+//! dropped.
 
 use std::time::Duration;
 
@@ -17,11 +23,13 @@ use berth_client::{DomainId, SnapshotState, SnapshotView};
 use tokio::time::Instant;
 
 use crate::api::{self as berth, Api};
+use crate::branch::{Floor, floor_once};
 use crate::report::{Figure, Row, Stat, Target, number};
 use crate::stats::{median, ms};
 use crate::{Ctx, engine, postgres::pg_spec, progress};
 
 pub const NAME: &str = "snapshot_source_interruption";
+pub const NAME_BRANCH: &str = "branch_running_postgres_to_running";
 /// About 100 MB and about 1 GB of rows (the layers figure's sizes).
 const SIZES: [(&str, u32); 2] = [("100 MB", 120_000), ("1 GB", 1_250_000)];
 const TIMEOUT: Duration = Duration::from_secs(600);
@@ -75,9 +83,14 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
         for side in &sides {
             snapshot_once(side, &side.keys[0]).await?;
         }
+        let network = format!("{}-interrupt", ctx.prefix);
+        engine::create_network(&ctx.docker, &network, &ctx.prefix).await?;
+        branch_once(image, &sides[0], 0, "warm").await?;
         // [size][side] samples.
         let mut taken: Vec<[Vec<f64>; 2]> = vec![[Vec::new(), Vec::new()]; SIZES.len()];
         let mut totals_off: Vec<Vec<f64>> = vec![Vec::new(); SIZES.len()];
+        let mut branched: Vec<Vec<f64>> = vec![Vec::new(); SIZES.len()];
+        let mut floors: Vec<Floor> = Vec::new();
         for round in 0..samples {
             let mut turns: Vec<(usize, usize)> =
                 (0..SIZES.len()).flat_map(|i| [(i, 0), (i, 1)]).collect();
@@ -96,13 +109,22 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
                     totals_off[size].push(total);
                 }
             }
+            for (size, samples) in branched.iter_mut().enumerate() {
+                samples.push(branch_once(image, &sides[0], size, &round.to_string()).await?);
+            }
+            let large = &sides[0].keys[SIZES.len() - 1];
+            let container = engine::berth_container(&ctx.docker, &ctx.prefix, large).await?;
+            let volume = crate::branch::data_volume(ctx, &container).await?;
+            crate::layers::cold().await?;
+            let tag = format!("int-{round}");
+            floors.push(floor_once(ctx, image, &volume, &network, &tag).await?);
             progress::step(NAME, round + 1, samples);
         }
         // The instances go: later figures should not share the machine with four Postgres.
         for key in &sides[0].keys {
             ctx.api.archive(&ctx.domain, key).await?;
         }
-        Ok::<_, anyhow::Error>((taken, totals_off))
+        Ok::<_, anyhow::Error>((taken, totals_off, branched, floors))
     }
     .await;
     berth::stop(daemon).await;
@@ -111,7 +133,7 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
     if !leftovers.is_empty() {
         bail!("could not remove the second daemon's objects: {leftovers:?}");
     }
-    let (taken, totals_off) = measured?;
+    let (taken, totals_off, branched, floors) = measured?;
     let mut rows = Vec::new();
     for (i, (size, _)) in SIZES.iter().enumerate() {
         rows.push(Row {
@@ -124,6 +146,24 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
             target: (i + 1 == SIZES.len()).then_some(Target::AtMost(0.5)),
         });
     }
+    let large = SIZES.len() - 1;
+    let floor_totals: Vec<f64> = floors.iter().map(|f| f.total).collect();
+    rows.push(Row {
+        name: format!("{NAME_BRANCH} ({})", SIZES[large].0),
+        unit: "ms",
+        berth: Stat::of_samples(&branched[large]),
+        baseline: "berth-100-MB",
+        base: Stat::of_samples(&branched[0]),
+        target: Some(Target::AtMost(1.2)),
+    });
+    rows.push(Row {
+        name: format!("{NAME_BRANCH} ({})", SIZES[large].0),
+        unit: "ms",
+        berth: Stat::of_samples(&branched[large]),
+        baseline: "raw-cp-a-floor",
+        base: Stat::of_samples(&floor_totals),
+        target: Some(Target::AtMost(0.2)),
+    });
     let notes = vec![
         format!(
             "On layers, the interruption is the request to the snapshot `ready`: the source's \
@@ -134,6 +174,20 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
              to `ready` (medians).",
             number(median(&totals_off[0])),
             number(median(&totals_off[1])),
+        ),
+        format!(
+            "A branch of each running source, request to the branch `running`, after the page \
+             cache was dropped: {} ms (100 MB) and {} ms (1 GB), medians; the source moves \
+             onto new layers (a clean stop and start) and the branch stands on the ones it \
+             left. The floor at 1 GB, median by part: the copy container (create, start, \
+             `cp -a` of the source's live volume, exit) {} ms, then the Postgres container on \
+             the copy until its first connect {} ms.",
+            number(median(&branched[0])),
+            number(median(&branched[large])),
+            number(median(&floors.iter().map(|f| f.copy).collect::<Vec<_>>())),
+            number(median(
+                &floors.iter().map(|f| f.total - f.copy).collect::<Vec<_>>()
+            )),
         ),
         "The two differ in kind as well as length: a frozen Postgres keeps its connections, \
          whose queries wait; a stopped one ends them, and clients reconnect (berth's alias and \
@@ -160,6 +214,32 @@ async fn source(
         .await?;
     let container = engine::berth_container(&ctx.docker, &side.prefix, key).await?;
     crate::branch::fill(&container, rows).await
+}
+
+/// A branch of `side`'s running source of size `size` to a new key, timed from the request to
+/// the branch `running` (after the page cache is dropped, not timed); archived after, not
+/// timed.
+async fn branch_once(image: &str, side: &Side<'_>, size: usize, tag: &str) -> anyhow::Result<f64> {
+    let key = format!("int-br-{size}-{tag}");
+    crate::layers::cold().await?;
+    let start = Instant::now();
+    side.api
+        .client()
+        .branch(
+            &side.domain,
+            &key,
+            &berth_client::BranchFrom::Instance(side.keys[size].clone()),
+            &pg_spec(image, &key, true),
+            berth_client::UpCause::Person,
+        )
+        .await
+        .map_err(|e| anyhow!("branch of {key}: {e}"))?;
+    side.api
+        .wait_running(&side.domain, &key, POLL, TIMEOUT)
+        .await?;
+    let took = ms(start.elapsed());
+    side.api.archive(&side.domain, &key).await?;
+    Ok(took)
 }
 
 /// A snapshot of `key`, timed from the request to `ready`, and the snapshot.

@@ -246,7 +246,7 @@ async fn berth_once(
 /// Writes back and drops the page cache (`sync`, then `drop_caches`; not timed), so each sample
 /// reads its data from the disk. Without the privilege to drop it, the cache stays and the
 /// note says so.
-async fn cold() -> anyhow::Result<()> {
+pub(crate) async fn cold() -> anyhow::Result<()> {
     settle().await?;
     if let Err(e) = tokio::fs::write("/proc/sys/vm/drop_caches", "3\n").await {
         progress::line(&format!(
