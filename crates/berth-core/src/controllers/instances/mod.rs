@@ -285,28 +285,35 @@ impl InstanceController {
         if instance.desired == Desired::Running && self.moving().contains(&instance.id) {
             return self.hold_for_copy(&instance, container, obs, true).await;
         }
+        // A copy that ended since the instance was read switched its volumes in the transaction
+        // that ended it (a restore's does): act on the instance as that same read of the store
+        // has it, never on the volumes it had before (which would start the container the
+        // restore replaced). The in-memory view may not have that transaction yet when the
+        // read does, so the instance is read with the copy, in one read.
+        let mut written = None;
         if instance.desired == Desired::Running {
             let id = instance.id.clone();
+            let (copy, now) = self
+                .ctx
+                .store
+                .read(move |tx| {
+                    Ok::<_, StoreError>((tx.copy_into_instance(&id)?, tx.instance_by_id(&id)?))
+                })
+                .await?;
             // A branch's target has no volumes until its copy is done; a restore's keeps
             // running on its own until the restore's copy begins (it may wait for its turn, and
             // after a crash it is redone from the start).
-            if let Some(copy) = self
-                .ctx
-                .store
-                .read(move |tx| tx.copy_into_instance(&id))
-                .await?
-                .filter(|c| c.kind != CopyKind::Restore || self.begun_copies().contains(&c.id))
+            if let Some(copy) =
+                copy.filter(|c| c.kind != CopyKind::Restore || self.begun_copies().contains(&c.id))
             {
                 let starting = copy.kind == CopyKind::Restore;
                 return self
                     .hold_for_copy(&instance, container, obs, starting)
                     .await;
             }
+            written = now;
         }
-        // A copy that ended since the instance was read switched its volumes in the transaction
-        // that ended it (a restore's does): act on the instance as it is now, never on the
-        // volumes it had before (which would start the container the restore replaced).
-        let instance = match self.ctx.store.instance_by_id(id) {
+        let instance = match written.or_else(|| self.ctx.store.instance_by_id(id)) {
             Some(now) if now.volumes != instance.volumes => {
                 obs = Observation::of(&now);
                 obs.observed_at = Timestamp::now();
