@@ -88,6 +88,23 @@ fn contents(name: &str) -> String {
     ])
 }
 
+/// The template containers (`"container"`, stopped ones too) or volumes of `domain`, one per
+/// line.
+fn template_objects(kind: &str, domain: &str) -> String {
+    let domain_label = format!("label=berth.domain={domain}");
+    let mut args = match kind {
+        "container" => vec!["ps", "-aq"],
+        _ => vec!["volume", "ls", "-q"],
+    };
+    args.extend([
+        "--filter",
+        "label=berth.template",
+        "--filter",
+        &domain_label,
+    ]);
+    docker(&args)
+}
+
 /// Whether container `name` ran `initdb` (the postgres image prints this as it does).
 fn ran_initdb(container: &str) -> bool {
     let out = std::process::Command::new("docker")
@@ -279,24 +296,9 @@ fn a_daemon_killed_while_it_makes_a_template_makes_it_whole_on_its_next_start() 
     assert_eq!(made[0]["users"], json!([docker_name(&main)]));
     assert!(!ran_initdb(&support::container_of(&main)));
     // Nothing of the first attempt is left: no template container, one base volume.
-    let left = docker(&[
-        "ps",
-        "-aq",
-        "--filter",
-        "label=berth.template",
-        "--filter",
-        &format!("label=berth.domain={domain}"),
-    ]);
+    let left = template_objects("container", &domain);
     assert_eq!(left.trim(), "", "{left}");
-    let volumes = docker(&[
-        "volume",
-        "ls",
-        "-q",
-        "--filter",
-        "label=berth.template",
-        "--filter",
-        &format!("label=berth.domain={domain}"),
-    ]);
+    let volumes = template_objects("volume", &domain);
     assert_eq!(volumes.lines().count(), 1, "{volumes}");
 
     // Unused once the instance is archived and its volumes removed: deleted with its base.
@@ -315,15 +317,7 @@ fn a_daemon_killed_while_it_makes_a_template_makes_it_whole_on_its_next_start() 
     )
     .expect(204);
     assert!(templates(&api, &domain).is_empty());
-    let volumes = docker(&[
-        "volume",
-        "ls",
-        "-q",
-        "--filter",
-        "label=berth.template",
-        "--filter",
-        &format!("label=berth.domain={domain}"),
-    ]);
+    let volumes = template_objects("volume", &domain);
     assert_eq!(volumes.trim(), "", "{volumes}");
 }
 

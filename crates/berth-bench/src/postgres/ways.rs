@@ -62,6 +62,18 @@ pub(super) async fn berth_once(
     let wall_start = SystemTime::now();
     let start = Instant::now();
     ctx.api.up(&ctx.domain, key, &spec).await?;
+    until_running(ctx, key, wall_start, start, archive).await
+}
+
+/// The rest of a berth sample once its `up` is sent: timed until a GET says running; then, not
+/// timed, its container's timeline and, when `archive`, the archive of the instance.
+async fn until_running(
+    ctx: &Ctx,
+    key: &str,
+    wall_start: SystemTime,
+    start: Instant,
+    archive: bool,
+) -> anyhow::Result<Sample> {
     let instance = wait_running(ctx, key, start).await?;
     let total = ms(start.elapsed());
     let mut sample = Sample::new(total, wall_start, SystemTime::now());
@@ -85,14 +97,7 @@ pub(super) async fn berth_template_once(
     let wall_start = SystemTime::now();
     let start = Instant::now();
     ctx.api.up_from_template(&ctx.domain, key, &spec).await?;
-    let instance = wait_running(ctx, key, start).await?;
-    let total = ms(start.elapsed());
-    let mut sample = Sample::new(total, wall_start, SystemTime::now());
-    sample.berth_ready = instance.state.time().map(time_of);
-    let id = engine::berth_container(&ctx.docker, &ctx.prefix, key).await?;
-    sample.timeline = Some(timeline(&ctx.docker, &id, wall_start).await?);
-    ctx.api.archive(&ctx.domain, key).await?;
-    Ok(sample)
+    until_running(ctx, key, wall_start, start, true).await
 }
 
 // testcontainers

@@ -56,7 +56,8 @@ impl TemplateController {
         volumes: &[InstanceVolume],
         labels: &Labels,
     ) -> Result<(), ReconcileError> {
-        if !instance.template || volumes.is_empty() {
+        // One that has run has its volumes: nothing to ask the engine on its later starts.
+        if !instance.template || volumes.is_empty() || instance.started_at.is_some() {
             return Ok(());
         }
         let runtime = &self.ctx.runtime;

@@ -40,6 +40,23 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Records the overlay volumes `layered` and switches instance `id` onto its volumes
+    /// `volumes` (and every one it keeps, `kept`) named with `tag`: the one write that moves an
+    /// instance onto new layers.
+    pub fn switch_onto_layers(
+        &self,
+        id: &crate::ids::InstanceId,
+        layered: &[LayeredVolume],
+        tag: &str,
+        volumes: &[crate::model::InstanceVolume],
+        kept: &[crate::model::InstanceVolume],
+    ) -> Result<(), StoreError> {
+        for volume in layered {
+            self.record_layered(volume)?;
+        }
+        self.set_volume_tag(id, tag, volumes, kept)
+    }
+
     /// Forgets overlay volume `volume` (it was removed).
     pub fn forget_layered(&self, volume: &str) -> Result<(), StoreError> {
         self.conn()

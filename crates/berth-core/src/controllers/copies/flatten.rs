@@ -171,10 +171,7 @@ impl CopyController {
         self.ctx
             .store
             .write(move |tx| {
-                for volume in &layered {
-                    tx.record_layered(volume)?;
-                }
-                tx.set_volume_tag(&instance, &moved_tag, &volumes, &kept)?;
+                tx.switch_onto_layers(&instance, &layered, &moved_tag, &volumes, &kept)?;
                 tx.end_copy(&id, CopyState::Done, None, done, Some(done))
             })
             .await?;

@@ -66,11 +66,8 @@ impl CopyController {
             self.ctx
                 .store
                 .write(move |tx| {
-                    for volume in &layered {
-                        tx.record_layered(volume)?;
-                    }
                     tx.update_snapshot(&recorded)?;
-                    tx.set_volume_tag(&instance, &tag, &volumes, &kept)
+                    tx.switch_onto_layers(&instance, &layered, &tag, &volumes, &kept)
                 })
                 .await?;
             // Its volumes are switched: it starts again on its new layers.
@@ -258,10 +255,7 @@ impl CopyController {
             .store
             .write(move |tx| {
                 if let Some((source, moved_layers, tag, volumes, kept)) = &moved {
-                    for volume in moved_layers {
-                        tx.record_layered(volume)?;
-                    }
-                    tx.set_volume_tag(source, tag, volumes, kept)?;
+                    tx.switch_onto_layers(source, moved_layers, tag, volumes, kept)?;
                 }
                 for volume in &layered {
                     tx.record_layered(volume)?;
@@ -377,10 +371,7 @@ impl CopyController {
         self.ctx
             .store
             .write(move |tx| {
-                for volume in &layered {
-                    tx.record_layered(volume)?;
-                }
-                tx.set_volume_tag(&instance, &tag, &volumes, &targets)?;
+                tx.switch_onto_layers(&instance, &layered, &tag, &volumes, &targets)?;
                 tx.end_copy(&id, CopyState::Done, None, done, Some(done))
             })
             .await?;
