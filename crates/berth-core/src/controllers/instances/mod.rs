@@ -288,15 +288,16 @@ impl InstanceController {
         // A copy that ended since the instance was read switched its volumes in the transaction
         // that ended it (a restore's does): act on the instance as that same read of the store
         // has it, never on the volumes it had before (which would start the container the
-        // restore replaced). The in-memory view may not have that transaction yet when the
-        // read does, so the instance is read with the copy, in one read.
+        // restore replaced). A read of the pool may see that transaction before the in-memory
+        // view has it, or a pool connection may not see it yet: the copy and the instance are
+        // read together on the writer, which has every commit and has put each in the view.
         let mut written = None;
         if instance.desired == Desired::Running {
             let id = instance.id.clone();
             let (copy, now) = self
                 .ctx
                 .store
-                .read(move |tx| {
+                .write(move |tx| {
                     Ok::<_, StoreError>((tx.copy_into_instance(&id)?, tx.instance_by_id(&id)?))
                 })
                 .await?;
