@@ -324,3 +324,69 @@ fn a_client_that_goes_away_after_its_stdin_ended_has_its_command_killed_too() {
         || !runs(&container, "exec-gone-e5a0") && !runs(&container, "sleep 3600"),
     );
 }
+
+/// Reads one response from `stream`: its head, then as many body bytes as its
+/// `content-length` says.
+fn read_response(stream: &mut std::net::TcpStream) -> (String, String) {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        stream.read_exact(&mut byte).expect("a response head");
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().unwrap())
+        })
+        .unwrap_or_else(|| panic!("no content-length in {head}"));
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).expect("the response body");
+    (head, String::from_utf8(body).unwrap())
+}
+
+#[test]
+fn a_command_that_ends_before_its_stdin_does_answers_and_the_rest_is_read_not_reset() {
+    use std::io::Write;
+    let daemon = Daemon::start();
+    let (_api, domain) = running_box(&daemon);
+    let argv = ["sh", "-c", "head -c 3; exit 3"];
+    let mut connection = daemon.open_exec(&domain, "box", &argv, 60_000);
+    connection.write_all(b"3\r\nabc\r\n").unwrap();
+    let (head, body) = read_response(&mut connection);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let result: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(result["exitCode"], 3, "{result}");
+    assert_eq!(result["stdout"], "abc", "{result}");
+    // The client goes on sending the stdin it had: 32 MiB the command never reads. Had the
+    // daemon closed the connection with these bytes unread, the kernel would reset it and
+    // these writes would fail.
+    let chunk = vec![b'x'; 1024 * 1024];
+    let size = format!("{:x}\r\n", chunk.len());
+    for _ in 0..32 {
+        connection
+            .write_all(size.as_bytes())
+            .expect("stdin after the answer");
+        connection
+            .write_all(&chunk)
+            .expect("stdin after the answer");
+        connection
+            .write_all(b"\r\n")
+            .expect("stdin after the answer");
+    }
+    connection.write_all(b"0\r\n\r\n").unwrap();
+    // The whole body read, the connection serves the next request.
+    let next = format!(
+        "GET /healthz HTTP/1.1\r\nHost: {}\r\n\r\n",
+        daemon.address()
+    );
+    connection.write_all(next.as_bytes()).unwrap();
+    let (head, _) = read_response(&mut connection);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+}

@@ -3,14 +3,18 @@
 //! carries the argv or stdin, and nothing about the run is stored.
 
 use std::io;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::{Extension, Json};
 use berth_core::exec::{ExecResult, MAX_FRAME_BYTES, decode_frame};
-use futures_util::TryStreamExt;
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader};
+use tokio::sync::mpsc;
 use tokio_util::io::StreamReader;
+use tokio_util::sync::CancellationToken;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -47,11 +51,7 @@ async fn exec_instance(
     // the command in its container at once.
     let cancel = app.shutdown.child_token();
     let _cancel_on_drop = cancel.clone().drop_guard();
-    let broken = cancel.clone();
-    let stream = body.into_data_stream().map_err(move |e| {
-        broken.cancel();
-        io::Error::other(e)
-    });
+    let stream = linger_body(body, cancel.clone(), app.shutdown.clone());
     let mut reader = BufReader::with_capacity(MAX_FRAME_BYTES + 1, StreamReader::new(stream));
     let line = read_frame(&mut reader).await?;
     let frame = decode_frame(&line).map_err(|p| ApiError::refused(p.joined()))?;
@@ -60,6 +60,45 @@ async fn exec_instance(
         .exec(&caller.owner, &domain, key, frame, Box::pin(reader), cancel)
         .await?;
     Ok(Json(result))
+}
+
+/// How long the rest of a body is read and dropped once the command has answered.
+const LINGER: Duration = Duration::from_secs(60);
+
+/// The body as a stream of stdin, read by a task of its own. A body that breaks off cancels
+/// `broken`. Once the command has answered, what the client still sends is read and dropped
+/// (for at most [`LINGER`], or until berth stops): a connection closed with unread bytes in it
+/// is reset, and a reset can reach the client before the answer does, so a command that ends
+/// before reading all its stdin would lose its answer.
+fn linger_body(
+    body: Body,
+    broken: CancellationToken,
+    shutdown: CancellationToken,
+) -> impl Stream<Item = io::Result<Bytes>> + Send + Unpin + 'static {
+    let (tx, mut rx) = mpsc::channel::<io::Result<Bytes>>(4);
+    tokio::spawn(async move {
+        let mut chunks = body.into_data_stream();
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(|e| {
+                broken.cancel();
+                io::Error::other(e)
+            });
+            let failed = chunk.is_err();
+            if tx.send(chunk).await.is_err() {
+                break;
+            }
+            if failed {
+                return;
+            }
+        }
+        drop(tx);
+        let drain = async { while let Some(Ok(_)) = chunks.next().await {} };
+        tokio::select! {
+            _ = tokio::time::timeout(LINGER, drain) => {}
+            _ = shutdown.cancelled() => {}
+        }
+    });
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
 /// Reads the frame line, without its newline, refusing one longer than `MAX_FRAME_BYTES`.
