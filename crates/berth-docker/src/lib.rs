@@ -40,6 +40,7 @@
 
 mod containers;
 mod copy;
+mod credentials;
 mod error;
 mod events;
 mod exec;
@@ -49,6 +50,7 @@ mod networks;
 mod probe;
 mod raw;
 mod registry;
+pub mod tags;
 mod volumes;
 
 use std::collections::BTreeMap;

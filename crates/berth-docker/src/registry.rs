@@ -9,15 +9,18 @@
 //!
 //! A registry is read over https, or over plain http when the engine itself treats it as
 //! insecure (it is in the engine's `insecure-registries`, or its address is in one of the
-//! engine's insecure ranges, 127.0.0.0/8 by default). Anonymous bearer tokens are fetched when a
-//! registry asks for one (Docker Hub does); berth holds no registry credentials, so a registry
-//! that needs them is not read, and what only it could say is left out.
+//! engine's insecure ranges, 127.0.0.0/8 by default). When a registry asks for credentials,
+//! the user's Docker config is asked for that host's ([`crate::credentials`]); bearer tokens
+//! are fetched for them, or anonymously when there are none (Docker Hub gives those). A
+//! registry that cannot be read is left out of what only it could say.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::Duration;
 
 use berth_core::image::{Digest, PinnedImage};
+
+use crate::credentials::{self, Credential};
 use berth_core::runtime::{ImageFailure, RegistryManifest, RuntimeError};
 use bollard::Docker;
 use serde::Deserialize;
@@ -29,7 +32,7 @@ const ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
     application/vnd.oci.image.manifest.v1+json, \
     application/vnd.docker.distribution.manifest.v2+json";
 /// The largest manifest berth reads (the distribution registry's own limit is 4 MiB).
-const MAX_MANIFEST: usize = 4 << 20;
+pub(crate) const MAX_MANIFEST: usize = 4 << 20;
 /// How long one registry request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -127,17 +130,45 @@ impl Registries {
             _ if engine.is_insecure(host).await => format!("http://{host}"),
             _ => format!("https://{host}"),
         };
-        let reader = Reader {
-            http,
-            base,
-            repository,
-            token: None,
-        };
+        let reader = Reader::new(http, host, base, repository);
         reader.read(image.digest(), engine.platform.as_ref()).await
+    }
+
+    /// A reader of `host`'s `repository`, over http where the engine reads `host` insecurely
+    /// (where the engine does not answer: loopback addresses only, its default).
+    pub(crate) async fn reader(
+        &self,
+        docker: Option<&Docker>,
+        host: &str,
+        repository: &str,
+    ) -> Option<Reader<'_>> {
+        let http = self.http.as_ref()?;
+        let fallback = EngineView::loopback_only();
+        let engine = match docker {
+            Some(docker) => self.engine(docker).await.unwrap_or(&fallback),
+            None => &fallback,
+        };
+        let base = match host {
+            "docker.io" | "index.docker.io" => "https://registry-1.docker.io".to_owned(),
+            _ if engine.is_insecure(host).await => format!("http://{host}"),
+            _ => format!("https://{host}"),
+        };
+        Some(Reader::new(http, host, base, repository.to_owned()))
     }
 }
 
 impl EngineView {
+    /// The engine's defaults: only loopback registries are read without TLS.
+    fn loopback_only() -> Self {
+        EngineView {
+            insecure_ranges: vec![
+                (IpAddr::from([127, 0, 0, 0]), 8),
+                (IpAddr::from(std::net::Ipv6Addr::LOCALHOST), 128),
+            ],
+            ..EngineView::default()
+        }
+    }
+
     /// Whether the engine reads `host` (`name[:port]`) without TLS.
     async fn is_insecure(&self, host: &str) -> bool {
         if let Some(secure) = self.secure.get(host) {
@@ -235,11 +266,28 @@ fn pick<'a>(index: &'a Manifest, platform: &Platform) -> Option<&'a Descriptor> 
     first
 }
 
-struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     http: &'a reqwest::Client,
+    /// The registry host as the reference names it (`docker.io` for Docker Hub).
+    pub(crate) host: String,
     base: String,
-    repository: String,
+    pub(crate) repository: String,
     token: Option<String>,
+    /// The Docker config's credential for the host, looked up on the first challenge.
+    credential: Option<Option<Credential>>,
+    /// Sent as basic auth once the registry asked for it.
+    basic: bool,
+}
+
+/// How a registry request ended when it got no answer worth reading.
+#[derive(Debug)]
+pub(crate) enum Unanswered {
+    /// The registry could not be reached (or answered nothing readable).
+    Unreachable(String),
+    /// It wants credentials berth does not have, or refused the ones it sent.
+    Unauthorized { had_credential: bool },
+    /// The credentials in the Docker config could not be read.
+    Credential(String),
 }
 
 /// A manifest's bytes and the media type the registry gave them.
@@ -248,7 +296,24 @@ struct Fetched {
     content_type: Option<String>,
 }
 
-impl Reader<'_> {
+impl<'a> Reader<'a> {
+    fn new(http: &'a reqwest::Client, host: &str, base: String, repository: String) -> Self {
+        Reader {
+            http,
+            host: host.to_owned(),
+            base,
+            repository,
+            token: None,
+            credential: None,
+            basic: false,
+        }
+    }
+
+    /// The URL of a manifest (`reference` a tag or a digest).
+    pub(crate) fn manifest_url(&self, reference: &str) -> String {
+        format!("{}/v2/{}/manifests/{reference}", self.base, self.repository)
+    }
+
     async fn read(
         mut self,
         digest: &Digest,
@@ -291,9 +356,13 @@ impl Reader<'_> {
     /// [`ImageFailure::RegistryDigestInconsistent`] when what it answered does not hash to the
     /// digest.
     async fn fetch(&mut self, digest: &Digest) -> Result<Option<Fetched>, RuntimeError> {
-        let url = format!("{}/v2/{}/manifests/{digest}", self.base, self.repository);
-        let Some(response) = self.get(&url).await else {
-            return Ok(None);
+        let url = self.manifest_url(digest.as_str());
+        let response = match self.send(reqwest::Method::GET, &url).await {
+            Ok(response) => response,
+            Err(e) => {
+                tracing::debug!(url = %url, reason = ?e, "the registry could not be read");
+                return Ok(None);
+            }
         };
         if !response.status().is_success() {
             tracing::debug!(url = %url, status = %response.status(),
@@ -333,35 +402,74 @@ impl Reader<'_> {
         }))
     }
 
-    /// A GET with the manifest types accepted, answering one bearer challenge with an
-    /// anonymous token.
-    async fn get(&mut self, url: &str) -> Option<reqwest::Response> {
+    /// A request with the manifest types accepted. A `401` is answered once: a bearer
+    /// challenge with a token (for the Docker config's credential when it has one for the host,
+    /// anonymous otherwise), a basic one with that credential.
+    pub(crate) async fn send(
+        &mut self,
+        method: reqwest::Method,
+        url: &str,
+    ) -> Result<reqwest::Response, Unanswered> {
         for attempt in 0..2 {
-            let mut request = self.http.get(url).header(reqwest::header::ACCEPT, ACCEPT);
+            let mut request = self
+                .http
+                .request(method.clone(), url)
+                .header(reqwest::header::ACCEPT, ACCEPT);
             if let Some(token) = &self.token {
                 request = request.bearer_auth(token);
+            } else if self.basic
+                && let Some(Some(c)) = &self.credential
+            {
+                request = request.basic_auth(&c.username, Some(&c.password));
             }
-            let response = match request.send().await {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::debug!(url = %url, error = %e, "the registry could not be read");
-                    return None;
-                }
-            };
-            if response.status() != reqwest::StatusCode::UNAUTHORIZED || attempt > 0 {
-                return Some(response);
+            let response = request
+                .send()
+                .await
+                .map_err(|e| Unanswered::Unreachable(without_url(e)))?;
+            if response.status() != reqwest::StatusCode::UNAUTHORIZED {
+                return Ok(response);
             }
-            let challenge = response
+            let had_credential = matches!(self.credential, Some(Some(_)));
+            if attempt > 0 {
+                return Err(Unanswered::Unauthorized { had_credential });
+            }
+            let header = response
                 .headers()
                 .get(reqwest::header::WWW_AUTHENTICATE)
                 .and_then(|v| v.to_str().ok())
-                .and_then(bearer_challenge)?;
-            self.token = Some(self.anonymous_token(&challenge).await?);
+                .unwrap_or("")
+                .to_owned();
+            if self.credential.is_none() {
+                let found = credentials::lookup(&self.host)
+                    .await
+                    .map_err(Unanswered::Credential)?;
+                self.credential = Some(found);
+            }
+            if let Some(challenge) = bearer_challenge(&header) {
+                self.token = Some(
+                    self.token_for(&challenge)
+                        .await
+                        .ok_or(Unanswered::Unauthorized { had_credential })?,
+                );
+            } else if header
+                .trim_start()
+                .to_ascii_lowercase()
+                .starts_with("basic")
+                && matches!(self.credential, Some(Some(_)))
+            {
+                self.basic = true;
+            } else {
+                return Err(Unanswered::Unauthorized { had_credential });
+            }
         }
-        None
+        Err(Unanswered::Unauthorized {
+            had_credential: matches!(self.credential, Some(Some(_))),
+        })
     }
 
-    async fn anonymous_token(&self, challenge: &HashMap<String, String>) -> Option<String> {
+    /// A bearer token from the challenge's realm: for the credential when there is one,
+    /// anonymous otherwise.
+    async fn token_for(&self, challenge: &HashMap<String, String>) -> Option<String> {
         let realm = challenge.get("realm")?;
         if !(realm.starts_with("https://") || realm.starts_with("http://")) {
             return None;
@@ -382,10 +490,11 @@ impl Reader<'_> {
             token: Option<String>,
             access_token: Option<String>,
         }
-        let answer = self
-            .http
-            .get(realm)
-            .query(&query)
+        let mut request = self.http.get(realm).query(&query);
+        if let Some(Some(c)) = &self.credential {
+            request = request.basic_auth(&c.username, Some(&c.password));
+        }
+        let answer = request
             .send()
             .await
             .ok()?
@@ -398,8 +507,21 @@ impl Reader<'_> {
     }
 }
 
+/// A transport error's sentence without its URL (which a log or a message does not need).
+fn without_url(e: reqwest::Error) -> String {
+    let e = e.without_url();
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(inner) = source {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    text
+}
+
 /// Reads a body of at most [`MAX_MANIFEST`] bytes.
-async fn read_limited(mut response: reqwest::Response) -> Option<Vec<u8>> {
+pub(crate) async fn read_limited(mut response: reqwest::Response) -> Option<Vec<u8>> {
     let mut bytes = Vec::new();
     while let Some(chunk) = response.chunk().await.ok()? {
         if bytes.len() + chunk.len() > MAX_MANIFEST {

@@ -209,3 +209,24 @@ mod tests {
         assert!(!named_with("x-berth-bench-1a2b-y", "berth-bench-1a2b"));
     }
 }
+
+/// Removes every local image whose repository starts with `prefix` (`127.0.0.1:5000/scope/`).
+pub fn remove_local_images(prefix: &str) {
+    let listed = std::process::Command::new("docker")
+        .args([
+            "images",
+            "--digests",
+            "--format",
+            "{{.Repository}}@{{.Digest}}",
+        ])
+        .output();
+    if let Ok(listed) = listed {
+        for line in String::from_utf8_lossy(&listed.stdout).lines() {
+            if line.starts_with(prefix) {
+                let _ = std::process::Command::new("docker")
+                    .args(["rmi", "-f", line])
+                    .output();
+            }
+        }
+    }
+}

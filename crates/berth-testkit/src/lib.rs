@@ -11,16 +11,20 @@
 //!   containers of an instance.
 //! - [`registry::RegistryProxy`] (a registry of the test's own in front of the fixture
 //!   registry) and [`second_node::SecondNode`] (a second Docker engine for the swarm tests).
+//! - [`tagging::push_tag`] (a fixture image pushed under a repository and tag of the test's
+//!   own) and [`auth_registry::AuthRegistry`] (a registry that wants a password).
 //!
 //! The fixtures (a local registry and FROM-scratch busybox images pinned by digest) are prepared
 //! by `scripts/test`; a test that needs one and finds none panics saying so. Every Docker object
 //! a daemon makes is named with [`run_prefix`] and removed by prefix when its [`Daemon`] drops.
 
+pub mod auth_registry;
 mod client;
 mod daemon;
 mod docker;
 pub mod registry;
 pub mod second_node;
+pub mod tagging;
 
 use std::process::{Child, Command};
 use std::sync::OnceLock;
@@ -33,7 +37,8 @@ pub use client::{Answer, Client, Watch, domain_id};
 pub use daemon::{BERTH_BIN_ENV, Daemon, Launch, berth_binary};
 pub use docker::{
     DockerObjects, container_of, containers_labelled, containers_named, containers_of, docker,
-    docker_inspect, docker_objects, named_with, processes, remove_docker_objects, who_from,
+    docker_inspect, docker_objects, named_with, processes, remove_docker_objects,
+    remove_local_images, who_from,
 };
 
 /// The service key the test daemons accept first.

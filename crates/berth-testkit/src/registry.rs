@@ -136,24 +136,7 @@ impl Drop for RegistryProxy {
     fn drop(&mut self) {
         self.release();
         // Every local image pulled under this proxy's name goes with it.
-        let listed = std::process::Command::new("docker")
-            .args([
-                "images",
-                "--digests",
-                "--format",
-                "{{.Repository}}@{{.Digest}}",
-            ])
-            .output();
-        if let Ok(listed) = listed {
-            let prefix = format!("{}/", self.host());
-            for line in String::from_utf8_lossy(&listed.stdout).lines() {
-                if line.starts_with(&prefix) {
-                    let _ = std::process::Command::new("docker")
-                        .args(["rmi", "-f", line])
-                        .output();
-                }
-            }
-        }
+        crate::docker::remove_local_images(&format!("{}/", self.host()));
     }
 }
 

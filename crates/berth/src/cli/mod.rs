@@ -12,6 +12,7 @@ mod exec;
 mod instances;
 mod logs;
 mod page;
+mod pins;
 mod rollouts;
 mod templates;
 mod up;
@@ -53,6 +54,12 @@ impl Conn {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Write a berth.toml; `--with postgres,redis` adds those services, pinned from their tags.
+    Init(pins::InitArgs),
+    /// Add an instance to berth.toml from an image's tag, pinned to what its registry serves.
+    Add(pins::AddArgs),
+    /// Re-read the tags of berth.toml's images and rewrite their digests, showing what changed.
+    Pin(pins::PinArgs),
     /// Start this worktree's instances from berth.toml (all, or the named ones) and wait until
     /// each is running or failed.
     Up(up::UpArgs),
@@ -102,6 +109,9 @@ pub enum Command {
 /// Runs a command; errors are printed here, and the exit code is returned.
 pub async fn run(command: Command) -> ExitCode {
     let result = match command {
+        Command::Init(args) => pins::init(args).await,
+        Command::Add(args) => pins::add(args).await,
+        Command::Pin(args) => pins::pin_command(args).await,
         Command::Up(args) => up::run(args, "up").await,
         Command::Start(args) => up::run(args, "start").await,
         Command::Ps(args) => instances::ps(args).await,

@@ -10,7 +10,8 @@
 //!
 //! 1. `units` (CPU and memory as written: `parse_cpu`, `parse_size`) and `template` (the
 //!    `connect` templates: `expand` and the `{host}`/`{port}`/`{port:N}` placeholders), which
-//!    use neither each other nor anything else here;
+//!    use neither each other nor anything else here; `presets` (the services `berth init
+//!    --with` knows, and the tables `berth add` writes), whose tests alone use `checker`;
 //! 2. `definition`: `Scope`, `ReadyDef`, `InstanceDef`, the defaults and the field list, and what
 //!    an instance becomes (its spec, the field a decoder problem names, its `connect` values);
 //!    uses `template`;
@@ -26,9 +27,10 @@
 mod checker;
 mod definition;
 mod file;
+pub mod presets;
 mod template;
 mod units;
 
-pub use checker::ProjectErrors;
+pub use checker::{ProjectErrors, parse};
 pub use definition::{InstanceDef, Scope};
 pub use file::Project;

@@ -1,0 +1,348 @@
+//! Tags in, digests out: what a registry serves under a tag, read the way the engine would pull
+//! it (the root descriptor: an index stays an index).
+//!
+//! berth runs pins only. This is for what writes pins (`berth add`, `berth init`, `berth pin`)
+//! and for the daemon's observation of the tags its instances carry, which records what it
+//! sees and never changes what runs.
+
+use berth_core::image::{Digest, PinnedImage};
+use bollard::Docker;
+
+use crate::registry::{MAX_MANIFEST, Registries, Unanswered, read_limited};
+
+/// Docker Hub's host, as references name it.
+const DOCKER_HUB: &str = "docker.io";
+/// The tag a reference without one means.
+const DEFAULT_TAG: &str = "latest";
+
+/// An image named by a tag: `[registry/]repository[:tag]`, the tag `latest` when none is given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TagRef {
+    /// The name as written, without its tag (`postgres`, `127.0.0.1:5000/team/pg`).
+    name: String,
+    registry: Option<String>,
+    repository: String,
+    tag: String,
+}
+
+impl TagRef {
+    /// Parses `[registry/]repository[:tag]`; a digest after it (`@sha256:...`) is dropped, since
+    /// the tag is what is read. The error says what is expected.
+    pub fn parse(text: &str) -> Result<TagRef, String> {
+        let text = text.trim();
+        let without_digest = text.split_once('@').map_or(text, |(name, _)| name);
+        let last_slash = without_digest.rfind('/').map_or(0, |i| i + 1);
+        let (name, tag) = match without_digest[last_slash..].rfind(':') {
+            Some(i) => (
+                &without_digest[..last_slash + i],
+                &without_digest[last_slash + i + 1..],
+            ),
+            None => (without_digest, DEFAULT_TAG),
+        };
+        // The pinned form's own checks name what is wrong with the host, repository or tag.
+        let probe = format!("{name}:{tag}@sha256:{}", "0".repeat(64));
+        let pinned = PinnedImage::parse(&probe).map_err(|e| match e {
+            berth_core::image::ReferenceError::NotPinned
+                if name.chars().any(|c| c.is_ascii_uppercase()) =>
+            {
+                format!("{text:?} {}", berth_core::image::ReferenceError::Repository)
+            }
+            berth_core::image::ReferenceError::NotPinned => format!(
+                "{text:?} is not an image name: expected [registry/]repository[:tag], such as \
+                 postgres:17 or 127.0.0.1:5000/team/app:1"
+            ),
+            other => format!("{text:?} {other}"),
+        })?;
+        Ok(TagRef {
+            name: name.to_owned(),
+            registry: pinned.registry().map(str::to_owned),
+            repository: pinned.repository().to_owned(),
+            tag: tag.to_owned(),
+        })
+    }
+
+    /// The tag a pinned reference carries beside its digest, if it carries one.
+    pub fn of_pinned(image: &PinnedImage) -> Option<TagRef> {
+        let tag = image.tag()?;
+        let text = image.as_str();
+        let name = text.rsplit_once('@').map_or(text, |(n, _)| n);
+        let name = name.strip_suffix(&format!(":{tag}")).unwrap_or(name);
+        Some(TagRef {
+            name: name.to_owned(),
+            registry: image.registry().map(str::to_owned),
+            repository: image.repository().to_owned(),
+            tag: tag.to_owned(),
+        })
+    }
+
+    /// The registry host (`docker.io` for Docker Hub).
+    pub fn host(&self) -> &str {
+        self.registry.as_deref().unwrap_or(DOCKER_HUB)
+    }
+
+    /// The repository as the registry names it (Docker Hub's one-segment names gain `library/`).
+    pub fn registry_repository(&self) -> String {
+        match &self.registry {
+            None if !self.repository.contains('/') => format!("library/{}", self.repository),
+            _ => self.repository.clone(),
+        }
+    }
+
+    /// The tag.
+    pub fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// `name:tag`, as written.
+    pub fn as_tagged(&self) -> String {
+        format!("{}:{}", self.name, self.tag)
+    }
+
+    /// `name:tag@digest`: the pin berth runs.
+    pub fn pin(&self, digest: &Digest) -> PinnedImage {
+        PinnedImage::parse(&format!("{}@{digest}", self.as_tagged()))
+            .expect("a parsed name with a digest is a pinned reference")
+    }
+}
+
+impl std::fmt::Display for TagRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.as_tagged())
+    }
+}
+
+/// What a registry serves under a tag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TagDigest {
+    /// The root descriptor's digest.
+    pub digest: Digest,
+    /// Its media type, when the registry said.
+    pub media_type: Option<String>,
+}
+
+/// Why a tag could not be read; its message is a sentence naming the registry and the tag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TagError {
+    pub kind: TagErrorKind,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TagErrorKind {
+    /// The registry could not be reached.
+    Unreachable,
+    /// It wants credentials the Docker config does not have, or refused them.
+    Unauthorized,
+    /// It has no such repository or tag.
+    NotFound,
+    /// It answered something berth cannot use.
+    Invalid,
+}
+
+impl std::fmt::Display for TagError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for TagError {}
+
+/// Reads tags from registries; the engine (when given) says which registries are read
+/// without TLS, as it would pull them.
+pub struct TagReader {
+    registries: Registries,
+    docker: Option<Docker>,
+}
+
+impl TagReader {
+    /// A reader that asks the local engine (`DOCKER_HOST`, else the local socket) which
+    /// registries it reads insecurely, or assumes the engine's defaults when it cannot ask.
+    pub fn new() -> TagReader {
+        TagReader {
+            registries: Registries::new(),
+            docker: Docker::connect_with_defaults().ok(),
+        }
+    }
+
+    pub(crate) fn with_docker(docker: Docker) -> TagReader {
+        TagReader {
+            registries: Registries::new(),
+            docker: Some(docker),
+        }
+    }
+
+    /// What the registry serves under `tag` now. With `verify`, the manifest is read and its
+    /// bytes hashed (what a pin is written from); without, only its head is asked (what
+    /// observation asks: registries such as Docker Hub do not count a HEAD against pull limits).
+    pub async fn read(&self, tag: &TagRef, verify: bool) -> Result<TagDigest, TagError> {
+        let shown = format!("{}/{}:{}", tag.host(), tag.registry_repository(), tag.tag);
+        let error = |kind, message: String| TagError { kind, message };
+        let Some(mut reader) = self
+            .registries
+            .reader(self.docker.as_ref(), tag.host(), &tag.registry_repository())
+            .await
+        else {
+            return Err(error(
+                TagErrorKind::Unreachable,
+                format!("berth has no HTTP client to read {shown} with"),
+            ));
+        };
+        let url = reader.manifest_url(&tag.tag);
+        let method = if verify {
+            reqwest::Method::GET
+        } else {
+            reqwest::Method::HEAD
+        };
+        let response = reader.send(method, &url).await.map_err(|e| match e {
+            Unanswered::Unreachable(detail) => error(
+                TagErrorKind::Unreachable,
+                format!(
+                    "could not reach the registry {} to read {shown} ({detail}): check the name \
+                     and that the registry is up",
+                    tag.host()
+                ),
+            ),
+            Unanswered::Unauthorized {
+                had_credential: true,
+            } => error(
+                TagErrorKind::Unauthorized,
+                format!(
+                    "the registry {} refused the credentials your Docker config has for it when \
+                     reading {shown}: log in again with `docker login {}`",
+                    tag.host(),
+                    tag.host()
+                ),
+            ),
+            Unanswered::Unauthorized {
+                had_credential: false,
+            } => error(
+                TagErrorKind::Unauthorized,
+                format!(
+                    "the registry {} wants credentials to read {shown}, and your Docker config \
+                     has none for it: log in with `docker login {}`",
+                    tag.host(),
+                    tag.host()
+                ),
+            ),
+            Unanswered::Credential(message) => error(TagErrorKind::Unauthorized, message),
+        })?;
+        let status = response.status();
+        if status == reqwest::StatusCode::NOT_FOUND {
+            return Err(error(
+                TagErrorKind::NotFound,
+                format!(
+                    "the registry {} has no tag {} in {} (or no such repository): check the \
+                     name and the tag",
+                    tag.host(),
+                    tag.tag,
+                    tag.registry_repository()
+                ),
+            ));
+        }
+        if !status.is_success() {
+            return Err(error(
+                TagErrorKind::Invalid,
+                format!("the registry {} answered {status} for {shown}", tag.host()),
+            ));
+        }
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(|v| v.split(';').next().unwrap_or(v).trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let media_type = header("content-type");
+        let said = header("docker-content-digest").and_then(|d| Digest::normalize(&d));
+        if !verify {
+            return said
+                .map(|digest| TagDigest { digest, media_type })
+                .ok_or_else(|| {
+                    error(
+                        TagErrorKind::Invalid,
+                        format!(
+                            "the registry {} did not say the digest of {shown} \
+                             (no Docker-Content-Digest header)",
+                            tag.host()
+                        ),
+                    )
+                });
+        }
+        if response
+            .content_length()
+            .is_some_and(|n| n > MAX_MANIFEST as u64)
+        {
+            return Err(error(
+                TagErrorKind::Invalid,
+                format!("the manifest of {shown} is larger than berth reads (4 MiB)"),
+            ));
+        }
+        let bytes = read_limited(response).await.ok_or_else(|| {
+            error(
+                TagErrorKind::Invalid,
+                format!("the manifest of {shown} could not be read whole"),
+            )
+        })?;
+        let digest = Digest::of(&bytes);
+        if let Some(said) = said
+            && said != digest
+        {
+            return Err(error(
+                TagErrorKind::Invalid,
+                format!(
+                    "the registry {} says {shown} is {said}, but the manifest it served hashes \
+                     to {digest}: it does not serve what it names; nothing was pinned",
+                    tag.host()
+                ),
+            ));
+        }
+        Ok(TagDigest { digest, media_type })
+    }
+}
+
+impl Default for TagReader {
+    fn default() -> Self {
+        TagReader::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_gain_latest_and_docker_hub_names_gain_library() {
+        let t = TagRef::parse("postgres").unwrap();
+        assert_eq!(t.as_tagged(), "postgres:latest");
+        assert_eq!(t.host(), "docker.io");
+        assert_eq!(t.registry_repository(), "library/postgres");
+        let t = TagRef::parse("127.0.0.1:5000/team/pg:16").unwrap();
+        assert_eq!(t.host(), "127.0.0.1:5000");
+        assert_eq!(t.registry_repository(), "team/pg");
+        assert_eq!(t.tag(), "16");
+        let t = TagRef::parse("bitnami/redis:7.2@sha256:abc").unwrap();
+        assert_eq!(t.as_tagged(), "bitnami/redis:7.2");
+        assert_eq!(t.registry_repository(), "bitnami/redis");
+    }
+
+    #[test]
+    fn a_bad_name_says_what_is_expected() {
+        let e = TagRef::parse("Postgres:16").unwrap_err();
+        assert!(e.contains("repository of lower-case"), "{e}");
+        let e = TagRef::parse("pg:bad tag").unwrap_err();
+        assert!(e.contains("tag"), "{e}");
+        assert!(TagRef::parse("").is_err());
+    }
+
+    #[test]
+    fn a_pin_keeps_the_name_as_written_and_a_pinned_tag_reads_back() {
+        let t = TagRef::parse("postgres:17").unwrap();
+        let d = Digest::of(b"x");
+        let pin = t.pin(&d);
+        assert_eq!(pin.as_str(), format!("postgres:17@{d}"));
+        assert_eq!(TagRef::of_pinned(&pin), Some(t));
+        let untagged = PinnedImage::parse(&format!("postgres@{d}")).unwrap();
+        assert_eq!(TagRef::of_pinned(&untagged), None);
+    }
+}

@@ -1,0 +1,292 @@
+//! Tags in, digests out: `berth init`, `berth add` and `berth pin` write berth.toml's pins
+//! from what registries serve under tags. The daemon never resolves a tag; these commands do,
+//! and write the digest they read beside the tag (`postgres:17@sha256:...`).
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use berth_core::image::PinnedImage;
+use berth_docker::tags::{TagReader, TagRef};
+use clap::Args;
+use serde_json::json;
+
+use crate::project::presets::{NewInstance, PRESETS, Preset, preset, preset_for_repository};
+use crate::repo::{PROJECT_FILE, Repo};
+
+/// Where preset images come from instead of Docker Hub.
+#[derive(Args, Debug, Clone)]
+pub struct Mirror {
+    /// Take the presets' images from this registry prefix instead of Docker Hub
+    /// (`registry.example.com/dockerhub`: `postgres:17` becomes `registry.example.com/dockerhub/postgres:17`).
+    #[arg(long, env = "BERTH_IMAGE_MIRROR", value_name = "PREFIX")]
+    mirror: Option<String>,
+}
+
+impl Mirror {
+    fn apply(&self, image: &str) -> String {
+        match self.mirror.as_deref().map(|m| m.trim_end_matches('/')) {
+            Some(prefix) if !prefix.is_empty() => format!("{prefix}/{image}"),
+            _ => image.to_owned(),
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct InitArgs {
+    /// Services to add, comma-separated: postgres, redis, mailpit, mysql, mongo.
+    #[arg(long, value_delimiter = ',', value_name = "SERVICE,...")]
+    with: Vec<String>,
+    #[command(flatten)]
+    mirror: Mirror,
+}
+
+#[derive(Args, Debug)]
+pub struct AddArgs {
+    /// The instance's name in berth.toml.
+    name: String,
+    /// The image by tag (`postgres:17`, `127.0.0.1:5000/team/app:1`; no tag means `latest`).
+    image: String,
+    /// The port that answers when the image is ready (a tcp ready check); needed for an image
+    /// berth has no preset for.
+    #[arg(long)]
+    port: Option<u16>,
+}
+
+#[derive(Args, Debug)]
+pub struct PinArgs {
+    /// The instances to re-pin (default: every one whose image carries a tag).
+    names: Vec<String>,
+    /// Print what changed as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The text a new berth.toml starts with.
+const HEADER: &str = "\
+# The services this repository runs beside its code, one [instances.NAME] table each.
+# `berth up` starts them (one set per git worktree), `berth env` prints their connect
+# variables, `berth pin` re-reads their tags. Images are pinned by digest: the tag is a
+# label; `berth add NAME IMAGE[:TAG]` writes a new one. See docs/cli.md in berth.
+";
+
+/// Pins `image` (a tag) from its registry.
+async fn pin(reader: &TagReader, image: &str) -> anyhow::Result<PinnedImage> {
+    let tag = TagRef::parse(image).map_err(anyhow::Error::msg)?;
+    let found = reader.read(&tag, true).await.map_err(anyhow::Error::msg)?;
+    Ok(tag.pin(&found.digest))
+}
+
+/// Checks `text` as berth.toml and writes it to `path` in one rename, or writes nothing.
+fn write_checked(path: &Path, text: &str) -> anyhow::Result<()> {
+    crate::project::parse(text, PROJECT_FILE).map_err(anyhow::Error::new)?;
+    let temp = path.with_extension("toml.berth-new");
+    std::fs::write(&temp, text).with_context(|| format!("could not write {}", temp.display()))?;
+    std::fs::rename(&temp, path).with_context(|| format!("could not write {}", path.display()))
+}
+
+fn presets_named(names: &[String]) -> anyhow::Result<Vec<&'static Preset>> {
+    names
+        .iter()
+        .map(|n| n.trim())
+        .filter(|n| !n.is_empty())
+        .map(|n| {
+            preset(n).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--with {n:?} is not a service berth knows; it knows {}",
+                    PRESETS
+                        .iter()
+                        .map(|p| p.name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })
+        })
+        .collect()
+}
+
+/// `berth init [--with ...]`.
+pub async fn init(args: InitArgs) -> anyhow::Result<ExitCode> {
+    let repo = Repo::discover()?;
+    let path = repo.project_file();
+    if path.exists() {
+        bail!(
+            "{} already exists ({}): add instances to it with `berth add NAME IMAGE[:TAG]`",
+            PROJECT_FILE,
+            path.display()
+        );
+    }
+    let presets = presets_named(&args.with)?;
+    let reader = TagReader::new();
+    let mut text = HEADER.to_owned();
+    let mut pinned = Vec::new();
+    for p in &presets {
+        let image = pin(&reader, &args.mirror.apply(p.image)).await?;
+        text.push('\n');
+        text.push_str(
+            &NewInstance {
+                name: p.name,
+                image: image.as_str(),
+                preset: Some(p),
+                port: None,
+            }
+            .table(),
+        );
+        pinned.push((p.name, image));
+    }
+    if presets.is_empty() {
+        std::fs::write(&path, &text)
+            .with_context(|| format!("could not write {}", path.display()))?;
+        println!(
+            "wrote {PROJECT_FILE} with no instances: add one with `berth add NAME IMAGE[:TAG]`, \
+             or start again with `berth init --with postgres,redis`"
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    write_checked(&path, &text)?;
+    println!("wrote {PROJECT_FILE}:");
+    for (name, image) in &pinned {
+        println!("  {name:<10} {image}");
+    }
+    println!("start them with `berth up`; `berth env` prints how to connect");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `berth add NAME IMAGE[:TAG] [--port P]`.
+pub async fn add(args: AddArgs) -> anyhow::Result<ExitCode> {
+    let repo = Repo::discover()?;
+    let path = repo.project_file();
+    let existing = match std::fs::read_to_string(&path) {
+        Ok(text) => Some(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => bail!("could not read {}: {e}", path.display()),
+    };
+    if let Some(text) = &existing
+        && let Ok(doc) = text.parse::<toml_edit::DocumentMut>()
+        && doc
+            .get("instances")
+            .and_then(|i| i.get(&args.name))
+            .is_some()
+    {
+        bail!(
+            "{PROJECT_FILE} already has instances.{}: `berth pin {}` re-reads its tag",
+            args.name,
+            args.name
+        );
+    }
+    let tag = TagRef::parse(&args.image).map_err(anyhow::Error::msg)?;
+    let preset = match args.port {
+        Some(_) => None,
+        None => Some(preset_for_repository(&tag.registry_repository()).ok_or_else(|| {
+            anyhow::anyhow!(
+                "berth has no preset for {}: give --port PORT, the port that answers when it is \
+                 ready (its presets are {})",
+                tag,
+                PRESETS.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
+            )
+        })?),
+    };
+    let image = pin(&TagReader::new(), &args.image).await?;
+    let mut text = existing.unwrap_or_else(|| HEADER.to_owned());
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push('\n');
+    text.push_str(
+        &NewInstance {
+            name: &args.name,
+            image: image.as_str(),
+            preset,
+            port: args.port,
+        }
+        .table(),
+    );
+    write_checked(&path, &text)?;
+    println!("added instances.{} to {PROJECT_FILE}: {image}", args.name);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `berth pin [NAME...]`.
+pub async fn pin_command(args: PinArgs) -> anyhow::Result<ExitCode> {
+    let repo = Repo::discover()?;
+    let project = super::load_project(&repo)?;
+    let selected = project.select(&args.names)?;
+    let text = std::fs::read_to_string(&project.path)
+        .with_context(|| format!("could not read {}", project.path.display()))?;
+    let mut doc: toml_edit::DocumentMut = text
+        .parse()
+        .with_context(|| format!("could not read {PROJECT_FILE} again"))?;
+    let reader = TagReader::new();
+    let mut report = Vec::new();
+    for def in selected {
+        let old = PinnedImage::parse(&def.image)
+            .with_context(|| format!("instances.{}.image is not pinned", def.name))?;
+        let Some(tag) = TagRef::of_pinned(&old) else {
+            if !args.names.is_empty() {
+                bail!(
+                    "instances.{}.image carries no tag, so there is nothing to re-read: write \
+                     it as NAME:TAG@DIGEST, or `berth add` it again",
+                    def.name
+                );
+            }
+            continue;
+        };
+        let found = reader.read(&tag, true).await.map_err(anyhow::Error::msg)?;
+        let new = tag.pin(&found.digest);
+        let changed = new.digest() != old.digest();
+        if changed {
+            let item = &mut doc["instances"][&def.name]["image"];
+            let decor = item.as_value().map(|v| v.decor().clone());
+            let mut value = toml_edit::Value::from(new.as_str());
+            if let Some(decor) = decor {
+                *value.decor_mut() = decor;
+            }
+            *item = toml_edit::Item::Value(value);
+        }
+        report.push((def.name.clone(), tag.to_string(), old, new, changed));
+    }
+    let changed = report.iter().filter(|r| r.4).count();
+    if changed > 0 {
+        write_checked(&project.path, &doc.to_string())?;
+    }
+    if args.json {
+        let items: Vec<_> = report
+            .iter()
+            .map(|(name, tag, old, new, changed)| {
+                json!({"name": name, "tag": tag, "from": old.digest().as_str(),
+                       "to": new.digest().as_str(), "changed": changed})
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"items": items}))?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    if report.is_empty() {
+        println!("no instance in {PROJECT_FILE} carries a tag to re-read");
+    }
+    for (name, tag, old, new, changed) in &report {
+        if *changed {
+            println!(
+                "{name:<12} {tag}: {} -> {}",
+                short(old.digest().as_str()),
+                short(new.digest().as_str())
+            );
+        } else {
+            println!(
+                "{name:<12} {tag}: unchanged ({})",
+                short(old.digest().as_str())
+            );
+        }
+    }
+    if changed > 0 {
+        println!("rewrote {changed} pin(s) in {PROJECT_FILE}; `berth up` runs them");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `sha256:` and the first 12 hex digits.
+fn short(digest: &str) -> &str {
+    &digest[..digest.len().min(19)]
+}

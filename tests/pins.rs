@@ -1,0 +1,290 @@
+//! Tags in, digests out, end to end: `berth add`, `berth init --with` and `berth pin` against
+//! real registries (the fixture registry, and one that wants a password), with the real binary
+//! in a real git repository.
+
+use berth_testkit as support;
+
+use std::path::Path;
+use std::process::Command;
+
+use support::auth_registry::AuthRegistry;
+use support::tagging::{Target, push_tag};
+use support::{Daemon, KEY, busybox_image, fixture};
+
+/// A fresh git repository with no berth.toml.
+fn fresh_repo() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    dir
+}
+
+/// `berth args...` in `dir`: its exit code, stdout and stderr. `docker_config` is the
+/// `DOCKER_CONFIG` folder (default: an empty one, so the user's own never counts).
+fn berth(
+    dir: &Path,
+    args: &[&str],
+    docker_config: Option<&Path>,
+    url: Option<&str>,
+) -> (i32, String, String) {
+    let empty = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(args)
+        .current_dir(dir)
+        .env("DOCKER_CONFIG", docker_config.unwrap_or(empty.path()))
+        .env("BERTH_URL", url.unwrap_or("http://127.0.0.1:9"))
+        .env("BERTH_SERVICE_KEYS", KEY)
+        .env_remove("BERTH_IMAGE_MIRROR")
+        .output()
+        .expect("berth runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Removes the local images pulled under `prefix` when dropped, however the test ends.
+struct LocalImages(String);
+
+impl Drop for LocalImages {
+    fn drop(&mut self) {
+        support::remove_local_images(&self.0);
+    }
+}
+
+/// A repository name of this test's own on the fixture registry.
+fn scope(name: &str) -> String {
+    format!("{}/{name}", support::run_prefix().to_lowercase())
+}
+
+#[test]
+fn add_pins_what_the_registry_serves_and_pin_follows_the_tag_keeping_the_file() {
+    let registry = fixture("BERTH_TEST_REGISTRY");
+    let repository = scope("app");
+    let first = push_tag(
+        &busybox_image(),
+        &Target::fixture_registry(),
+        &repository,
+        "1",
+    );
+    let repo = fresh_repo();
+    let tagged = format!("{registry}/{repository}:1");
+    let (code, out, err) = berth(
+        repo.path(),
+        &["add", "app", &tagged, "--port", "8080"],
+        None,
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let file = std::fs::read_to_string(repo.path().join("berth.toml")).unwrap();
+    assert!(
+        file.contains(&format!("image = \"{tagged}@{first}\"")),
+        "{file}"
+    );
+    assert!(file.contains("ready = { tcp = 8080 }"), "{file}");
+
+    // A comment of the user's own, then the tag moves to another image.
+    let edited = file.replace("ready = {", "# ours, kept\nready = {");
+    std::fs::write(repo.path().join("berth.toml"), &edited).unwrap();
+    let second = push_tag(
+        &fixture("BERTH_TEST_ECHO_IMAGE"),
+        &Target::fixture_registry(),
+        &repository,
+        "1",
+    );
+    assert_ne!(first, second);
+    let (code, out, err) = berth(repo.path(), &["pin", "--json"], None, None);
+    assert_eq!(code, 0, "{out}{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["items"][0]["from"], first.as_str());
+    assert_eq!(report["items"][0]["to"], second.as_str());
+    assert_eq!(report["items"][0]["changed"], true);
+    let file = std::fs::read_to_string(repo.path().join("berth.toml")).unwrap();
+    assert_eq!(
+        file,
+        edited.replace(&first, &second),
+        "only the digest changed"
+    );
+    let (code, out, _) = berth(repo.path(), &["pin"], None, None);
+    assert_eq!(code, 0);
+    assert!(out.contains("unchanged"), "{out}");
+
+    // Refusals name what is wrong and write nothing.
+    let before = std::fs::read_to_string(repo.path().join("berth.toml")).unwrap();
+    for (args, says) in [
+        (
+            vec!["add", "app", tagged.as_str(), "--port", "1"],
+            "already has instances.app",
+        ),
+        (
+            vec![
+                "add",
+                "other",
+                &format!("{registry}/{repository}:nope"),
+                "--port",
+                "1",
+            ],
+            "has no tag nope",
+        ),
+        (
+            vec!["add", "other", &format!("{registry}/{repository}:1")],
+            "give --port PORT",
+        ),
+        (
+            vec!["add", "other", "Bad/Name:1", "--port", "1"],
+            "lower-case",
+        ),
+        (
+            vec!["add", "other", "127.0.0.1:9/x:1", "--port", "1"],
+            "could not reach the registry 127.0.0.1:9",
+        ),
+        (vec!["init"], "already exists"),
+    ] {
+        let (code, out, err) = berth(repo.path(), &args, None, None);
+        assert_eq!(code, 1, "{args:?}: {out}{err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        let after = std::fs::read_to_string(repo.path().join("berth.toml")).unwrap();
+        assert_eq!(after, before, "{args:?} wrote to berth.toml");
+    }
+}
+
+#[test]
+fn a_registry_that_wants_a_password_is_read_with_the_docker_configs_credentials() {
+    let registry = AuthRegistry::start();
+    let pushed = push_tag(&busybox_image(), &registry.target(), "team/app", "2");
+    let repo = fresh_repo();
+    let tagged = format!("{}/team/app:2", registry.address());
+    let (code, _, err) = berth(
+        repo.path(),
+        &["add", "app", &tagged, "--port", "8080"],
+        None,
+        None,
+    );
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("wants credentials")
+            && err.contains(&format!("docker login {}", registry.address())),
+        "{err}"
+    );
+    assert!(
+        !repo.path().join("berth.toml").exists(),
+        "a refused add wrote a file"
+    );
+
+    let config = registry.docker_config();
+    let (code, out, err) = berth(
+        repo.path(),
+        &["add", "app", &tagged, "--port", "8080"],
+        Some(config.path()),
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let file = std::fs::read_to_string(repo.path().join("berth.toml")).unwrap();
+    assert!(file.contains(&format!("{tagged}@{pushed}")), "{file}");
+    assert!(
+        !out.contains(support::auth_registry::PASSWORD)
+            && !err.contains(support::auth_registry::PASSWORD)
+    );
+
+    // Wrong credentials are said to be refused.
+    let wrong = tempfile::tempdir().unwrap();
+    std::fs::write(
+        wrong.path().join("config.json"),
+        format!(
+            r#"{{"auths": {{"{}": {{"auth": "YmVydGgtdGVzdDp3cm9uZw=="}}}}}}"#,
+            registry.address()
+        ),
+    )
+    .unwrap();
+    let (code, _, err) = berth(repo.path(), &["pin", "app"], Some(wrong.path()), None);
+    assert_eq!(code, 1);
+    assert!(err.contains("refused the credentials"), "{err}");
+}
+
+#[test]
+fn init_with_postgres_and_redis_then_up_runs_both_with_no_digest_typed() {
+    let registry = fixture("BERTH_TEST_REGISTRY");
+    let mirror = format!("{registry}/{}", support::run_prefix().to_lowercase());
+    let pg = push_tag(
+        &fixture("BERTH_TEST_POSTGRES_IMAGE"),
+        &Target::fixture_registry(),
+        &scope("postgres"),
+        "17",
+    );
+    let redis = push_tag(
+        &fixture("BERTH_TEST_REDIS_IMAGE"),
+        &Target::fixture_registry(),
+        &scope("redis"),
+        "7",
+    );
+    let repo = fresh_repo();
+    let (code, out, err) = berth(
+        repo.path(),
+        &["init", "--with", "postgres,redis", "--mirror", &mirror],
+        None,
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let file = std::fs::read_to_string(repo.path().join("berth.toml")).unwrap();
+    assert!(
+        file.contains(&format!("{mirror}/postgres:17@{pg}")),
+        "{file}"
+    );
+    assert!(
+        file.contains(&format!("{mirror}/redis:7@{redis}")),
+        "{file}"
+    );
+
+    let _pulled = LocalImages(format!("{mirror}/"));
+    let daemon = Daemon::start();
+    let (code, out, err) = berth(
+        repo.path(),
+        &["up", "--timeout", "3m"],
+        None,
+        Some(&daemon.base),
+    );
+    assert_eq!(code, 0, "{out}{err}\n{}", daemon.log_tail(40));
+    assert_eq!(out.matches("running").count(), 2, "{out}");
+    let (code, out, err) = berth(repo.path(), &["env"], None, Some(&daemon.base));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("DATABASE_URL='postgres://postgres:dev@127.0.0.1:"),
+        "{out}"
+    );
+    assert!(out.contains("REDIS_URL='redis://127.0.0.1:"), "{out}");
+    let (code, out, err) = berth(
+        repo.path(),
+        &[
+            "exec",
+            "postgres",
+            "--user",
+            "postgres",
+            "--",
+            "psql",
+            "-tAc",
+            "select 40 + 2",
+        ],
+        None,
+        Some(&daemon.base),
+    );
+    assert_eq!((code, out.trim()), (0, "42"), "{err}");
+}
+
+#[test]
+fn unknown_presets_are_named_with_the_known_ones() {
+    let repo = fresh_repo();
+    let (code, _, err) = berth(
+        repo.path(),
+        &["init", "--with", "postgres,cassandra"],
+        None,
+        None,
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("\"cassandra\" is not a service berth knows; it knows postgres, redis, mailpit, mysql, mongo"), "{err}");
+    assert!(!repo.path().join("berth.toml").exists());
+}
