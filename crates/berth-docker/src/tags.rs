@@ -164,13 +164,6 @@ impl TagReader {
         }
     }
 
-    pub(crate) fn with_docker(docker: Docker) -> TagReader {
-        TagReader {
-            registries: Registries::new(),
-            docker: Some(docker),
-        }
-    }
-
     /// What the registry serves under `tag` now. With `verify`, the manifest is read and its
     /// bytes hashed (what a pin is written from); without, only its head is asked (what
     /// observation asks: registries such as Docker Hub do not count a HEAD against pull limits).

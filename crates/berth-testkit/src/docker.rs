@@ -193,23 +193,6 @@ pub fn who_from(container: &str, host: &str) -> Option<String> {
     (out.status.success() && !answer.is_empty()).then_some(answer)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_names_under_the_prefix_are_ours() {
-        assert!(named_with("/berth-bench-1a2b-raw-up-1", "berth-bench-1a2b"));
-        assert!(named_with(
-            "berth-bench-1a2b-0123456789ab",
-            "berth-bench-1a2b"
-        ));
-        assert!(named_with("berth-bench-1a2b", "berth-bench-1a2b"));
-        assert!(!named_with("berth-bench-1a2bc-x", "berth-bench-1a2b"));
-        assert!(!named_with("x-berth-bench-1a2b-y", "berth-bench-1a2b"));
-    }
-}
-
 /// Removes every local image whose repository starts with `prefix` (`127.0.0.1:5000/scope/`).
 pub fn remove_local_images(prefix: &str) {
     let listed = std::process::Command::new("docker")
@@ -228,5 +211,22 @@ pub fn remove_local_images(prefix: &str) {
                     .output();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_names_under_the_prefix_are_ours() {
+        assert!(named_with("/berth-bench-1a2b-raw-up-1", "berth-bench-1a2b"));
+        assert!(named_with(
+            "berth-bench-1a2b-0123456789ab",
+            "berth-bench-1a2b"
+        ));
+        assert!(named_with("berth-bench-1a2b", "berth-bench-1a2b"));
+        assert!(!named_with("berth-bench-1a2bc-x", "berth-bench-1a2b"));
+        assert!(!named_with("x-berth-bench-1a2b-y", "berth-bench-1a2b"));
     }
 }
