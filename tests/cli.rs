@@ -1016,6 +1016,31 @@ fn snapshot_restore_and_branch_from_another_worktree_do_what_they_say() {
     let table = berth(&daemon, &repo.main, &["snapshots"]).ok();
     assert!(table.stdout.starts_with("NAME"), "{table:?}");
     assert!(table.stdout.contains("before"), "{table:?}");
+    // `snapshots rm` deletes one by name; a name that is not there is said so.
+    berth(&daemon, &repo.main, &["snapshot", "db", "scratch"]).ok();
+    let removed = berth(&daemon, &repo.main, &["snapshots", "rm", "scratch"]).ok();
+    assert!(
+        removed.stdout.contains("deleted snapshot scratch"),
+        "{removed:?}"
+    );
+    let listed = berth(&daemon, &repo.main, &["snapshots", "--json"])
+        .ok()
+        .json();
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["before"], "{listed:#}");
+    let missing = berth(&daemon, &repo.main, &["snapshots", "rm", "scratch"]);
+    assert_eq!(missing.code, 1, "{missing:?}");
+    assert!(
+        missing
+            .stderr
+            .contains("no snapshot of this repository has the id or name \"scratch\""),
+        "{missing:?}"
+    );
 
     let restored = berth(&daemon, &repo.main, &["restore", "db", "before", "--json"])
         .ok()

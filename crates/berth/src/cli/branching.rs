@@ -38,6 +38,7 @@ pub struct SnapshotArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct SnapshotsArgs {
     #[command(flatten)]
     conn: Conn,
@@ -46,6 +47,20 @@ pub struct SnapshotsArgs {
     json: bool,
     /// Only this instance's (a name in berth.toml, or a full key).
     name: Option<String>,
+    #[command(subcommand)]
+    action: Option<SnapshotsAction>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum SnapshotsAction {
+    /// Delete a snapshot and its storage (refused while volumes stand on its layers).
+    Rm {
+        /// The snapshot: its id (`snp:…`) or its name (the newest of that name).
+        snapshot: String,
+        /// Print what was deleted as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -247,6 +262,28 @@ pub async fn snapshots(args: SnapshotsArgs) -> anyhow::Result<ExitCode> {
     let repo = Repo::discover()?;
     let client = args.conn.endpoint().connect().await?;
     let domain = domain(&client, &repo).await?;
+    if let Some(SnapshotsAction::Rm { snapshot, json }) = &args.action {
+        let found = find_snapshot(&client, &domain, snapshot).await?;
+        client
+            .api
+            .delete_snapshot(&domain, &found.snapshot_id)
+            .await
+            .or_say(&client)?;
+        if *json || args.json {
+            print_json(
+                &serde_json::json!({"deleted": found.snapshot_id.as_str(), "name": found.name}),
+            );
+        } else {
+            println!(
+                "{} deleted snapshot {} of {} ({}) and its storage",
+                ui.ok_mark(),
+                found.name,
+                found.instance_key,
+                found.snapshot_id.as_str()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let key = match &args.name {
         Some(name) => Some(
             resolve(&client, &domain, &repo, std::slice::from_ref(name))
