@@ -328,16 +328,7 @@ fn a_client_that_goes_away_after_its_stdin_ended_has_its_command_killed_too() {
 /// Reads one response from `stream`: its head, then as many body bytes as its
 /// `content-length` says.
 fn read_response(stream: &mut std::net::TcpStream) -> (String, String) {
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        stream.read_exact(&mut byte).expect("a response head");
-        head.push(byte[0]);
-    }
-    let head = String::from_utf8_lossy(&head).into_owned();
+    let head = support::read_head(stream);
     let length: usize = head
         .lines()
         .find_map(|l| {

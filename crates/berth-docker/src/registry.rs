@@ -19,12 +19,12 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use berth_core::image::{Digest, PinnedImage};
-
-use crate::credentials::{self, Credential};
 use berth_core::runtime::{ImageFailure, RegistryManifest, RuntimeError};
 use bollard::Docker;
 use serde::Deserialize;
 use tokio::sync::OnceCell;
+
+use crate::credentials::{self, Credential};
 
 /// The manifest media types berth asks for.
 const ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
@@ -117,20 +117,15 @@ impl Registries {
         docker: &Docker,
         image: &PinnedImage,
     ) -> Result<Option<RegistryManifest>, RuntimeError> {
-        let Some(http) = &self.http else {
-            return Ok(None);
-        };
+        // Without the engine's platform an index cannot be resolved: nothing is read.
         let Some(engine) = self.engine(docker).await else {
             return Ok(None);
         };
-        let host = image.registry().unwrap_or("docker.io");
+        let host = berth_core::rollouts::registry_host(image);
         let repository = berth_core::rollouts::registry_repository(image);
-        let base = match host {
-            "docker.io" | "index.docker.io" => "https://registry-1.docker.io".to_owned(),
-            _ if engine.is_insecure(host).await => format!("http://{host}"),
-            _ => format!("https://{host}"),
+        let Some(reader) = self.reader(Some(docker), &host, &repository).await else {
+            return Ok(None);
         };
-        let reader = Reader::new(http, host, base, repository);
         reader.read(image.digest(), engine.platform.as_ref()).await
     }
 
@@ -269,9 +264,9 @@ fn pick<'a>(index: &'a Manifest, platform: &Platform) -> Option<&'a Descriptor> 
 pub(crate) struct Reader<'a> {
     http: &'a reqwest::Client,
     /// The registry host as the reference names it (`docker.io` for Docker Hub).
-    pub(crate) host: String,
+    host: String,
     base: String,
-    pub(crate) repository: String,
+    repository: String,
     token: Option<String>,
     /// The Docker config's credential for the host, looked up on the first challenge.
     credential: Option<Option<Credential>>,

@@ -5,13 +5,12 @@
 //! and for the daemon's observation of the tags its instances carry, which records what it
 //! sees and never changes what runs.
 
-use berth_core::image::{Digest, PinnedImage};
+use berth_core::image::{Digest, PinnedImage, ReferenceError};
+use berth_core::rollouts::{registry_host, registry_repository};
 use bollard::Docker;
 
 use crate::registry::{MAX_MANIFEST, Registries, Unanswered, read_limited};
 
-/// Docker Hub's host, as references name it.
-const DOCKER_HUB: &str = "docker.io";
 /// The tag a reference without one means.
 const DEFAULT_TAG: &str = "latest";
 
@@ -20,9 +19,10 @@ const DEFAULT_TAG: &str = "latest";
 pub struct TagRef {
     /// The name as written, without its tag (`postgres`, `127.0.0.1:5000/team/pg`).
     name: String,
-    registry: Option<String>,
-    repository: String,
     tag: String,
+    /// `name:tag` with a placeholder digest: the pinned form's parts (host, repository) and
+    /// checks, for a reference that has no digest yet.
+    parts: PinnedImage,
 }
 
 impl TagRef {
@@ -41,13 +41,11 @@ impl TagRef {
         };
         // The pinned form's own checks name what is wrong with the host, repository or tag.
         let probe = format!("{name}:{tag}@sha256:{}", "0".repeat(64));
-        let pinned = PinnedImage::parse(&probe).map_err(|e| match e {
-            berth_core::image::ReferenceError::NotPinned
-                if name.chars().any(|c| c.is_ascii_uppercase()) =>
-            {
-                format!("{text:?} {}", berth_core::image::ReferenceError::Repository)
+        let parts = PinnedImage::parse(&probe).map_err(|e| match e {
+            ReferenceError::NotPinned if name.chars().any(|c| c.is_ascii_uppercase()) => {
+                format!("{text:?} {}", ReferenceError::Repository)
             }
-            berth_core::image::ReferenceError::NotPinned => format!(
+            ReferenceError::NotPinned => format!(
                 "{text:?} is not an image name: expected [registry/]repository[:tag], such as \
                  postgres:17 or 127.0.0.1:5000/team/app:1"
             ),
@@ -55,37 +53,25 @@ impl TagRef {
         })?;
         Ok(TagRef {
             name: name.to_owned(),
-            registry: pinned.registry().map(str::to_owned),
-            repository: pinned.repository().to_owned(),
             tag: tag.to_owned(),
+            parts,
         })
     }
 
     /// The tag a pinned reference carries beside its digest, if it carries one.
     pub fn of_pinned(image: &PinnedImage) -> Option<TagRef> {
-        let tag = image.tag()?;
-        let text = image.as_str();
-        let name = text.rsplit_once('@').map_or(text, |(n, _)| n);
-        let name = name.strip_suffix(&format!(":{tag}")).unwrap_or(name);
-        Some(TagRef {
-            name: name.to_owned(),
-            registry: image.registry().map(str::to_owned),
-            repository: image.repository().to_owned(),
-            tag: tag.to_owned(),
-        })
+        image.tag()?;
+        TagRef::parse(image.as_str()).ok()
     }
 
     /// The registry host (`docker.io` for Docker Hub).
-    pub fn host(&self) -> &str {
-        self.registry.as_deref().unwrap_or(DOCKER_HUB)
+    pub fn host(&self) -> String {
+        registry_host(&self.parts)
     }
 
     /// The repository as the registry names it (Docker Hub's one-segment names gain `library/`).
     pub fn registry_repository(&self) -> String {
-        match &self.registry {
-            None if !self.repository.contains('/') => format!("library/{}", self.repository),
-            _ => self.repository.clone(),
-        }
+        registry_repository(&self.parts)
     }
 
     /// The tag.
@@ -168,11 +154,12 @@ impl TagReader {
     /// bytes hashed (what a pin is written from); without, only its head is asked (what
     /// observation asks: registries such as Docker Hub do not count a HEAD against pull limits).
     pub async fn read(&self, tag: &TagRef, verify: bool) -> Result<TagDigest, TagError> {
-        let shown = format!("{}/{}:{}", tag.host(), tag.registry_repository(), tag.tag);
+        let host = tag.host();
+        let shown = format!("{host}/{}:{}", tag.registry_repository(), tag.tag);
         let error = |kind, message: String| TagError { kind, message };
         let Some(mut reader) = self
             .registries
-            .reader(self.docker.as_ref(), tag.host(), &tag.registry_repository())
+            .reader(self.docker.as_ref(), &host, &tag.registry_repository())
             .await
         else {
             return Err(error(
@@ -192,7 +179,7 @@ impl TagReader {
                 format!(
                     "could not reach the registry {} to read {shown} ({detail}): check the name \
                      and that the registry is up",
-                    tag.host()
+                    host
                 ),
             ),
             Unanswered::Unauthorized {
@@ -202,8 +189,7 @@ impl TagReader {
                 format!(
                     "the registry {} refused the credentials your Docker config has for it when \
                      reading {shown}: log in again with `docker login {}`",
-                    tag.host(),
-                    tag.host()
+                    host, host
                 ),
             ),
             Unanswered::Unauthorized {
@@ -213,8 +199,7 @@ impl TagReader {
                 format!(
                     "the registry {} wants credentials to read {shown}, and your Docker config \
                      has none for it: log in with `docker login {}`",
-                    tag.host(),
-                    tag.host()
+                    host, host
                 ),
             ),
             Unanswered::Credential(message) => error(TagErrorKind::Unauthorized, message),
@@ -226,7 +211,7 @@ impl TagReader {
                 format!(
                     "the registry {} has no tag {} in {} (or no such repository): check the \
                      name and the tag",
-                    tag.host(),
+                    host,
                     tag.tag,
                     tag.registry_repository()
                 ),
@@ -235,7 +220,7 @@ impl TagReader {
         if !status.is_success() {
             return Err(error(
                 TagErrorKind::Invalid,
-                format!("the registry {} answered {status} for {shown}", tag.host()),
+                format!("the registry {} answered {status} for {shown}", host),
             ));
         }
         let header = |name: &str| {
@@ -257,7 +242,7 @@ impl TagReader {
                         format!(
                             "the registry {} did not say the digest of {shown} \
                              (no Docker-Content-Digest header)",
-                            tag.host()
+                            host
                         ),
                     )
                 });
@@ -286,7 +271,7 @@ impl TagReader {
                 format!(
                     "the registry {} says {shown} is {said}, but the manifest it served hashes \
                      to {digest}: it does not serve what it names; nothing was pinned",
-                    tag.host()
+                    host
                 ),
             ));
         }

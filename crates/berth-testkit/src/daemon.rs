@@ -422,18 +422,7 @@ impl Daemon {
             self.address()
         );
         stream.write_all(head.as_bytes()).expect("ask for the logs");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .unwrap();
-        let mut got = Vec::new();
-        let mut byte = [0u8; 1];
-        while !got.ends_with(b"\r\n\r\n") {
-            stream
-                .read_exact(&mut byte)
-                .expect("the logs' response head");
-            got.push(byte[0]);
-        }
-        let head = String::from_utf8_lossy(&got);
+        let head = read_head(&mut stream);
         assert!(head.starts_with("HTTP/1.1 200"), "{head}");
         stream
     }
@@ -520,4 +509,19 @@ impl Daemon {
             eprintln!("---- container {row}, last 40 lines ----\n{output}");
         }
     }
+}
+
+/// Reads a response head off a raw connection, byte by byte (so nothing of the body is taken),
+/// waiting up to 30 s for it.
+pub fn read_head(stream: &mut TcpStream) -> String {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut got = Vec::new();
+    let mut byte = [0u8; 1];
+    while !got.ends_with(b"\r\n\r\n") {
+        stream.read_exact(&mut byte).expect("a response head");
+        got.push(byte[0]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
 }
