@@ -9,7 +9,7 @@ use std::process::Command;
 
 use support::auth_registry::AuthRegistry;
 use support::tagging::{Target, push_tag};
-use support::{Daemon, KEY, busybox_image, fixture};
+use support::{Daemon, KEY, LocalImages, busybox_image, fixture};
 
 /// A fresh git repository with no berth.toml.
 fn fresh_repo() -> tempfile::TempDir {
@@ -46,15 +46,6 @@ fn berth(
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// Removes the local images pulled under `prefix` when dropped, however the test ends.
-struct LocalImages(String);
-
-impl Drop for LocalImages {
-    fn drop(&mut self) {
-        support::remove_local_images(&self.0);
-    }
 }
 
 /// A repository name of this test's own on the fixture registry.

@@ -1192,3 +1192,167 @@ impl Drop for LocalImage {
             .output();
     }
 }
+
+fn promote(api: &Client, domain: &str, key: &str, body: Value) -> support::Answer {
+    api.post(&format!("{}/promote", instance_path(domain, key)), body)
+}
+
+fn observe(api: &Client, domain: &str, key: &str) -> Vec<Value> {
+    let items = api
+        .post_empty(&format!(
+            "{}/image-releases/observe",
+            instance_path(domain, key)
+        ))
+        .expect(200)["items"]
+        .as_array()
+        .unwrap()
+        .clone();
+    for item in &items {
+        let _: ImageRelease = contract(item);
+    }
+    items
+}
+
+#[test]
+fn a_tag_that_moves_is_observed_not_run_and_a_promotion_runs_it_once_per_idempotency_key() {
+    use support::tagging::{Target, push_tag};
+    let registry = support::fixture("BERTH_TEST_REGISTRY");
+    let repository = format!("{}/promoted", support::run_prefix().to_lowercase());
+    let _pulled = support::LocalImages(format!("{registry}/{repository}"));
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("promotions");
+    let first = push_tag(
+        &busybox_image(),
+        &Target::fixture_registry(),
+        &repository,
+        "1",
+    );
+    let image_a = format!("{registry}/{repository}:1@{first}");
+    api.up(&domain, "web", &spec(&image_a, "web"), "person")
+        .expect(200);
+    let running = wait_rollout(&api, &domain, "web", "succeeded");
+    let container_now = || container_of(&api.get(&instance_path(&domain, "web")).expect(200));
+    let container = container_now();
+
+    // The tag still names what runs: one release, observed once more.
+    let releases = observe(&api, &domain, "web");
+    assert_eq!(releases.len(), 1, "{releases:?}");
+    assert!(releases[0]["data"]["observationCount"].as_i64() >= Some(2));
+
+    // The tag moves: observed under it, not accepted, and nothing that runs changes.
+    let second = push_tag(
+        &volume_image(),
+        &Target::fixture_registry(),
+        &repository,
+        "1",
+    );
+    let releases = observe(&api, &domain, "web");
+    let new_id = release_of(&releases, &format!("x@{second}"));
+    let new = releases
+        .iter()
+        .find(|r| r["id"] == new_id.as_str())
+        .unwrap();
+    assert_eq!(new["data"]["observedTags"], json!(["1"]), "{new}");
+    assert_eq!(new["data"]["observationCount"], 1, "{new}");
+    assert!(new["data"].get("acceptedAt").is_none(), "{new}");
+    assert!(new["data"].get("promotionCount").is_none(), "{new}");
+    let old = releases
+        .iter()
+        .find(|r| r["id"] != new_id.as_str())
+        .unwrap();
+    assert_eq!(
+        new["data"]["manifestMediaType"], old["data"]["manifestMediaType"],
+        "{releases:?}"
+    );
+    assert_eq!(rollouts(&api, &domain, "web").len(), 1);
+    assert_eq!(container_now(), container);
+    assert_eq!(api.get_instance(&domain, "web").state.kind(), "running");
+
+    // Refusals name what is wrong and write nothing.
+    let rollout_id = running["plan"]["rolloutId"].clone();
+    let good = json!({"releaseId": new_id, "idempotencyKey": "p1",
+        "expectedRolloutGeneration": 1, "expectedCurrentRolloutId": rollout_id,
+        "enableImmutableImage": true});
+    let mut stale = good.clone();
+    stale["expectedRolloutGeneration"] = json!(0);
+    let err = promote(&api, &domain, "web", stale)
+        .expect_error(409, "ResourceInstanceRolloutConflictError");
+    assert_eq!(err["currentRolloutGeneration"], 1, "{err}");
+    assert_eq!(err["currentRolloutId"], rollout_id, "{err}");
+    let mut other_rollout = good.clone();
+    other_rollout["expectedCurrentRolloutId"] = json!("rol:00000000-0000-4000-8000-000000000000");
+    promote(&api, &domain, "web", other_rollout)
+        .expect_error(409, "ResourceInstanceRolloutConflictError");
+    let mut not_immutable = good.clone();
+    not_immutable["enableImmutableImage"] = json!(false);
+    let err = promote(&api, &domain, "web", not_immutable).expect_error(400, "RequestRefusedError");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("body.enableImmutableImage must be true"),
+        "{err}"
+    );
+    let mut unknown = good.clone();
+    unknown["releaseId"] = json!(format!("irl:{}", "0".repeat(32)));
+    promote(&api, &domain, "web", unknown)
+        .expect_error(404, "ResourceInstanceImageReleaseNotFoundError");
+    assert_eq!(rollouts(&api, &domain, "web").len(), 1);
+    assert_eq!(container_now(), container);
+
+    // The promotion: a rollout of mode promotion to the release, which is accepted.
+    let answer = promote(&api, &domain, "web", good.clone()).expect(200);
+    assert_eq!(answer["releaseId"], new_id.as_str());
+    assert_eq!(answer["fromImage"], image_a.as_str());
+    let image_b = format!("{registry}/{repository}:1@{second}");
+    assert_eq!(answer["toImage"], image_b.as_str());
+    assert_eq!(answer["rolloutGeneration"], 2);
+    // The same key and body answer the same; the same key with another body is refused.
+    assert_eq!(
+        promote(&api, &domain, "web", good.clone()).expect(200),
+        answer
+    );
+    let mut reused = good.clone();
+    reused["expectedRolloutGeneration"] = json!(2);
+    promote(&api, &domain, "web", reused).expect_error(409, "RequestIdempotencyKeyReusedError");
+    let promoted = wait_rollout_of(
+        &api,
+        &domain,
+        "web",
+        "succeeded",
+        answer["instance"]["specDigest"].as_str(),
+    );
+    assert_eq!(promoted["plan"]["rolloutId"], answer["rolloutId"]);
+    assert_eq!(promoted["plan"]["mode"], "promotion");
+    assert_eq!(promoted["plan"]["releaseId"], new_id.as_str());
+    assert_eq!(promoted["plan"]["requestedDigest"], second.as_str());
+    let e = rollout_evidence(&api, &domain, "web", &answer["rolloutId"]);
+    assert_eq!(e["verificationStatus"], "verified", "{e}");
+    assert_eq!(e["resolvedDigest"], second.as_str());
+    let releases = image_releases(&api, &domain, "web");
+    let new = releases
+        .iter()
+        .find(|r| r["id"] == new_id.as_str())
+        .unwrap();
+    assert!(new["data"]["acceptedAt"].is_i64(), "{new}");
+    assert_eq!(new["data"]["promotionCount"], 1, "{new}");
+    assert!(new["data"]["lastPromotedAt"].is_i64(), "{new}");
+
+    // A rollback returns to the first release.
+    let back = rollback(
+        &api,
+        &domain,
+        "web",
+        json!({"idempotencyKey": "r1", "expectedRolloutGeneration": 2}),
+    )
+    .expect(200);
+    let rolled = wait_rollout_of(
+        &api,
+        &domain,
+        "web",
+        "rolled-back",
+        back["instance"]["specDigest"].as_str(),
+    );
+    assert_eq!(rolled["plan"]["requestedDigest"], first.as_str());
+}

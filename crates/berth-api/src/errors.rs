@@ -34,6 +34,10 @@ pub struct ErrorBody {
         skip_serializing_if = "Option::is_none"
     )]
     pub current_rollout_generation: Option<i64>,
+    /// `ResourceInstanceRolloutConflictError` from a promotion: the instance's newest rollout
+    /// id (absent when it has none).
+    #[serde(rename = "currentRolloutId", skip_serializing_if = "Option::is_none")]
+    pub current_rollout_id: Option<String>,
     /// `ResourceInstanceRollbackTargetNotAcceptedError`: `rollback-target-not-accepted`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,

@@ -172,6 +172,19 @@ impl PinnedImage {
     pub fn repo_digest(&self) -> String {
         format!("{}@{}", self.canonical_name(), self.digest)
     }
+
+    /// The same name and tag, as written, pinned to another digest.
+    pub fn with_digest(&self, digest: &Digest) -> Self {
+        let name_and_tag = self
+            .text
+            .rsplit_once('@')
+            .map_or(self.text.as_str(), |(n, _)| n);
+        Self {
+            text: format!("{name_and_tag}@{digest}"),
+            digest: digest.clone(),
+            ..self.clone()
+        }
+    }
 }
 
 /// Normalises a repository name the way Docker shows it in `RepoDigests`.
@@ -231,6 +244,18 @@ mod tests {
     use super::*;
 
     const HEX: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn with_digest_keeps_the_name_and_tag_and_moves_the_pin() {
+        let text = format!("127.0.0.1:5000/team/pg:16@sha256:{HEX}");
+        let other = Digest::parse(&format!("sha256:{}", "f".repeat(64))).unwrap();
+        let moved = PinnedImage::parse(&text).unwrap().with_digest(&other);
+        assert_eq!(
+            moved.as_str(),
+            format!("127.0.0.1:5000/team/pg:16@sha256:{}", "f".repeat(64))
+        );
+        assert_eq!(moved, PinnedImage::parse(moved.as_str()).unwrap());
+    }
 
     #[test]
     fn parses_registry_repository_tag_and_digest() {

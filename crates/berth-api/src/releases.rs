@@ -125,3 +125,58 @@ pub struct RollbackRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release_id: Option<String>,
 }
+
+/// `POST .../instances/{key}/promote`: the contract's `promoteServiceImageRelease` request. It
+/// moves the instance to an observed image release and starts a `promotion` rollout.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "openapi", schema(example = json!({"releaseId": "irl:0123456789abcdef0123456789abcdef", "idempotencyKey": "k1", "expectedRolloutGeneration": 1, "expectedCurrentRolloutId": "rol:8c1b2a52-0d0e-4a43-9d8e-2f1b5a3c4d5e", "enableImmutableImage": true})))]
+pub struct PromoteRequest {
+    /// The image release (`irl:...`) to run: one berth observed for the instance.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^irl:[0-9a-f]{32}$"))]
+    pub release_id: String,
+    /// 1 to 128 characters (Unicode scalar values), none of them a control, bidirectional
+    /// control or zero-width character: the same key with the same body answers the same
+    /// result; with another body, 409 `RequestIdempotencyKeyReusedError`.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            min_length = 1,
+            max_length = 128,
+            pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F\\u061C\\u200B-\\u200F\\u202A-\\u202E\\u2060\\u2066-\\u2069\\uFEFF]*$"
+        )
+    )]
+    pub idempotency_key: String,
+    /// The instance's newest `rolloutGeneration` (0 before its first rollout); a stale one is
+    /// refused with 409 `ResourceInstanceRolloutConflictError`.
+    #[cfg_attr(feature = "openapi", schema(minimum = 0))]
+    pub expected_rollout_generation: i64,
+    /// The id of the instance's newest rollout, when the caller read one; a stale one is
+    /// refused with 409 `ResourceInstanceRolloutConflictError`.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^rol:[0-9a-f-]{36}$"))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_current_rollout_id: Option<String>,
+    /// Must be `true`: the instance runs only the digest-pinned, verified image.
+    pub enable_immutable_image: bool,
+}
+
+/// What a promotion did (`POST .../instances/{key}/promote`). A replay of its idempotency key
+/// with the same body answers this same record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct PromotionView {
+    /// The instance as stored right after the promotion was asked for.
+    pub instance: InstanceView,
+    /// The image release it moves to.
+    pub release_id: String,
+    /// The pinned reference it ran before.
+    pub from_image: String,
+    /// The pinned reference it is now asked to run.
+    pub to_image: String,
+    /// The rollout the promotion made.
+    pub rollout_id: String,
+    /// Its generation.
+    pub rollout_generation: i64,
+}

@@ -136,4 +136,33 @@ impl Client {
         )
         .await
     }
+
+    /// `POST .../instances/{key}/image-releases/observe`: reads the tag of the instance's
+    /// image from its registry now, records a new digest as an observed release, and answers
+    /// every image release of the instance. A registry that cannot be read is
+    /// `ResourceImageRegistryError`; an image without a tag `ResourceInstanceImageNotTaggedError`.
+    pub async fn observe_image_releases(
+        &self,
+        domain: &DomainId,
+        key: &str,
+    ) -> Result<Vec<ImageReleaseView>, ClientError> {
+        let list: ImageReleaseList = self
+            .post(&instance_path(domain, key, "/image-releases/observe"), None)
+            .await?;
+        Ok(list.items)
+    }
+
+    /// `POST .../instances/{key}/promote`: runs an observed image release, through a
+    /// `promotion` rollout. A stale generation or current rollout is
+    /// `ResourceInstanceRolloutConflictError` (with `currentRolloutGeneration` and
+    /// `currentRolloutId`).
+    pub async fn promote(
+        &self,
+        domain: &DomainId,
+        key: &str,
+        request: &PromoteRequest,
+    ) -> Result<PromotionView, ClientError> {
+        self.post(&instance_path(domain, key, "/promote"), Self::body(request))
+            .await
+    }
 }

@@ -24,7 +24,8 @@ pub use berth_api::page::{
     Session, SessionRequest, VolumeSize, VolumeUsage,
 };
 pub use berth_api::releases::{
-    ReleaseEnd, ReleaseList, ReleaseView, RollbackRequest, RollbackView,
+    PromoteRequest, PromotionView, ReleaseEnd, ReleaseList, ReleaseView, RollbackRequest,
+    RollbackView,
 };
 pub use berth_api::rollouts::{
     ImagePlan, ImageReleaseData, ImageReleaseList, ImageReleaseView, ReporterCapabilities,

@@ -115,6 +115,50 @@ pub enum Error {
         /// The instance's newest rollout generation (0: none yet).
         current: i64,
     },
+    /// A promotion read another newest rollout than the instance has.
+    #[error(
+        "the resource instance {key} has moved on since it was read: its newest rollout is \
+         generation {current} ({}), not the expectedRolloutGeneration and \
+         expectedCurrentRolloutId sent; read its image releases and rollouts again and decide \
+         whether to promote",
+        current_id.as_deref().unwrap_or("none yet")
+    )]
+    PromotionConflict {
+        /// The key.
+        key: String,
+        /// The instance's newest rollout generation (0: none yet).
+        current: i64,
+        /// The instance's newest rollout id.
+        current_id: Option<String>,
+    },
+    /// A promotion named a release of another repository than the instance's image now names.
+    #[error(
+        "releaseId names a release of {repository}, but {key} now runs an image of another \
+         repository: promote one of the releases observed for its image"
+    )]
+    ReleaseOfAnotherImage {
+        /// The key.
+        key: String,
+        /// The release's `host/repository`.
+        repository: String,
+    },
+    /// The instance's image names no tag, so there is nothing to observe.
+    #[error(
+        "the image of {key} is pinned by digest alone, with no tag to observe: write it as \
+         name:tag@sha256:... (berth add and berth pin do) to have berth watch the tag"
+    )]
+    ImageNotTagged {
+        /// The key.
+        key: String,
+    },
+    /// The registry could not be read for the tag the instance's image carries.
+    #[error("could not observe the tag of {key}'s image: {message}")]
+    ImageObservationFailed {
+        /// The key.
+        key: String,
+        /// The registry's sentence.
+        message: String,
+    },
     /// A rollback named an image release that never ran verified.
     #[error(
         "releaseId must name an image release of {key} that ran verified (has acceptedAt); \

@@ -7,7 +7,9 @@ pub use berth_api::instances::{
     ArchivedVolume, Desired, InstanceChange, InstanceState, InstanceView, InstanceVolume,
     KeptVolume, StopReason,
 };
-pub use berth_api::releases::{ReleaseEnd, ReleaseView, RollbackView};
+pub use berth_api::releases::{
+    PromoteRequest, PromotionView, ReleaseEnd, ReleaseView, RollbackView,
+};
 pub use berth_api::workspaces::{
     Executor, LeaseView, LinkView, NotAttachedView, SelectorView, WorkspaceView,
 };

@@ -170,6 +170,10 @@ pub enum RuntimeError {
     /// message says what was done about it.
     #[error("{0}")]
     Cancelled(String),
+    /// A registry could not be read, or would not say what berth asked; the sentence names
+    /// the registry and what to do.
+    #[error("{0}")]
+    Registry(String),
 }
 
 /// What berth needs to know of a verified image.
@@ -196,6 +200,16 @@ pub struct RegistryManifest {
     /// That platform manifest's config digest: the image id the engine gives the image it
     /// pulls for the platform.
     pub platform_config_digest: Option<String>,
+}
+
+/// What a registry serves now under the tag a pinned reference carries
+/// ([`Runtime::observe_tag`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TagObservation {
+    /// The root descriptor's digest (an index stays an index).
+    pub digest: crate::image::Digest,
+    /// Its media type, when the registry said.
+    pub media_type: Option<String>,
 }
 
 /// One named volume mounted into a container.
@@ -392,6 +406,18 @@ pub trait Runtime: Send + Sync + 'static {
         &self,
         image: &PinnedImage,
     ) -> Result<Option<RegistryManifest>, RuntimeError> {
+        let _ = image;
+        Ok(None)
+    }
+
+    /// What the registry serves now under the tag `image` carries beside its digest (a HEAD
+    /// of the tag's manifest, which pulls nothing and changes nothing that runs). `None` when
+    /// the runtime cannot read registries; [`RuntimeError::Registry`] when the registry is
+    /// unreachable, refuses, or has no such tag.
+    async fn observe_tag(
+        &self,
+        image: &PinnedImage,
+    ) -> Result<Option<TagObservation>, RuntimeError> {
         let _ = image;
         Ok(None)
     }

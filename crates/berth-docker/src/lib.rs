@@ -61,7 +61,7 @@ use berth_core::image::PinnedImage;
 use berth_core::runtime::{
     ContainerFacts, ContainerPlan, Copied, CopyPlan, ExecOutcome, ExecRequest, ExecStdin,
     ImageFacts, LABEL_PREFIX, Labels, LogStream, OverlayPlan, RegistryManifest, Runtime,
-    RuntimeError, RuntimeEvent,
+    RuntimeError, RuntimeEvent, TagObservation,
 };
 use berth_core::spec::Ready;
 use bollard::Docker;
@@ -224,6 +224,23 @@ impl Runtime for DockerRuntime {
     /// berth's own read of the registry (see the `registry` module); when the registry cannot
     /// be read that way (credentials, a TLS berth cannot check), the media type as the engine's
     /// distribution inspect reports it.
+    /// A HEAD of the tag's manifest, with the user's Docker credentials for the registry.
+    async fn observe_tag(
+        &self,
+        image: &PinnedImage,
+    ) -> Result<Option<TagObservation>, RuntimeError> {
+        let Some(tag) = tags::TagRef::of_pinned(image) else {
+            return Ok(None);
+        };
+        let found = tags::read_tag(&self.registries, Some(&self.docker), &tag, false)
+            .await
+            .map_err(|e| RuntimeError::Registry(e.message))?;
+        Ok(Some(TagObservation {
+            digest: found.digest,
+            media_type: found.media_type,
+        }))
+    }
+
     async fn registry_manifest(
         &self,
         image: &PinnedImage,

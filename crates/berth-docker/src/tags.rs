@@ -154,129 +154,139 @@ impl TagReader {
     /// bytes hashed (what a pin is written from); without, only its head is asked (what
     /// observation asks: registries such as Docker Hub do not count a HEAD against pull limits).
     pub async fn read(&self, tag: &TagRef, verify: bool) -> Result<TagDigest, TagError> {
-        let host = tag.host();
-        let shown = format!("{host}/{}:{}", tag.registry_repository(), tag.tag);
-        let error = |kind, message: String| TagError { kind, message };
-        let Some(mut reader) = self
-            .registries
-            .reader(self.docker.as_ref(), &host, &tag.registry_repository())
-            .await
-        else {
-            return Err(error(
-                TagErrorKind::Unreachable,
-                format!("berth has no HTTP client to read {shown} with"),
-            ));
-        };
-        let url = reader.manifest_url(&tag.tag);
-        let method = if verify {
-            reqwest::Method::GET
-        } else {
-            reqwest::Method::HEAD
-        };
-        let response = reader.send(method, &url).await.map_err(|e| match e {
-            Unanswered::Unreachable(detail) => error(
-                TagErrorKind::Unreachable,
-                format!(
-                    "could not reach the registry {} to read {shown} ({detail}): check the name \
-                     and that the registry is up",
-                    host
-                ),
-            ),
-            Unanswered::Unauthorized {
-                had_credential: true,
-            } => error(
-                TagErrorKind::Unauthorized,
-                format!(
-                    "the registry {} refused the credentials your Docker config has for it when \
-                     reading {shown}: log in again with `docker login {}`",
-                    host, host
-                ),
-            ),
-            Unanswered::Unauthorized {
-                had_credential: false,
-            } => error(
-                TagErrorKind::Unauthorized,
-                format!(
-                    "the registry {} wants credentials to read {shown}, and your Docker config \
-                     has none for it: log in with `docker login {}`",
-                    host, host
-                ),
-            ),
-            Unanswered::Credential(message) => error(TagErrorKind::Unauthorized, message),
-        })?;
-        let status = response.status();
-        if status == reqwest::StatusCode::NOT_FOUND {
-            return Err(error(
-                TagErrorKind::NotFound,
-                format!(
-                    "the registry {} has no tag {} in {} (or no such repository): check the \
-                     name and the tag",
-                    host,
-                    tag.tag,
-                    tag.registry_repository()
-                ),
-            ));
-        }
-        if !status.is_success() {
-            return Err(error(
-                TagErrorKind::Invalid,
-                format!("the registry {} answered {status} for {shown}", host),
-            ));
-        }
-        let header = |name: &str| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(|v| v.split(';').next().unwrap_or(v).trim().to_owned())
-                .filter(|v| !v.is_empty())
-        };
-        let media_type = header("content-type");
-        let said = header("docker-content-digest").and_then(|d| Digest::normalize(&d));
-        if !verify {
-            return said
-                .map(|digest| TagDigest { digest, media_type })
-                .ok_or_else(|| {
-                    error(
-                        TagErrorKind::Invalid,
-                        format!(
-                            "the registry {} did not say the digest of {shown} \
-                             (no Docker-Content-Digest header)",
-                            host
-                        ),
-                    )
-                });
-        }
-        if response
-            .content_length()
-            .is_some_and(|n| n > MAX_MANIFEST as u64)
-        {
-            return Err(error(
-                TagErrorKind::Invalid,
-                format!("the manifest of {shown} is larger than berth reads (4 MiB)"),
-            ));
-        }
-        let bytes = read_limited(response).await.ok_or_else(|| {
-            error(
-                TagErrorKind::Invalid,
-                format!("the manifest of {shown} could not be read whole"),
-            )
-        })?;
-        let digest = Digest::of(&bytes);
-        if let Some(said) = said
-            && said != digest
-        {
-            return Err(error(
-                TagErrorKind::Invalid,
-                format!(
-                    "the registry {} says {shown} is {said}, but the manifest it served hashes \
-                     to {digest}: it does not serve what it names; nothing was pinned",
-                    host
-                ),
-            ));
-        }
-        Ok(TagDigest { digest, media_type })
+        read_tag(&self.registries, self.docker.as_ref(), tag, verify).await
     }
+}
+
+/// What the registry serves under `tag` now, read through `registries` (see
+/// [`TagReader::read`]).
+pub(crate) async fn read_tag(
+    registries: &Registries,
+    docker: Option<&Docker>,
+    tag: &TagRef,
+    verify: bool,
+) -> Result<TagDigest, TagError> {
+    let host = tag.host();
+    let shown = format!("{host}/{}:{}", tag.registry_repository(), tag.tag);
+    let error = |kind, message: String| TagError { kind, message };
+    let Some(mut reader) = registries
+        .reader(docker, &host, &tag.registry_repository())
+        .await
+    else {
+        return Err(error(
+            TagErrorKind::Unreachable,
+            format!("berth has no HTTP client to read {shown} with"),
+        ));
+    };
+    let url = reader.manifest_url(&tag.tag);
+    let method = if verify {
+        reqwest::Method::GET
+    } else {
+        reqwest::Method::HEAD
+    };
+    let response = reader.send(method, &url).await.map_err(|e| match e {
+        Unanswered::Unreachable(detail) => error(
+            TagErrorKind::Unreachable,
+            format!(
+                "could not reach the registry {} to read {shown} ({detail}): check the name \
+                 and that the registry is up",
+                host
+            ),
+        ),
+        Unanswered::Unauthorized {
+            had_credential: true,
+        } => error(
+            TagErrorKind::Unauthorized,
+            format!(
+                "the registry {} refused the credentials your Docker config has for it when \
+                 reading {shown}: log in again with `docker login {}`",
+                host, host
+            ),
+        ),
+        Unanswered::Unauthorized {
+            had_credential: false,
+        } => error(
+            TagErrorKind::Unauthorized,
+            format!(
+                "the registry {} wants credentials to read {shown}, and your Docker config \
+                 has none for it: log in with `docker login {}`",
+                host, host
+            ),
+        ),
+        Unanswered::Credential(message) => error(TagErrorKind::Unauthorized, message),
+    })?;
+    let status = response.status();
+    if status == reqwest::StatusCode::NOT_FOUND {
+        return Err(error(
+            TagErrorKind::NotFound,
+            format!(
+                "the registry {} has no tag {} in {} (or no such repository): check the \
+                 name and the tag",
+                host,
+                tag.tag,
+                tag.registry_repository()
+            ),
+        ));
+    }
+    if !status.is_success() {
+        return Err(error(
+            TagErrorKind::Invalid,
+            format!("the registry {} answered {status} for {shown}", host),
+        ));
+    }
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.split(';').next().unwrap_or(v).trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    let media_type = header("content-type");
+    let said = header("docker-content-digest").and_then(|d| Digest::normalize(&d));
+    if !verify {
+        return said
+            .map(|digest| TagDigest { digest, media_type })
+            .ok_or_else(|| {
+                error(
+                    TagErrorKind::Invalid,
+                    format!(
+                        "the registry {} did not say the digest of {shown} \
+                         (no Docker-Content-Digest header)",
+                        host
+                    ),
+                )
+            });
+    }
+    if response
+        .content_length()
+        .is_some_and(|n| n > MAX_MANIFEST as u64)
+    {
+        return Err(error(
+            TagErrorKind::Invalid,
+            format!("the manifest of {shown} is larger than berth reads (4 MiB)"),
+        ));
+    }
+    let bytes = read_limited(response).await.ok_or_else(|| {
+        error(
+            TagErrorKind::Invalid,
+            format!("the manifest of {shown} could not be read whole"),
+        )
+    })?;
+    let digest = Digest::of(&bytes);
+    if let Some(said) = said
+        && said != digest
+    {
+        return Err(error(
+            TagErrorKind::Invalid,
+            format!(
+                "the registry {} says {shown} is {said}, but the manifest it served hashes \
+                 to {digest}: it does not serve what it names; nothing was pinned",
+                host
+            ),
+        ));
+    }
+    Ok(TagDigest { digest, media_type })
 }
 
 impl Default for TagReader {

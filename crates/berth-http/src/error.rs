@@ -48,6 +48,7 @@ impl ApiError {
             resource_domain_id: None,
             current_spec_digest: None,
             current_rollout_generation: None,
+            current_rollout_id: None,
             reason: None,
         };
         let e = match self {
@@ -193,6 +194,30 @@ impl ApiError {
                     current_rollout_generation: Some(current),
                     ..body("ResourceInstanceRolloutConflictError", message)
                 },
+            ),
+            Error::PromotionConflict {
+                current,
+                current_id,
+                ..
+            } => (
+                StatusCode::CONFLICT,
+                ErrorBody {
+                    current_rollout_generation: Some(current),
+                    current_rollout_id: current_id,
+                    ..body("ResourceInstanceRolloutConflictError", message)
+                },
+            ),
+            Error::ReleaseOfAnotherImage { .. } => (
+                StatusCode::CONFLICT,
+                body("ResourceInstanceImageReleaseOfAnotherImageError", message),
+            ),
+            Error::ImageNotTagged { .. } => (
+                StatusCode::CONFLICT,
+                body("ResourceInstanceImageNotTaggedError", message),
+            ),
+            Error::ImageObservationFailed { .. } => (
+                StatusCode::BAD_GATEWAY,
+                body("ResourceImageRegistryError", message),
             ),
             Error::RollbackTargetNotAccepted { .. } => (
                 StatusCode::CONFLICT,

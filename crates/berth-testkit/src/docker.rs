@@ -214,6 +214,16 @@ pub fn remove_local_images(prefix: &str) {
     }
 }
 
+/// Removes the local images under its prefix ([`remove_local_images`]) when dropped, however
+/// the test ends; made before the daemon, it is dropped after the daemon's containers are gone.
+pub struct LocalImages(pub String);
+
+impl Drop for LocalImages {
+    fn drop(&mut self) {
+        remove_local_images(&self.0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -36,8 +36,8 @@ use serde_json::{Value, json};
 pub use client::{Answer, Client, Watch, domain_id};
 pub use daemon::{BERTH_BIN_ENV, Daemon, Launch, berth_binary, read_head};
 pub use docker::{
-    DockerObjects, container_of, containers_labelled, containers_named, containers_of, docker,
-    docker_inspect, docker_objects, named_with, processes, remove_docker_objects,
+    DockerObjects, LocalImages, container_of, containers_labelled, containers_named, containers_of,
+    docker, docker_inspect, docker_objects, named_with, processes, remove_docker_objects,
     remove_local_images, who_from,
 };
 

@@ -96,6 +96,13 @@ pub struct ServeArgs {
     #[arg(long, env = "BERTH_LAYERS_FLATTEN_AT", default_value_t = 8, value_parser = clap::value_parser!(u8).range(2..=16))]
     layers_flatten_at: u8,
 
+    /// How often the tags of live instances' images are read from their registries (a HEAD
+    /// of each distinct tag's manifest); a digest not seen before is recorded as an image
+    /// release, observed and not run until promoted. `off` observes only on demand
+    /// (`POST .../image-releases/observe`, `berth outdated`). At least 1s.
+    #[arg(long, env = "BERTH_OBSERVE_EVERY", default_value = "6h", value_parser = observe_every)]
+    observe_every: ObserveEvery,
+
     /// How long an image pull may take.
     #[arg(long, env = "BERTH_PULL_TIMEOUT", default_value = "10m", value_parser = humantime::parse_duration)]
     pull_timeout: Duration,
@@ -244,6 +251,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 resync_every: args.resync_every,
                 volume_layers: args.volume_layers == VolumeLayers::Auto,
                 flatten_at: usize::from(args.layers_flatten_at),
+                observe_every: args.observe_every.0,
                 queue: QueueConfig {
                     workers: usize::from(args.workers),
                     ..QueueConfig::default()
@@ -549,6 +557,18 @@ async fn shutdown_signal() {
         _ = term.recv() => {}
     }
     tracing::info!("shutting down");
+}
+
+/// `--observe-every`'s value: how often, or never (`off`).
+#[derive(Debug, Clone, Copy)]
+struct ObserveEvery(Option<Duration>);
+
+/// `--observe-every`: `off`, or a duration of at least a second.
+fn observe_every(text: &str) -> Result<ObserveEvery, String> {
+    if text.trim() == "off" {
+        return Ok(ObserveEvery(None));
+    }
+    resync_every(text).map(|every| ObserveEvery(Some(every)))
 }
 
 /// `--resync-every`: a duration of at least a second (a shorter one would keep the engine busy).

@@ -36,6 +36,9 @@ pub struct ReconcileConfig {
     /// An instance's volume that stands on this many layers or more has them flattened into
     /// one by a background copy (see `copies::flatten`).
     pub flatten_at: usize,
+    /// How often the tags of live instances' images are read from their registries and a new
+    /// digest recorded as an observed image release; `None` observes only on demand.
+    pub observe_every: Option<Duration>,
 }
 
 impl Default for ReconcileConfig {
@@ -50,6 +53,7 @@ impl Default for ReconcileConfig {
             queue: QueueConfig::default(),
             volume_layers: true,
             flatten_at: 8,
+            observe_every: Some(Duration::from_secs(6 * 3600)),
         }
     }
 }

@@ -28,6 +28,7 @@ mod copies;
 pub mod endpoints;
 mod idle;
 mod instances;
+mod observe;
 pub mod sizes;
 mod storage;
 mod templates;
@@ -40,6 +41,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::plan::{copy_targets, plan_volumes};
 pub use context::{Next, ReconcileConfig, ReconcileError};
+pub use observe::{ObserveError, Observed};
 pub use views::Candidates;
 
 use crate::ids::{DomainId, InstanceId};
@@ -54,6 +56,7 @@ use copies::CopyController;
 use endpoints::{EndpointController, EndpointView};
 use idle::IdleController;
 use instances::InstanceController;
+use observe::ObserveController;
 use templates::TemplateController;
 use views::ViewController;
 
@@ -64,6 +67,7 @@ struct Controllers {
     endpoints: Arc<EndpointController>,
     idle: IdleController,
     copies: Arc<CopyController>,
+    observer: ObserveController,
     /// Other stores' containers under this prefix, at the last resync.
     other_stores: OtherStores,
     /// Cancelled when the daemon stops: every loop and worker ends.
@@ -109,6 +113,7 @@ impl Reconciler {
         );
         let shutdown = CancellationToken::new();
         let copies = CopyController::new(ctx.clone(), instances.clone(), shutdown.clone());
+        let observer = ObserveController::new(ctx.clone());
         Self {
             inner: Arc::new(Controllers {
                 ctx,
@@ -117,6 +122,7 @@ impl Reconciler {
                 endpoints,
                 idle,
                 copies,
+                observer,
                 other_stores: OtherStores::default(),
                 shutdown,
                 tasks: Mutex::new(Vec::new()),
@@ -132,6 +138,11 @@ impl Reconciler {
     /// Its configuration.
     pub fn config(&self) -> &ReconcileConfig {
         &self.inner.ctx.config
+    }
+
+    /// Observes the tag of the instance's image now (see [`observe`]).
+    pub async fn observe(&self, instance: &Instance) -> Result<Option<Observed>, ObserveError> {
+        self.inner.observer.observe(instance).await
     }
 
     /// The instance queue's counters.
@@ -200,6 +211,17 @@ impl Reconciler {
                 }
             }
         }));
+        if let Some(every) = self.inner.ctx.config.observe_every {
+            let weak = Arc::downgrade(&self.inner);
+            tasks.push(supervise("observe", stop.clone(), move || {
+                let weak = weak.clone();
+                async move {
+                    if let Some(inner) = weak.upgrade() {
+                        inner.observer.run(every).await;
+                    }
+                }
+            }));
+        }
         let weak = Arc::downgrade(&self.inner);
         tasks.push(supervise("resync", stop, move || {
             let weak = weak.clone();

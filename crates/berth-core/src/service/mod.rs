@@ -6,6 +6,7 @@ use std::sync::Arc;
 mod engine;
 mod instances;
 mod page;
+mod promotions;
 mod rollouts;
 mod snapshots;
 mod templates;

@@ -265,6 +265,16 @@ pub(super) const MIGRATIONS: &[&str] = &[
         build_ms INTEGER,
         PRIMARY KEY (domain_id, id)
     );",
+    // 16: promotions of observed image releases, kept under their idempotency key with the
+    // request they answered (a replay with another body is refused).
+    "CREATE TABLE promotions (
+        instance_id TEXT NOT NULL REFERENCES instances(id),
+        idempotency_key TEXT NOT NULL,
+        request TEXT NOT NULL,
+        result TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (instance_id, idempotency_key)
+    );",
 ];
 
 /// Runs `PRAGMA quick_check` (every page and index, without comparing index contents to their

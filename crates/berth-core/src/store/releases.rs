@@ -104,4 +104,44 @@ impl Tx<'_> {
         )?;
         Ok(())
     }
+
+    /// The promotion asked with this idempotency key: the request it was asked with and its
+    /// answer.
+    pub fn promotion(
+        &self,
+        id: &InstanceId,
+        idempotency_key: &str,
+    ) -> Result<Option<(String, String)>, StoreError> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT request, result FROM promotions
+                 WHERE instance_id = ?1 AND idempotency_key = ?2",
+                params![id.as_str(), idempotency_key],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?)
+    }
+
+    /// Keeps a promotion's answer under its idempotency key, with the request it answered.
+    pub fn insert_promotion(
+        &self,
+        id: &InstanceId,
+        idempotency_key: &str,
+        request: &str,
+        result: &str,
+    ) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO promotions (instance_id, idempotency_key, request, result, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                id.as_str(),
+                idempotency_key,
+                request,
+                result,
+                Timestamp::now().millis()
+            ],
+        )?;
+        Ok(())
+    }
 }

@@ -5,9 +5,10 @@ use rusqlite::{OptionalExtension, Row, params};
 use super::{StoreError, Tx};
 use crate::evidence::MismatchReason;
 use crate::ids::InstanceId;
+use crate::image::PinnedImage;
 use crate::model::{Instance, InstanceState};
 use crate::rollouts::*;
-use crate::runtime::RegistryManifest;
+use crate::runtime::{RegistryManifest, TagObservation};
 use crate::time::Timestamp;
 
 const ROLLOUT_COLUMNS: &str = "id, instance_id, generation, mode, rollback_of, release_id, image,
@@ -372,14 +373,44 @@ impl Tx<'_> {
         manifest: Option<&RegistryManifest>,
         at: Timestamp,
     ) -> Result<(), StoreError> {
-        let image = &instance.spec.image;
-        let id = release_id(&instance.id, image);
-        let existing = self.image_release(&instance.id, &id)?;
+        self.observe_image(&instance.id, &instance.spec.image, manifest, at)
+    }
+
+    /// Records what the registry serves now under the tag of the instance's image: the release
+    /// of that digest (observed, not accepted, when it is new) is written, or its tags, last
+    /// observation and count move. It changes nothing that runs. Answers the release's id.
+    pub fn observe_tag(
+        &self,
+        instance: &Instance,
+        observed: &TagObservation,
+        at: Timestamp,
+    ) -> Result<String, StoreError> {
+        let image = instance.spec.image.with_digest(&observed.digest);
+        let manifest = RegistryManifest {
+            media_type: observed.media_type.clone(),
+            ..RegistryManifest::default()
+        };
+        self.observe_image(&instance.id, &image, Some(&manifest), at)?;
+        Ok(release_id(&instance.id, &image))
+    }
+
+    fn observe_image(
+        &self,
+        instance: &InstanceId,
+        image: &PinnedImage,
+        manifest: Option<&RegistryManifest>,
+        at: Timestamp,
+    ) -> Result<(), StoreError> {
+        let id = release_id(instance, image);
+        let existing = self.image_release(instance, &id)?;
         let media_type = manifest
             .and_then(|m| m.media_type.as_deref())
             .filter(|m| MEDIA_TYPES.contains(m));
         let platform = manifest.and_then(|m| m.platform_manifest_digest.as_deref());
         let config = manifest.and_then(|m| m.platform_config_digest.as_deref());
+        let tags_json = |tags: &[&str]| {
+            serde_json::to_string(tags).map_err(|e| StoreError::Corrupt(e.to_string()))
+        };
         match existing {
             None => {
                 let tags: Vec<&str> = image.tag().into_iter().collect();
@@ -389,25 +420,25 @@ impl Tx<'_> {
                         observation_count, platform_manifest_digest, platform_config_digest)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, 1, ?9, ?10)",
                     params![
-                        instance.id.as_str(),
+                        instance.as_str(),
                         id,
                         registry_host(image),
                         registry_repository(image),
                         image.digest().as_str(),
                         media_type,
-                        serde_json::to_string(&tags)
-                            .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                        tags_json(&tags)?,
                         at.millis(),
                         platform,
                         config,
                     ],
                 )?;
             }
-            Some(mut release) => {
+            Some(release) => {
+                let mut tags: Vec<&str> = release.tags.iter().map(String::as_str).collect();
                 if let Some(tag) = image.tag()
-                    && !release.tags.iter().any(|t| t == tag)
+                    && !tags.contains(&tag)
                 {
-                    release.tags.push(tag.to_owned());
+                    tags.push(tag);
                 }
                 self.conn.execute(
                     "UPDATE image_releases SET tags = ?3, media_type = coalesce(?4, media_type),
@@ -417,10 +448,9 @@ impl Tx<'_> {
                         platform_config_digest = coalesce(?7, platform_config_digest)
                      WHERE instance_id = ?1 AND id = ?2",
                     params![
-                        instance.id.as_str(),
+                        instance.as_str(),
                         id,
-                        serde_json::to_string(&release.tags)
-                            .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                        tags_json(&tags)?,
                         media_type,
                         at.millis(),
                         platform,
@@ -429,6 +459,21 @@ impl Tx<'_> {
                 )?;
             }
         }
+        Ok(())
+    }
+
+    /// Marks an image release accepted by a promotion: the person chose to run it.
+    pub fn accept_release_id(
+        &self,
+        instance: &InstanceId,
+        release: &str,
+        at: Timestamp,
+    ) -> Result<(), StoreError> {
+        self.conn.execute(
+            "UPDATE image_releases SET accepted_at = ?3
+             WHERE instance_id = ?1 AND id = ?2 AND accepted_at IS NULL",
+            params![instance.as_str(), release, at.millis()],
+        )?;
         Ok(())
     }
 

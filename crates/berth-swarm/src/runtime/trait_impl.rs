@@ -10,6 +10,7 @@ use berth_core::image::PinnedImage;
 use berth_core::runtime::{
     ContainerFacts, ContainerPlan, Copied, CopyPlan, ExecOutcome, ExecRequest, ExecStdin,
     ImageFacts, Labels, LogStream, RegistryManifest, Runtime, RuntimeError, RuntimeEvent,
+    TagObservation,
 };
 use berth_core::spec::Ready;
 use tokio::sync::mpsc;
@@ -40,6 +41,13 @@ impl Runtime for SwarmRuntime {
         image: &PinnedImage,
     ) -> Result<Option<RegistryManifest>, RuntimeError> {
         self.node.registry_manifest(image).await
+    }
+
+    async fn observe_tag(
+        &self,
+        image: &PinnedImage,
+    ) -> Result<Option<TagObservation>, RuntimeError> {
+        self.node.observe_tag(image).await
     }
 
     /// An attachable overlay network, so both services and plain containers (workspaces'

@@ -13,6 +13,7 @@ mod instances;
 mod logs;
 mod page;
 mod pins;
+mod promote;
 mod rollouts;
 mod templates;
 mod up;
@@ -85,6 +86,12 @@ pub enum Command {
     Rollouts(rollouts::RolloutsArgs),
     /// List the image releases an instance ran (the ids `berth rollback --release` takes).
     Releases(rollouts::ReleasesArgs),
+    /// List the instances whose tag now names another image than the one they run (read from
+    /// the registry now; nothing changes until `berth promote`).
+    Outdated(promote::OutdatedArgs),
+    /// Run the image an instance's tag now names (or the release given), wait for its rollout,
+    /// and pin berth.toml to it.
+    Promote(promote::PromoteArgs),
     /// Roll an instance back to an image release that ran verified (by default the previous
     /// one), and wait until it runs.
     Rollback(rollouts::RollbackArgs),
@@ -122,6 +129,8 @@ pub async fn run(command: Command) -> ExitCode {
         Command::Domains(args) => instances::domains(args).await,
         Command::Rollouts(args) => rollouts::rollouts(args).await,
         Command::Releases(args) => rollouts::releases(args).await,
+        Command::Outdated(args) => promote::outdated(args).await,
+        Command::Promote(args) => promote::promote(args).await,
         Command::Rollback(args) => rollouts::rollback(args).await,
         Command::Logs(args) => logs::logs(args).await,
         Command::Link(args) => logs::link(args).await,

@@ -78,7 +78,7 @@ async fn pin(reader: &TagReader, image: &str) -> anyhow::Result<PinnedImage> {
 }
 
 /// Checks `text` as berth.toml and writes it to `path` in one rename, or writes nothing.
-fn write_checked(path: &Path, text: &str) -> anyhow::Result<()> {
+pub(super) fn write_checked(path: &Path, text: &str) -> anyhow::Result<()> {
     crate::project::parse(text, PROJECT_FILE).map_err(anyhow::Error::new)?;
     let temp = path.with_extension("toml.berth-new");
     std::fs::write(&temp, text).with_context(|| format!("could not write {}", temp.display()))?;
@@ -235,13 +235,7 @@ pub async fn pin_command(args: PinArgs) -> anyhow::Result<ExitCode> {
         let new = tag.pin(&found.digest);
         let changed = new.digest() != old.digest();
         if changed {
-            let item = &mut doc["instances"][&def.name]["image"];
-            let decor = item.as_value().map(|v| v.decor().clone());
-            let mut value = toml_edit::Value::from(new.as_str());
-            if let Some(decor) = decor {
-                *value.decor_mut() = decor;
-            }
-            *item = toml_edit::Item::Value(value);
+            set_image(&mut doc, &def.name, new.as_str());
         }
         report.push((def.name.clone(), tag.to_string(), old, new, changed));
     }
@@ -284,6 +278,17 @@ pub async fn pin_command(args: PinArgs) -> anyhow::Result<ExitCode> {
         println!("rewrote {changed} pin(s) in {PROJECT_FILE}; `berth up` runs them");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Sets `instances.NAME.image`, keeping the comments and spacing around the value.
+pub(super) fn set_image(doc: &mut toml_edit::DocumentMut, name: &str, image: &str) {
+    let item = &mut doc["instances"][name]["image"];
+    let decor = item.as_value().map(|v| v.decor().clone());
+    let mut value = toml_edit::Value::from(image);
+    if let Some(decor) = decor {
+        *value.decor_mut() = decor;
+    }
+    *item = toml_edit::Item::Value(value);
 }
 
 /// `sha256:` and the first 12 hex digits.

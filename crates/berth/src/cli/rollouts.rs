@@ -58,7 +58,10 @@ pub struct RollbackArgs {
 }
 
 /// The repository, a client, its domain and the one live instance `name` means.
-async fn target(conn: &Conn, name: &str) -> anyhow::Result<(Repo, Client, DomainId, InstanceView)> {
+pub(super) async fn target(
+    conn: &Conn,
+    name: &str,
+) -> anyhow::Result<(Repo, Client, DomainId, InstanceView)> {
     let repo = Repo::discover()?;
     let client = conn.endpoint().connect().await?;
     let Some(domain) = find_domain(&client, &repo).await? else {
@@ -71,12 +74,12 @@ async fn target(conn: &Conn, name: &str) -> anyhow::Result<(Repo, Client, Domain
 }
 
 /// `12s ago` for milliseconds since the epoch.
-fn ago_millis(ms: i64) -> String {
+pub(super) fn ago_millis(ms: i64) -> String {
     crate::ui::ago(Some(berth_client::Timestamp::from_millis(ms)))
 }
 
 /// `sha256:0123456789ab`: enough of a digest to tell releases apart.
-fn short(digest: &str) -> String {
+pub(super) fn short(digest: &str) -> String {
     digest.chars().take(19).collect()
 }
 
@@ -168,7 +171,7 @@ fn release_row(r: &ImageReleaseView) -> Vec<Cell> {
 }
 
 /// A fresh idempotency key: a retried command is a new rollback.
-fn idempotency_key() -> anyhow::Result<String> {
+pub(super) fn idempotency_key() -> anyhow::Result<String> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
     Ok(format!("cli-{}", hex::encode(bytes)))
