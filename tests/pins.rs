@@ -279,3 +279,85 @@ fn unknown_presets_are_named_with_the_known_ones() {
     assert!(err.contains("\"cassandra\" is not a service berth knows; it knows postgres, redis, mailpit, mysql, mongo"), "{err}");
     assert!(!repo.path().join("berth.toml").exists());
 }
+
+#[test]
+fn outdated_lists_a_moved_tag_and_promote_runs_it_then_pins_the_file() {
+    let registry = fixture("BERTH_TEST_REGISTRY");
+    let repository = scope("served");
+    let first = push_tag(
+        &busybox_image(),
+        &Target::fixture_registry(),
+        &repository,
+        "2",
+    );
+    let _pulled = LocalImages(format!("{registry}/{repository}"));
+    let repo = fresh_repo();
+    let tagged = format!("{registry}/{repository}:2");
+    let (code, out, err) = berth(
+        repo.path(),
+        &["add", "web", &tagged, "--port", "8080"],
+        None,
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let daemon = Daemon::start();
+    let url = Some(daemon.base.as_str());
+    let (code, out, err) = berth(repo.path(), &["up", "--timeout", "2m"], None, url);
+    assert_eq!(code, 0, "{out}{err}\n{}", daemon.log_tail(40));
+
+    let (code, out, err) = berth(repo.path(), &["outdated"], None, url);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("every tagged instance runs what its tag names now"),
+        "{out}"
+    );
+    let (code, _, err) = berth(repo.path(), &["promote", "web"], None, url);
+    assert_eq!(code, 1);
+    assert!(err.contains("web is up to date"), "{err}");
+
+    // The tag moves: listed, not run, and the file keeps its pin until a promotion.
+    let second = push_tag(
+        &fixture("BERTH_TEST_VOLUME_IMAGE"),
+        &Target::fixture_registry(),
+        &repository,
+        "2",
+    );
+    let before = std::fs::read_to_string(repo.path().join("berth.toml")).unwrap();
+    let (code, out, err) = berth(repo.path(), &["outdated", "--json"], None, url);
+    assert_eq!(code, 0, "{err}");
+    let listed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let item = &listed["items"][0];
+    assert_eq!(item["name"], "web", "{listed}");
+    assert_eq!(item["outdated"], true, "{listed}");
+    assert_eq!(item["running"], format!("{tagged}@{first}"), "{listed}");
+    assert_eq!(
+        item["release"]["data"]["registryRootDigest"],
+        second.as_str()
+    );
+    let (code, out, _) = berth(repo.path(), &["outdated"], None, url);
+    assert_eq!(code, 0);
+    assert!(out.contains("web") && out.contains(&second[..19]), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(repo.path().join("berth.toml")).unwrap(),
+        before
+    );
+
+    let (code, out, err) = berth(repo.path(), &["promote", "web", "--json"], None, url);
+    assert_eq!(code, 0, "{out}{err}\n{}", daemon.log_tail(40));
+    let done: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(done["rollout"]["status"]["status"], "succeeded", "{done}");
+    assert_eq!(done["rollout"]["plan"]["mode"], "promotion", "{done}");
+    assert_eq!(done["pinned"], true, "{done}");
+    assert_eq!(done["instance"]["state"]["kind"], "running", "{done}");
+    assert_eq!(
+        std::fs::read_to_string(repo.path().join("berth.toml")).unwrap(),
+        before.replace(&first, &second),
+        "only the pin changed"
+    );
+    let (code, out, _) = berth(repo.path(), &["outdated"], None, url);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("every tagged instance runs what its tag names now"),
+        "{out}"
+    );
+}
