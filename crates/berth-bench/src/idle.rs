@@ -213,7 +213,7 @@ impl Drop for CountingProxy {
 }
 
 /// The process's user and system CPU time so far, in seconds.
-fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+pub(crate) fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .with_context(|| format!("reading /proc/{pid}/stat"))?;
     // The fields after the command (which may hold spaces) start at its closing parenthesis;

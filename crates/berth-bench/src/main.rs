@@ -29,6 +29,7 @@ mod interrupt;
 mod layers;
 mod load;
 mod many;
+mod observe;
 mod postgres;
 mod progress;
 mod proxy;
@@ -168,6 +169,9 @@ enum FigureKind {
     /// clean stop and start) against `--volume-layers off` (a freeze for the copy).
     #[value(alias = "snapshot_source_interruption")]
     Interrupt,
+    /// What observing 50 instances' tags costs: the daemon's CPU and its registry requests.
+    #[value(alias = "observe_daemon_cpu")]
+    Observe,
 }
 
 impl FigureKind {
@@ -190,6 +194,7 @@ impl FigureKind {
             FigureKind::Fair => "fair",
             FigureKind::Layers => "layers",
             FigureKind::Interrupt => "interrupt",
+            FigureKind::Observe => "observe",
         }
     }
 }
@@ -357,6 +362,7 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
                 let image = postgres_image(ctx)?;
                 interrupt::run(ctx, image, args.samples.map_or(3, |n| n as usize)).await
             }
+            FigureKind::Observe => observe::run(ctx).await,
         }
         .with_context(|| format!("measuring {}", kind.key()))?;
         if let Some(note) = load_note(load_before, report::load_average()) {
