@@ -248,7 +248,6 @@ mod tests {
             .merge(routes::domains::router())
             .merge(routes::instances::router())
             .merge(routes::promotions::router())
-            .merge(routes::promotions::router())
             .merge(routes::snapshots::router())
             .merge(routes::templates::router())
             .merge(routes::exec::router())
