@@ -1219,7 +1219,8 @@ fn a_tag_that_moves_is_observed_not_run_and_a_promotion_runs_it_once_per_idempot
     let registry = support::fixture("BERTH_TEST_REGISTRY");
     let repository = format!("{}/promoted", support::run_prefix().to_lowercase());
     let _pulled = support::LocalImages(format!("{registry}/{repository}"));
-    let daemon = Daemon::start();
+    // Observing every second: the periodic observation is seen as well as the asked one.
+    let daemon = Daemon::start_with(&["--observe-every", "1s"]);
     let api = daemon.client();
     let domain = api.create_domain("promotions");
     let first = push_tag(
@@ -1247,6 +1248,12 @@ fn a_tag_that_moves_is_observed_not_run_and_a_promotion_runs_it_once_per_idempot
         &repository,
         "1",
     );
+    // The daemon's own round finds it (no event says so: the releases are read again).
+    support::wait_until(READY, "the periodic observation of the moved tag", || {
+        image_releases(&api, &domain, "web")
+            .iter()
+            .any(|r| r["data"]["registryRootDigest"] == second.as_str())
+    });
     let releases = observe(&api, &domain, "web");
     let new_id = release_of(&releases, &format!("x@{second}"));
     let new = releases
@@ -1254,7 +1261,7 @@ fn a_tag_that_moves_is_observed_not_run_and_a_promotion_runs_it_once_per_idempot
         .find(|r| r["id"] == new_id.as_str())
         .unwrap();
     assert_eq!(new["data"]["observedTags"], json!(["1"]), "{new}");
-    assert_eq!(new["data"]["observationCount"], 1, "{new}");
+    assert!(new["data"]["observationCount"].as_i64() >= Some(2), "{new}");
     assert!(new["data"].get("acceptedAt").is_none(), "{new}");
     assert!(new["data"].get("promotionCount").is_none(), "{new}");
     let old = releases
