@@ -361,3 +361,51 @@ fn outdated_lists_a_moved_tag_and_promote_runs_it_then_pins_the_file() {
         "{out}"
     );
 }
+
+#[test]
+fn a_password_registry_is_pulled_observed_and_promoted_with_the_docker_configs_credentials() {
+    let registry = AuthRegistry::start();
+    let first = push_tag(&busybox_image(), &registry.target(), "team/svc", "3");
+    let config = registry.docker_config();
+    let repo = fresh_repo();
+    let tagged = format!("{}/team/svc:3", registry.address());
+    let (code, out, err) = berth(
+        repo.path(),
+        &["add", "svc", &tagged, "--port", "8080"],
+        Some(config.path()),
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let _pulled = LocalImages(format!("{}/team/svc", registry.address()));
+    // The daemon reads the same Docker config: the engine pulls with its credentials, and
+    // observation reads the tag with them.
+    let daemon = Daemon::start_with_env(&[("DOCKER_CONFIG", config.path().to_str().unwrap())]);
+    let url = Some(daemon.base.as_str());
+    let (code, out, err) = berth(repo.path(), &["up", "--timeout", "2m"], None, url);
+    assert_eq!(code, 0, "{out}{err}\n{}", daemon.log_tail(40));
+
+    let second = push_tag(
+        &fixture("BERTH_TEST_VOLUME_IMAGE"),
+        &registry.target(),
+        "team/svc",
+        "3",
+    );
+    let (code, out, err) = berth(repo.path(), &["outdated", "--json"], None, url);
+    assert_eq!(code, 0, "{err}");
+    let listed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(listed["items"][0]["outdated"], true, "{listed}");
+    let (code, out, err) = berth(repo.path(), &["promote", "svc", "--json"], None, url);
+    assert_eq!(code, 0, "{out}{err}\n{}", daemon.log_tail(40));
+    let done: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(done["rollout"]["status"]["status"], "succeeded", "{done}");
+    let file = std::fs::read_to_string(repo.path().join("berth.toml")).unwrap();
+    assert!(
+        file.contains(&format!("{tagged}@{second}")) && !file.contains(&first),
+        "{file}"
+    );
+    let log = daemon.log_tail(400);
+    assert!(
+        !log.contains(support::auth_registry::PASSWORD),
+        "the daemon logged the password"
+    );
+}

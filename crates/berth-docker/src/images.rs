@@ -62,8 +62,23 @@ async fn pull(
         from_image: Some(reference.to_owned()),
         ..Default::default()
     };
+    // The user's Docker config's credentials for the registry, as `docker pull` would send
+    // them; a config that names a credential it cannot read pulls without one.
+    let host = berth_core::rollouts::registry_host(image);
+    let credentials = match crate::credentials::lookup(&host).await {
+        Ok(found) => found.map(|c| bollard::auth::DockerCredentials {
+            username: Some(c.username),
+            password: Some(c.password),
+            serveraddress: Some(host.clone()),
+            ..Default::default()
+        }),
+        Err(message) => {
+            tracing::warn!(registry = %host, %message, "pulling without credentials");
+            None
+        }
+    };
     let pulling = async {
-        let mut stream = docker.create_image(Some(options), None, None);
+        let mut stream = docker.create_image(Some(options), None, credentials);
         while let Some(item) = stream.next().await {
             match item {
                 // bollard turns an `errorDetail` with a message into an `Err`; one without a
