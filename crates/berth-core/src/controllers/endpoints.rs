@@ -353,9 +353,14 @@ impl EndpointController {
             listeners.listening.retain(|(of, _)| of != id);
             listeners.tasks.remove(id)
         };
-        // Aborted outside the lock: a task's guard takes it as the task is dropped.
+        // Aborted outside the lock: a task's guard takes it as the task is dropped. Waited
+        // for, so the ports are free once this returns: the next generation of the key binds
+        // them again.
         if let Some(handles) = handles {
             handles.iter().for_each(tokio::task::JoinHandle::abort);
+            for handle in handles {
+                let _ = handle.await;
+            }
         }
         let id = id.clone();
         self.ctx
