@@ -7,7 +7,7 @@ use super::error::StoreError;
 use super::instances::{INSTANCE_COLUMNS, instance_from_row};
 use super::tx::Tx;
 use crate::ids::{DomainId, InstanceId};
-use crate::model::Instance;
+use crate::model::{DomainState, Instance};
 use crate::names;
 use crate::time::Timestamp;
 
@@ -141,12 +141,22 @@ impl Tx<'_> {
     }
 
     /// Forgets an archived instance's endpoints, remembering their host ports for the next
-    /// instance of its key's lineage.
+    /// instance of its key's lineage; in an archived domain, which gets no new instance,
+    /// nothing of its ports is remembered.
     pub fn release_endpoints(&self, instance: &InstanceId) -> Result<(), StoreError> {
         let Some(found) = self.instance_by_id(instance)? else {
             return Ok(());
         };
-        for endpoint in self.endpoints(instance)? {
+        let domain_archived = self
+            .domain(&found.domain_id)?
+            .is_none_or(|d| d.state == DomainState::Archived);
+        let remembered = if domain_archived {
+            self.forget_released_endpoints(&found.domain_id)?;
+            Vec::new()
+        } else {
+            self.endpoints(instance)?
+        };
+        for endpoint in remembered {
             self.conn.execute(
                 "INSERT INTO released_endpoints (domain_id, lineage, port, host_port)
                  VALUES (?1, ?2, ?3, ?4)
@@ -162,6 +172,15 @@ impl Tx<'_> {
         self.conn.execute(
             "DELETE FROM endpoints WHERE instance_id = ?1",
             [instance.as_str()],
+        )?;
+        Ok(())
+    }
+
+    /// Forgets the host ports a domain's archived instances had (the domain is archived).
+    pub fn forget_released_endpoints(&self, domain: &DomainId) -> Result<(), StoreError> {
+        self.conn.execute(
+            "DELETE FROM released_endpoints WHERE domain_id = ?1",
+            [domain.as_str()],
         )?;
         Ok(())
     }

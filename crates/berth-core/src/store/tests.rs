@@ -330,6 +330,13 @@ async fn an_archived_instances_host_ports_are_kept_for_its_keys_next_generation(
             assert!(tx.insert_endpoint(&n, &endpoint)?);
             assert_eq!(tx.released_host_port(&dom, "db@wt.3", 80)?, None);
             assert!(tx.host_port_spoken_for(&dom, "cache@wt", 40001)?);
+            // An archived domain gets no new instance: nothing of its ports is kept.
+            tx.release_endpoints(&n.id)?;
+            assert_eq!(tx.released_host_port(&dom, "db@wt.3", 80)?, Some(40001));
+            tx.set_domain_state(&dom, DomainState::Archived)?;
+            tx.release_endpoints(&o.id)?;
+            assert_eq!(tx.released_host_port(&dom, "db@wt.3", 80)?, None);
+            assert!(!tx.host_port_spoken_for(&dom, "cache@wt", 40001)?);
             Ok::<_, StoreError>(())
         })
         .await
