@@ -1338,6 +1338,13 @@ fn restore_from_another_worktree_gives_its_data_and_keeps_the_old_as_a_snapshot(
     assert_eq!(restored["instance"]["state"]["kind"], "running");
     assert_eq!(restored["source"]["instanceKey"], main_key.as_str());
     assert_eq!(restored["source"]["state"], "ready");
+    assert!(
+        restored["source"]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("for-restore-"),
+        "{restored:#}"
+    );
     let before = restored["beforeRestore"]["snapshotId"]
         .as_str()
         .unwrap()

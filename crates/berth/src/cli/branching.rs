@@ -327,19 +327,29 @@ pub async fn snapshots(args: SnapshotsArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The snapshot a restore takes its data from: the one named, or, for `--from BRANCH`, one
-/// taken now of the live instance of the same name in the worktree on that branch (answered
-/// with that instance's key).
+/// Where a restore takes its data from.
+enum RestoreSource {
+    /// A snapshot, named by id or name.
+    Snapshot(SnapshotView),
+    /// The live instance of the same name in the worktree on a branch, by key.
+    Instance(String),
+}
+
+/// The snapshot named, or, for `--from BRANCH`, the live instance of the same name in the
+/// worktree on that branch.
 async fn restore_source(
     client: &Client,
     domain: &DomainId,
     repo: &Repo,
-    ui: &crate::ui::Ui,
     args: &RestoreArgs,
     target: &str,
-) -> anyhow::Result<(SnapshotView, Option<String>)> {
+) -> anyhow::Result<RestoreSource> {
     let wanted = match (&args.snapshot, &args.from) {
-        (Some(snapshot), _) => return Ok((find_snapshot(client, domain, snapshot).await?, None)),
+        (Some(snapshot), _) => {
+            return Ok(RestoreSource::Snapshot(
+                find_snapshot(client, domain, snapshot).await?,
+            ));
+        }
         (None, Some(from)) => from,
         (None, None) => bail!("name a snapshot, or another worktree's branch with --from"),
     };
@@ -349,39 +359,20 @@ async fn restore_source(
     } else {
         live_on_branch(client, domain, repo, name, wanted).await?
     };
-    let Some(source) = source else {
-        return match find_snapshot(client, domain, wanted).await {
-            Ok(snapshot) => Ok((snapshot, None)),
+    match source {
+        Some(source) if source == target => {
+            bail!("{wanted} is this worktree's branch: {target} cannot be restored from itself")
+        }
+        Some(source) => Ok(RestoreSource::Instance(source)),
+        None => match find_snapshot(client, domain, wanted).await {
+            Ok(snapshot) => Ok(RestoreSource::Snapshot(snapshot)),
             Err(_) if !wanted.starts_with("snp:") => bail!(
                 "no worktree is on the branch {wanted} (see `git worktree list`), and no snapshot \
                  has that name"
             ),
             Err(e) => Err(e),
-        };
-    };
-    if source == target {
-        bail!("{wanted} is this worktree's branch: {target} cannot be restored from itself");
+        },
     }
-    // The source's data as it is now, kept as a snapshot of it: the restore stands on it.
-    let label = format!(
-        "for-restore-{}",
-        humantime::format_rfc3339_millis(std::time::SystemTime::now())
-    );
-    let mut events = subscribe(client, domain).await?;
-    let made = client
-        .api
-        .snapshot(domain, &source, &label)
-        .await
-        .or_say(client)?;
-    let bar = bar(ui.live, &source);
-    let copy = follow_copy(&mut events, client, "snapshot", &source, bar.as_ref()).await?;
-    finish_bar(bar, &copy)?;
-    let snapshot = client
-        .api
-        .snapshot_by_id(domain, &made.snapshot_id)
-        .await
-        .or_say(client)?;
-    Ok((snapshot, Some(source)))
 }
 
 /// The key of the live instance `name` of the worktree on `branch`; `None` when no worktree
@@ -420,14 +411,27 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
     let instance = resolve(&client, &domain, &repo, std::slice::from_ref(&args.name))
         .await?
         .remove(0);
-    let (snapshot, source) =
-        restore_source(&client, &domain, &repo, &ui, &args, &instance.key).await?;
+    let source = restore_source(&client, &domain, &repo, &args, &instance.key).await?;
     let mut events = subscribe(&client, &domain).await?;
-    let restored = client
-        .api
-        .restore(&domain, &instance.key, &snapshot.snapshot_id)
-        .await
-        .or_say(&client)?;
+    let restored = match &source {
+        RestoreSource::Snapshot(snapshot) => client
+            .api
+            .restore(&domain, &instance.key, &snapshot.snapshot_id)
+            .await
+            .or_say(&client)?,
+        RestoreSource::Instance(key) => {
+            // One request: the daemon takes a snapshot of the source, then restores from it.
+            let restored = client
+                .api
+                .restore_from_instance(&domain, &instance.key, key)
+                .await
+                .or_say(&client)?;
+            let bar = bar(ui.live, key);
+            let copy = follow_copy(&mut events, &client, "snapshot", key, bar.as_ref()).await?;
+            finish_bar(bar, &copy)?;
+            restored
+        }
+    };
     let bar = bar(ui.live, &args.name);
     let copy = follow_copy(&mut events, &client, "restore", &instance.key, bar.as_ref()).await?;
     finish_bar(bar, &copy)?;
@@ -438,22 +442,37 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
         })
         .await
         .or_say(&client)?;
+    let from_instance = matches!(source, RestoreSource::Instance(_));
+    let from = match &restored.source {
+        Some(s) => client
+            .api
+            .snapshot_by_id(&domain, &s.snapshot_id)
+            .await
+            .or_say(&client)?,
+        None => match source {
+            RestoreSource::Snapshot(snapshot) => snapshot,
+            RestoreSource::Instance(key) => bail!(
+                "the daemon did not say which snapshot of {key} it restored from: it is older \
+                 than this berth"
+            ),
+        },
+    };
     if args.json {
         print_json(&serde_json::json!({
             "instance": settled.instance,
             "beforeRestore": restored.before_restore,
-            "source": snapshot,
+            "source": from,
         }));
     } else {
-        let from = match (&source, &args.from) {
-            (Some(key), Some(branch)) => format!(
-                "{branch} ({key}, kept as the snapshot {} ({}))",
-                snapshot.name, snapshot.snapshot_id
+        let what = match &args.from {
+            Some(branch) if from_instance => format!(
+                "{branch} ({}, kept as the snapshot {} ({}))",
+                from.instance_key, from.name, from.snapshot_id
             ),
-            _ => snapshot.name.clone(),
+            _ => from.name.clone(),
         };
         println!(
-            "{} restored {} from {from}{}; what it replaced is the snapshot {} ({})",
+            "{} restored {} from {what}{}; what it replaced is the snapshot {} ({})",
             ui.ok_mark(),
             args.name,
             layered(&copy),
