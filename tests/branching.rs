@@ -685,6 +685,22 @@ fn bad_snapshot_branch_and_restore_requests_are_refused_and_write_nothing() {
     .expect_error(404, "ResourceSnapshotNotFoundError");
     api.post(&format!("{base}/files@a/restore"), json!({}))
         .expect_error(400, "RequestRefusedError");
+    // From another instance: it must exist, and be another; neither refusal takes a snapshot.
+    api.post(
+        &format!("{base}/files@a/restore"),
+        json!({"instanceKey": "nobody"}),
+    )
+    .expect_error(404, "ResourceInstanceNotFoundError");
+    api.post(
+        &format!("{base}/files@a/restore"),
+        json!({"instanceKey": "files@a"}),
+    )
+    .expect_error(400, "RequestRefusedError");
+    api.post(
+        &format!("{base}/files@a/restore"),
+        json!({"instanceKey": "files@a", "snapshotId": "snp:00000000-0000-4000-8000-000000000000"}),
+    )
+    .expect_error(400, "RequestRefusedError");
     api.get(&format!("{base}/files@b"))
         .expect_error(404, "ResourceInstanceNotFoundError");
     let list = block_on(api.api().snapshots(&support::domain_id(&domain), None)).expect("a list");

@@ -429,7 +429,12 @@ fn stop_start_and_archive_do_what_they_say() {
     );
     let gone = berth(&daemon, dir, &["exec", "db", "--", "true"]);
     assert_eq!(gone.code, 1, "{gone:?}");
-    assert!(gone.stderr.contains("no live instance \"db\""), "{gone:?}");
+    assert!(
+        gone.stderr.contains(&format!(
+            "db has no live instance here: its last one, {key}, is archived"
+        )),
+        "{gone:?}"
+    );
 
     // An archived key stays archived: the next up makes the next generation, with new volumes.
     let again = berth(&daemon, dir, &["up", "db", "--json"]).ok().json();
@@ -1176,4 +1181,206 @@ fn template_true_in_berth_toml_starts_each_worktree_on_one_template_that_templat
             .len(),
         1
     );
+}
+
+/// The host port `berth env --json` puts into db's DATABASE_URL.
+fn db_port(daemon: &Daemon, dir: &Path) -> u16 {
+    let vars = berth(daemon, dir, &["env", "db", "--json"]).ok().json();
+    let url = vars["DATABASE_URL"].as_str().expect("DATABASE_URL");
+    url.strip_prefix("http://127.0.0.1:")
+        .and_then(|rest| rest.strip_suffix("/db"))
+        .and_then(|port| port.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {url}"))
+}
+
+#[test]
+fn after_an_archive_the_messages_name_the_archived_key_and_a_branch_keeps_the_host_port() {
+    let daemon = Daemon::start();
+    let repo = repo(&two_instances());
+    let up = berth(&daemon, &repo.main, &["up", "db", "--json"])
+        .ok()
+        .json();
+    let key = up[0]["key"].as_str().unwrap().to_owned();
+    let port = db_port(&daemon, &repo.main);
+    berth(&daemon, &repo.main, &["archive", "db"]).ok();
+
+    // ps says the archived instance exists.
+    let ps = berth(&daemon, &repo.main, &["ps"]).ok();
+    assert_eq!(ps.stdout, "", "{ps:?}");
+    assert!(
+        ps.stderr.contains(
+            "this repository has no live instances; 1 is archived (`berth ps --archived` lists it)"
+        ),
+        "{ps:?}"
+    );
+    // A second archive, and env, name the key that is archived and the one up makes next.
+    let note = format!(
+        "db has no live instance here: its last one, {key}, is archived (`berth ps --archived` \
+         lists it); `berth up db` starts a new one as {key}.2"
+    );
+    let again = berth(&daemon, &repo.main, &["archive", "db"]);
+    assert_eq!(again.code, 1, "{again:?}");
+    assert!(again.stderr.contains(&note), "{again:?}");
+    let env = berth(&daemon, &repo.main, &["env"]);
+    assert_eq!(env.code, 1, "{env:?}");
+    assert!(env.stderr.contains(&note), "{env:?}");
+    let full = berth(&daemon, &repo.main, &["archive", &key]);
+    assert_eq!(full.code, 1, "{full:?}");
+    assert!(
+        full.stderr
+            .contains(&format!("the instance {key} is archived")),
+        "{full:?}"
+    );
+
+    // A branch from the other worktree makes the next generation, on the same host port.
+    berth(&daemon, &repo.second, &["up", "db"]).ok();
+    berth(
+        &daemon,
+        &repo.second,
+        &["exec", "db", "--", "sh", "-c", "echo feature > /srv/data/x"],
+    )
+    .ok();
+    let branched = berth(
+        &daemon,
+        &repo.main,
+        &["branch", "db", "--from", "shop-feature", "--json"],
+    )
+    .ok()
+    .json();
+    assert_eq!(branched["key"], format!("{key}.2"), "{branched:#}");
+    assert_eq!(branched["state"]["kind"], "running", "{branched:#}");
+    assert_eq!(
+        db_port(&daemon, &repo.main),
+        port,
+        "the branch listens on the port the archived db had"
+    );
+    let seen = berth(
+        &daemon,
+        &repo.main,
+        &["exec", "db", "--", "cat", "/srv/data/x"],
+    )
+    .ok();
+    assert_eq!(seen.stdout.trim(), "feature");
+
+    // Something else holds the port when the next generation comes up: it gets another, and
+    // up says so.
+    berth(&daemon, &repo.main, &["archive", "db"]).ok();
+    let holder = std::net::TcpListener::bind(("127.0.0.1", port)).expect("the port is free");
+    let third = berth(&daemon, &repo.main, &["up", "db"]).ok();
+    assert!(
+        third.stderr.contains(&format!(
+            "berth: db ({key}.3): host port {port}, which db had before, is taken; 8080 is now on"
+        )),
+        "{third:?}"
+    );
+    assert_ne!(db_port(&daemon, &repo.main), port);
+    drop(holder);
+}
+
+#[test]
+fn restore_from_another_worktree_gives_its_data_and_keeps_the_old_as_a_snapshot() {
+    let daemon = Daemon::start();
+    let repo = repo(&two_instances());
+    let write = |dir: &Path, text: &str| {
+        berth(
+            &daemon,
+            dir,
+            &[
+                "exec",
+                "db",
+                "--",
+                "sh",
+                "-c",
+                &format!("echo {text} > /srv/data/x"),
+            ],
+        )
+        .ok();
+    };
+    let read = |dir: &Path| {
+        berth(&daemon, dir, &["exec", "db", "--", "cat", "/srv/data/x"])
+            .ok()
+            .stdout
+            .trim()
+            .to_owned()
+    };
+    let main_key = berth(&daemon, &repo.main, &["up", "db", "--json"])
+        .ok()
+        .json()[0]["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    write(&repo.main, "from-main");
+    let key = berth(&daemon, &repo.second, &["up", "db", "--json"])
+        .ok()
+        .json()[0]["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    write(&repo.second, "mine");
+    let port = db_port(&daemon, &repo.second);
+
+    // A branch is for a new instance, and says what to run for this one.
+    let refused = berth(&daemon, &repo.second, &["branch", "db", "--from", "main"]);
+    assert_eq!(refused.code, 1, "{refused:?}");
+    assert!(
+        refused.stderr.contains("`berth restore db --from main`"),
+        "{refused:?}"
+    );
+
+    let restored = berth(
+        &daemon,
+        &repo.second,
+        &["restore", "db", "--from", "main", "--json"],
+    )
+    .ok()
+    .json();
+    assert_eq!(restored["instance"]["key"], key.as_str(), "{restored:#}");
+    assert_eq!(restored["instance"]["state"]["kind"], "running");
+    assert_eq!(restored["source"]["instanceKey"], main_key.as_str());
+    assert_eq!(restored["source"]["state"], "ready");
+    assert!(
+        restored["source"]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("for-restore-"),
+        "{restored:#}"
+    );
+    let before = restored["beforeRestore"]["snapshotId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        restored["beforeRestore"]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("before-restore-")
+    );
+    assert_eq!(read(&repo.second), "from-main");
+    assert_eq!(db_port(&daemon, &repo.second), port, "the same host port");
+    // The two stay apart, and main's db runs on.
+    write(&repo.second, "changed-here");
+    assert_eq!(read(&repo.main), "from-main");
+
+    // What the restore replaced is the before-restore snapshot: it comes back.
+    let back = berth(&daemon, &repo.second, &["restore", "db", &before]).ok();
+    assert!(
+        back.stdout.contains("restored db from before-restore-"),
+        "{back:?}"
+    );
+    assert_eq!(read(&repo.second), "mine");
+
+    let nowhere = berth(
+        &daemon,
+        &repo.second,
+        &["restore", "db", "--from", "nowhere"],
+    );
+    assert_eq!(nowhere.code, 1, "{nowhere:?}");
+    assert!(
+        nowhere
+            .stderr
+            .contains("no worktree is on the branch nowhere"),
+        "{nowhere:?}"
+    );
+    let both = berth(&daemon, &repo.second, &["restore", "db"]);
+    assert_eq!(both.code, 2, "a snapshot or --from is required: {both:?}");
 }

@@ -112,6 +112,73 @@ fn an_instance_keeps_its_host_port_across_stop_spec_change_and_restart() {
     );
 }
 
+fn archive(api: &Client, domain: &str, key: &str) {
+    api.post_empty(&format!(
+        "/v1/resource-domains/{domain}/instances/{key}/archive"
+    ))
+    .expect(200);
+}
+
+fn endpoint_of(api: &Client, domain: &str, key: &str, port: u16) -> Value {
+    endpoints(api, domain, key)
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["port"] == port)
+        .cloned()
+        .unwrap_or_else(|| panic!("no endpoint for {port} of {key}"))
+}
+
+#[test]
+fn the_next_generation_of_a_key_keeps_its_host_port_unless_it_is_taken() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    let s = spec(&busybox_image(), "web");
+    let key = "web@shop-1a2b3c4d";
+    api.up(&domain, key, &s, "person").expect(200);
+    api.wait_state(&domain, key, "running", READY);
+    let port = host_port(&api, &domain, key, 8080);
+    assert_eq!(
+        endpoint_of(&api, &domain, key, 8080)["previousHostPort"],
+        Value::Null
+    );
+
+    // Archived, then up again under the key's next generation: the same host port, and it
+    // proxies to the new container.
+    archive(&api, &domain, key);
+    let next = format!("{key}.2");
+    api.up(&domain, &next, &s, "person").expect(200);
+    api.wait_state(&domain, &next, "running", READY);
+    let kept = endpoint_of(&api, &domain, &next, 8080);
+    assert_eq!(
+        kept["hostPort"], port,
+        "the next generation keeps the port: {kept}"
+    );
+    assert_eq!(kept["previousHostPort"], Value::Null);
+    assert!(http_get(port).0.contains("berth fixture"));
+
+    // Another name never gets it, even once it is free: it is kept for its own name.
+    archive(&api, &domain, &next);
+    api.up(&domain, "other", &spec(&busybox_image(), "other"), "use")
+        .expect(200);
+    api.wait_state(&domain, "other", "running", READY);
+    assert_ne!(host_port(&api, &domain, "other", 8080), port);
+
+    // Something else holds the port now: the third generation gets another, and says which
+    // one it had.
+    let holder = std::net::TcpListener::bind(("127.0.0.1", port)).expect("the port is free");
+    let third = format!("{key}.3");
+    api.up(&domain, &third, &s, "person").expect(200);
+    api.wait_state(&domain, &third, "running", READY);
+    let moved = endpoint_of(&api, &domain, &third, 8080);
+    assert_ne!(moved["hostPort"], port, "{moved}");
+    assert_eq!(moved["previousHostPort"], port, "{moved}");
+    let new_port = moved["hostPort"].as_u64().unwrap() as u16;
+    assert!(http_get(new_port).0.contains("berth fixture"));
+    drop(holder);
+}
+
 #[test]
 fn a_connection_wakes_an_idle_stopped_instance() {
     let daemon = Daemon::start();

@@ -253,8 +253,14 @@ pub struct EndpointView {
     pub port: u16,
     /// The host address to connect to.
     pub host: String,
-    /// The port on the host.
+    /// The port on the host. It stays with the instance's name: a later generation of its key
+    /// (`db@wt.2` after `db@wt` was archived) gets the same port, unless it is taken then.
     pub host_port: u16,
+    /// The port the instance's name had before (an archived generation's), when something else
+    /// held it as this endpoint was made, so it got `hostPort` instead; null when it kept the
+    /// port it had, or had none.
+    #[serde(default)]
+    pub previous_host_port: Option<u16>,
 }
 
 /// A list of instances.

@@ -257,6 +257,10 @@ pub struct RestoreResponse {
     pub instance: InstanceView,
     /// The automatic snapshot `before-restore-<time>` that keeps the contents replaced.
     pub before_restore: SnapshotView,
+    /// The snapshot restored from: the one asked for, or the one taken of `instanceKey`
+    /// (`copying` until its copy is done). Absent from an older daemon's answer.
+    #[serde(default)]
+    pub source: Option<SnapshotView>,
 }
 
 /// A domain's snapshots.
@@ -338,9 +342,17 @@ pub struct BranchRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RestoreRequest {
-    /// The snapshot whose contents go back into the instance's volumes.
-    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = r"^snp:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"))]
-    pub snapshot_id: SnapshotId,
+    /// The snapshot whose contents go back into the instance's volumes. Exactly one of
+    /// `snapshotId` and `instanceKey`.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, pattern = r"^snp:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_id: Option<SnapshotId>,
+    /// Instead of a snapshot, another instance of the domain (another worktree's of the same
+    /// service): a snapshot of it, `for-restore-<time>`, is taken first, and the restore is
+    /// made from it once it is ready, in one request.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, pattern = r"^[a-z0-9][a-z0-9._@-]{0,127}$"))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_key: Option<String>,
 }
 
 /// A field that may be left out or be null, each meaning something else: left out is `None`

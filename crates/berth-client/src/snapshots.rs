@@ -119,7 +119,27 @@ impl Client {
         self.post(
             &instance_path(domain, key, "/restore"),
             Self::body(&RestoreRequest {
-                snapshot_id: snapshot_id.clone(),
+                snapshot_id: Some(snapshot_id.clone()),
+                instance_key: None,
+            }),
+        )
+        .await
+    }
+
+    /// `POST .../instances/{key}/restore` from another instance of the domain: a snapshot of
+    /// `source` is taken first (the answer's `source`, `copying`), and the restore is made from
+    /// it once it is ready; what the restore replaces is the answer's `beforeRestore`.
+    pub async fn restore_from_instance(
+        &self,
+        domain: &DomainId,
+        key: &str,
+        source: &str,
+    ) -> Result<RestoreResponse, ClientError> {
+        self.post(
+            &instance_path(domain, key, "/restore"),
+            Self::body(&RestoreRequest {
+                snapshot_id: None,
+                instance_key: Some(source.to_owned()),
             }),
         )
         .await

@@ -130,6 +130,20 @@ pub fn flat_reader(prefix: &str, copy: &crate::ids::CopyId, index: usize) -> Str
     format!("{prefix}-flat-{}-r{index}", &copy.hex()[..16])
 }
 
+/// An instance key's lineage: the key without its generation suffix (`db@wt.3` is the third
+/// generation of `db@wt`, made after the two before it were archived). Host ports stay with a
+/// lineage: a new generation gets the ports the one before it had.
+pub fn key_lineage(key: &str) -> &str {
+    match key.rsplit_once('.') {
+        Some((base, n))
+            if !base.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            base
+        }
+        _ => key,
+    }
+}
+
 /// True when a Docker volume name is one [`image_volume`] made (not one the spec names).
 pub fn is_image_volume(docker_name: &str) -> bool {
     docker_name.contains(".img.")
@@ -154,6 +168,16 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn a_keys_lineage_is_the_key_without_its_generation_suffix() {
+        assert_eq!(key_lineage("db@shop-1a2b3c4d.3"), "db@shop-1a2b3c4d");
+        assert_eq!(key_lineage("db@shop-1a2b3c4d"), "db@shop-1a2b3c4d");
+        assert_eq!(key_lineage("db.2"), "db");
+        assert_eq!(key_lineage("db@my.repo-1a2b3c4d"), "db@my.repo-1a2b3c4d");
+        assert_eq!(key_lineage("v1.x"), "v1.x");
+        assert_eq!(key_lineage("db."), "db.");
+    }
 
     #[test]
     fn names_are_deterministic_and_keys_that_differ_only_by_at_do_not_collide() {

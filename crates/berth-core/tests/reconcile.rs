@@ -1565,6 +1565,93 @@ async fn a_restore_keeps_the_replaced_volumes_as_a_snapshot_and_mounts_the_copie
 }
 
 #[tokio::test]
+async fn a_restore_from_another_instance_snapshots_it_first_then_restores_and_keeps_the_old_data() {
+    use berth_core::service::RestoreFrom;
+    use berth_core::snapshots::{CopyKind, CopyState, SnapshotState};
+    let s = setup().await;
+    let (source_id, _) = running_source(&s).await;
+    let target = s
+        .berth
+        .up("owner", &s.domain, "db-fix", &branch_spec(), UpCause::Use)
+        .await
+        .unwrap()
+        .resource_instance_id;
+    converge(&s, &target).await;
+    let before = s.berth.get("owner", &s.domain, "db-fix").unwrap().volumes[0]
+        .docker_name
+        .clone();
+    s.fake
+        .world()
+        .contents
+        .insert(before.clone(), "mine".into());
+
+    // An instance is not restored from itself; the refusal writes nothing.
+    let refused = s
+        .berth
+        .restore_from(
+            "owner",
+            &s.domain,
+            "db-fix",
+            RestoreFrom::Instance("db-fix".into()),
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(berth_core::error::Error::RequestRefused(_))),
+        "{refused:?}"
+    );
+    assert!(
+        s.berth
+            .snapshots("owner", &s.domain, None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let (mut feed, _, _) = s.berth.watch().subscribe(&s.domain, None);
+    let (_, backup, source) = s
+        .berth
+        .restore_from(
+            "owner",
+            &s.domain,
+            "db-fix",
+            RestoreFrom::Instance("db".into()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(source.instance_key, "db");
+    assert!(source.name.starts_with("for-restore-"), "{}", source.name);
+    assert!(backup.name.starts_with("before-restore-"));
+    // The snapshot of the source is done first, then the restore that reads it.
+    let first = copy_settled(&mut feed).await;
+    assert_eq!(
+        (first.kind, first.state),
+        (CopyKind::Snapshot, CopyState::Done)
+    );
+    let second = copy_settled(&mut feed).await;
+    assert_eq!(
+        (second.kind, second.state),
+        (CopyKind::Restore, CopyState::Done)
+    );
+    converge(&s, &target).await;
+    converge(&s, &source_id).await;
+    let mounted = s.berth.get("owner", &s.domain, "db-fix").unwrap().volumes[0]
+        .docker_name
+        .clone();
+    assert_ne!(mounted, before);
+    {
+        let w = s.fake.world();
+        assert_eq!(w.contents.get(&mounted).map(String::as_str), Some("rows"));
+        assert_eq!(w.contents.get(&before).map(String::as_str), Some("mine"));
+    }
+    for id in [&source.snapshot_id, &backup.snapshot_id] {
+        let got = s.berth.get_snapshot("owner", &s.domain, id).await.unwrap();
+        assert_eq!(got.state, SnapshotState::Ready, "{got:?}");
+    }
+    assert!(matches!(state(&s, "db-fix"), InstanceState::Running { .. }));
+    assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
+}
+
+#[tokio::test]
 async fn a_placed_instance_is_reported_by_its_nodes_reporter_and_placed_once() {
     let s = setup().await;
     s.fake.world().ready = true;

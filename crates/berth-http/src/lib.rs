@@ -309,12 +309,11 @@ mod tests {
         };
         assert!(decode(&example).is_ok(), "{name}: the example decodes");
         let properties = schema["properties"].as_object().expect(name);
+        // A request whose fields are all optional (one of several) has no `required`.
         let required: Vec<&str> = schema["required"]
             .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_str().unwrap())
-            .collect();
+            .map(|r| r.iter().map(|v| v.as_str().unwrap()).collect())
+            .unwrap_or_default();
         assert_eq!(
             properties.len(),
             required.len() + optional.len(),
@@ -370,7 +369,7 @@ mod tests {
         schema_and_decoder_agree::<RestoreRequest>(
             "RestoreRequest",
             serde_json::json!({"snapshotId": "snp:0a1b2c3d-0000-4000-8000-000000000000"}),
-            &[],
+            &["snapshotId", "instanceKey"],
         );
         schema_and_decoder_agree::<BranchRequest>(
             "BranchRequest",
@@ -382,6 +381,32 @@ mod tests {
             serde_json::json!({"code": "0123abcd"}),
             &[],
         );
+        // A restore names exactly one of a snapshot and another instance.
+        let restore = |v: serde_json::Value| {
+            let mut p = Problems::default();
+            let out = RestoreRequest::decode(&v, &mut p);
+            p.finish(out).map_err(|p| p.joined())
+        };
+        let from_key = restore(serde_json::json!({"instanceKey": "db@main-0a1b2c3d"}))
+            .expect("an instance key");
+        assert_eq!(from_key.instance_key.as_deref(), Some("db@main-0a1b2c3d"));
+        for (body, says) in [
+            (
+                serde_json::json!({}),
+                "exactly one of snapshotId and instanceKey",
+            ),
+            (
+                serde_json::json!({"instanceKey": "db", "snapshotId": "snp:0a1b2c3d-0000-4000-8000-000000000000"}),
+                "exactly one of snapshotId and instanceKey",
+            ),
+            (
+                serde_json::json!({"instanceKey": "DB!"}),
+                "body.instanceKey",
+            ),
+        ] {
+            let refusal = restore(body.clone()).err().unwrap_or_default();
+            assert!(refusal.contains(says), "{body}: {refusal}");
+        }
         // A branch may leave its spec out (the source's is used), and then only may it name a
         // worktree key.
         let branch = |v: serde_json::Value| {

@@ -1,6 +1,10 @@
 //! Host endpoints: every service port of an instance (its tcp ready port and its image's exposed
 //! tcp ports) gets a loopback port on the host, allocated once and kept for the instance's life,
-//! across stops, spec changes and daemon restarts.
+//! across stops, spec changes and daemon restarts, and past it: the ports of an archived
+//! instance are remembered for its key's lineage (the key without its generation suffix), and
+//! the next generation, or a branch made under it, listens on them again unless something else
+//! holds one by then (it then gets another, logged and shown as `previousHostPort`). A port the
+//! kernel picks for a new endpoint is passed over while another name keeps it.
 //!
 //! berth listens on that port itself and proxies each connection to the container, rather than
 //! publishing the port through Docker, so that the endpoint exists while the instance is stopped:
@@ -27,7 +31,7 @@ pub use berth_api::instances::EndpointView;
 use crate::ids::InstanceId;
 use crate::model::{Desired, Instance, InstanceState, StopReason};
 use crate::names;
-use crate::store::StoreError;
+use crate::store::{StoreError, StoredEndpoint};
 use crate::watch::Watch;
 
 /// The host address every endpoint listens on.
@@ -45,6 +49,8 @@ const CONNECT_ATTEMPT: Duration = Duration::from_secs(2);
 const REBIND_FIRST: Duration = Duration::from_millis(100);
 /// The longest wait between attempts to bind a taken endpoint port.
 const REBIND_MAX: Duration = Duration::from_secs(2);
+/// How many ports the kernel is asked for before one another name keeps is taken all the same.
+const PICKS: usize = 8;
 
 /// The host endpoints' tasks (each listening on its port, or trying to bind it), and which
 /// endpoints listen now.
@@ -111,7 +117,9 @@ impl EndpointController {
         ports
     }
 
-    /// Gives every service port of an instance an endpoint, once.
+    /// Gives every service port of an instance an endpoint, once: on the host port its key's
+    /// lineage had (an archived generation's) when that one is free, else on one the kernel
+    /// picks.
     pub(crate) async fn ensure_endpoints(
         &self,
         instance: &Instance,
@@ -124,36 +132,110 @@ impl EndpointController {
             .read(move |tx| tx.endpoints(&id))
             .await?
             .into_iter()
-            .map(|(port, _)| port)
+            .map(|e| e.port)
             .collect();
         for &port in ports.difference(&known) {
-            // Binding port 0 lets the kernel pick a free port, and keeps it: no other process can
-            // take it between the pick and the listen.
-            let listener = match TcpListener::bind(SocketAddr::new(IpAddr::V4(ENDPOINT_HOST), 0))
-                .await
-            {
-                Ok(l) => l,
-                Err(e) => {
-                    tracing::warn!(instance = %instance.id, port, error = %e, "could not open a host endpoint");
-                    continue;
-                }
+            let Some((listener, endpoint)) = self.bind_endpoint(instance, port).await? else {
+                continue;
             };
-            let host_port = match listener.local_addr() {
-                Ok(a) => a.port(),
-                Err(_) => continue,
-            };
-            let id = instance.id.clone();
+            let stored = instance.clone();
             if self
                 .ctx
                 .store
-                .write(move |tx| tx.insert_endpoint(&id, port, host_port))
+                .write(move |tx| tx.insert_endpoint(&stored, &endpoint))
                 .await?
             {
-                tracing::info!(instance = %instance.id, key = %instance.key, port, host_port, "host endpoint");
+                tracing::info!(instance = %instance.id, key = %instance.key, port,
+                    host_port = endpoint.host_port, "host endpoint");
                 self.serve_endpoint(instance.id.clone(), port, listener);
             }
         }
         Ok(())
+    }
+
+    /// A listener for a new endpoint of `port`: on the host port the instance's lineage had,
+    /// when nothing else holds it; else on a port the kernel picks, passing over ports other
+    /// names keep (binding port 0 keeps the picked port: no other process can take it between
+    /// the pick and the listen).
+    async fn bind_endpoint(
+        &self,
+        instance: &Instance,
+        port: u16,
+    ) -> Result<Option<(TcpListener, StoredEndpoint)>, StoreError> {
+        let (domain, key) = (instance.domain_id.clone(), instance.key.clone());
+        let wanted = self
+            .ctx
+            .store
+            .read(move |tx| {
+                let Some(wanted) = tx.released_host_port(&domain, &key, port)? else {
+                    return Ok(None);
+                };
+                Ok(Some((
+                    wanted,
+                    tx.host_port_spoken_for(&domain, &key, wanted)?,
+                )))
+            })
+            .await?;
+        let mut taken = None;
+        if let Some((wanted, spoken_for)) = wanted {
+            let bound = if spoken_for {
+                None
+            } else {
+                TcpListener::bind(SocketAddr::new(IpAddr::V4(ENDPOINT_HOST), wanted))
+                    .await
+                    .ok()
+            };
+            match bound {
+                Some(listener) => {
+                    let endpoint = StoredEndpoint {
+                        port,
+                        host_port: wanted,
+                        wanted_host_port: None,
+                    };
+                    return Ok(Some((listener, endpoint)));
+                }
+                None => {
+                    tracing::warn!(instance = %instance.id, key = %instance.key, port,
+                        host_port = wanted,
+                        "the host port this instance's name had is taken; it gets another");
+                    taken = Some(wanted);
+                }
+            }
+        }
+        // Ports passed over stay bound until the pick is made, so the kernel does not hand
+        // them out again.
+        let mut passed_over = Vec::new();
+        for _ in 0..PICKS {
+            let listener =
+                match TcpListener::bind(SocketAddr::new(IpAddr::V4(ENDPOINT_HOST), 0)).await {
+                    Ok(l) => l,
+                    Err(e) => {
+                        tracing::warn!(instance = %instance.id, port, error = %e,
+                            "could not open a host endpoint");
+                        return Ok(None);
+                    }
+                };
+            let Ok(host_port) = listener.local_addr().map(|a| a.port()) else {
+                return Ok(None);
+            };
+            let (domain, key) = (instance.domain_id.clone(), instance.key.clone());
+            let spoken_for = self
+                .ctx
+                .store
+                .read(move |tx| tx.host_port_spoken_for(&domain, &key, host_port))
+                .await?;
+            if spoken_for && passed_over.len() + 1 < PICKS {
+                passed_over.push(listener);
+                continue;
+            }
+            let endpoint = StoredEndpoint {
+                port,
+                host_port,
+                wanted_host_port: taken,
+            };
+            return Ok(Some((listener, endpoint)));
+        }
+        Ok(None)
     }
 
     /// Listens again on every stored endpoint (at start). A port another program holds is
@@ -209,12 +291,8 @@ impl EndpointController {
             .map(|(id, ports)| {
                 ports
                     .into_iter()
-                    .filter(|(port, _)| listeners.listening.contains(&(id.clone(), *port)))
-                    .map(|(port, host_port)| EndpointView {
-                        port,
-                        host: ENDPOINT_HOST.to_string(),
-                        host_port,
-                    })
+                    .filter(|e| listeners.listening.contains(&(id.clone(), e.port)))
+                    .map(view)
                     .collect()
             })
             .collect())
@@ -227,12 +305,8 @@ impl EndpointController {
         let listeners = self.listeners();
         Ok(stored
             .into_iter()
-            .filter(|(port, _)| listeners.listening.contains(&(id.clone(), *port)))
-            .map(|(port, host_port)| EndpointView {
-                port,
-                host: ENDPOINT_HOST.to_string(),
-                host_port,
-            })
+            .filter(|e| listeners.listening.contains(&(id.clone(), e.port)))
+            .map(view)
             .collect())
     }
 
@@ -271,21 +345,27 @@ impl EndpointController {
         }
     }
 
-    /// Closes an archived instance's endpoints and frees their ports.
+    /// Closes an archived instance's endpoints and frees their ports; the store remembers them
+    /// for the next generation of its key.
     pub(crate) async fn close_endpoints(&self, id: &InstanceId) -> Result<(), StoreError> {
         let handles = {
             let mut listeners = self.listeners();
             listeners.listening.retain(|(of, _)| of != id);
             listeners.tasks.remove(id)
         };
-        // Aborted outside the lock: a task's guard takes it as the task is dropped.
+        // Aborted outside the lock: a task's guard takes it as the task is dropped. Waited
+        // for, so the ports are free once this returns: the next generation of the key binds
+        // them again.
         if let Some(handles) = handles {
             handles.iter().for_each(tokio::task::JoinHandle::abort);
+            for handle in handles {
+                let _ = handle.await;
+            }
         }
         let id = id.clone();
         self.ctx
             .store
-            .write(move |tx| tx.delete_endpoints(&id))
+            .write(move |tx| tx.release_endpoints(&id))
             .await
     }
 
@@ -464,6 +544,16 @@ impl EndpointController {
             .connections
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// An endpoint as the API shows it.
+fn view(endpoint: StoredEndpoint) -> EndpointView {
+    EndpointView {
+        port: endpoint.port,
+        host: ENDPOINT_HOST.to_string(),
+        host_port: endpoint.host_port,
+        previous_host_port: endpoint.wanted_host_port,
     }
 }
 

@@ -312,6 +312,8 @@ impl Berth {
         self.store
             .write(move |tx| {
                 tx.set_domain_state(&archived, DomainState::Archived)?;
+                // No new generation comes in an archived domain: its ports are not kept.
+                tx.forget_released_endpoints(&archived)?;
                 let now = Timestamp::now();
                 for instance in tx.instances(&archived, false)? {
                     tx.archive_desired(&instance.id, now)?;

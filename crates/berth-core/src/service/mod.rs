@@ -16,6 +16,7 @@ mod workspaces;
 pub(crate) use instances::apply_up;
 pub use page::{InstanceFacts, InstanceVolumeUsage, VolumeSize, VolumeUsage};
 pub use rollouts::RollbackAsk;
+pub use snapshots::RestoreFrom;
 
 use crate::controllers::Reconciler;
 use crate::error::Error;

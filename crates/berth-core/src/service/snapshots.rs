@@ -5,8 +5,8 @@ use serde_json::Value;
 
 use super::{Berth, UpCause, apply_up, instance_in};
 use crate::error::Error;
-use crate::ids::{CopyId, DomainId, SnapshotId};
-use crate::model::{Desired, InstanceState, InstanceView};
+use crate::ids::{CopyId, DomainId, InstanceId, SnapshotId};
+use crate::model::{Desired, Instance, InstanceState, InstanceView};
 use crate::names;
 use crate::plan::plan_volumes;
 use crate::rollouts::RolloutMode;
@@ -97,51 +97,8 @@ impl Berth {
             .store()
             .write(move |tx| {
                 let instance = instance_in(tx, &domain, &key)?;
-                if let Some(copy) = tx.copy_into_instance(&instance.id)? {
-                    return Err(Error::CopyUnderWay {
-                        what: format!("the instance {key}"),
-                        copy: copy.id.to_string(),
-                    });
-                }
-                let id = SnapshotId::new();
-                let snapshot = Snapshot {
-                    volumes: instance
-                        .kept
-                        .iter()
-                        .map(|v| SnapshotVolume {
-                            name: v.name.clone(),
-                            docker_name: names::snapshot_volume(&prefix, &id, &v.name),
-                            bytes: None,
-                        })
-                        .collect(),
-                    id,
-                    domain_id: domain.clone(),
-                    instance_id: instance.id.clone(),
-                    instance_key: instance.key.clone(),
-                    name,
-                    spec_digest: instance.spec_digest.clone(),
-                    image: instance.spec.image.as_str().to_owned(),
-                    created_at: Timestamp::now(),
-                    state: SnapshotState::Copying,
-                    message: None,
-                    source_paused_ms: None,
-                };
-                let copy = CopyOp {
-                    id: CopyId::new(),
-                    domain_id: domain.clone(),
-                    kind: CopyKind::Snapshot,
-                    source_instance: Some(instance.id.clone()),
-                    target_instance: None,
-                    snapshot: Some(snapshot.id.clone()),
-                    backup: None,
-                    tag: None,
-                    state: CopyState::Copying,
-                    message: None,
-                    bytes_done: 0,
-                    bytes_total: None,
-                    created_at: snapshot.created_at,
-                    method: CopyMethod::Copy,
-                };
+                let (snapshot, copy) =
+                    snapshot_records(tx, &prefix, &instance, name, Timestamp::now())?;
                 tx.insert_snapshot(&snapshot)?;
                 tx.insert_copy(&copy)?;
                 Ok::<_, Error>((snapshot, copy))
@@ -411,72 +368,86 @@ impl Berth {
         key: &str,
         snapshot_id: &SnapshotId,
     ) -> Result<(InstanceView, SnapshotView), Error> {
+        let (instance, backup, _) = self
+            .restore_from(
+                owner,
+                domain_id,
+                key,
+                RestoreFrom::Snapshot(snapshot_id.clone()),
+            )
+            .await?;
+        Ok((instance, backup))
+    }
+
+    /// [`Berth::restore`] from a snapshot, or from another instance of the domain: a snapshot
+    /// of that instance (`for-restore-<time>`) is recorded in the same transaction, and the
+    /// restore, which reads that instance too, runs once that snapshot's copy is done (copies
+    /// of one instance run in the order asked). Answers the instance, the before-restore
+    /// snapshot and the snapshot restored from.
+    pub async fn restore_from(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+        from: RestoreFrom,
+    ) -> Result<(InstanceView, SnapshotView, SnapshotView), Error> {
         self.domain(owner, domain_id)?;
         let reconciler = self.require_runtime()?.clone();
-        reconciler.check_snapshot(snapshot_id).await?;
-        let (domain, key, wanted) = (domain_id.clone(), key.to_owned(), snapshot_id.clone());
-        let (mut instance, backup, copy) = self
+        if let RestoreFrom::Snapshot(id) = &from {
+            reconciler.check_snapshot(id).await?;
+        }
+        let prefix = reconciler.config().prefix.clone();
+        let (domain, key) = (domain_id.clone(), key.to_owned());
+        let (mut instance, backup, copies, source) = self
             .store()
             .write(move |tx| {
-                let instance = instance_in(tx, &domain, &key)?;
-                if instance.desired == Desired::Archived {
-                    return Err(Error::InstanceArchived(key));
-                }
-                let source = Self::ready_snapshot(tx, &domain, &wanted)?;
-                if let Some(copy) = tx.copy_of_instance(&instance.id)? {
-                    return Err(Error::CopyUnderWay {
-                        what: format!("the instance {key}"),
-                        copy: copy.id.to_string(),
-                    });
-                }
+                let instance = restore_target(tx, &domain, &key)?;
                 let now = Timestamp::now();
-                let backup = Snapshot {
-                    id: SnapshotId::new(),
-                    domain_id: domain.clone(),
-                    instance_id: instance.id.clone(),
-                    instance_key: instance.key.clone(),
-                    name: format!("before-restore-{now}"),
-                    spec_digest: instance.spec_digest.clone(),
-                    image: instance.spec.image.as_str().to_owned(),
-                    created_at: now,
-                    state: SnapshotState::Copying,
-                    message: None,
-                    volumes: instance
-                        .kept
-                        .iter()
-                        .map(|v| SnapshotVolume {
-                            name: v.name.clone(),
-                            docker_name: v.docker_name.clone(),
-                            bytes: None,
-                        })
-                        .collect(),
-                    source_paused_ms: None,
+                let mut copies = Vec::new();
+                let (source, reads) = match &from {
+                    RestoreFrom::Snapshot(id) => (Self::ready_snapshot(tx, &domain, id)?, None),
+                    RestoreFrom::Instance(source_key) => {
+                        let found = instance_in(tx, &domain, source_key)?;
+                        if found.id == instance.id {
+                            return Err(Error::RequestRefused(format!(
+                                "body.instanceKey is the instance restored ({key}): name \
+                                 another instance of the domain, or a snapshot"
+                            )));
+                        }
+                        let (snapshot, copy) = snapshot_records(
+                            tx,
+                            &prefix,
+                            &found,
+                            format!("for-restore-{now}"),
+                            now,
+                        )?;
+                        tx.insert_snapshot(&snapshot)?;
+                        tx.insert_copy(&copy)?;
+                        copies.push(copy);
+                        (snapshot, Some(found.id))
+                    }
                 };
-                let copy_id = CopyId::new();
-                let copy = CopyOp {
-                    tag: Some(names::copy_tag(&copy_id)),
-                    id: copy_id,
-                    domain_id: domain.clone(),
-                    kind: CopyKind::Restore,
-                    source_instance: None,
-                    target_instance: Some(instance.id.clone()),
-                    snapshot: Some(source.id),
-                    backup: Some(backup.id.clone()),
-                    state: CopyState::Copying,
-                    message: None,
-                    bytes_done: 0,
-                    bytes_total: None,
-                    created_at: now,
-                    method: CopyMethod::Copy,
+                // After the snapshot it reads, when that is asked in this transaction: a
+                // daemon that starts again resumes copies in the order they were asked.
+                let at = match reads {
+                    Some(_) => Timestamp::from_millis(now.millis() + 1),
+                    None => now,
                 };
+                let (backup, copy) = restore_records(&instance, &source.id, reads, at);
                 tx.insert_snapshot(&backup)?;
                 tx.insert_copy(&copy)?;
-                Ok::<_, Error>((instance, backup, copy))
+                copies.push(copy);
+                Ok::<_, Error>((instance, backup, copies, source))
             })
             .await?;
+        let Some(copy) = copies.last().cloned() else {
+            return Err(Error::Internal("a restore recorded no copy".to_owned()));
+        };
         tracing::info!(instance = %instance.id, key = %instance.key, copy = %copy.id,
-            snapshot = %snapshot_id, "restore");
-        reconciler.start_copy(&copy);
+            snapshot = %source.id, "restore");
+        for c in &copies {
+            reconciler.start_copy(c);
+        }
         // The instance keeps running while the copy waits for its turn; once the copy begins,
         // its container is stopped for it (the instance controller records it starting) and
         // started again after it.
@@ -486,6 +457,138 @@ impl Berth {
             };
         }
         reconciler.enqueue_now(&instance.id);
-        Ok((instance.view(), backup.view()))
+        Ok((instance.view(), backup.view(), source.view()))
     }
+}
+
+/// Where a restore takes its data from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestoreFrom {
+    /// A ready snapshot of the domain.
+    Snapshot(SnapshotId),
+    /// Another instance of the domain, by key: snapshotted first.
+    Instance(String),
+}
+
+/// The instance a restore fills, inside its transaction: not archived, no copy under way.
+fn restore_target(tx: &Tx<'_>, domain: &DomainId, key: &str) -> Result<Instance, Error> {
+    let instance = instance_in(tx, domain, key)?;
+    if instance.desired == Desired::Archived {
+        return Err(Error::InstanceArchived(key.to_owned()));
+    }
+    if let Some(copy) = tx.copy_of_instance(&instance.id)? {
+        return Err(Error::CopyUnderWay {
+            what: format!("the instance {key}"),
+            copy: copy.id.to_string(),
+        });
+    }
+    Ok(instance)
+}
+
+/// A snapshot of `instance` named `name`, `copying`, and the copy that takes it; refused while
+/// a copy fills the instance.
+fn snapshot_records(
+    tx: &Tx<'_>,
+    prefix: &str,
+    instance: &Instance,
+    name: String,
+    now: Timestamp,
+) -> Result<(Snapshot, CopyOp), Error> {
+    if let Some(copy) = tx.copy_into_instance(&instance.id)? {
+        return Err(Error::CopyUnderWay {
+            what: format!("the instance {}", instance.key),
+            copy: copy.id.to_string(),
+        });
+    }
+    let id = SnapshotId::new();
+    let snapshot = Snapshot {
+        volumes: instance
+            .kept
+            .iter()
+            .map(|v| SnapshotVolume {
+                name: v.name.clone(),
+                docker_name: names::snapshot_volume(prefix, &id, &v.name),
+                bytes: None,
+            })
+            .collect(),
+        id,
+        domain_id: instance.domain_id.clone(),
+        instance_id: instance.id.clone(),
+        instance_key: instance.key.clone(),
+        name,
+        spec_digest: instance.spec_digest.clone(),
+        image: instance.spec.image.as_str().to_owned(),
+        created_at: now,
+        state: SnapshotState::Copying,
+        message: None,
+        source_paused_ms: None,
+    };
+    let copy = CopyOp {
+        id: CopyId::new(),
+        domain_id: instance.domain_id.clone(),
+        kind: CopyKind::Snapshot,
+        source_instance: Some(instance.id.clone()),
+        target_instance: None,
+        snapshot: Some(snapshot.id.clone()),
+        backup: None,
+        tag: None,
+        state: CopyState::Copying,
+        message: None,
+        bytes_done: 0,
+        bytes_total: None,
+        created_at: now,
+        method: CopyMethod::Copy,
+    };
+    Ok((snapshot, copy))
+}
+
+/// The before-restore snapshot of `instance` (its volumes as they are) and the restore's copy
+/// from `snapshot`; `reads` is the instance that snapshot is being taken of, when it is, so the
+/// restore waits for that copy.
+fn restore_records(
+    instance: &Instance,
+    snapshot: &SnapshotId,
+    reads: Option<InstanceId>,
+    now: Timestamp,
+) -> (Snapshot, CopyOp) {
+    let backup = Snapshot {
+        id: SnapshotId::new(),
+        domain_id: instance.domain_id.clone(),
+        instance_id: instance.id.clone(),
+        instance_key: instance.key.clone(),
+        name: format!("before-restore-{now}"),
+        spec_digest: instance.spec_digest.clone(),
+        image: instance.spec.image.as_str().to_owned(),
+        created_at: now,
+        state: SnapshotState::Copying,
+        message: None,
+        volumes: instance
+            .kept
+            .iter()
+            .map(|v| SnapshotVolume {
+                name: v.name.clone(),
+                docker_name: v.docker_name.clone(),
+                bytes: None,
+            })
+            .collect(),
+        source_paused_ms: None,
+    };
+    let copy_id = CopyId::new();
+    let copy = CopyOp {
+        tag: Some(names::copy_tag(&copy_id)),
+        id: copy_id,
+        domain_id: instance.domain_id.clone(),
+        kind: CopyKind::Restore,
+        source_instance: reads,
+        target_instance: Some(instance.id.clone()),
+        snapshot: Some(snapshot.clone()),
+        backup: Some(backup.id.clone()),
+        state: CopyState::Copying,
+        message: None,
+        bytes_done: 0,
+        bytes_total: None,
+        created_at: now,
+        method: CopyMethod::Copy,
+    };
+    (backup, copy)
 }

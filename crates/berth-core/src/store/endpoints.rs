@@ -1,13 +1,24 @@
-//! The endpoints table, and when an instance was last reached.
+//! The endpoints table, the host ports archived instances had (for their keys' next
+//! generations), and when an instance was last reached.
 
 use rusqlite::params;
 
 use super::error::StoreError;
 use super::instances::{INSTANCE_COLUMNS, instance_from_row};
 use super::tx::Tx;
-use crate::ids::InstanceId;
-use crate::model::Instance;
+use crate::ids::{DomainId, InstanceId};
+use crate::model::{DomainState, Instance};
+use crate::names;
 use crate::time::Timestamp;
+
+/// An endpoint as stored: a container port, the host port berth listens on for it, and the
+/// host port its key's lineage had before when that one was taken by something else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredEndpoint {
+    pub port: u16,
+    pub host_port: u16,
+    pub wanted_host_port: Option<u16>,
+}
 
 impl Tx<'_> {
     /// Records that an instance was reached at `at`.
@@ -20,13 +31,58 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// An instance's endpoints as `(port, host_port)`, by port.
-    pub fn endpoints(&self, instance: &InstanceId) -> Result<Vec<(u16, u16)>, StoreError> {
+    /// An instance's endpoints, by port.
+    pub fn endpoints(&self, instance: &InstanceId) -> Result<Vec<StoredEndpoint>, StoreError> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT port, host_port FROM endpoints WHERE instance_id = ?1 ORDER BY port",
+            "SELECT port, host_port, wanted_host_port FROM endpoints WHERE instance_id = ?1
+             ORDER BY port",
         )?;
-        let rows = stmt.query_map([instance.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let rows = stmt.query_map([instance.as_str()], |r| {
+            Ok(StoredEndpoint {
+                port: r.get(0)?,
+                host_port: r.get(1)?,
+                wanted_host_port: r.get(2)?,
+            })
+        })?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The host port the lineage of `key` in `domain` last had for container port `port`
+    /// (an archived generation's), if it is not some live endpoint's now.
+    pub fn released_host_port(
+        &self,
+        domain: &DomainId,
+        key: &str,
+        port: u16,
+    ) -> Result<Option<u16>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT host_port FROM released_endpoints
+             WHERE domain_id = ?1 AND lineage = ?2 AND port = ?3",
+        )?;
+        let mut rows = stmt.query(params![domain.as_str(), names::key_lineage(key), port])?;
+        Ok(match rows.next()? {
+            Some(row) => Some(row.get(0)?),
+            None => None,
+        })
+    }
+
+    /// Whether a host port is remembered for a lineage other than `key`'s, or is a live
+    /// endpoint's: a port the kernel picks for a new endpoint is passed over when it is.
+    pub fn host_port_spoken_for(
+        &self,
+        domain: &DomainId,
+        key: &str,
+        host_port: u16,
+    ) -> Result<bool, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM endpoints WHERE host_port = ?3)
+                 OR EXISTS (SELECT 1 FROM released_endpoints WHERE host_port = ?3
+                            AND NOT (domain_id = ?1 AND lineage = ?2))",
+        )?;
+        Ok(stmt.query_row(
+            params![domain.as_str(), names::key_lineage(key), host_port],
+            |r| r.get(0),
+        )?)
     }
 
     /// Every endpoint of every instance that is not archived.
@@ -45,18 +101,36 @@ impl Tx<'_> {
         .collect()
     }
 
-    /// Records an endpoint; false when the host port is another instance's already.
+    /// Records an endpoint (with the port its lineage had, when that one was taken), and
+    /// forgets what its lineage remembered for the port; false when the host port is another
+    /// instance's already.
     pub fn insert_endpoint(
         &self,
-        instance: &InstanceId,
-        port: u16,
-        host_port: u16,
+        instance: &Instance,
+        endpoint: &StoredEndpoint,
     ) -> Result<bool, StoreError> {
         match self.conn.execute(
-            "INSERT INTO endpoints (instance_id, port, host_port) VALUES (?1, ?2, ?3)",
-            params![instance.as_str(), port, host_port],
+            "INSERT INTO endpoints (instance_id, port, host_port, wanted_host_port)
+             VALUES (?1, ?2, ?3, ?4)",
+            params![
+                instance.id.as_str(),
+                endpoint.port,
+                endpoint.host_port,
+                endpoint.wanted_host_port
+            ],
         ) {
-            Ok(_) => Ok(true),
+            Ok(_) => {
+                self.conn.execute(
+                    "DELETE FROM released_endpoints
+                     WHERE domain_id = ?1 AND lineage = ?2 AND port = ?3",
+                    params![
+                        instance.domain_id.as_str(),
+                        names::key_lineage(&instance.key),
+                        endpoint.port
+                    ],
+                )?;
+                Ok(true)
+            }
             Err(rusqlite::Error::SqliteFailure(e, _))
                 if e.code == rusqlite::ErrorCode::ConstraintViolation =>
             {
@@ -66,11 +140,47 @@ impl Tx<'_> {
         }
     }
 
-    /// Forgets an instance's endpoints (when it is archived).
-    pub fn delete_endpoints(&self, instance: &InstanceId) -> Result<(), StoreError> {
+    /// Forgets an archived instance's endpoints, remembering their host ports for the next
+    /// instance of its key's lineage; in an archived domain, which gets no new instance,
+    /// nothing of its ports is remembered.
+    pub fn release_endpoints(&self, instance: &InstanceId) -> Result<(), StoreError> {
+        let Some(found) = self.instance_by_id(instance)? else {
+            return Ok(());
+        };
+        let domain_archived = self
+            .domain(&found.domain_id)?
+            .is_none_or(|d| d.state == DomainState::Archived);
+        let remembered = if domain_archived {
+            self.forget_released_endpoints(&found.domain_id)?;
+            Vec::new()
+        } else {
+            self.endpoints(instance)?
+        };
+        for endpoint in remembered {
+            self.conn.execute(
+                "INSERT INTO released_endpoints (domain_id, lineage, port, host_port)
+                 VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (domain_id, lineage, port) DO UPDATE SET host_port = excluded.host_port",
+                params![
+                    found.domain_id.as_str(),
+                    names::key_lineage(&found.key),
+                    endpoint.port,
+                    endpoint.host_port
+                ],
+            )?;
+        }
         self.conn.execute(
             "DELETE FROM endpoints WHERE instance_id = ?1",
             [instance.as_str()],
+        )?;
+        Ok(())
+    }
+
+    /// Forgets the host ports a domain's archived instances had (the domain is archived).
+    pub fn forget_released_endpoints(&self, domain: &DomainId) -> Result<(), StoreError> {
+        self.conn.execute(
+            "DELETE FROM released_endpoints WHERE domain_id = ?1",
+            [domain.as_str()],
         )?;
         Ok(())
     }

@@ -265,7 +265,19 @@ pub(super) const MIGRATIONS: &[&str] = &[
         build_ms INTEGER,
         PRIMARY KEY (domain_id, id)
     );",
-    // 16: promotions of observed image releases, kept under their idempotency key with the
+    // 16: host ports stay with an instance's name: the host port each service port of an
+    // archived instance had, by domain and key lineage (the key without its generation
+    // suffix), for the next instance of that lineage; and the port an endpoint was meant to
+    // have when that one was taken.
+    "CREATE TABLE released_endpoints (
+        domain_id TEXT NOT NULL,
+        lineage TEXT NOT NULL,
+        port INTEGER NOT NULL,
+        host_port INTEGER NOT NULL,
+        PRIMARY KEY (domain_id, lineage, port)
+    );
+    ALTER TABLE endpoints ADD COLUMN wanted_host_port INTEGER;",
+    // 17: promotions of observed image releases, kept under their idempotency key with the
     // request they answered (a replay with another body is refused).
     "CREATE TABLE promotions (
         instance_id TEXT NOT NULL REFERENCES instances(id),

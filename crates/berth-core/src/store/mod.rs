@@ -20,6 +20,7 @@ mod view;
 mod workspaces;
 
 pub use berth_api::page::LastFailure;
+pub use endpoints::StoredEndpoint;
 pub use error::StoreError;
 pub use tx::{Observation, Tx};
 

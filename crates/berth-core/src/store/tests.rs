@@ -257,3 +257,88 @@ async fn the_schema_and_the_view_survive_reopening_a_file() {
     assert_eq!(again.domains_of("a"), vec![d.clone()]);
     assert_eq!(again.read(|tx| tx.domains_of("a")).await.unwrap(), vec![d]);
 }
+
+#[tokio::test]
+async fn an_archived_instances_host_ports_are_kept_for_its_keys_next_generation() {
+    let store = Store::in_memory().unwrap();
+    let d = domain("a");
+    let domain_id = d.resource_domain_id.clone();
+    store.write(move |tx| tx.insert_domain(&d)).await.unwrap();
+    let spec: Spec = serde_json::from_value(serde_json::json!({
+        "alias": "db", "worktreeKey": "wt",
+        "image": format!("r/x@sha256:{}", "a".repeat(64)),
+        "command": null, "env": {}, "volumes": [],
+        "limits": {"cpuMillicores": 100, "memoryBytes": 67108864},
+        "ready": {"kind": "tcp", "port": 80}, "idleStopAfterSeconds": 60
+    }))
+    .unwrap();
+    let instance = |key: &str, alias: &str, desired: Desired| Instance {
+        id: InstanceId::new(),
+        domain_id: domain_id.clone(),
+        key: key.into(),
+        spec_digest: spec.digest().to_string(),
+        spec: Spec {
+            alias: alias.into(),
+            ..spec.clone()
+        },
+        desired,
+        stop_reason: None,
+        state: InstanceState::NotStarted,
+        observed_at: Timestamp::from_millis(1),
+        started_at: None,
+        last_reached_at: None,
+        volumes: vec![],
+        kept: vec![],
+        restart_count: 0,
+        generation: 1,
+        observed_generation: 1,
+        volume_tag: None,
+        template: false,
+    };
+    let (first, next, other) = (
+        instance("db@wt", "db", Desired::Archived),
+        instance("db@wt.2", "db", Desired::Running),
+        instance("cache@wt", "cache", Desired::Running),
+    );
+    let endpoint = StoredEndpoint {
+        port: 80,
+        host_port: 40001,
+        wanted_host_port: None,
+    };
+    let (f, n, o, dom) = (
+        first.clone(),
+        next.clone(),
+        other.clone(),
+        domain_id.clone(),
+    );
+    store
+        .write(move |tx| {
+            tx.insert_instance(&f)?;
+            tx.insert_instance(&n)?;
+            tx.insert_instance(&o)?;
+            assert!(tx.insert_endpoint(&f, &endpoint)?);
+            assert_eq!(tx.released_host_port(&dom, "db@wt.2", 80)?, None);
+            tx.release_endpoints(&f.id)?;
+            assert!(tx.endpoints(&f.id)?.is_empty());
+            // The next generation of the key gets the port; another name passes over it.
+            assert_eq!(tx.released_host_port(&dom, "db@wt.2", 80)?, Some(40001));
+            assert_eq!(tx.released_host_port(&dom, "db@wt.2", 81)?, None);
+            assert_eq!(tx.released_host_port(&dom, "cache@wt", 80)?, None);
+            assert!(!tx.host_port_spoken_for(&dom, "db@wt.2", 40001)?);
+            assert!(tx.host_port_spoken_for(&dom, "cache@wt", 40001)?);
+            // Once the next generation has it, it is that endpoint's and no longer remembered.
+            assert!(tx.insert_endpoint(&n, &endpoint)?);
+            assert_eq!(tx.released_host_port(&dom, "db@wt.3", 80)?, None);
+            assert!(tx.host_port_spoken_for(&dom, "cache@wt", 40001)?);
+            // An archived domain gets no new instance: nothing of its ports is kept.
+            tx.release_endpoints(&n.id)?;
+            assert_eq!(tx.released_host_port(&dom, "db@wt.3", 80)?, Some(40001));
+            tx.set_domain_state(&dom, DomainState::Archived)?;
+            tx.release_endpoints(&o.id)?;
+            assert_eq!(tx.released_host_port(&dom, "db@wt.3", 80)?, None);
+            assert!(!tx.host_port_spoken_for(&dom, "cache@wt", 40001)?);
+            Ok::<_, StoreError>(())
+        })
+        .await
+        .unwrap();
+}

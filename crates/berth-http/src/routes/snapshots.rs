@@ -6,6 +6,7 @@ use axum::{Extension, Json};
 use berth_core::decode::Problems;
 use berth_core::ids::SnapshotId;
 use berth_core::model::InstanceView;
+use berth_core::service::RestoreFrom;
 use berth_core::snapshots::{BranchFrom, MAX_SNAPSHOT_NAME, SnapshotView};
 use berth_core::spec::{KEY_EXPECTED, WORKTREE_KEY_EXPECTED, is_instance_key, is_worktree_key};
 use serde::Deserialize;
@@ -148,11 +149,34 @@ impl Decode for BranchRequest {
 impl Decode for RestoreRequest {
     fn decode(v: &serde_json::Value, p: &mut Problems) -> Option<Self> {
         let mut fields = p.object(v, "body")?;
-        let id = fields
-            .required(p, "snapshotId")
-            .and_then(|v| snapshot_id(v, "body.snapshotId", p));
+        let snapshot = fields.optional("snapshotId");
+        let key = fields.optional("instanceKey");
         fields.finish(p);
-        Some(RestoreRequest { snapshot_id: id? })
+        match (snapshot, key) {
+            (Some(s), None) => Some(RestoreRequest {
+                snapshot_id: Some(snapshot_id(s, "body.snapshotId", p)?),
+                instance_key: None,
+            }),
+            (None, Some(k)) => {
+                let key = p.string(k, "body.instanceKey")?;
+                if is_instance_key(key) {
+                    Some(RestoreRequest {
+                        snapshot_id: None,
+                        instance_key: Some(key.to_owned()),
+                    })
+                } else {
+                    p.push("body.instanceKey", KEY_EXPECTED);
+                    None
+                }
+            }
+            _ => {
+                p.push(
+                    "body",
+                    "must have exactly one of snapshotId and instanceKey",
+                );
+                None
+            }
+        }
     }
 }
 
@@ -331,6 +355,8 @@ async fn branch_instance(
 /// Puts a snapshot's contents back into an instance's volumes. The contents replaced are kept
 /// first as the snapshot `before-restore-<time>` (named in the answer); the container is
 /// stopped for the copy and started again after it (its state passes through `starting`).
+/// With `instanceKey` instead of `snapshotId`, another instance of the domain is snapshotted
+/// first (`for-restore-<time>`, the answer's `source`) and the restore is made from that.
 #[utoipa::path(post, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/restore", tag = "snapshots",
     params(InstancePath), request_body = RestoreRequest,
     responses((status = 200, body = RestoreResponse), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
@@ -339,15 +365,26 @@ async fn restore_instance(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
     Params(path): Params<InstancePath>,
-    Body(RestoreRequest { snapshot_id }): Body<RestoreRequest>,
+    Body(request): Body<RestoreRequest>,
 ) -> Result<Json<RestoreResponse>, ApiError> {
     let (domain, key) = path.parts()?;
-    let (instance, before_restore) = app
+    let from = match (request.snapshot_id, request.instance_key) {
+        (Some(id), _) => RestoreFrom::Snapshot(id),
+        (None, Some(key)) => RestoreFrom::Instance(key),
+        (None, None) => {
+            return Err(berth_core::error::Error::RequestRefused(
+                "body must have exactly one of snapshotId and instanceKey".to_owned(),
+            )
+            .into());
+        }
+    };
+    let (instance, before_restore, source) = app
         .berth
-        .restore(&caller.owner, &domain, key, &snapshot_id)
+        .restore_from(&caller.owner, &domain, key, from)
         .await?;
     Ok(Json(RestoreResponse {
         instance,
         before_restore,
+        source: Some(source),
     }))
 }

@@ -1,5 +1,7 @@
 //! `snapshot`, `snapshots`, `restore` and `branch`: copies of instances' volumes (see
-//! docs/branching.md), each followed on the domain's event stream with a progress bar.
+//! docs/branching.md), each followed on the domain's event stream with a progress bar. A
+//! restore `--from` another worktree is a snapshot of that worktree's instance, then a restore
+//! from it.
 
 use std::path::Path;
 use std::process::{Command as Process, ExitCode};
@@ -14,7 +16,7 @@ use clap::Args;
 use futures_util::StreamExt;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::instances::resolve;
+use super::instances::{resolve, say_moved_ports};
 use super::{Conn, current_keys, ensure_domain, find_domain, load_project, print_json, ui};
 use crate::client::{Client, OrSay};
 use crate::repo::{Repo, generation, worktree_key};
@@ -73,7 +75,13 @@ pub struct RestoreArgs {
     /// The instance's name in berth.toml (or its full key).
     name: String,
     /// The snapshot: its id (`snp:…`) or its name (the newest of that name).
-    snapshot: String,
+    #[arg(required_unless_present = "from", conflicts_with = "from")]
+    snapshot: Option<String>,
+    /// Where the data comes from instead of a snapshot: the branch of another worktree (as
+    /// `git worktree list` shows it; its instance of the same name is snapshotted first), or a
+    /// snapshot's id or name.
+    #[arg(long)]
+    from: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -319,6 +327,82 @@ pub async fn snapshots(args: SnapshotsArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Where a restore takes its data from.
+enum RestoreSource {
+    /// A snapshot, named by id or name.
+    Snapshot(SnapshotView),
+    /// The live instance of the same name in the worktree on a branch, by key.
+    Instance(String),
+}
+
+/// The snapshot named, or, for `--from BRANCH`, the live instance of the same name in the
+/// worktree on that branch.
+async fn restore_source(
+    client: &Client,
+    domain: &DomainId,
+    repo: &Repo,
+    args: &RestoreArgs,
+    target: &str,
+) -> anyhow::Result<RestoreSource> {
+    let wanted = match (&args.snapshot, &args.from) {
+        (Some(snapshot), _) => {
+            return Ok(RestoreSource::Snapshot(
+                find_snapshot(client, domain, snapshot).await?,
+            ));
+        }
+        (None, Some(from)) => from,
+        (None, None) => bail!("name a snapshot, or another worktree's branch with --from"),
+    };
+    let name = crate::repo::name_of_key(target);
+    let source = if wanted.starts_with("snp:") {
+        None
+    } else {
+        live_on_branch(client, domain, repo, name, wanted).await?
+    };
+    match source {
+        Some(source) if source == target => {
+            bail!("{wanted} is this worktree's branch: {target} cannot be restored from itself")
+        }
+        Some(source) => Ok(RestoreSource::Instance(source)),
+        None => match find_snapshot(client, domain, wanted).await {
+            Ok(snapshot) => Ok(RestoreSource::Snapshot(snapshot)),
+            Err(_) if !wanted.starts_with("snp:") => bail!(
+                "no worktree is on the branch {wanted} (see `git worktree list`), and no snapshot \
+                 has that name"
+            ),
+            Err(e) => Err(e),
+        },
+    }
+}
+
+/// The key of the live instance `name` of the worktree on `branch`; `None` when no worktree
+/// is on it, an error naming it when that worktree has none.
+async fn live_on_branch(
+    client: &Client,
+    domain: &DomainId,
+    repo: &Repo,
+    name: &str,
+    branch: &str,
+) -> anyhow::Result<Option<String>> {
+    let Some(top) = worktree_on_branch(repo, branch)? else {
+        return Ok(None);
+    };
+    let base = crate::repo::instance_key(name, Some(&worktree_key(&top)));
+    let live = client.api.instances(domain, false).await.or_say(client)?;
+    let source = live
+        .iter()
+        .filter_map(|i| generation(&i.key, &base).map(|g| (g, i)))
+        .max_by_key(|(g, _)| *g)
+        .map(|(_, i)| i.key.clone())
+        .with_context(|| {
+            format!(
+                "the worktree on {branch} ({}) has no live {name} instance",
+                top.display()
+            )
+        })?;
+    Ok(Some(source))
+}
+
 pub async fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
     let ui = ui(args.json);
     let repo = Repo::discover()?;
@@ -327,13 +411,27 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
     let instance = resolve(&client, &domain, &repo, std::slice::from_ref(&args.name))
         .await?
         .remove(0);
-    let snapshot = find_snapshot(&client, &domain, &args.snapshot).await?;
+    let source = restore_source(&client, &domain, &repo, &args, &instance.key).await?;
     let mut events = subscribe(&client, &domain).await?;
-    let restored = client
-        .api
-        .restore(&domain, &instance.key, &snapshot.snapshot_id)
-        .await
-        .or_say(&client)?;
+    let restored = match &source {
+        RestoreSource::Snapshot(snapshot) => client
+            .api
+            .restore(&domain, &instance.key, &snapshot.snapshot_id)
+            .await
+            .or_say(&client)?,
+        RestoreSource::Instance(key) => {
+            // One request: the daemon takes a snapshot of the source, then restores from it.
+            let restored = client
+                .api
+                .restore_from_instance(&domain, &instance.key, key)
+                .await
+                .or_say(&client)?;
+            let bar = bar(ui.live, key);
+            let copy = follow_copy(&mut events, &client, "snapshot", key, bar.as_ref()).await?;
+            finish_bar(bar, &copy)?;
+            restored
+        }
+    };
     let bar = bar(ui.live, &args.name);
     let copy = follow_copy(&mut events, &client, "restore", &instance.key, bar.as_ref()).await?;
     finish_bar(bar, &copy)?;
@@ -344,17 +442,39 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
         })
         .await
         .or_say(&client)?;
+    let from_instance = matches!(source, RestoreSource::Instance(_));
+    let from = match &restored.source {
+        Some(s) => client
+            .api
+            .snapshot_by_id(&domain, &s.snapshot_id)
+            .await
+            .or_say(&client)?,
+        None => match source {
+            RestoreSource::Snapshot(snapshot) => snapshot,
+            RestoreSource::Instance(key) => bail!(
+                "the daemon did not say which snapshot of {key} it restored from: it is older \
+                 than this berth"
+            ),
+        },
+    };
     if args.json {
         print_json(&serde_json::json!({
             "instance": settled.instance,
             "beforeRestore": restored.before_restore,
+            "source": from,
         }));
     } else {
+        let what = match &args.from {
+            Some(branch) if from_instance => format!(
+                "{branch} ({}, kept as the snapshot {} ({}))",
+                from.instance_key, from.name, from.snapshot_id
+            ),
+            _ => from.name.clone(),
+        };
         println!(
-            "{} restored {} from {}{}; what it replaced is the snapshot {} ({})",
+            "{} restored {} from {what}{}; what it replaced is the snapshot {} ({})",
             ui.ok_mark(),
             args.name,
-            snapshot.name,
             layered(&copy),
             restored.before_restore.name,
             restored.before_restore.snapshot_id,
@@ -456,9 +576,12 @@ pub async fn branch(args: BranchArgs) -> anyhow::Result<ExitCode> {
         .remove(0);
     if live {
         bail!(
-            "{} ({key}) exists in this worktree already; a branch makes a new instance \
-             (archive this one first to replace it)",
-            args.name
+            "{} ({key}) exists in this worktree already, and a branch makes a new instance: \
+             `berth restore {} --from {}` gives this one that data, keeping what it holds now \
+             as a snapshot",
+            args.name,
+            args.name,
+            args.from
         );
     }
     let from = if args.from.starts_with("snp:") {
@@ -467,22 +590,9 @@ pub async fn branch(args: BranchArgs) -> anyhow::Result<ExitCode> {
                 .await?
                 .snapshot_id,
         )
-    } else if let Some(top) = worktree_on_branch(&repo, &args.from)? {
-        let base = crate::repo::instance_key(&def.name, Some(&worktree_key(&top)));
-        let live = client.api.instances(&domain, false).await.or_say(&client)?;
-        let source = live
-            .iter()
-            .filter_map(|i| generation(&i.key, &base).map(|g| (g, i)))
-            .max_by_key(|(g, _)| *g)
-            .map(|(_, i)| i.key.clone())
-            .with_context(|| {
-                format!(
-                    "the worktree on {} ({}) has no live {} instance to branch from",
-                    args.from,
-                    top.display(),
-                    def.name
-                )
-            })?;
+    } else if let Some(source) =
+        live_on_branch(&client, &domain, &repo, &def.name, &args.from).await?
+    {
         BranchFrom::Instance(source)
     } else if let Ok(snapshot) = find_snapshot(&client, &domain, &args.from).await {
         BranchFrom::Snapshot(snapshot.snapshot_id)
@@ -507,6 +617,9 @@ pub async fn branch(args: BranchArgs) -> anyhow::Result<ExitCode> {
         .wait_for_state(&domain, &key, &["running", "failed"], WAIT, |_| true)
         .await
         .or_say(&client)?;
+    if let Ok(endpoints) = client.api.endpoints(&domain, &key).await {
+        say_moved_ports(&key, &endpoints);
+    }
     if args.json {
         print_json(&serde_json::to_value(&settled.instance)?);
     } else {

@@ -92,6 +92,21 @@ pub(super) fn endpoint_tuples(endpoints: Vec<EndpointView>) -> Vec<(u16, String,
         .collect()
 }
 
+/// Says, on stderr, each endpoint that did not get the host port its name had before (an
+/// archived generation's): something else held it.
+pub(super) fn say_moved_ports(key: &str, endpoints: &[EndpointView]) {
+    let name = name_of_key(key);
+    for e in endpoints {
+        if let Some(before) = e.previous_host_port {
+            eprintln!(
+                "berth: {name} ({key}): host port {before}, which {name} had before, is taken; \
+                 {} is now on {}",
+                e.port, e.host_port
+            );
+        }
+    }
+}
+
 /// The live instances `names` mean in this worktree: for each name, this worktree's instance of
 /// that name, else the shared one; a name with `@` is a full key. No names: this worktree's
 /// instances and the shared ones.
@@ -139,14 +154,58 @@ pub(super) async fn resolve(
                     out.push(i.clone());
                 }
             }
-            None => bail!(
-                "no live instance {name:?} in this repository (looked for the key{} {}): `berth ps` lists them",
-                if bases.len() > 1 { "s" } else { "" },
-                bases.join(" and ")
-            ),
+            None => {
+                let archived = client.api.instances(domain, true).await.or_say(client)?;
+                if let Some(gone) = archived.iter().find(|i| i.key == name.as_str()) {
+                    bail!(
+                        "the instance {} is archived: `berth ps --archived` lists the archived \
+                         ones",
+                        gone.key
+                    );
+                }
+                match bases
+                    .iter()
+                    .find_map(|base| newest_archived(base, &archived))
+                {
+                    Some(gone) => bail!("{}", archived_note(name, &gone)),
+                    None => bail!(
+                        "no live instance {name:?} in this repository (looked for the key{} {}): \
+                         `berth ps` lists them",
+                        if bases.len() > 1 { "s" } else { "" },
+                        bases.join(" and ")
+                    ),
+                }
+            }
         }
     }
     Ok(out)
+}
+
+/// The newest archived generation of `base` among `archived`: its key, and the key the next
+/// `berth up` makes.
+pub(super) fn newest_archived(base: &str, archived: &[InstanceView]) -> Option<(String, String)> {
+    let newest = archived
+        .iter()
+        .filter_map(|i| generation(&i.key, base))
+        .max()?;
+    let key = |g: u32| {
+        if g <= 1 {
+            base.to_owned()
+        } else {
+            format!("{base}.{g}")
+        }
+    };
+    Some((key(newest), key(newest + 1)))
+}
+
+/// What to say of `name` when its newest instance is archived: which key that is, and which
+/// key `berth up` makes next.
+pub(super) fn archived_note(name: &str, (archived, next): &(String, String)) -> String {
+    format!(
+        "{name} has no live instance here: its last one, {archived}, is archived (`berth ps \
+         --archived` lists it); `berth up {name}` starts a new one as {next}, on the same host \
+         ports"
+    )
 }
 
 fn key_of(instance: &InstanceView) -> &str {
@@ -178,18 +237,9 @@ pub async fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if items.is_empty() {
-        let what = if args.archived {
-            "archived instances"
-        } else {
-            "instances"
-        };
         eprintln!(
-            "berth: this repository has no {what} yet{}",
-            if args.archived {
-                ""
-            } else {
-                ": `berth up` starts them"
-            }
+            "berth: {}",
+            nothing_listed(&client, domain.as_ref(), args.archived).await?
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -208,6 +258,32 @@ pub async fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
         .collect();
     ui.table(&["NAME", "SCOPE", "KEY", "STATE", "SINCE", "NOTE"], &rows);
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `berth ps` says when it has no row: that the repository has none yet, or, when only
+/// archived instances are left, how many and where they are listed.
+async fn nothing_listed(
+    client: &Client,
+    domain: Option<&DomainId>,
+    archived: bool,
+) -> anyhow::Result<String> {
+    if archived {
+        return Ok("this repository has no archived instances".to_owned());
+    }
+    let gone = match domain {
+        Some(d) => client.api.instances(d, true).await.or_say(client)?.len(),
+        None => 0,
+    };
+    Ok(match gone {
+        0 => "this repository has no instances yet: `berth up` starts them".to_owned(),
+        1 => "this repository has no live instances; 1 is archived (`berth ps --archived` \
+              lists it): `berth up` starts new ones"
+            .to_owned(),
+        n => format!(
+            "this repository has no live instances; {n} are archived (`berth ps --archived` \
+             lists them): `berth up` starts new ones"
+        ),
+    })
 }
 
 /// What the state carries besides its kind: who stopped it, why it failed.
@@ -364,8 +440,14 @@ pub async fn env(args: EnvArgs) -> anyhow::Result<ExitCode> {
         let keys = current_keys(&client, &domain, &repo, &selected).await?;
         for (def, (key, live)) in selected.iter().zip(keys) {
             if !live {
+                let archived = client.api.instances(&domain, true).await.or_say(&client)?;
+                let base = repo.instance_key(&def.name, def.scope == crate::project::Scope::Shared);
+                if let Some(gone) = newest_archived(&base, &archived) {
+                    bail!("{}", archived_note(&def.name, &gone));
+                }
                 bail!(
-                    "{} is not up in this worktree (key {key}): `berth up {}` starts it and gives it its host endpoints",
+                    "{} is not up in this worktree (it will be {key}): `berth up {}` starts it \
+                     and gives it its host endpoints",
                     def.name,
                     def.name
                 );

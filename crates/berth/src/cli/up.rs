@@ -10,7 +10,7 @@ use clap::Args;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 
-use super::instances::endpoint_tuples;
+use super::instances::{endpoint_tuples, say_moved_ports};
 use super::{Conn, annotated, current_keys, ensure_domain, load_project, print_json, scope_of, ui};
 use crate::client::{Client, OrSay};
 use crate::project::InstanceDef;
@@ -229,13 +229,13 @@ pub async fn run(args: UpArgs, verb: &str) -> anyhow::Result<ExitCode> {
     drop(multi);
 
     for t in tracked.iter_mut().filter(|t| t.instance.is_some()) {
-        t.endpoints = endpoint_tuples(
-            client
-                .api
-                .endpoints(&domain, &t.key)
-                .await
-                .unwrap_or_default(),
-        );
+        let endpoints = client
+            .api
+            .endpoints(&domain, &t.key)
+            .await
+            .unwrap_or_default();
+        say_moved_ports(&t.key, &endpoints);
+        t.endpoints = endpoint_tuples(endpoints);
     }
 
     if args.json {

@@ -294,8 +294,23 @@ impl CopyController {
             .store
             .read(move |tx| tx.snapshot(&read))
             .await?
-            .filter(|s| s.state == SnapshotState::Ready)
-            .ok_or_else(|| Stop::Fail("the snapshot to restore is no longer ready".to_owned()))?;
+            .ok_or_else(|| Stop::Fail("the snapshot to restore is gone".to_owned()))?;
+        match source.state {
+            SnapshotState::Ready => {}
+            // A restore from another instance runs once the snapshot taken of it is done.
+            SnapshotState::Failed => {
+                return Err(Stop::Fail(format!(
+                    "the snapshot {} it restores from failed: {}",
+                    source.name,
+                    source.message.as_deref().unwrap_or("no reason given")
+                )));
+            }
+            _ => {
+                return Err(Stop::Fail(
+                    "the snapshot to restore is no longer ready".to_owned(),
+                ));
+            }
+        }
         self.storage_present(&source).await?;
         // The instance controller stops the container while a copy fills the instance: once
         // this reconcile is through, the volumes it mounted are no longer written, and the
