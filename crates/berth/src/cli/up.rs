@@ -248,14 +248,7 @@ pub async fn run(args: UpArgs, verb: &str) -> anyhow::Result<ExitCode> {
                         .as_ref()
                         .map_or(Value::Null, |i| annotated(i, &repo));
                     if let Some(map) = v.as_object_mut() {
-                        let eps: Vec<Value> = t
-                            .endpoints
-                            .iter()
-                            .map(|(port, host, host_port)| {
-                                serde_json::json!({"port": port, "host": host, "hostPort": host_port})
-                            })
-                            .collect();
-                        map.insert("endpoints".into(), Value::Array(eps));
+                        map.insert("endpoints".into(), endpoints_json(&t.endpoints));
                     }
                     v
                 })
@@ -377,19 +370,35 @@ fn finish(ui: &Ui, t: &mut Tracked, outcome: Outcome) {
     t.outcome = outcome;
 }
 
+/// Host endpoints as a table shows them: `host:host port->container port`, space-separated, or
+/// `-` when there is none.
+pub(super) fn endpoints_text(endpoints: &[(u16, String, u16)]) -> String {
+    if endpoints.is_empty() {
+        return "-".to_owned();
+    }
+    endpoints
+        .iter()
+        .map(|(port, host, host_port)| format!("{host}:{host_port}->{port}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Host endpoints as `--json` adds them to an instance: `[{port, host, hostPort}]`.
+pub(super) fn endpoints_json(endpoints: &[(u16, String, u16)]) -> Value {
+    Value::Array(
+        endpoints
+            .iter()
+            .map(|(port, host, host_port)| {
+                serde_json::json!({"port": port, "host": host, "hostPort": host_port})
+            })
+            .collect(),
+    )
+}
+
 fn table(ui: &Ui, repo: &Repo, tracked: &[Tracked]) {
     let rows: Vec<Vec<Cell>> = tracked
         .iter()
         .map(|t| {
-            let endpoints = if t.endpoints.is_empty() {
-                "-".to_owned()
-            } else {
-                t.endpoints
-                    .iter()
-                    .map(|(port, host, host_port)| format!("{host}:{host_port}->{port}"))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            };
             let kind = t.instance.as_ref().map_or("unknown", state_kind);
             vec![
                 Cell::plain(&t.def.name),
@@ -400,7 +409,7 @@ fn table(ui: &Ui, repo: &Repo, tracked: &[Tracked]) {
                 Cell::plain(&t.key),
                 Cell::state(kind),
                 Cell::plain(ago(t.instance.as_ref().and_then(state_time))),
-                Cell::plain(endpoints),
+                Cell::plain(endpoints_text(&t.endpoints)),
             ]
         })
         .collect();
