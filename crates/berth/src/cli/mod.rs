@@ -1,6 +1,6 @@
 //! The commands people run, over the daemon's HTTP API: `up`, `ps`, `stop`, `start`,
 //! `archive`, `exec`, `logs`, `link`, `env`, `domains`, `rollouts`, `releases`, `rollback`,
-//! `doctor` and `ui`.
+//! `doctor`, `ui` and `service`.
 //!
 //! Each runs in a git worktree: the repository is the resource domain (created on first use),
 //! the worktree gives the worktree key, and `berth.toml` at the worktree's top level says what
@@ -14,6 +14,7 @@ mod logs;
 mod page;
 mod pins;
 mod rollouts;
+mod service;
 mod templates;
 mod up;
 
@@ -104,6 +105,9 @@ pub enum Command {
     /// Open berth's web page in the browser, signed in by a link that works once, for two
     /// minutes (`--print` prints the link instead).
     Ui(page::UiArgs),
+    /// Install, remove or check the login service that runs `berth serve` at login and again
+    /// when it dies (a systemd user unit; a launchd agent on macOS).
+    Service(service::ServiceArgs),
 }
 
 /// Runs a command; errors are printed here, and the exit code is returned.
@@ -132,6 +136,7 @@ pub async fn run(command: Command) -> ExitCode {
         Command::Restore(args) => branching::restore(args).await,
         Command::Branch(args) => branching::branch(args).await,
         Command::Ui(args) => page::run(args).await,
+        Command::Service(args) => service::run(args).await,
     };
     match result {
         Ok(code) => code,
