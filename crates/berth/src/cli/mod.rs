@@ -7,6 +7,7 @@
 //! runs. See docs/cli.md.
 
 mod branching;
+mod compose;
 mod doctor;
 mod exec;
 mod instances;
@@ -55,7 +56,8 @@ impl Conn {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Write a berth.toml; `--with postgres,redis` adds those services, pinned from their tags.
+    /// Write a berth.toml; `--with postgres,redis` adds those services, `--from compose.yaml`
+    /// converts a Compose file's; images pinned from their tags.
     Init(pins::InitArgs),
     /// Add an instance to berth.toml from an image's tag, pinned to what its registry serves.
     Add(pins::AddArgs),

@@ -39,6 +39,18 @@ pub struct InitArgs {
     with: Vec<String>,
     #[command(flatten)]
     mirror: Mirror,
+    /// Convert a Compose file's services instead (without FILE: compose.yaml, compose.yml,
+    /// docker-compose.yaml or docker-compose.yml at the top of the repository).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, conflicts_with = "with")]
+    from: Option<Option<std::path::PathBuf>>,
+    /// With --from: the Compose profiles to convert besides the services in none (`*`: all).
+    #[arg(
+        long = "profile",
+        env = "COMPOSE_PROFILES",
+        value_delimiter = ',',
+        value_name = "PROFILE"
+    )]
+    profiles: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -63,7 +75,7 @@ pub struct PinArgs {
 }
 
 /// The text a new berth.toml starts with.
-const HEADER: &str = "\
+pub(super) const HEADER: &str = "\
 # The services this repository runs beside its code, one [instances.NAME] table each.
 # `berth up` starts them (one set per git worktree), `berth env` prints their connect
 # variables, `berth pin` re-reads their tags. Images are pinned by digest: the tag is a
@@ -71,14 +83,14 @@ const HEADER: &str = "\
 ";
 
 /// Pins `image` (a tag) from its registry.
-async fn pin(reader: &TagReader, image: &str) -> anyhow::Result<PinnedImage> {
+pub(super) async fn pin(reader: &TagReader, image: &str) -> anyhow::Result<PinnedImage> {
     let tag = TagRef::parse(image).map_err(anyhow::Error::msg)?;
     let found = reader.read(&tag, true).await.map_err(anyhow::Error::msg)?;
     Ok(tag.pin(&found.digest))
 }
 
 /// Checks `text` as berth.toml and writes it to `path` in one rename, or writes nothing.
-fn write_checked(path: &Path, text: &str) -> anyhow::Result<()> {
+pub(super) fn write_checked(path: &Path, text: &str) -> anyhow::Result<()> {
     crate::project::parse(text, PROJECT_FILE).map_err(anyhow::Error::new)?;
     let temp = path.with_extension("toml.berth-new");
     std::fs::write(&temp, text).with_context(|| format!("could not write {}", temp.display()))?;
@@ -115,6 +127,9 @@ pub async fn init(args: InitArgs) -> anyhow::Result<ExitCode> {
             PROJECT_FILE,
             path.display()
         );
+    }
+    if let Some(from) = &args.from {
+        return super::compose::init_from(&repo, &path, from.as_deref(), &args.profiles).await;
     }
     let presets = presets_named(&args.with)?;
     let reader = TagReader::new();
