@@ -9,7 +9,7 @@ use anyhow::{Context, bail};
 use berth_core::image::PinnedImage;
 use berth_docker::tags::TagReader;
 
-use super::pins::{HEADER, pin, write_checked};
+use super::writes::{HEADER, pin, write_checked};
 use crate::project::compose::{COMPOSE_FILES, Inputs, convert};
 use crate::repo::{PROJECT_FILE, Repo};
 

@@ -10,7 +10,7 @@ use berth_core::decode::NAME_REFUSES;
 use clap::Args;
 use serde_json::{Value, json};
 
-use super::up::{endpoints_json, endpoints_text};
+use super::endpoints::{endpoints_json, endpoints_text};
 use super::{Conn, annotated, current_keys, find_domain, load_project, print_json, scope_of, ui};
 use crate::client::{Client, OrSay};
 use crate::repo::{Repo, generation, name_of_key};

@@ -9,6 +9,7 @@
 mod branching;
 mod compose;
 mod doctor;
+mod endpoints;
 mod exec;
 mod instances;
 mod logs;
@@ -18,6 +19,7 @@ mod rollouts;
 mod service;
 mod templates;
 mod up;
+mod writes;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

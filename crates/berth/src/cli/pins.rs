@@ -2,7 +2,6 @@
 //! from what registries serve under tags. The daemon never resolves a tag; these commands do,
 //! and write the digest they read beside the tag (`postgres:17@sha256:...`).
 
-use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
@@ -11,6 +10,7 @@ use berth_docker::tags::{TagReader, TagRef};
 use clap::Args;
 use serde_json::json;
 
+use super::writes::{HEADER, pin, write_checked};
 use crate::project::presets::{NewInstance, PRESETS, Preset, preset, preset_for_repository};
 use crate::repo::{PROJECT_FILE, Repo};
 
@@ -72,29 +72,6 @@ pub struct PinArgs {
     /// Print what changed as JSON.
     #[arg(long)]
     json: bool,
-}
-
-/// The text a new berth.toml starts with.
-pub(super) const HEADER: &str = "\
-# The services this repository runs beside its code, one [instances.NAME] table each.
-# `berth up` starts them (one set per git worktree), `berth env` prints their connect
-# variables, `berth pin` re-reads their tags. Images are pinned by digest: the tag is a
-# label; `berth add NAME IMAGE[:TAG]` writes a new one. See docs/cli.md in berth.
-";
-
-/// Pins `image` (a tag) from its registry.
-pub(super) async fn pin(reader: &TagReader, image: &str) -> anyhow::Result<PinnedImage> {
-    let tag = TagRef::parse(image).map_err(anyhow::Error::msg)?;
-    let found = reader.read(&tag, true).await.map_err(anyhow::Error::msg)?;
-    Ok(tag.pin(&found.digest))
-}
-
-/// Checks `text` as berth.toml and writes it to `path` in one rename, or writes nothing.
-pub(super) fn write_checked(path: &Path, text: &str) -> anyhow::Result<()> {
-    crate::project::parse(text, PROJECT_FILE).map_err(anyhow::Error::new)?;
-    let temp = path.with_extension("toml.berth-new");
-    std::fs::write(&temp, text).with_context(|| format!("could not write {}", temp.display()))?;
-    std::fs::rename(&temp, path).with_context(|| format!("could not write {}", path.display()))
 }
 
 fn presets_named(names: &[String]) -> anyhow::Result<Vec<&'static Preset>> {

@@ -10,6 +10,7 @@ use clap::Args;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 
+use super::endpoints::{endpoints_json, endpoints_text};
 use super::instances::endpoint_tuples;
 use super::{Conn, annotated, current_keys, ensure_domain, load_project, print_json, scope_of, ui};
 use crate::client::{Client, OrSay};
@@ -368,31 +369,6 @@ fn finish(ui: &Ui, t: &mut Tracked, outcome: Outcome) {
         }
     }
     t.outcome = outcome;
-}
-
-/// Host endpoints as a table shows them: `host:host port->container port`, space-separated, or
-/// `-` when there is none.
-pub(super) fn endpoints_text(endpoints: &[(u16, String, u16)]) -> String {
-    if endpoints.is_empty() {
-        return "-".to_owned();
-    }
-    endpoints
-        .iter()
-        .map(|(port, host, host_port)| format!("{host}:{host_port}->{port}"))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// Host endpoints as `--json` adds them to an instance: `[{port, host, hostPort}]`.
-pub(super) fn endpoints_json(endpoints: &[(u16, String, u16)]) -> Value {
-    Value::Array(
-        endpoints
-            .iter()
-            .map(|(port, host, host_port)| {
-                serde_json::json!({"port": port, "host": host, "hostPort": host_port})
-            })
-            .collect(),
-    )
 }
 
 fn table(ui: &Ui, repo: &Repo, tracked: &[Tracked]) {
