@@ -1384,3 +1384,94 @@ fn restore_from_another_worktree_gives_its_data_and_keeps_the_old_as_a_snapshot(
     let both = berth(&daemon, &repo.second, &["restore", "db"]);
     assert_eq!(both.code, 2, "a snapshot or --from is required: {both:?}");
 }
+
+#[test]
+fn ps_shows_each_instances_endpoints_and_ui_opens_the_repositorys_project() {
+    let daemon = Daemon::start();
+    let repo = repo(&two_instances());
+    let dir = &repo.main;
+    // Before the repository has a domain, `berth ui` opens the list of projects.
+    let before = berth(&daemon, dir, &["ui", "--print"]).ok();
+    assert!(
+        before
+            .stdout
+            .trim()
+            .starts_with(&format!("{}/ui/#code=", daemon.base))
+            && !before.stdout.contains("&open="),
+        "{before:?}"
+    );
+
+    let up = berth(&daemon, dir, &["up", "--json"]).ok().json();
+    let ps = berth(&daemon, dir, &["ps", "--json"]).ok().json();
+    assert_eq!(ps.as_array().unwrap().len(), 2, "{ps:#}");
+    for item in up.as_array().unwrap() {
+        let listed = by_key(&ps, item["key"].as_str().unwrap());
+        assert!(
+            !item["endpoints"].as_array().unwrap().is_empty(),
+            "{item:#}"
+        );
+        assert_eq!(listed["endpoints"], item["endpoints"], "{listed:#}");
+    }
+    // The table shows them as `berth up` does, before the note.
+    let table = berth(&daemon, dir, &["ps"]).ok();
+    let mut lines = table.stdout.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "SCOPE",
+            "KEY",
+            "STATE",
+            "SINCE",
+            "ENDPOINTS",
+            "NOTE"
+        ],
+        "{table:?}"
+    );
+    for item in up.as_array().unwrap() {
+        let name = item["name"].as_str().unwrap();
+        let endpoint = &item["endpoints"][0];
+        let shown = format!(
+            "{}:{}->{}",
+            endpoint["host"].as_str().unwrap(),
+            endpoint["hostPort"],
+            endpoint["port"]
+        );
+        assert!(
+            table
+                .stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("{name} ")) && l.contains(&shown)),
+            "{name}: {shown} in {table:?}"
+        );
+    }
+
+    // In the repository, `berth ui` opens its project's page; the code still signs in once.
+    let api = daemon.client();
+    let domain = api.get("/v1/resource-domains").expect(200)["items"][0]["resourceDomainId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let link = berth(&daemon, dir, &["ui", "--print"]).ok();
+    let link = link.stdout.trim();
+    assert!(
+        link.starts_with(&format!("{}/ui/#code=", daemon.base))
+            && link.ends_with(&format!("&open=d/{domain}")),
+        "{link}"
+    );
+    let code = link
+        .split_once("#code=")
+        .unwrap()
+        .1
+        .split('&')
+        .next()
+        .unwrap();
+    support::Client::new(&daemon.base, None)
+        .post("/v1/ui/sessions", serde_json::json!({ "code": code }))
+        .expect(200);
+    // Outside any repository, the list.
+    let elsewhere = tempfile::tempdir().expect("a directory");
+    let outside = berth(&daemon, elsewhere.path(), &["ui", "--print"]).ok();
+    assert!(!outside.stdout.contains("&open="), "{outside:?}");
+}

@@ -1044,3 +1044,35 @@ fn berth_ui_prints_or_opens_a_link_that_signs_in_once() {
         .post("/v1/ui/sessions", json!({"code": code_of(&link)}))
         .expect(200);
 }
+
+#[test]
+fn a_link_from_berth_ui_in_a_repository_signs_in_and_shows_that_project() {
+    let daemon = Daemon::start_with(&["--runtime", "none"]);
+    let api = daemon.client();
+    api.create_domain("other");
+    let domain = api.create_domain("shop");
+    // What `berth ui` opens in a repository whose domain exists (tests/cli.rs checks the
+    // command's side): the link, then the project to show.
+    let link = format!("{}&open=d/{domain}", sign_in_link(&api));
+    let browser = Browser::start();
+    browser.goto(&link);
+    browser.wait(
+        "document.querySelector('h1') && document.querySelector('h1').textContent === 'shop'",
+        "the project's page",
+    );
+    let address = block_on(browser.wd.current_url())
+        .expect("the url")
+        .to_string();
+    assert!(
+        address.ends_with(&format!("/ui/#/d/{domain}")),
+        "the page shows the project, and the code left the address bar: {address}"
+    );
+    // An `open` that is no project's page is not followed: the list shows.
+    browser.goto("about:blank");
+    browser.goto(&format!("{}&open=javascript:alert(1)", sign_in_link(&api)));
+    browser.wait(
+        "document.querySelector('h1') && document.querySelector('h1').textContent === 'Projects'",
+        "the projects",
+    );
+    browser.close();
+}

@@ -908,9 +908,13 @@ setInterval(() => {
 async function boot() {
   const hash = location.hash;
   if (hash.startsWith('#code=')) {
-    const code = decodeURIComponent(hash.slice('#code='.length));
+    // `#code=CODE`, and from `berth ui` in a repository `&open=d/ID`: the project to show.
+    const params = new URLSearchParams(hash.slice(1));
+    const code = params.get('code') || '';
+    const open = params.get('open') || '';
+    const next = /^d\/[^/]+$/.test(open) ? `#/${open}` : '#/';
     // The code leaves the address bar (and the history) before it is used.
-    history.replaceState(null, '', `${location.pathname}#/`);
+    history.replaceState(null, '', `${location.pathname}${next}`);
     try {
       await api.redeem(code);
     } catch (e) {

@@ -1,5 +1,6 @@
 //! `berth`: the daemon (`berth serve`) and, over its HTTP API, the commands people run.
 
+mod autostart;
 mod cli;
 mod client;
 mod project;

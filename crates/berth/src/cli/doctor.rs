@@ -297,6 +297,25 @@ async fn templates(client: &Client, repo: &Repo, asked: bool) -> Option<Check> {
     ))
 }
 
+/// Whether the login service (`berth service install`) is installed and running. Not having
+/// one is no failure (the daemon may run by hand); one installed and stopped is.
+fn login_service() -> Check {
+    let name = "service";
+    match super::service::State::read() {
+        Err(e) => Check::ok(name, format!("not checked: {e:#}")),
+        Ok(state) if state.installed && state.running == Ok(false) => Check::fail(
+            name,
+            state.sentence(),
+            if cfg!(target_os = "macos") {
+                "run `berth service install` again; its output is in ~/Library/Logs/berth.log"
+            } else {
+                "run `systemctl --user start berth`; `journalctl --user -u berth` says why it stopped"
+            },
+        ),
+        Ok(state) => Check::ok(name, state.sentence()),
+    }
+}
+
 pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let ui = ui(args.json);
     let mut checks = vec![docker()];
@@ -322,6 +341,7 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
             false
         }
     };
+    checks.push(login_service());
     let mut client = None;
     if daemon_up {
         let connected = endpoint.connect().await;

@@ -10,6 +10,7 @@ use berth_core::decode::NAME_REFUSES;
 use clap::Args;
 use serde_json::{Value, json};
 
+use super::endpoints::{endpoints_json, endpoints_text};
 use super::{Conn, annotated, current_keys, find_domain, load_project, print_json, scope_of, ui};
 use crate::client::{Client, OrSay};
 use crate::repo::{Repo, generation, name_of_key};
@@ -230,9 +231,32 @@ pub async fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
             key_of(b),
         ))
     });
+    // Each live instance's host endpoints, as `berth up` shows them (an archived one has none).
+    let endpoints: Vec<Vec<(u16, String, u16)>> = match (&domain, args.archived) {
+        (Some(d), false) => {
+            futures_util::future::join_all(items.iter().map(|i| client.api.endpoints(d, &i.key)))
+                .await
+                .into_iter()
+                .map(|e| endpoint_tuples(e.unwrap_or_default()))
+                .collect()
+        }
+        _ => vec![Vec::new(); items.len()],
+    };
     if args.json {
         print_json(&Value::Array(
-            items.iter().map(|i| annotated(i, &repo)).collect(),
+            items
+                .iter()
+                .zip(&endpoints)
+                .map(|(i, eps)| {
+                    let mut v = annotated(i, &repo);
+                    if let Some(map) = v.as_object_mut()
+                        && !args.archived
+                    {
+                        map.insert("endpoints".into(), endpoints_json(eps));
+                    }
+                    v
+                })
+                .collect(),
         ));
         return Ok(ExitCode::SUCCESS);
     }
@@ -245,18 +269,31 @@ pub async fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
     }
     let rows: Vec<Vec<Cell>> = items
         .iter()
-        .map(|i| {
+        .zip(&endpoints)
+        .map(|(i, eps)| {
             vec![
                 Cell::plain(name_of_key(key_of(i))),
                 Cell::plain(scope_of(i, &repo)),
                 Cell::plain(key_of(i)),
                 Cell::state(state_kind(i)),
                 Cell::plain(ago(state_time(i))),
+                Cell::plain(endpoints_text(eps)),
                 Cell::plain(detail_note(i)),
             ]
         })
         .collect();
-    ui.table(&["NAME", "SCOPE", "KEY", "STATE", "SINCE", "NOTE"], &rows);
+    ui.table(
+        &[
+            "NAME",
+            "SCOPE",
+            "KEY",
+            "STATE",
+            "SINCE",
+            "ENDPOINTS",
+            "NOTE",
+        ],
+        &rows,
+    );
     Ok(ExitCode::SUCCESS)
 }
 

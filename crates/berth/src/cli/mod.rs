@@ -1,13 +1,15 @@
 //! The commands people run, over the daemon's HTTP API: `up`, `ps`, `stop`, `start`,
 //! `archive`, `exec`, `logs`, `link`, `env`, `domains`, `rollouts`, `releases`, `rollback`,
-//! `doctor` and `ui`.
+//! `doctor`, `ui` and `service`.
 //!
 //! Each runs in a git worktree: the repository is the resource domain (created on first use),
 //! the worktree gives the worktree key, and `berth.toml` at the worktree's top level says what
 //! runs. See docs/cli.md.
 
 mod branching;
+mod compose;
 mod doctor;
+mod endpoints;
 mod exec;
 mod instances;
 mod logs;
@@ -15,8 +17,10 @@ mod page;
 mod pins;
 mod promote;
 mod rollouts;
+mod service;
 mod templates;
 mod up;
+mod writes;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -55,7 +59,8 @@ impl Conn {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Write a berth.toml; `--with postgres,redis` adds those services, pinned from their tags.
+    /// Write a berth.toml; `--with postgres,redis` adds those services, `--from compose.yaml`
+    /// converts a Compose file's; images pinned from their tags.
     Init(pins::InitArgs),
     /// Add an instance to berth.toml from an image's tag, pinned to what its registry serves.
     Add(pins::AddArgs),
@@ -111,6 +116,9 @@ pub enum Command {
     /// Open berth's web page in the browser, signed in by a link that works once, for two
     /// minutes (`--print` prints the link instead).
     Ui(page::UiArgs),
+    /// Install, remove or check the login service that runs `berth serve` at login and again
+    /// when it dies (a systemd user unit; a launchd agent on macOS).
+    Service(service::ServiceArgs),
 }
 
 /// Runs a command; errors are printed here, and the exit code is returned.
@@ -141,6 +149,7 @@ pub async fn run(command: Command) -> ExitCode {
         Command::Restore(args) => branching::restore(args).await,
         Command::Branch(args) => branching::branch(args).await,
         Command::Ui(args) => page::run(args).await,
+        Command::Service(args) => service::run(args).await,
     };
     match result {
         Ok(code) => code,

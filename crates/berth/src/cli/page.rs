@@ -1,11 +1,15 @@
-//! `berth ui`: opens the daemon's web page, signed in by a single-use link.
+//! `berth ui`: opens the daemon's web page, signed in by a single-use link, on this
+//! repository's project when it has one.
 
 use std::process::{ExitCode, Stdio};
 
 use clap::Args;
 
+use berth_client::DomainId;
+
 use super::Conn;
 use crate::client::OrSay;
+use crate::repo::Repo;
 
 #[derive(Args, Debug)]
 pub struct UiArgs {
@@ -32,11 +36,36 @@ fn openers() -> Vec<String> {
     list
 }
 
+/// The repository's domain when this runs in a repository with a berth.toml whose domain
+/// exists: the page to open after signing in. Anywhere else, the page opens on the list.
+async fn this_project(client: &crate::client::Client) -> anyhow::Result<Option<DomainId>> {
+    let Ok(repo) = Repo::discover() else {
+        return Ok(None);
+    };
+    if !repo.project_file().is_file() {
+        return Ok(None);
+    }
+    Ok(super::find_domain(client, &repo)
+        .await?
+        .map(|d| d.resource_domain_id))
+}
+
+/// The sign-in link, sent on to the project's page (`#code=CODE&open=d/ID`: the page trades
+/// the code, then shows `#/d/ID`) when there is one.
+fn link_to(url: &str, project: Option<&DomainId>) -> String {
+    match project {
+        Some(id) => format!("{url}&open=d/{}", id.as_str()),
+        None => url.to_owned(),
+    }
+}
+
 pub async fn run(args: UiArgs) -> anyhow::Result<ExitCode> {
     let client = args.conn.endpoint().connect().await?;
+    let project = this_project(&client).await?;
     let link = client.api.sign_in_link().await.or_say(&client)?;
+    let url = link_to(&link.url, project.as_ref());
     if args.print {
-        println!("{}", link.url);
+        println!("{url}");
         return Ok(ExitCode::SUCCESS);
     }
     for opener in openers() {
@@ -46,7 +75,7 @@ pub async fn run(args: UiArgs) -> anyhow::Result<ExitCode> {
         }
         // The link goes to the opener as an argument of its own process, never to a log.
         let status = command
-            .arg(&link.url)
+            .arg(&url)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -59,6 +88,6 @@ pub async fn run(args: UiArgs) -> anyhow::Result<ExitCode> {
     eprintln!(
         "berth: found no browser to open (set BROWSER); open this link yourself, once, within two minutes:"
     );
-    println!("{}", link.url);
+    println!("{url}");
     Ok(ExitCode::SUCCESS)
 }

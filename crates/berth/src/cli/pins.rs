@@ -2,7 +2,6 @@
 //! from what registries serve under tags. The daemon never resolves a tag; these commands do,
 //! and write the digest they read beside the tag (`postgres:17@sha256:...`).
 
-use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
@@ -11,6 +10,7 @@ use berth_docker::tags::{TagReader, TagRef};
 use clap::Args;
 use serde_json::json;
 
+use super::writes::{HEADER, pin, set_image, write_checked};
 use crate::project::presets::{NewInstance, PRESETS, Preset, preset, preset_for_repository};
 use crate::repo::{PROJECT_FILE, Repo};
 
@@ -39,6 +39,18 @@ pub struct InitArgs {
     with: Vec<String>,
     #[command(flatten)]
     mirror: Mirror,
+    /// Convert a Compose file's services instead (without FILE: compose.yaml, compose.yml,
+    /// docker-compose.yaml or docker-compose.yml at the top of the repository).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, conflicts_with = "with")]
+    from: Option<Option<std::path::PathBuf>>,
+    /// With --from: the Compose profiles to convert besides the services in none (`*`: all).
+    #[arg(
+        long = "profile",
+        env = "COMPOSE_PROFILES",
+        value_delimiter = ',',
+        value_name = "PROFILE"
+    )]
+    profiles: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -60,29 +72,6 @@ pub struct PinArgs {
     /// Print what changed as JSON.
     #[arg(long)]
     json: bool,
-}
-
-/// The text a new berth.toml starts with.
-const HEADER: &str = "\
-# The services this repository runs beside its code, one [instances.NAME] table each.
-# `berth up` starts them (one set per git worktree), `berth env` prints their connect
-# variables, `berth pin` re-reads their tags. Images are pinned by digest: the tag is a
-# label; `berth add NAME IMAGE[:TAG]` writes a new one. See docs/cli.md in berth.
-";
-
-/// Pins `image` (a tag) from its registry.
-async fn pin(reader: &TagReader, image: &str) -> anyhow::Result<PinnedImage> {
-    let tag = TagRef::parse(image).map_err(anyhow::Error::msg)?;
-    let found = reader.read(&tag, true).await.map_err(anyhow::Error::msg)?;
-    Ok(tag.pin(&found.digest))
-}
-
-/// Checks `text` as berth.toml and writes it to `path` in one rename, or writes nothing.
-pub(super) fn write_checked(path: &Path, text: &str) -> anyhow::Result<()> {
-    crate::project::parse(text, PROJECT_FILE).map_err(anyhow::Error::new)?;
-    let temp = path.with_extension("toml.berth-new");
-    std::fs::write(&temp, text).with_context(|| format!("could not write {}", temp.display()))?;
-    std::fs::rename(&temp, path).with_context(|| format!("could not write {}", path.display()))
 }
 
 fn presets_named(names: &[String]) -> anyhow::Result<Vec<&'static Preset>> {
@@ -115,6 +104,9 @@ pub async fn init(args: InitArgs) -> anyhow::Result<ExitCode> {
             PROJECT_FILE,
             path.display()
         );
+    }
+    if let Some(from) = &args.from {
+        return super::compose::init_from(&repo, &path, from.as_deref(), &args.profiles).await;
     }
     let presets = presets_named(&args.with)?;
     let reader = TagReader::new();
@@ -278,17 +270,6 @@ pub async fn pin_command(args: PinArgs) -> anyhow::Result<ExitCode> {
         println!("rewrote {changed} pin(s) in {PROJECT_FILE}; `berth up` runs them");
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Sets `instances.NAME.image`, keeping the comments and spacing around the value.
-pub(super) fn set_image(doc: &mut toml_edit::DocumentMut, name: &str, image: &str) {
-    let item = &mut doc["instances"][name]["image"];
-    let decor = item.as_value().map(|v| v.decor().clone());
-    let mut value = toml_edit::Value::from(image);
-    if let Some(decor) = decor {
-        *value.decor_mut() = decor;
-    }
-    *item = toml_edit::Item::Value(value);
 }
 
 /// `sha256:` and the first 12 hex digits.

@@ -297,7 +297,7 @@ fn pin_in_file(repo: &Repo, name: &str, from: &str, to: &str) -> anyhow::Result<
     let mut doc: toml_edit::DocumentMut = text
         .parse()
         .with_context(|| format!("could not read {} again", project.path.display()))?;
-    super::pins::set_image(&mut doc, name, to);
-    super::pins::write_checked(&project.path, &doc.to_string())?;
+    super::writes::set_image(&mut doc, name, to);
+    super::writes::write_checked(&project.path, &doc.to_string())?;
     Ok(true)
 }

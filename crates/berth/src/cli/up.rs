@@ -10,6 +10,7 @@ use clap::Args;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 
+use super::endpoints::{endpoints_json, endpoints_text};
 use super::instances::{endpoint_tuples, say_moved_ports};
 use super::{Conn, annotated, current_keys, ensure_domain, load_project, print_json, scope_of, ui};
 use crate::client::{Client, OrSay};
@@ -248,14 +249,7 @@ pub async fn run(args: UpArgs, verb: &str) -> anyhow::Result<ExitCode> {
                         .as_ref()
                         .map_or(Value::Null, |i| annotated(i, &repo));
                     if let Some(map) = v.as_object_mut() {
-                        let eps: Vec<Value> = t
-                            .endpoints
-                            .iter()
-                            .map(|(port, host, host_port)| {
-                                serde_json::json!({"port": port, "host": host, "hostPort": host_port})
-                            })
-                            .collect();
-                        map.insert("endpoints".into(), Value::Array(eps));
+                        map.insert("endpoints".into(), endpoints_json(&t.endpoints));
                     }
                     v
                 })
@@ -381,15 +375,6 @@ fn table(ui: &Ui, repo: &Repo, tracked: &[Tracked]) {
     let rows: Vec<Vec<Cell>> = tracked
         .iter()
         .map(|t| {
-            let endpoints = if t.endpoints.is_empty() {
-                "-".to_owned()
-            } else {
-                t.endpoints
-                    .iter()
-                    .map(|(port, host, host_port)| format!("{host}:{host_port}->{port}"))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            };
             let kind = t.instance.as_ref().map_or("unknown", state_kind);
             vec![
                 Cell::plain(&t.def.name),
@@ -400,7 +385,7 @@ fn table(ui: &Ui, repo: &Repo, tracked: &[Tracked]) {
                 Cell::plain(&t.key),
                 Cell::state(kind),
                 Cell::plain(ago(t.instance.as_ref().and_then(state_time))),
-                Cell::plain(endpoints),
+                Cell::plain(endpoints_text(&t.endpoints)),
             ]
         })
         .collect();

@@ -19,12 +19,17 @@
 //! 4. `file`: `Project`, loaded from disk and selected from by name; uses `checker` and
 //!    `definition`.
 //!
+//! Beside them, `compose` (a Compose file read as instances for `berth init --from`, with what
+//! it leaves out and why) uses none of them: what it writes is checked by `checker` as any
+//! berth.toml is, by the command that writes it.
+//!
 //! This file only declares them and re-exports what the rest of the binary uses as
 //! `crate::project::...`; the other `pub` items (`parse`, `ReadyDef`, the defaults, `FIELDS`,
 //! `expand`, `parse_cpu`, `parse_size`) are public to the files here, and a re-export of them
 //! would be an unused import until something outside needs one.
 
 mod checker;
+pub mod compose;
 mod definition;
 mod file;
 pub mod presets;

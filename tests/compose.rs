@@ -1,0 +1,484 @@
+//! `berth init --from`: Compose files in the styles of real projects (tests/fixtures/compose/)
+//! converted into berth.toml, each image pinned from what the fixture registry serves under its
+//! tag, with every key left out named and why; then `berth up` runs what they describe.
+
+use berth_testkit as support;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+
+use support::tagging::{Target, push_tag};
+use support::{Daemon, KEY, busybox_image, fixture};
+
+/// A fresh git repository holding a copy of the fixture directory `name`.
+fn repo_with(name: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let from = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/compose")
+        .join(name);
+    let out = Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", from.display()))
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    dir
+}
+
+/// `berth args...` in `dir` with `env` (REGISTRY and friends), against `url`: exit code,
+/// stdout, stderr. The variables the fixtures interpolate are unset unless `env` sets them.
+fn berth(
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    url: Option<&str>,
+) -> (i32, String, String) {
+    let empty = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(args)
+        .current_dir(dir)
+        .env("DOCKER_CONFIG", empty.path())
+        .env("BERTH_URL", url.unwrap_or("http://127.0.0.1:9"))
+        .env("BERTH_SERVICE_KEYS", KEY)
+        .env("USER", "tester")
+        .env_remove("COMPOSE_PROFILES")
+        .env_remove("REGISTRY")
+        .env_remove("DB_USER")
+        .env_remove("DB_PASSWORD")
+        .env_remove("DB_PORT")
+        .env_remove("POSTGRES_DB")
+        .envs(env.iter().copied())
+        .output()
+        .expect("berth runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Removes the local images pulled under `prefix` when dropped, however the test ends.
+struct LocalImages(String);
+
+impl Drop for LocalImages {
+    fn drop(&mut self) {
+        support::remove_local_images(&self.0);
+    }
+}
+
+/// The registry prefix of this run's own repositories (`REGISTRY` in the fixtures).
+fn registry() -> String {
+    format!(
+        "{}/{}",
+        fixture("BERTH_TEST_REGISTRY"),
+        support::run_prefix().to_lowercase()
+    )
+}
+
+/// Puts `source` (a fixture image) under `REGISTRY/name:tag`; answers its digest.
+fn tag(source: &str, name: &str, tag: &str) -> String {
+    let repository = format!("{}/{name}", support::run_prefix().to_lowercase());
+    push_tag(source, &Target::fixture_registry(), &repository, tag)
+}
+
+/// What the command left out, as `(place, why)`, from its closing list.
+fn left_out(out: &str) -> Vec<(String, String)> {
+    out.lines()
+        .skip_while(|l| !l.starts_with("left out "))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .map(|l| {
+            let (place, why) = l.trim().split_once(": ").expect("PLACE: WHY");
+            (place.to_owned(), why.to_owned())
+        })
+        .collect()
+}
+
+fn places(left: &[(String, String)]) -> BTreeSet<&str> {
+    left.iter().map(|(p, _)| p.as_str()).collect()
+}
+
+fn why<'a>(left: &'a [(String, String)], place: &str) -> &'a str {
+    left.iter()
+        .find(|(p, _)| p == place)
+        .map(|(_, w)| w.as_str())
+        .unwrap_or_else(|| panic!("{place} is not named in {left:#?}"))
+}
+
+const HOST_PATH: &str = "a host path: refused by berth's contract: an instance mounts named volumes only, never a host path or the Docker socket";
+
+#[test]
+fn a_web_apps_compose_file_converts_and_up_runs_its_database_and_cache() {
+    let registry = registry();
+    let pg = tag(&fixture("BERTH_TEST_POSTGRES_IMAGE"), "postgres", "16");
+    let redis = tag(&fixture("BERTH_TEST_REDIS_IMAGE"), "redis", "7");
+    let repo = repo_with("webapp");
+    let env = [("REGISTRY", registry.as_str())];
+
+    // No path: compose.yaml at the top of the repository.
+    let (code, out, err) = berth(repo.path(), &["init", "--from"], &env, None);
+    assert_eq!(code, 0, "{out}{err}");
+    let file = std::fs::read_to_string(repo.path().join("berth.toml")).unwrap();
+    for line in [
+        "[instances.db]\n".to_owned(),
+        format!("image = \"{registry}/postgres:16@{pg}\"\n"),
+        "env = { POSTGRES_USER = \"shop\", POSTGRES_PASSWORD = \"dev\", POSTGRES_DB = \"shop_development\" }\n".to_owned(),
+        "volumes = { pgdata = \"/var/lib/postgresql/data\" }\n".to_owned(),
+        "ready = { exec = [\"sh\", \"-c\", \"pg_isready -U shop -d shop_development -h 127.0.0.1\"] }\n".to_owned(),
+        "[instances.db.connect]\nDB_ADDR = \"{host}:{port:5432}\"\n".to_owned(),
+        "[instances.cache]\n".to_owned(),
+        format!("image = \"{registry}/redis:7@{redis}\"\n"),
+        "command = [\"redis-server\", \"--appendonly\", \"yes\"]\n".to_owned(),
+        "volumes = { redis-data = \"/data\" }\n".to_owned(),
+        "ready = { exec = [\"redis-cli\", \"ping\"] }\n".to_owned(),
+        "CACHE_ADDR = \"{host}:{port:6379}\"\n".to_owned(),
+    ] {
+        assert!(file.contains(&line), "{line} in\n{file}");
+    }
+    assert!(!file.contains("[instances.web]"), "{file}");
+
+    // Everything left out is named, and why.
+    let left = left_out(&out);
+    assert_eq!(
+        places(&left),
+        BTreeSet::from([
+            "name",
+            "x-restart",
+            "services.web",
+            "services.db.restart",
+            "services.db.container_name",
+            "services.db.volumes[1]",
+            "services.db.ports",
+            "services.db.healthcheck.interval/timeout/retries",
+            "services.cache.restart",
+            "services.cache.ports",
+        ]),
+        "{out}"
+    );
+    assert!(
+        why(&left, "services.web").starts_with("it is built from a Dockerfile and names no image")
+    );
+    assert_eq!(why(&left, "services.db.volumes[1]"), HOST_PATH);
+    assert!(
+        why(&left, "services.db.ports").starts_with("the host ports (5432->5432) are not kept")
+    );
+    assert!(
+        why(&left, "services.cache.ports").starts_with("the host ports (6379->6379) are not kept")
+    );
+
+    // berth up runs what the file described, and berth env connects to it.
+    let _pulled = LocalImages(format!("{registry}/"));
+    let daemon = Daemon::start();
+    let (code, out, err) = berth(
+        repo.path(),
+        &["up", "--timeout", "3m"],
+        &[],
+        Some(&daemon.base),
+    );
+    assert_eq!(code, 0, "{out}{err}\n{}", daemon.log_tail(40));
+    assert_eq!(out.matches("running").count(), 2, "{out}");
+    let (code, out, err) = berth(repo.path(), &["env"], &[], Some(&daemon.base));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("export DB_ADDR='127.0.0.1:"), "{out}");
+    assert!(out.contains("export CACHE_ADDR='127.0.0.1:"), "{out}");
+    let (code, out, err) = berth(
+        repo.path(),
+        &[
+            "exec",
+            "db",
+            "--",
+            "psql",
+            "-U",
+            "shop",
+            "-d",
+            "shop_development",
+            "-tAc",
+            "select 40 + 2",
+        ],
+        &[],
+        Some(&daemon.base),
+    );
+    assert_eq!((code, out.trim()), (0, "42"), "{err}");
+    let (code, out, err) = berth(
+        repo.path(),
+        &[
+            "exec",
+            "cache",
+            "--",
+            "redis-cli",
+            "config",
+            "get",
+            "appendonly",
+        ],
+        &[],
+        Some(&daemon.base),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("yes"),
+        "the command from the Compose file runs: {out}"
+    );
+}
+
+#[test]
+fn a_platform_file_with_profiles_env_files_and_long_ports_converts_naming_every_key_it_drops() {
+    let registry = registry();
+    let image = busybox_image();
+    for (name, t) in [
+        ("postgres", "15-alpine"),
+        ("rabbitmq", "3-management"),
+        ("mailcatcher", "latest"),
+        ("adminer", "4"),
+        ("worker", "latest"),
+    ] {
+        tag(&image, name, t);
+    }
+    let repo = repo_with("platform");
+    let env = [("REGISTRY", registry.as_str())];
+
+    // Without the tools profile: adminer is named, not converted.
+    let (code, out, err) = berth(
+        repo.path(),
+        &["init", "--from", "docker-compose.yml"],
+        &env,
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let file = std::fs::read_to_string(repo.path().join("berth.toml")).unwrap();
+    for line in [
+        "[instances.postgres]\n",
+        // The env file first, then `environment` over it; `- POSTGRES_DB` takes the env file's.
+        "env = { TZ = \"UTC\", POSTGRES_DB = \"platform\", LOG_LEVEL = \"debug\", POSTGRES_PASSWORD = \"secret\", PGDATA = \"/var/lib/postgresql/data/pgdata\" }\n",
+        "volumes = { db-data = \"/var/lib/postgresql/data\" }\n",
+        "ready = { exec = [\"pg_isready\", \"-U\", \"postgres\"] }\n",
+        "[instances.rabbitmq]\n",
+        "ready = { exec = [\"sh\", \"-c\", \"rabbitmq-diagnostics -q ping\"] }\n",
+        "RABBITMQ_ADDR = \"{host}:{port:5672}\"\nRABBITMQ_ADDR_15672 = \"{host}:{port:15672}\"\n",
+        "# From the Compose service \"Mail.Catcher\".\n[instances.mail-catcher]\n",
+        "ready = { tcp = 1025 }\n",
+    ] {
+        assert!(file.contains(line), "{line} in\n{file}");
+    }
+    assert!(
+        !file.contains("[instances.adminer]") && !file.contains("[instances.worker]"),
+        "{file}"
+    );
+    let left = left_out(&out);
+    assert_eq!(
+        places(&left),
+        BTreeSet::from([
+            "version",
+            "networks",
+            "services.postgres.networks",
+            "services.postgres.deploy",
+            "services.postgres.logging",
+            "services.rabbitmq.hostname",
+            "services.rabbitmq.stop_grace_period",
+            "services.rabbitmq.networks",
+            "services.rabbitmq.ports",
+            "services.rabbitmq.healthcheck.interval",
+            "services.Mail.Catcher",
+            "services.Mail.Catcher.tmpfs",
+            "services.adminer.profiles",
+            "services.worker",
+        ]),
+        "{out}"
+    );
+    assert_eq!(
+        why(&left, "services.adminer.profiles"),
+        "the service is in profile tools only, and none of them was asked for: `--profile tools` converts it"
+    );
+    assert!(why(&left, "services.worker").starts_with("berth needs a ready check"));
+    assert_eq!(
+        why(&left, "services.postgres.networks"),
+        "refused by berth's contract: an instance joins only the networks berth gives it, never the host's"
+    );
+
+    // With it, adminer is converted too (a new file: init never overwrites one).
+    std::fs::remove_file(repo.path().join("berth.toml")).unwrap();
+    let (code, out, err) = berth(
+        repo.path(),
+        &["init", "--from", "docker-compose.yml", "--profile", "tools"],
+        &env,
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let file = std::fs::read_to_string(repo.path().join("berth.toml")).unwrap();
+    assert!(
+        file.contains("[instances.adminer]\n") && file.contains("ready = { tcp = 8080 }\n"),
+        "{file}"
+    );
+    assert!(
+        !places(&left_out(&out)).contains("services.adminer.profiles"),
+        "{out}"
+    );
+}
+
+#[test]
+fn every_key_the_contract_refuses_is_named_with_the_contracts_sentence() {
+    let registry = registry();
+    tag(&busybox_image(), "agent", "1.2");
+    let repo = repo_with("unsafe");
+    let (code, out, err) = berth(
+        repo.path(),
+        &["init", "--from", "compose.yml"],
+        &[("REGISTRY", registry.as_str())],
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let left = left_out(&out);
+    let contract = |sentence: &str| format!("refused by berth's contract: {sentence}");
+    for (place, expected) in [
+        (
+            "services.agent.privileged",
+            contract("berth never runs an instance privileged"),
+        ),
+        (
+            "services.agent.cap_add",
+            contract("berth adds no capability to an instance"),
+        ),
+        (
+            "services.agent.network_mode",
+            contract("an instance joins only the networks berth gives it, never the host's"),
+        ),
+        (
+            "services.agent.pid",
+            contract("an instance shares no namespace with the host or another container"),
+        ),
+        (
+            "services.agent.devices",
+            contract("an instance gets no device"),
+        ),
+        (
+            "services.agent.security_opt",
+            contract("an instance's security options are berth's"),
+        ),
+        (
+            "services.agent.volumes[0]",
+            format!(
+                "the Docker socket: {}",
+                contract(
+                    "an instance mounts named volumes only, never a host path or the Docker socket"
+                )
+            ),
+        ),
+        ("services.agent.volumes[1]", HOST_PATH.to_owned()),
+        ("services.agent.volumes[2]", HOST_PATH.to_owned()),
+    ] {
+        assert_eq!(why(&left, place), expected, "{place}");
+    }
+    assert_eq!(
+        places(&left),
+        BTreeSet::from([
+            "services.agent.privileged",
+            "services.agent.cap_add",
+            "services.agent.network_mode",
+            "services.agent.pid",
+            "services.agent.devices",
+            "services.agent.security_opt",
+            "services.agent.volumes[0]",
+            "services.agent.volumes[1]",
+            "services.agent.volumes[2]",
+            "services.agent.entrypoint",
+            "services.agent.ports",
+            "services.agent.x-team",
+        ]),
+        "{out}"
+    );
+    // Both port lines: the udp one and the host port of the tcp one.
+    assert!(
+        out.contains("8125/udp: berth's host endpoints are tcp"),
+        "{out}"
+    );
+    // What remains is what the contract allows: the image, the named volume, the tcp port.
+    let file = std::fs::read_to_string(repo.path().join("berth.toml")).unwrap();
+    let instance = file.split("[instances.agent]\n").nth(1).expect("the agent");
+    assert!(
+        instance.contains("volumes = { state = \"/var/lib/agent\" }\nready = { tcp = 8126 }\n"),
+        "{file}"
+    );
+    for refused in [
+        "privileged",
+        "docker.sock",
+        "/host",
+        "NET_ADMIN",
+        "entrypoint",
+    ] {
+        assert!(!file.contains(refused), "{refused} in {file}");
+    }
+}
+
+#[test]
+fn a_refused_conversion_writes_nothing_and_says_why() {
+    // A repository with no tags in it (this run's others push theirs elsewhere).
+    let registry = format!("{}/nothing-here", registry());
+    let repo = repo_with("webapp");
+    let target = repo.path().join("berth.toml");
+    // A tag the registry does not have: nothing is written, the service's image is named.
+    let (code, out, err) = berth(
+        repo.path(),
+        &["init", "--from"],
+        &[("REGISTRY", &registry)],
+        None,
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("services.db.image") && err.contains("has no tag 16"),
+        "{err}"
+    );
+    assert!(!target.exists());
+
+    // A variable the file requires (`${VAR:?message}`) and nobody set.
+    std::fs::write(
+        repo.path().join("compose.yaml"),
+        "services:\n  db:\n    image: ${IMAGE:?set IMAGE to the database image}\n    ports: [\"5432\"]\n",
+    )
+    .unwrap();
+    let (code, _, err) = berth(repo.path(), &["init", "--from"], &[], None);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("IMAGE must be set: set IMAGE to the database image"),
+        "{err}"
+    );
+    assert!(!target.exists());
+
+    // Nothing berth can run: every service named, and no file.
+    std::fs::write(
+        repo.path().join("compose.yaml"),
+        "services:\n  app:\n    build: .\n  job:\n    image: busybox\n",
+    )
+    .unwrap();
+    let (code, _, err) = berth(repo.path(), &["init", "--from"], &[], None);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("has no service berth can run, so nothing was written")
+            && err.contains("services.app: it is built from a Dockerfile")
+            && err.contains("services.job: berth needs a ready check"),
+        "{err}"
+    );
+    assert!(!target.exists());
+
+    // No Compose file at all.
+    std::fs::remove_file(repo.path().join("compose.yaml")).unwrap();
+    let (code, _, err) = berth(repo.path(), &["init", "--from"], &[], None);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("found no Compose file at the top of the repository (compose.yaml, compose.yml, docker-compose.yaml, docker-compose.yml)"),
+        "{err}"
+    );
+
+    // An existing berth.toml is never overwritten.
+    std::fs::write(&target, "# mine\n").unwrap();
+    let (code, _, err) = berth(repo.path(), &["init", "--from", "x.yaml"], &[], None);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("berth.toml already exists"), "{err}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "# mine\n");
+}
