@@ -668,6 +668,65 @@ fn a_refused_key_is_said_plainly_and_doctor_passes_with_a_good_one() {
     );
 }
 
+#[test]
+fn up_dry_run_and_doctor_say_what_each_up_would_do_and_change_nothing() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let repo = repo(&two_instances());
+    let dir = &repo.main;
+    // No domain yet: said, and none is made.
+    let first = berth(&daemon, dir, &["up", "--dry-run"]).ok();
+    assert!(first.stdout.contains("does not exist yet"), "{first:?}");
+    let domains = api.get("/v1/resource-domains").expect(200);
+    assert_eq!(
+        domains["items"],
+        serde_json::json!([]),
+        "no domain was made"
+    );
+
+    berth(&daemon, dir, &["up", "db"]).ok();
+    let domains = api.get("/v1/resource-domains").expect(200);
+    let domain = domains["items"][0]["resourceDomainId"].as_str().unwrap();
+    let instances = format!("/v1/resource-domains/{domain}/instances");
+
+    let reports = berth(&daemon, dir, &["up", "--dry-run", "--json"])
+        .ok()
+        .json();
+    let of = |name: &str| {
+        reports
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("no {name}: {reports:#}"))["report"]
+            .clone()
+    };
+    let (db, web) = (of("db"), of("web"));
+    assert_eq!(db["ok"], true, "{db:#}");
+    assert_eq!(db["wouldCreate"], false);
+    assert_eq!(db["container"]["action"], "keep");
+    assert_eq!(web["ok"], true, "{web:#}");
+    assert_eq!(web["wouldCreate"], true);
+    assert_eq!(web["alias"]["alias"], "www");
+
+    let text = berth(&daemon, dir, &["up", "--dry-run"]).ok();
+    assert!(text.stdout.contains("would keep its container"), "{text:?}");
+    assert!(text.stdout.contains("would create it"), "{text:?}");
+    let doctor = berth(&daemon, dir, &["doctor"]).ok();
+    for name in ["db", "web"] {
+        assert!(
+            doctor
+                .stdout
+                .lines()
+                .any(|l| l.starts_with("ok") && l.contains(&format!(" preflight {name}: "))),
+            "{name}: {doctor:?}"
+        );
+    }
+    // Only the instance `berth up` made exists.
+    let listed = api.get(&instances).expect(200);
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1, "{listed:#}");
+}
+
 /// A tmux server of this test's own, removed when dropped.
 struct Tmux {
     socket: String,

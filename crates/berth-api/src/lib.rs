@@ -30,6 +30,7 @@ pub mod ids;
 pub mod image;
 pub mod instances;
 pub mod page;
+pub mod preflight;
 pub mod releases;
 pub mod rollouts;
 pub mod schema;

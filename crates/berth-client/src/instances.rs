@@ -24,6 +24,21 @@ impl Client {
         self.up_request(domain, key, &request).await
     }
 
+    /// `POST .../instances/{key}/preflight`: what an `up` with `request` would do and whether
+    /// it would succeed; nothing is written.
+    pub async fn preflight(
+        &self,
+        domain: &DomainId,
+        key: &str,
+        request: &UpRequest,
+    ) -> Result<PreflightReport, ClientError> {
+        self.post(
+            &instance_path(domain, key, "/preflight"),
+            Self::body(request),
+        )
+        .await
+    }
+
     /// `POST .../instances/{key}/up` with the whole request (`template` among it).
     pub async fn up_request(
         &self,

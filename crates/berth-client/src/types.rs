@@ -23,6 +23,10 @@ pub use berth_api::page::{
     ConnectString, DomainSummary, ImageSummary, InstanceSummary, InstanceVolumeUsage, LastFailure,
     Session, SessionRequest, VolumeSize, VolumeUsage,
 };
+pub use berth_api::preflight::{
+    PreflightAlias, PreflightCheck, PreflightContainer, PreflightEndpoint, PreflightImage,
+    PreflightReport, PreflightVolume,
+};
 pub use berth_api::releases::{
     PromoteRequest, PromotionView, ReleaseEnd, ReleaseList, ReleaseView, RollbackRequest,
     RollbackView,

@@ -393,6 +393,14 @@ pub trait Runtime: Send + Sync + 'static {
     /// when missing, then require that its `RepoDigests` holds exactly the pinned repo digest.
     async fn ensure_image(&self, image: &PinnedImage) -> Result<ImageFacts, RuntimeError>;
 
+    /// The pinned image if the engine holds it already, verified as [`Runtime::ensure_image`]
+    /// verifies it; `None` when it does not. Never pulls. A runtime that cannot tell answers
+    /// `None`.
+    async fn local_image(&self, image: &PinnedImage) -> Result<Option<ImageFacts>, RuntimeError> {
+        let _ = image;
+        Ok(None)
+    }
+
     /// The facts of the local image with this id (`sha256:...`), its `RepoDigests` normalised;
     /// `None` when the engine holds no image with that id. Never pulls.
     async fn image_facts_by_id(&self, image_id: &str) -> Result<Option<ImageFacts>, RuntimeError>;

@@ -170,6 +170,19 @@ fn repository_name(image: &PinnedImage) -> String {
     }
 }
 
+/// The pinned image if the engine holds it, verified; `None` when it does not. Never pulls.
+pub(crate) async fn local_image(
+    docker: &Docker,
+    image: &PinnedImage,
+) -> Result<Option<ImageFacts>, RuntimeError> {
+    let reference = untagged_reference(image);
+    match docker.inspect_image(&reference).await {
+        Ok(found) => verify(image, &reference, found).map(Some),
+        Err(e) if error::status(&e) == Some(404) => Ok(None),
+        Err(e) => Err(error::map(e, &format!("image {reference}"))),
+    }
+}
+
 /// The local image with this id, without pulling anything: its facts, or `None` when the engine
 /// holds no image with that id. Only a full `sha256:<64 hex>` id is looked up, so a short id or a
 /// name can never resolve to some other image.

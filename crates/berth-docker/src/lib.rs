@@ -217,6 +217,10 @@ impl Runtime for DockerRuntime {
         images::ensure_image(&self.docker, self.config.pull_timeout, image).await
     }
 
+    async fn local_image(&self, image: &PinnedImage) -> Result<Option<ImageFacts>, RuntimeError> {
+        images::local_image(&self.docker, image).await
+    }
+
     async fn image_facts_by_id(&self, image_id: &str) -> Result<Option<ImageFacts>, RuntimeError> {
         images::facts_by_id(&self.docker, image_id).await
     }

@@ -99,14 +99,7 @@ impl Berth {
         template: bool,
     ) -> Result<InstanceView, Error> {
         self.domain(owner, domain_id)?;
-        let spec = decode_spec(spec).map_err(|refusals| Error::SpecRefused {
-            message: if refusals.iter().any(|r| r.field != "spec") {
-                "the spec asks for what an instance may never have; nothing was written".to_owned()
-            } else {
-                "the spec does not decode; nothing was written".to_owned()
-            },
-            refusals,
-        })?;
+        let spec = decode_up_spec(spec)?;
         let reconciler = self.require_runtime()?;
         let spec_digest = spec.digest().to_string();
         let prefix = self.prefix().to_owned();
@@ -335,6 +328,18 @@ impl Berth {
     }
 }
 
+/// The spec of an `up`, decoded, or its refusal: every field refused, by name.
+pub(crate) fn decode_up_spec(spec: &Value) -> Result<Spec, Error> {
+    decode_spec(spec).map_err(|refusals| Error::SpecRefused {
+        message: if refusals.iter().any(|r| r.field != "spec") {
+            "the spec asks for what an instance may never have; nothing was written".to_owned()
+        } else {
+            "the spec does not decode; nothing was written".to_owned()
+        },
+        refusals,
+    })
+}
+
 /// The write of an `up`, inside its transaction: every check, then the instance as it is now
 /// asked to run.
 #[allow(clippy::too_many_arguments)]
@@ -349,6 +354,35 @@ pub(crate) fn apply_up(
     prefix: &str,
     mode: RolloutMode,
 ) -> Result<Instance, Error> {
+    let existing = check_up(tx, owner, domain_id, key, spec)?;
+    let instance = next_instance(
+        existing.as_ref(),
+        domain_id,
+        key,
+        spec,
+        spec_digest,
+        cause,
+        prefix,
+    );
+    match &existing {
+        None => tx.insert_instance(&instance)?,
+        Some(before) if *before != instance => tx.save_desired(&instance)?,
+        Some(_) => {}
+    }
+    tx.record_rollout(existing.as_ref(), &instance, mode)?;
+    Ok(instance)
+}
+
+/// Every check an `up` makes before it writes, read in `tx` (a write's or a read's): the
+/// domain is the owner's and admits the instance, the instance is not archived, the alias is
+/// free. Answers the instance as stored, if there is one. The preflight makes the same checks.
+pub(crate) fn check_up(
+    tx: &Tx<'_>,
+    owner: &str,
+    domain_id: &DomainId,
+    key: &str,
+    spec: &Spec,
+) -> Result<Option<Instance>, Error> {
     let domain = owned(tx.domain(domain_id)?, owner, domain_id)?;
     if domain.state == DomainState::Archived {
         return Err(Error::DomainNotActive {
@@ -375,14 +409,32 @@ pub(crate) fn apply_up(
         return Err(Error::AliasTaken {
             alias: spec.alias.clone(),
             holder,
-            scope: match &spec.worktree_key {
-                Some(k) => format!("worktree key {k}"),
-                None => "the whole domain".to_owned(),
-            },
+            scope: alias_scope(spec),
         });
     }
-    let before = existing.clone();
-    let instance = match existing {
+    Ok(existing)
+}
+
+/// Where a spec's alias must be unique, as a phrase.
+pub(crate) fn alias_scope(spec: &Spec) -> String {
+    match &spec.worktree_key {
+        Some(k) => format!("worktree key {k}"),
+        None => "the whole domain".to_owned(),
+    }
+}
+
+/// The instance an `up` of `spec` makes of `existing` (`None`: a new one), as it would be
+/// stored; nothing is written.
+pub(crate) fn next_instance(
+    existing: Option<&Instance>,
+    domain_id: &DomainId,
+    key: &str,
+    spec: &Spec,
+    spec_digest: &str,
+    cause: UpCause,
+    prefix: &str,
+) -> Instance {
+    match existing {
         None => {
             let mut instance = Instance {
                 id: InstanceId::new(),
@@ -405,11 +457,10 @@ pub(crate) fn apply_up(
                 template: false,
             };
             instance.volumes = plan_volumes(prefix, &instance, &[]);
-            tx.insert_instance(&instance)?;
             instance
         }
-        Some(mut instance) => {
-            let before = instance.clone();
+        Some(before) => {
+            let mut instance = before.clone();
             if instance.spec_digest != spec_digest {
                 instance.spec = spec.clone();
                 instance.spec_digest = spec_digest.to_owned();
@@ -452,12 +503,7 @@ pub(crate) fn apply_up(
                 // Ask again: a failed start is retried by the next up.
                 instance.state = InstanceState::NotStarted;
             }
-            if instance != before {
-                tx.save_desired(&instance)?;
-            }
             instance
         }
-    };
-    tx.record_rollout(before.as_ref(), &instance, mode)?;
-    Ok(instance)
+    }
 }

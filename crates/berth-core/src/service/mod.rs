@@ -6,6 +6,7 @@ use std::sync::Arc;
 mod engine;
 mod instances;
 mod page;
+mod preflight;
 mod promotions;
 mod rollouts;
 mod snapshots;

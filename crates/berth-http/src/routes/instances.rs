@@ -3,6 +3,7 @@
 use axum::extract::State;
 use axum::{Extension, Json};
 use berth_api::instances::{StopRequest, UpRequest};
+use berth_api::preflight::PreflightReport;
 use berth_api::releases::RollbackRequest;
 use berth_core::UpCause;
 use berth_core::evidence::ImageEvidence;
@@ -130,6 +131,7 @@ impl FromQuery for ListQuery {
 pub(crate) fn router() -> OpenApiRouter<App> {
     OpenApiRouter::new()
         .routes(routes!(up_instance))
+        .routes(routes!(preflight_instance))
         .routes(routes!(list_instances))
         .routes(routes!(get_instance))
         .routes(routes!(stop_instance))
@@ -457,6 +459,29 @@ async fn up_instance(
     Ok(Json(
         app.berth
             .up_with(&caller.owner, &domain, key, &spec, cause, template)
+            .await?,
+    ))
+}
+
+/// What an `up` with this body would do and whether it would succeed, writing nothing to the
+/// store or the engine: the spec's refusals, the domain's, instance's and alias's checks, the
+/// image (local, or what its registry serves under the digest; never pulled), the volumes it
+/// would make or reuse, the alias, the endpoints and whether the container would be replaced
+/// and why. A refused spec is a report with `ok: false`, not an error.
+#[utoipa::path(post, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/preflight", tag = "resource-instances",
+    params(InstancePath), request_body = UpRequest,
+    responses((status = 200, body = PreflightReport), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 500, body = ErrorBody)))]
+async fn preflight_instance(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Params(path): Params<InstancePath>,
+    Body(UpRequest { spec, cause, .. }): Body<UpRequest>,
+) -> Result<Json<PreflightReport>, ApiError> {
+    let (domain, key) = path.parts()?;
+    Ok(Json(
+        app.berth
+            .preflight(&caller.owner, &domain, key, &spec, cause)
             .await?,
     ))
 }

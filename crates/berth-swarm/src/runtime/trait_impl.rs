@@ -32,6 +32,11 @@ impl Runtime for SwarmRuntime {
         self.node.ensure_image(image).await
     }
 
+    /// On the manager's engine, where [`Runtime::ensure_image`] makes it present.
+    async fn local_image(&self, image: &PinnedImage) -> Result<Option<ImageFacts>, RuntimeError> {
+        self.node.local_image(image).await
+    }
+
     async fn image_facts_by_id(&self, image_id: &str) -> Result<Option<ImageFacts>, RuntimeError> {
         self.node.image_facts_by_id(image_id).await
     }

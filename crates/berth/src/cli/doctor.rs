@@ -316,6 +316,38 @@ fn login_service() -> Check {
     }
 }
 
+/// Each berth.toml instance's preflight: whether `berth up` would succeed for it, and what it
+/// would do.
+async fn preflights(client: &Client, repo: &Repo, project: &crate::project::Project) -> Vec<Check> {
+    let defs: Vec<&crate::project::InstanceDef> = project.instances.iter().collect();
+    match super::preflight::preflight_all(client, repo, &defs).await {
+        Ok(None) => vec![Check::ok(
+            "preflight",
+            "no domain yet: `berth up` makes it (`berth up --dry-run` checks again after)",
+        )],
+        Ok(Some(all)) => all
+            .iter()
+            .map(|p| {
+                let name = format!("preflight {}", p.name);
+                if p.ok() {
+                    Check::ok(&name, p.summary())
+                } else {
+                    Check::fail(
+                        &name,
+                        p.summary(),
+                        "correct berth.toml or the engine as the line says; `berth up --dry-run --json` shows the whole report",
+                    )
+                }
+            })
+            .collect(),
+        Err(e) => vec![Check::fail(
+            "preflight",
+            format!("{e:#}"),
+            "see the daemon's log",
+        )],
+    }
+}
+
 pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let ui = ui(args.json);
     let mut checks = vec![docker()];
@@ -396,6 +428,7 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
                     checks.push(image_check(image).await);
                 }
                 if let Some(client) = &client {
+                    checks.extend(preflights(client, &repo, &project).await);
                     let asked = project.instances.iter().any(|i| i.template);
                     checks.extend(templates(client, &repo, asked).await);
                 }

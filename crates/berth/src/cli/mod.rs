@@ -15,6 +15,7 @@ mod instances;
 mod logs;
 mod page;
 mod pins;
+mod preflight;
 mod promote;
 mod rollouts;
 mod service;

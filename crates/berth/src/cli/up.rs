@@ -28,6 +28,9 @@ pub struct UpArgs {
     /// Print the instances as JSON at the end.
     #[arg(long)]
     json: bool,
+    /// Ask the daemon what the up would do and whether it would succeed, and do nothing.
+    #[arg(long)]
+    dry_run: bool,
     /// InstanceView names from berth.toml [default: all of them].
     #[arg(value_name = "NAME")]
     names: Vec<String>,
@@ -114,6 +117,9 @@ pub async fn run(args: UpArgs, verb: &str) -> anyhow::Result<ExitCode> {
     let project = load_project(&repo)?;
     let selected = project.select(&args.names)?;
     let client = args.conn.endpoint().connect().await?;
+    if args.dry_run {
+        return dry_run(&ui, &client, &repo, &selected, args.json).await;
+    }
     let domain = ensure_domain(&client, &repo).await?.resource_domain_id;
 
     let multi = ui
@@ -369,6 +375,44 @@ fn finish(ui: &Ui, t: &mut Tracked, outcome: Outcome) {
         }
     }
     t.outcome = outcome;
+}
+
+/// `berth up --dry-run`: each instance's preflight, one line each; fails when any up would.
+async fn dry_run(
+    ui: &Ui,
+    client: &Client,
+    repo: &Repo,
+    selected: &[&InstanceDef],
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let Some(all) = super::preflight::preflight_all(client, repo, selected).await? else {
+        let line = format!(
+            "the domain {} does not exist yet: berth up would create it and every instance in it              (run berth up once to check the rest)",
+            repo.domain_name
+        );
+        if json {
+            print_json(
+                &serde_json::json!({"domain": repo.domain_name, "exists": false, "message": line}),
+            );
+        } else {
+            println!("{line}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    if json {
+        print_json(&Value::Array(all.iter().map(|p| p.json()).collect()));
+    } else {
+        let width = all.iter().map(|p| p.name.len()).max().unwrap_or(0);
+        for p in &all {
+            let mark = if p.ok() { ui.ok_mark() } else { ui.fail_mark() };
+            println!("{mark} {:width$}  {}", p.name, p.summary());
+        }
+    }
+    Ok(if all.iter().all(|p| p.ok()) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 fn table(ui: &Ui, repo: &Repo, tracked: &[Tracked]) {
