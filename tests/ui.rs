@@ -1076,3 +1076,65 @@ fn a_link_from_berth_ui_in_a_repository_signs_in_and_shows_that_project() {
     );
     browser.close();
 }
+
+#[test]
+fn a_page_signed_in_with_a_read_and_link_key_shows_no_button_its_key_may_not_use() {
+    const IDE_KEY: &str = "test-key-ide-plugin-cccccccc";
+    let grants = format!(
+        "[keys.{}]\nactsFor = \"{}\"\ncapabilities = [\"read\", \"workspaces:link\"]\n",
+        support::key_id(IDE_KEY),
+        support::key_id(KEY)
+    );
+    let daemon = support::Launch::new()
+        .keys(&[KEY, IDE_KEY])
+        .grants(&grants)
+        .start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    api.up(&domain, "web", &spec(&busybox_image(), "web"), "person")
+        .expect(200);
+    api.wait_state(&domain, "web", "running", READY);
+    block_on(
+        api.api()
+            .snapshot(&support::domain_id(&domain), "web", "before"),
+    )
+    .expect("a snapshot");
+
+    let ide = daemon.client_with(Some(IDE_KEY));
+    let browser = Browser::start();
+    browser.goto(&format!("{}&open=d/{domain}", sign_in_link(&ide)));
+    browser.wait(
+        "document.querySelector('tr[data-key=\"web\"] [data-state=\"running\"]')",
+        "web running on the plugin's page",
+    );
+    let none = |selector: &str| {
+        let found = browser.js(&format!(
+            "return document.querySelectorAll('{selector}').length"
+        ));
+        assert_eq!(found, json!(0), "{selector} on a read-and-link page");
+    };
+    none("[data-action^=\"stop:\"], [data-action^=\"start:\"]");
+    browser.goto(&format!("{}/ui/#/d/{domain}/i/web", daemon.base));
+    browser.wait(
+        "[...document.querySelectorAll('tr[data-snapshot=\"before\"]')].some((tr) => tr.textContent.includes('ready'))",
+        "the instance page with its snapshot, ready",
+    );
+    none("[data-action^=\"stop:\"], [data-action^=\"archive:\"], [data-action^=\"rollback:\"]");
+    none("[data-action^=\"snapshot:\"], [data-action^=\"restore:\"], [data-action^=\"branch:\"]");
+    browser.screenshot("read-and-link");
+    let findings = browser.audit();
+    assert!(findings.is_empty(), "read-and-link page: {findings:#?}");
+
+    // The page's session acts as the plugin's key, grants and all, not as the key it acts for.
+    let token = browser.js("return sessionStorage.getItem('berth.session')");
+    let as_page = Client::new(&daemon.base, Some(token.as_str().expect("a session token")));
+    let refused = as_page
+        .post(
+            &format!("/v1/resource-domains/{domain}/instances/web/stop"),
+            json!({"by": "the web page"}),
+        )
+        .expect_error(403, "ServiceKeyCapabilityMissingError");
+    assert_eq!(refused["capability"], "instances:lifecycle");
+    assert_eq!(api.instance(&domain, "web")["state"]["kind"], "running");
+    browser.close();
+}

@@ -41,4 +41,8 @@ pub struct ErrorBody {
     /// `ResourceInstanceRollbackTargetNotAcceptedError`: `rollback-target-not-accepted`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// `ServiceKeyCapabilityMissingError`: the capability the route needs, e.g.
+    /// `instances:exec`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capability: Option<String>,
 }

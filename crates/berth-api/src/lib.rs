@@ -20,6 +20,7 @@ macro_rules! display_as_wire_name {
     )*};
 }
 
+pub mod capabilities;
 pub mod daemon;
 pub mod decode;
 pub mod domains;

@@ -127,6 +127,16 @@ pub struct Whoami {
     /// The label a container carries to be an executor of the caller's workspace `ID`:
     /// this with `ID` replaced.
     pub consent_label_template: String,
+    /// Whether the daemon's grants file limits this key; a key it does not name may do
+    /// everything.
+    #[serde(default)]
+    pub restricted: bool,
+    /// What the key may do in every domain it reaches.
+    #[serde(default)]
+    pub capabilities: Vec<crate::capabilities::Capability>,
+    /// What it may do beyond that in one domain each.
+    #[serde(default)]
+    pub service_deployment_grants: Vec<crate::capabilities::ServiceDeploymentGrant>,
 }
 
 /// An empty object.

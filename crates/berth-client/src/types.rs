@@ -6,6 +6,7 @@
 //! against a newer daemon. (The end-to-end wire tests decode every answer with these same types
 //! and encode it back, which holds the daemon to exactly the fields and values they name.)
 
+pub use berth_api::capabilities::{Capability, ServiceDeploymentGrant};
 pub use berth_api::daemon::{DaemonView, Health, OtherStoreView, SignInLink};
 pub use berth_api::domains::{
     ArchiveDomainResponse, CreateDomainRequest, DomainList, DomainState, DomainView,

@@ -3,7 +3,8 @@
 //! Every `/v1` route needs `Authorization: Bearer <service key>`, or a web page's session token
 //! that acts for one (see [`crate::ui::sessions`]). Keys are held only as their
 //! sha256; a presented key is hashed and compared with every known hash in constant time. A
-//! domain belongs to the hash of the key that created it. Keys never reach a log.
+//! domain belongs to the hash of the key that created it (or of the key its grants entry acts
+//! for). Keys never reach a log; what each may do is [`crate::grants`].
 //!
 //! The Host guard refuses a request whose `Host` names anything but a loopback host or the
 //! listen address: a web page the developer visits cannot rebind its own name to 127.0.0.1 and
@@ -20,23 +21,38 @@ use axum::extract::{Request, State};
 use axum::http::header::{AUTHORIZATION, HOST};
 use axum::middleware::Next;
 use axum::response::Response;
+use berth_core::consent::key_id;
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
+use subtle::{ConditionallySelectable, ConstantTimeEq};
 
 use crate::error::ApiError;
+use crate::grants::{KeyConfig, KeyGrants};
 use crate::ui::sessions::UiSessions;
 
-/// Who is calling: the hash of their service key, which owns the domains it creates.
+/// Who is calling: the hash of the key whose domains they work on, and what they may do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
-    /// Hex sha256 of the service key.
+    /// Hex sha256 of the service key that owns the domains and workspaces the caller works
+    /// on: the presented key's own, or the one its grants entry acts for.
     pub owner: String,
+    /// Hex sha256 of the presented key (or of the key a web page's session was signed in
+    /// with): what a web page's session acts as.
+    pub key: String,
+    /// What the key may do.
+    pub grants: Arc<KeyGrants>,
 }
 
-/// The service keys this berth accepts.
+/// A key this berth accepts.
+struct KnownKey {
+    hash: [u8; 32],
+    owner: String,
+    grants: Arc<KeyGrants>,
+}
+
+/// The service keys this berth accepts, with what each may do.
 #[derive(Clone)]
 pub struct ServiceKeys {
-    hashes: Arc<Vec<[u8; 32]>>,
+    keys: Arc<Vec<KnownKey>>,
     /// The web page's sign-in codes and session tokens, which act for these keys.
     sessions: Arc<UiSessions>,
 }
@@ -51,7 +67,7 @@ pub struct SessionAuth {
 
 impl std::fmt::Debug for ServiceKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ServiceKeys({} keys)", self.hashes.len())
+        write!(f, "ServiceKeys({} keys)", self.keys.len())
     }
 }
 
@@ -60,12 +76,85 @@ fn hash(key: &str) -> [u8; 32] {
 }
 
 impl ServiceKeys {
-    /// Accepts exactly these keys.
+    /// Accepts exactly these keys, each owning its own domains and free to do everything.
     pub fn new<I: IntoIterator<Item = S>, S: AsRef<str>>(keys: I) -> Self {
+        let keys = keys
+            .into_iter()
+            .map(|k| {
+                let hash = hash(k.as_ref());
+                KnownKey {
+                    hash,
+                    owner: hex::encode(hash),
+                    grants: Arc::new(KeyGrants::unrestricted()),
+                }
+            })
+            .collect();
         Self {
-            hashes: Arc::new(keys.into_iter().map(|k| hash(k.as_ref())).collect()),
+            keys: Arc::new(keys),
             sessions: Arc::default(),
         }
+    }
+
+    /// These keys with the grants file's entries applied. An entry must name one of the keys
+    /// by its public id, once; one that acts for another key must name a key that acts for
+    /// none. The error is a sentence naming the entry.
+    pub fn configured(self, entries: Vec<KeyConfig>) -> Result<Self, String> {
+        let ids: Vec<String> = self
+            .keys
+            .iter()
+            .map(|k| key_id(&hex::encode(k.hash)))
+            .collect();
+        let find = |id: &str| ids.iter().position(|known| known == id);
+        let mut seen = std::collections::BTreeSet::new();
+        let mut keys: Vec<KnownKey> = self
+            .keys
+            .iter()
+            .map(|k| KnownKey {
+                hash: k.hash,
+                owner: k.owner.clone(),
+                grants: k.grants.clone(),
+            })
+            .collect();
+        let acting: Vec<String> = entries
+            .iter()
+            .filter(|e| e.acts_for.is_some())
+            .map(|e| e.key_id.clone())
+            .collect();
+        for entry in entries {
+            let Some(at) = find(&entry.key_id) else {
+                return Err(format!(
+                    "keys.{}: no service key of this daemon has that id (a key's id is what \
+                     `GET /v1/whoami` answers with it)",
+                    entry.key_id
+                ));
+            };
+            if !seen.insert(at) {
+                return Err(format!(
+                    "keys.{}: the key is named twice; give each key one entry",
+                    entry.key_id
+                ));
+            }
+            if let Some(other) = &entry.acts_for {
+                let Some(other_at) = find(other) else {
+                    return Err(format!(
+                        "keys.{}.acts-for: no service key of this daemon has the id {other}",
+                        entry.key_id
+                    ));
+                };
+                if other_at == at || acting.contains(other) {
+                    return Err(format!(
+                        "keys.{}.acts-for: must name another key that acts for no one",
+                        entry.key_id
+                    ));
+                }
+                keys[at].owner = hex::encode(keys[other_at].hash);
+            }
+            keys[at].grants = Arc::new(entry.grants);
+        }
+        Ok(Self {
+            keys: Arc::new(keys),
+            sessions: self.sessions,
+        })
     }
 
     /// The web page's sign-in codes and session tokens.
@@ -77,13 +166,27 @@ impl ServiceKeys {
     pub fn check(&self, presented: &str) -> Option<Caller> {
         let h = hash(presented);
         // Compare with every key so the time taken says nothing about which one matched.
-        let matched = self
-            .hashes
+        let mut at = u64::MAX;
+        for (i, known) in self.keys.iter().enumerate() {
+            at.conditional_assign(&(i as u64), known.hash.ct_eq(&h));
+        }
+        self.keys.get(usize::try_from(at).ok()?).map(Self::caller)
+    }
+
+    /// The caller for the key whose hex sha256 is `key_hash` (a web page's session acts as it).
+    fn caller_by_hash(&self, key_hash: &str) -> Option<Caller> {
+        self.keys
             .iter()
-            .fold(subtle::Choice::from(0), |acc, known| acc | known.ct_eq(&h));
-        bool::from(matched).then(|| Caller {
-            owner: hex::encode(h),
-        })
+            .find(|k| hex::encode(k.hash) == key_hash)
+            .map(Self::caller)
+    }
+
+    fn caller(known: &KnownKey) -> Caller {
+        Caller {
+            owner: known.owner.clone(),
+            key: hex::encode(known.hash),
+            grants: known.grants.clone(),
+        }
     }
 }
 
@@ -105,13 +208,18 @@ pub async fn require_key(
     let caller = match presented.as_deref() {
         Some(k) => match keys.check(k) {
             Some(caller) => caller,
-            // Not a key: perhaps a web page's session token, which acts as the key it came from.
+            // Not a key: perhaps a web page's session token, which acts as the key it was
+            // signed in with, grants and all.
             None => {
-                let owner = keys.sessions.check(k).ok_or(ApiError::Unauthorized)?;
+                let caller = keys
+                    .sessions
+                    .check(k)
+                    .and_then(|key| keys.caller_by_hash(&key))
+                    .ok_or(ApiError::Unauthorized)?;
                 req.extensions_mut().insert(SessionAuth {
                     token_hash: crate::ui::sessions::secret_hash(k),
                 });
-                Caller { owner }
+                caller
             }
         },
         None => return Err(ApiError::Unauthorized),
@@ -229,6 +337,61 @@ mod tests {
         assert!(keys.check("gamma").is_none());
         assert!(keys.check("").is_none());
         assert!(!format!("{keys:?}").contains("alpha"));
+    }
+
+    #[test]
+    fn a_grants_entry_limits_its_key_and_may_act_for_another() {
+        use berth_api::capabilities::Capability;
+        let id = |k: &str| key_id(&hex::encode(hash(k)));
+        let entry = |k: &str, acts_for: Option<&str>| KeyConfig {
+            key_id: id(k),
+            acts_for: acts_for.map(id),
+            grants: KeyGrants::restricted([Capability::Read], []),
+        };
+        let keys = ServiceKeys::new(["developer-key", "ide-plugin-key"])
+            .configured(vec![entry("ide-plugin-key", Some("developer-key"))])
+            .unwrap();
+        let dev = keys.check("developer-key").unwrap();
+        let ide = keys.check("ide-plugin-key").unwrap();
+        assert!(!dev.grants.is_restricted());
+        assert!(ide.grants.is_restricted());
+        assert_eq!(
+            ide.owner, dev.owner,
+            "the plugin works on the developer's domains"
+        );
+        assert_ne!(ide.key, dev.key, "but stays a key of its own");
+        assert_eq!(keys.caller_by_hash(&ide.key), Some(ide));
+
+        let keys = || ServiceKeys::new(["developer-key", "ide-plugin-key"]);
+        let unknown = KeyConfig {
+            key_id: "0123456789ab".into(),
+            ..entry("developer-key", None)
+        };
+        assert!(
+            keys()
+                .configured(vec![unknown])
+                .unwrap_err()
+                .contains("keys.0123456789ab")
+        );
+        let twice = vec![entry("developer-key", None), entry("developer-key", None)];
+        assert!(
+            keys()
+                .configured(twice)
+                .unwrap_err()
+                .contains("named twice")
+        );
+        let itself = vec![entry("developer-key", Some("developer-key"))];
+        assert!(keys().configured(itself).unwrap_err().contains("acts-for"));
+        let chain = vec![
+            entry("developer-key", Some("ide-plugin-key")),
+            entry("ide-plugin-key", Some("developer-key")),
+        ];
+        assert!(
+            keys()
+                .configured(chain)
+                .unwrap_err()
+                .contains("acts for no one")
+        );
     }
 
     #[test]

@@ -24,6 +24,15 @@ pub enum ApiError {
     ServiceKeyRequired,
     /// A route answers this path, but not with this method.
     MethodNotAllowed,
+    /// The key lacks the capability the route needs (in the route's domain, when it names one).
+    CapabilityMissing {
+        /// What the route needs.
+        capability: berth_api::capabilities::Capability,
+        /// Whether the route names a domain, where a per-domain grant would also do.
+        in_domain: bool,
+    },
+    /// A route that declares no capability, called with a key the grants file limits.
+    CapabilityUndeclared,
 }
 
 impl From<Error> for ApiError {
@@ -50,6 +59,7 @@ impl ApiError {
             current_rollout_generation: None,
             current_rollout_id: None,
             reason: None,
+            capability: None,
         };
         let e = match self {
             ApiError::Unauthorized => {
@@ -113,6 +123,41 @@ impl ApiError {
                         "MethodNotAllowedError",
                         "this path does not answer this method; see GET /v1/openapi.json for the \
                          methods it has"
+                            .to_owned(),
+                    ),
+                );
+            }
+            ApiError::CapabilityMissing {
+                capability,
+                in_domain,
+            } => {
+                let place = if in_domain {
+                    "everywhere or in this resource domain (a serviceDeploymentGrants entry)"
+                } else {
+                    "everywhere"
+                };
+                return (
+                    StatusCode::FORBIDDEN,
+                    ErrorBody {
+                        capability: Some(capability.as_str().to_owned()),
+                        ..body(
+                            "ServiceKeyCapabilityMissingError",
+                            format!(
+                                "this key may not do what this route does: it needs the \
+                                 capability `{capability}`, which the daemon's grants file gives \
+                                 {place}; GET /v1/whoami lists what this key has"
+                            ),
+                        )
+                    },
+                );
+            }
+            ApiError::CapabilityUndeclared => {
+                return (
+                    StatusCode::FORBIDDEN,
+                    body(
+                        "ServiceKeyCapabilityMissingError",
+                        "this route declares no capability, so only a key the daemon's grants \
+                         file does not limit may call it"
                             .to_owned(),
                     ),
                 );

@@ -8,8 +8,10 @@
 //! or stdin; no refusal quotes the value it refuses.
 
 pub mod auth;
+pub mod capabilities;
 pub mod error;
 pub mod extract;
+pub mod grants;
 pub mod routes;
 pub use berth_api::schema;
 pub mod ui;
@@ -34,6 +36,7 @@ use utoipa_axum::router::OpenApiRouter;
 
 pub use auth::{AllowedHosts, ServiceKeys};
 use error::ApiError;
+pub use grants::{KeyConfig, KeyGrants};
 
 /// The largest JSON body a route accepts.
 pub const MAX_JSON_BODY: usize = 1024 * 1024;
@@ -102,8 +105,14 @@ pub fn router(
     doc.merge(health_doc);
     let (sessions, sessions_doc) = routes::ui::public_router().split_for_parts();
     doc.merge(sessions_doc);
+    capabilities::mark(&mut doc);
     let app = App { berth, shutdown };
     let v1 = v1
+        // The key first (the outer layer), then what it may do.
+        .layer(from_fn_with_state(
+            app.clone(),
+            capabilities::require_capability,
+        ))
         .layer(from_fn_with_state(keys.clone(), auth::require_key))
         .with_state(app.clone())
         .layer(axum::Extension(std::sync::Arc::new(doc)));

@@ -22,6 +22,18 @@ let viewAbort = null;
 let onChange = null;
 // What the current view does with a copy's progress (an instance page shows its snapshots).
 let onCopy = null;
+// Who the page is signed in as (GET /v1/whoami): what its key may do decides which buttons it
+// shows. The daemon refuses what the key may not do whatever the page shows.
+let me = null;
+
+// Whether the signed-in key may use `capability` in the domain of `model` (when given).
+function can(capability, model) {
+  if (!me || !me.restricted) return true;
+  if ((me.capabilities || []).includes(capability)) return true;
+  const d = model && model.domain;
+  return !!d && (me.serviceDeploymentGrants || []).some((g) =>
+    (g.serviceId === d.name || g.serviceId === d.resourceDomainId) && g.capabilities.includes(capability));
+}
 
 function toast(text) {
   toastEl.textContent = text;
@@ -66,6 +78,7 @@ function failed(e) {
 
 function showSignIn(message) {
   closeLive();
+  me = null;
   signOutButton.hidden = true;
   setCrumbs({ text: 'Sign in' });
   const error = h('p', { class: 'error', role: 'alert' }, message || '');
@@ -346,7 +359,9 @@ function actionButtons(model, entry, { withArchive = false } = {}) {
   const i = entry.instance;
   const path = api.instancePath(model.id, i.key);
   const buttons = [];
-  if (runningish(i)) {
+  if (!can('instances:lifecycle', model)) {
+    // No start or stop for this key.
+  } else if (runningish(i)) {
     const stop = h('button', {
       type: 'button', class: 'secondary', 'data-action': `stop:${i.key}`, 'aria-label': `Stop ${i.key}`,
       onclick: () => act(stop, `Stopping ${i.key}…`, () => api.post(`${path}/stop`, { by: 'the web page' })),
@@ -359,7 +374,7 @@ function actionButtons(model, entry, { withArchive = false } = {}) {
     }, 'Start');
     buttons.push(start);
   }
-  if (withArchive) {
+  if (withArchive && can('instances:archive', model)) {
     const archive = h('button', {
       type: 'button', class: 'danger-outline', 'data-action': `archive:${i.key}`,
       onclick: async () => {
@@ -659,7 +674,8 @@ async function showInstance(id, key, focusLogs) {
         h('span', { class: 'muted' }, when(stateTime(i.state)))),
       i.state.kind === 'failed' ? lastFailure(entry, { long: true }) : null,
       entry.branchedFrom ? h('p', { class: 'muted' }, origin(entry, { id: 'origin' })) : null,
-      h('div', { class: 'row' }, actionButtons(model, entry, { withArchive: true }), rollback));
+      h('div', { class: 'row' }, actionButtons(model, entry, { withArchive: true }),
+        can('deployment:rollback-route', model) ? rollback : null));
     refocus(header, focused);
     const focusedDetail = detailsBox.contains(document.activeElement) ? document.activeElement.getAttribute('data-action') : null;
     const row = (label, ...value) => [h('dt', {}, label), h('dd', {}, ...value)];
@@ -739,7 +755,7 @@ async function showInstance(id, key, focusLogs) {
       const snapshots = await api.get(`${api.domainPath(id)}/snapshots?instanceKey=${encodeURIComponent(key)}`);
       if (abort.signal.aborted) return;
       const focused = snapshotsBox.contains(document.activeElement) ? document.activeElement.getAttribute('data-action') : null;
-      replace(snapshotsBox, snapshotTable(key, snapshots.items, { restore, branch }));
+      replace(snapshotsBox, snapshotTable(key, snapshots.items, { restore, branch, copies: can('data:snapshot', model) }));
       refocus(snapshotsBox, focused);
     } catch (e) { if (!abort.signal.aborted) failed(e); }
   };
@@ -770,7 +786,8 @@ async function showInstance(id, key, focusLogs) {
     h('div', { class: 'split' },
       h('section', { 'aria-labelledby': 'details-h' }, h('h2', { id: 'details-h' }, 'Details'), detailsBox),
       h('section', { 'aria-labelledby': 'releases-h' }, h('h2', { id: 'releases-h' }, 'Releases'), releasesBox)),
-    h('section', { 'aria-labelledby': 'snapshots-h' }, h('h2', { id: 'snapshots-h' }, 'Snapshots'), takeForm, copyStatus, snapshotsBox),
+    h('section', { 'aria-labelledby': 'snapshots-h' }, h('h2', { id: 'snapshots-h' }, 'Snapshots'),
+      can('data:snapshot', model) ? takeForm : null, copyStatus, snapshotsBox),
     h('section', { 'aria-labelledby': 'logs-h', class: 'log-section' },
       h('div', { class: 'title-row' }, h('h2', { id: 'logs-h' }, 'Logs'), followButton),
       logStatus, logBox));
@@ -823,14 +840,14 @@ async function showInstance(id, key, focusLogs) {
 }
 
 // An instance's snapshots, newest first, with what to run when there is none.
-function snapshotTable(key, items, { restore, branch }) {
+function snapshotTable(key, items, { restore, branch, copies = true }) {
   if (!items.length) {
     return h('p', { class: 'muted' }, 'No snapshot yet. Take one above, or run ',
       h('code', {}, `berth snapshot ${key} before-migration`),
       '; a snapshot can be restored into this instance, or branched into a new one.');
   }
   const actions = (s) => {
-    if (s.state !== 'ready') return h('span', { class: 'muted' }, '—');
+    if (s.state !== 'ready' || !copies) return h('span', { class: 'muted' }, '—');
     const restoreButton = h('button', {
       type: 'button', class: 'secondary', 'data-action': `restore:${s.snapshotId}`, 'aria-label': `Restore ${s.name} into ${key}`,
     }, 'Restore…');
@@ -879,6 +896,7 @@ async function route() {
   signOutButton.hidden = false;
   const parts = location.hash.replace(/^#\/?/, '').split('/').map(decodeURIComponent);
   try {
+    if (!me) me = await api.get('/v1/whoami');
     if (parts[0] === 'd' && parts[1] && parts[2] === 'i' && parts[3]) await showInstance(parts[1], parts[3], parts[4] === 'logs');
     else if (parts[0] === 'd' && parts[1]) await showDomain(parts[1]);
     else await showDomains();

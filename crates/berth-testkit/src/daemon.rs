@@ -75,6 +75,7 @@ pub struct Launch {
     empty_database: bool,
     remove_on_drop: bool,
     start_timeout: Duration,
+    grants: Option<String>,
 }
 
 impl Default for Launch {
@@ -97,6 +98,7 @@ impl Launch {
             empty_database: false,
             remove_on_drop: true,
             start_timeout: START_TIMEOUT,
+            grants: None,
         }
     }
 
@@ -157,6 +159,13 @@ impl Launch {
         self
     }
 
+    /// A grants file with this text (`--grants`; docs/security.md, "Capabilities"): name the
+    /// keys by [`crate::key_id`].
+    pub fn grants(mut self, text: &str) -> Launch {
+        self.grants = Some(text.to_owned());
+        self
+    }
+
     /// How long the daemon may take to print its address (120 s unless set).
     pub fn start_timeout(mut self, timeout: Duration) -> Launch {
         self.start_timeout = timeout;
@@ -184,8 +193,15 @@ impl Launch {
                 .and_then(|()| std::fs::write(data_dir.join("berth.db"), b""))
                 .map_err(|e| format!("an empty berth.db in {}: {e}", data_dir.display()))?;
         }
-        let binary = self.binary.clone().unwrap_or_else(berth_binary);
-        let log_level = self
+        let mut launch = self;
+        if let Some(text) = launch.grants.take() {
+            let path = tmp.path().join("grants.toml");
+            std::fs::write(&path, text).map_err(|e| format!("the grants file: {e}"))?;
+            launch.args.push("--grants".into());
+            launch.args.push(path.display().to_string());
+        }
+        let binary = launch.binary.clone().unwrap_or_else(berth_binary);
+        let log_level = launch
             .log_level
             .clone()
             .unwrap_or_else(|| std::env::var("BERTH_TEST_LOG").unwrap_or_else(|_| "info".into()));
@@ -194,11 +210,11 @@ impl Launch {
             base: String::new(),
             log: tmp.path().join("daemon.log"),
             data_dir,
-            prefix: self.prefix.clone().unwrap_or_else(daemon_prefix),
+            prefix: launch.prefix.clone().unwrap_or_else(daemon_prefix),
             _tmp: Some(tmp),
             binary,
             log_level,
-            launch: self,
+            launch,
         };
         d.try_spawn()?;
         Ok(d)

@@ -46,6 +46,12 @@ pub const KEY: &str = "test-key-aaaaaaaaaaaaaaaa";
 /// A second key, for ownership tests.
 pub const OTHER_KEY: &str = "test-key-bbbbbbbbbbbbbbbb";
 
+/// A key's public id (`keyId`), as `GET /v1/whoami` answers it and a grants file names it.
+pub fn key_id(key: &str) -> String {
+    use sha2::Digest;
+    berth_core::consent::key_id(&hex::encode(sha2::Sha256::digest(key.as_bytes())))
+}
+
 /// A fixture's env var, or a panic that says how to get it.
 pub fn fixture(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {

@@ -68,6 +68,17 @@ impl fmt::Display for ApiError {
                 f,
                 "{message}: the daemon runs without a container runtime; start it without --runtime none"
             ),
+            "ServiceKeyCapabilityMissingError" => {
+                let capability = self.error.body["capability"].as_str().unwrap_or("");
+                write!(
+                    f,
+                    "the daemon does not let the key from {} do this: it lacks the capability `{}`. \
+                     Capabilities are granted in the daemon's grants file (grants.toml in its data \
+                     directory, or `berth serve --grants FILE`); `berth whoami` shows what this key may do",
+                    self.key_source,
+                    crate::ui::escape(capability)
+                )
+            }
             "HostNotAllowedError" => write!(
                 f,
                 "{message}: reach the daemon by a loopback address such as {DEFAULT_URL}"

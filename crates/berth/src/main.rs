@@ -3,6 +3,7 @@
 mod autostart;
 mod cli;
 mod client;
+mod grants_file;
 mod project;
 mod repo;
 mod serve;

@@ -123,6 +123,12 @@ pub struct ServeArgs {
     /// their Host header (comma-separated).
     #[arg(long, env = "BERTH_ALLOWED_HOSTS", value_delimiter = ',')]
     allowed_hosts: Vec<String>,
+
+    /// The grants file: what each service key may do (docs/security.md, "Capabilities").
+    /// Default: grants.toml in the data directory, when there is one; a key it does not name
+    /// may do everything.
+    #[arg(long, env = "BERTH_GRANTS")]
+    grants: Option<PathBuf>,
 }
 
 /// `--volume-layers`.
@@ -188,7 +194,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // Held until the daemon stops: the kernel drops it with the process, however it ends.
     let _lock = DataDirLock::acquire(&data_dir)?;
     tighten_files(&data_dir)?;
-    let keys = load_keys(&data_dir)?;
+    let (grants, grants_path) = crate::grants_file::load(args.grants.as_deref(), &data_dir)?;
+    let keys =
+        load_keys(&data_dir)?
+            .configured(grants.clone())
+            .map_err(|e| match &grants_path {
+                Some(p) => anyhow::anyhow!("in the grants file {}: {e}", p.display()),
+                None => anyhow::anyhow!("{e}"),
+            })?;
+    if let Some(path) = &grants_path {
+        tracing::info!(grants = %path.display(), limited_keys = grants.len(), "grants file read");
+    }
 
     let db = data_dir.join(DB_FILE);
     if db.metadata().is_ok_and(|m| m.len() == 0) {

@@ -128,7 +128,7 @@ async fn create_sign_in_link(
         .get(HOST)
         .and_then(|v| v.to_str().ok())
         .ok_or(ApiError::HostNotAllowed)?;
-    let code = keys.sessions().issue_code(&caller.owner);
+    let code = keys.sessions().issue_code(&caller.key);
     Ok(Json(SignInLink {
         url: format!("http://{host}/ui/#code={}", code.secret),
         expires_at: code.expires_at,

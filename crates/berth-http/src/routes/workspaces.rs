@@ -132,7 +132,9 @@ pub(crate) fn router() -> OpenApiRouter<App> {
 }
 
 /// The caller's public key id, which consent labels name: a container is an executor of the
-/// caller's workspace `ID` only when it carries `berth.workspace=<keyId>/ID`.
+/// caller's workspace `ID` only when it carries `berth.workspace=<keyId>/ID`; and what the key
+/// may do (a key the daemon's grants file does not name may do everything). A key that acts
+/// for another answers that key's id: its domains and workspaces are that key's.
 #[utoipa::path(get, path = "/v1/whoami", tag = "workspaces",
     responses((status = 200, body = Whoami), (status = 401, body = ErrorBody)))]
 async fn whoami(Extension(caller): Extension<Caller>) -> Json<Whoami> {
@@ -140,6 +142,9 @@ async fn whoami(Extension(caller): Extension<Caller>) -> Json<Whoami> {
     Json(Whoami {
         consent_label_template: format!("{LABEL_WORKSPACE}={id}/ID"),
         key_id: id,
+        restricted: caller.grants.is_restricted(),
+        capabilities: caller.grants.everywhere(),
+        service_deployment_grants: caller.grants.grants(),
     })
 }
 

@@ -1,6 +1,6 @@
 //! The commands people run, over the daemon's HTTP API: `up`, `ps`, `stop`, `start`,
 //! `archive`, `exec`, `logs`, `link`, `env`, `domains`, `rollouts`, `releases`, `rollback`,
-//! `doctor`, `ui` and `service`.
+//! `doctor`, `whoami`, `ui` and `service`.
 //!
 //! Each runs in a git worktree: the repository is the resource domain (created on first use),
 //! the worktree gives the worktree key, and `berth.toml` at the worktree's top level says what
@@ -21,6 +21,7 @@ mod rollouts;
 mod service;
 mod templates;
 mod up;
+mod whoami;
 mod writes;
 
 use std::path::{Path, PathBuf};
@@ -103,6 +104,9 @@ pub enum Command {
     Rollback(rollouts::RollbackArgs),
     /// Check Docker, the daemon, the service key, berth.toml and its images, and say what to fix.
     Doctor(doctor::DoctorArgs),
+    /// Show this key's id, the consent label its workspaces' containers carry, and what the
+    /// daemon lets it do.
+    Whoami(whoami::WhoamiArgs),
     /// Take a snapshot of an instance's volumes (a running one is frozen for the copy).
     Snapshot(branching::SnapshotArgs),
     /// List the repository's snapshots, newest first.
@@ -144,6 +148,7 @@ pub async fn run(command: Command) -> ExitCode {
         Command::Logs(args) => logs::logs(args).await,
         Command::Link(args) => logs::link(args).await,
         Command::Doctor(args) => doctor::run(args).await,
+        Command::Whoami(args) => whoami::run(args).await,
         Command::Snapshot(args) => branching::snapshot(args).await,
         Command::Snapshots(args) => branching::snapshots(args).await,
         Command::Templates(args) => templates::run(args).await,
