@@ -261,6 +261,17 @@ fn the_cli_names_the_missing_capability_and_where_it_is_granted() {
         .expect("berth domains runs");
     assert!(out.status.success(), "reading is granted");
 
+    let out = std::process::Command::new(support::berth_binary())
+        .args(["doctor", "--url", &daemon.base])
+        .env("BERTH_SERVICE_KEYS", IDE_KEY)
+        .output()
+        .expect("berth doctor runs");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("the grants file limits it to read, workspaces:link"),
+        "{said}"
+    );
+
     // `berth up` in a fresh repository would create its domain: the plugin's key may not.
     let tmp = tempfile::tempdir().unwrap();
     let repo = tmp.path().join("agent");

@@ -387,8 +387,31 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
             checks.push(engine_sharing(&daemon));
             checks.push(volume_layers(&daemon));
         }
+        // What the key may do: everything, unless the daemon's grants file limits it.
+        let may = match &connected {
+            Ok(c) => match c.api.whoami().await {
+                Ok(me) if me.restricted => {
+                    let names: Vec<&str> = me.capabilities.iter().map(|c| c.as_str()).collect();
+                    format!(
+                        "; the grants file limits it to {}{}",
+                        if names.is_empty() {
+                            "nothing".to_owned()
+                        } else {
+                            names.join(", ")
+                        },
+                        if me.service_deployment_grants.is_empty() {
+                            ""
+                        } else {
+                            " and per-domain grants (berth whoami)"
+                        }
+                    )
+                }
+                _ => String::new(),
+            },
+            Err(_) => String::new(),
+        };
         match domains {
-            Ok(domains) => checks.push(Check::ok("key", format!("the daemon accepts the service key ({} domain(s))", domains.len()))),
+            Ok(domains) => checks.push(Check::ok("key", format!("the daemon accepts the service key ({} domain(s)){may}", domains.len()))),
             Err(e) => checks.push(Check::fail(
                 "key",
                 format!("{e:#}"),
