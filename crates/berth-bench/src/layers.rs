@@ -1,7 +1,8 @@
 //! Branching from a snapshot on layers: berth's `branch` from a snapshot, request to the
-//! branch's `running`, for a Postgres of about 100 MB and one of about 1 GB, against the raw
-//! floor of a copy (a plain `cp -a` of the snapshot's volume in a container of the same image,
-//! then a raw engine start on the copy and its first connect) at 1 GB. The branch stands on the
+//! branch's `running`, for a Postgres of about 100 MB and one of about 1 GB (or 1 GB and 4 GB,
+//! `layers-large`), against the raw floor of a copy (a plain `cp -a` of the larger snapshot's
+//! volume in a container of the same image, then a raw engine start on the copy and its first
+//! connect). The branch stands on the
 //! snapshot's layer (an overlay volume), so its time should not grow with the data; the
 //! floor's does. The notes give the disk a fresh branch takes and what its first write to the
 //! big table costs (overlayfs copies the table's file up whole).
@@ -27,9 +28,14 @@ use crate::report::{Figure, Row, Stat, Target, number};
 use crate::stats::{median, ms};
 
 pub const NAME: &str = "branch_from_snapshot_to_running";
-/// About 100 MB and about 1 GB of rows.
-/// About 820 bytes each on disk with the index and the write-ahead log of their insert.
-const SIZES: [(&str, u32); 2] = [("100 MB", 120_000), ("1 GB", 1_250_000)];
+/// The figure's two sources, small then large: a label and a row count (about 820 bytes each on
+/// disk with the index and the write-ahead log of their insert).
+pub type Sizes = [(&'static str, u32); 2];
+/// About 100 MB and about 1 GB (`--only layers`).
+pub const SIZES: Sizes = [("100 MB", 120_000), ("1 GB", 1_250_000)];
+/// About 1 GB and about 4 GB (`--only layers-large`): where the floor's copy outgrows a
+/// server's start.
+pub const LARGE_SIZES: Sizes = [("1 GB", 1_250_000), ("4 GB", 5_000_000)];
 const SAMPLE_TIMEOUT: Duration = Duration::from_secs(600);
 const POLL: Duration = Duration::from_millis(50);
 
@@ -41,30 +47,31 @@ struct Source {
     bytes: Option<u64>,
 }
 
-pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figure> {
+pub async fn run(ctx: &Ctx, image: &str, samples: usize, sizes: Sizes) -> anyhow::Result<Figure> {
+    let [(small_label, small_rows), (large_label, large_rows)] = sizes;
     let network = format!("{}-layers", ctx.prefix);
     engine::create_network(&ctx.docker, &network, &ctx.prefix).await?;
     let mut sources = Vec::new();
-    for (i, (size, rows)) in SIZES.iter().enumerate() {
+    for (i, (size, rows)) in sizes.iter().enumerate() {
         progress::line(&format!("{NAME}: filling a {size} source ({rows} rows)"));
         sources.push(source(ctx, image, &format!("layers-src-{i}"), *rows).await?);
     }
     progress::line(&format!("{NAME}: warming up"));
     berth_once(ctx, image, &sources[0], "layers-warm", true).await?;
 
-    let mut berth: Vec<Vec<f64>> = vec![Vec::new(); SIZES.len()];
+    let mut berth: Vec<Vec<f64>> = vec![Vec::new(); sizes.len()];
     let mut floor: Vec<Floor> = Vec::new();
     for i in 0..samples {
-        let mut turns: Vec<usize> = (0..=SIZES.len()).collect();
+        let mut turns: Vec<usize> = (0..=sizes.len()).collect();
         let ways = turns.len();
         turns.rotate_left(i % ways);
         for turn in turns {
             cold().await?;
-            if turn < SIZES.len() {
+            if turn < sizes.len() {
                 let key = format!("layers-{turn}-{i}");
                 berth[turn].push(berth_once(ctx, image, &sources[turn], &key, true).await?);
             } else {
-                let large = &sources[SIZES.len() - 1];
+                let large = &sources[sizes.len() - 1];
                 let tag = format!("layers-{i}");
                 floor.push(floor_once(ctx, image, &large.volume, &network, &tag).await?);
             }
@@ -75,7 +82,7 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
     // A fresh branch of the large source: the disk it takes, and its first write to the table.
     // It is ready when `pg_isready` says so: a branch of a snapshot of a running Postgres
     // recovers first, and takes TCP connections before it takes queries.
-    let large = &sources[SIZES.len() - 1];
+    let large = &sources[sizes.len() - 1];
     let key = "layers-disk";
     berth_once(ctx, image, large, key, false).await?;
     let branch = engine::berth_container(&ctx.docker, &ctx.prefix, key).await?;
@@ -90,7 +97,7 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
     let floor_copies: Vec<f64> = floor.iter().map(|f| f.copy).collect();
     let rows = vec![
         Row {
-            name: format!("{NAME} (1 GB)"),
+            name: format!("{NAME} ({large_label})"),
             unit: "ms",
             berth: Stat::of_samples(&berth[1]),
             baseline: "raw-cp-a-floor",
@@ -98,10 +105,14 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
             target: Some(Target::AtMost(0.2)),
         },
         Row {
-            name: format!("{NAME} (1 GB)"),
+            name: format!("{NAME} ({large_label})"),
             unit: "ms",
             berth: Stat::of_samples(&berth[1]),
-            baseline: "berth-100-MB",
+            baseline: if small_label == "100 MB" {
+                "berth-100-MB"
+            } else {
+                "berth-1-GB"
+            },
             base: Stat::of_samples(&berth[0]),
             target: Some(Target::AtMost(1.2)),
         },
@@ -123,13 +134,14 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
             "The sources: the Postgres fixture with {} and {} rows in one table and its primary \
              key, {} and {} on disk (`du` of the data directory), each snapshotted once (a copy, \
              not timed), stopped first. Every berth sample branches from its snapshot: an \
-             overlay volume on the snapshot's layer, whatever its size; the floor copies the 1 GB \
+             overlay volume on the snapshot's layer, whatever its size; the floor copies the {} \
              snapshot's volume. Each sample starts after a `sync` with the page cache dropped, \
              so both read from the disk.",
-            SIZES[0].1,
-            SIZES[1].1,
+            small_rows,
+            large_rows,
             size(&sources[0]),
             size(&sources[1]),
+            large_label,
         ),
         format!(
             "raw-cp-a-floor, median by part: the copy container (create, start, `cp -a`, exit) \
@@ -138,8 +150,9 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
             number(median(&floor_totals) - median(&floor_copies)),
         ),
         format!(
-            "A fresh branch of the 1 GB source takes {} of new disk once running (its upper \
+            "A fresh branch of the {} source takes {} of new disk once running (its upper \
              layer, `du` through a helper), and {} after its first writes.",
+            large_label,
             share(fresh),
             share(after),
         ),

@@ -165,6 +165,9 @@ enum FigureKind {
     /// `cp -a` of the 1 GB snapshot; a fresh branch's disk and its first write.
     #[value(alias = "branch_from_snapshot_to_running")]
     Layers,
+    /// The same at 1 GB and 4 GB, against a plain `cp -a` of the 4 GB snapshot (not in the
+    /// default run: filling 4 GB takes minutes).
+    LayersLarge,
     /// How long a snapshot interrupts a running Postgres of 100 MB and 1 GB: on layers (a
     /// clean stop and start) against `--volume-layers off` (a freeze for the copy).
     #[value(alias = "snapshot_source_interruption")]
@@ -193,6 +196,7 @@ impl FigureKind {
             FigureKind::Branch => "branch",
             FigureKind::Fair => "fair",
             FigureKind::Layers => "layers",
+            FigureKind::LayersLarge => "layers-large",
             FigureKind::Interrupt => "interrupt",
             FigureKind::Observe => "observe",
         }
@@ -356,7 +360,18 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
             }
             FigureKind::Layers => {
                 let image = postgres_image(ctx)?;
-                layers::run(ctx, image, args.samples.map_or(3, |n| n as usize)).await
+                layers::run(
+                    ctx,
+                    image,
+                    args.samples.map_or(3, |n| n as usize),
+                    layers::SIZES,
+                )
+                .await
+            }
+            FigureKind::LayersLarge => {
+                let image = postgres_image(ctx)?;
+                let samples = args.samples.map_or(3, |n| n as usize);
+                layers::run(ctx, image, samples, layers::LARGE_SIZES).await
             }
             FigureKind::Interrupt => {
                 let image = postgres_image(ctx)?;
@@ -375,13 +390,14 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
 
 async fn run(args: Args) -> anyhow::Result<()> {
     // Every figure the command line knows, in the order it declares them (one added there runs
-    // here too); the soak takes ten minutes by default, so it runs only when named.
+    // here too); the soak takes ten minutes by default and the large layers figure fills 4 GB,
+    // so they run only when named.
     let kinds: Vec<FigureKind> = <FigureKind as clap::ValueEnum>::value_variants()
         .iter()
         .copied()
         .filter(|k| {
             if args.only.is_empty() {
-                !matches!(k, FigureKind::Soak)
+                !matches!(k, FigureKind::Soak | FigureKind::LayersLarge)
             } else {
                 args.only.contains(k)
             }
