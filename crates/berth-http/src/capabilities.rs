@@ -196,50 +196,50 @@ pub async fn require_capability(
     req: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    // No matched route: the fallback answers (404 or 405), which needs nothing.
-    let Some(template) = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|m| m.as_str().to_owned())
-    else {
+    // Decided on borrowed parts: the common answers (allowed everywhere, or needing nothing)
+    // copy nothing.
+    let domain_check = {
+        // No matched route: the fallback answers (404 or 405), which needs nothing.
+        let Some(template) = req.extensions().get::<MatchedPath>() else {
+            return Ok(next.run(req).await);
+        };
+        let caller = req
+            .extensions()
+            .get::<Caller>()
+            .ok_or(ApiError::Unauthorized)?;
+        match needs(req.method().as_str(), template.as_str()) {
+            Some(Needs::Nothing) => None,
+            Some(Needs::Capability(capability)) if caller.grants.allows(capability, None) => None,
+            Some(Needs::Capability(capability)) => Some((capability, caller.clone())),
+            // A route without a line in the table: only a key without grants may call it.
+            None if caller.grants.is_restricted() => return Err(ApiError::CapabilityUndeclared),
+            None => None,
+        }
+    };
+    let Some((capability, caller)) = domain_check else {
         return Ok(next.run(req).await);
     };
-    let caller = req
-        .extensions()
-        .get::<Caller>()
-        .cloned()
-        .ok_or(ApiError::Unauthorized)?;
-    match needs(req.method().as_str(), &template) {
-        Some(Needs::Nothing) => {}
-        Some(Needs::Capability(capability)) if caller.grants.allows(capability, None) => {}
-        Some(Needs::Capability(capability)) => {
-            let (mut parts, body) = req.into_parts();
-            let domain = match parts.extract::<RawPathParams>().await {
-                Ok(params) => params
-                    .iter()
-                    .find(|(name, _)| *name == "resourceDomainId")
-                    .map(|(_, value)| value.to_owned()),
-                Err(_) => None,
-            };
-            let allowed = domain.as_deref().is_some_and(|id| {
-                caller.grants.allows(capability, Some(id))
-                    || DomainId::parse(id)
-                        .and_then(|id| app.berth.domain(&caller.owner, &id).ok())
-                        .is_some_and(|d| caller.grants.allows(capability, Some(&d.name)))
-            });
-            if !allowed {
-                return Err(ApiError::CapabilityMissing {
-                    capability,
-                    in_domain: domain.is_some(),
-                });
-            }
-            return Ok(next.run(Request::from_parts(parts, body)).await);
-        }
-        // A route without a line in the table: only a key without grants may call it.
-        None if caller.grants.is_restricted() => return Err(ApiError::CapabilityUndeclared),
-        None => {}
+    let (mut parts, body) = req.into_parts();
+    let domain = match parts.extract::<RawPathParams>().await {
+        Ok(params) => params
+            .iter()
+            .find(|(name, _)| *name == "resourceDomainId")
+            .map(|(_, value)| value.to_owned()),
+        Err(_) => None,
+    };
+    let allowed = domain.as_deref().is_some_and(|id| {
+        caller.grants.allows(capability, Some(id))
+            || DomainId::parse(id)
+                .and_then(|id| app.berth.domain(&caller.owner, &id).ok())
+                .is_some_and(|d| caller.grants.allows(capability, Some(&d.name)))
+    });
+    if !allowed {
+        return Err(ApiError::CapabilityMissing {
+            capability,
+            in_domain: domain.is_some(),
+        });
     }
-    Ok(next.run(req).await)
+    Ok(next.run(Request::from_parts(parts, body)).await)
 }
 
 /// Marks every operation of `doc` with `x-berth-capability`: what the table says it needs.
