@@ -1,4 +1,5 @@
-//! `berth init --from`: Compose files in the styles of real projects (tests/fixtures/compose/)
+//! `berth init --from`: Compose files in the styles of real projects (tests/fixtures/compose/),
+//! and real projects' own (shipped in Debian's documentation, unpacked by scripts/fixtures),
 //! converted into berth.toml, each image pinned from what the fixture registry serves under its
 //! tag, with every key left out named and why; then `berth up` runs what they describe.
 
@@ -481,4 +482,185 @@ fn a_refused_conversion_writes_nothing_and_says_why() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("berth.toml already exists"), "{err}");
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "# mine\n");
+}
+
+/// A fresh git repository holding the real project's Compose file at `path` (under the
+/// Debian documentation scripts/fixtures unpacked) as `docker-compose.yml`.
+fn repo_with_real(path: &str) -> tempfile::TempDir {
+    let real = Path::new(&fixture("BERTH_TEST_COMPOSE_REAL")).join(path);
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    std::fs::copy(&real, dir.path().join("docker-compose.yml"))
+        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/fixtures)", real.display()));
+    dir
+}
+
+#[test]
+fn real_projects_compose_files_convert_and_up_runs_miniflux_s_database() {
+    // Docker Hub is out of CI's reach: the names the files use are served by this run's
+    // registry under a mirror prefix (`--mirror`), the databases by the Postgres fixture and
+    // every other image by a stand-in (the busybox fixture, httpd on 8080).
+    let registry = registry();
+    let hub = format!("{registry}/hub");
+    let pg = tag(
+        &fixture("BERTH_TEST_POSTGRES_IMAGE"),
+        "hub/postgres",
+        "latest",
+    );
+    for name in ["miniflux/miniflux", "patroni", "nginx", "locustio/locust"] {
+        tag(&busybox_image(), &format!("hub/{name}"), "latest");
+    }
+    let init = |repo: &Path| {
+        berth(
+            repo,
+            &["init", "--from", "docker-compose.yml", "--mirror", &hub],
+            &[],
+            None,
+        )
+    };
+
+    // Miniflux, from newsboat's contrib: list environments, a named volume, depends_on.
+    let miniflux = repo_with_real("usr/share/doc/newsboat/contrib/miniflux/docker-compose.yml");
+    let (code, out, err) = init(miniflux.path());
+    assert_eq!(code, 0, "{out}{err}");
+    let file = std::fs::read_to_string(miniflux.path().join("berth.toml")).unwrap();
+    for line in [
+        "[instances.miniflux]\n".to_owned(),
+        "ready = { tcp = 8080 }\n".to_owned(),
+        "[instances.db]\n".to_owned(),
+        format!("image = \"{hub}/postgres:latest@{pg}\"\n"),
+        "volumes = { miniflux-db = \"/var/lib/postgresql/data\" }\n".to_owned(),
+        "POSTGRES_USER = \"miniflux\"".to_owned(),
+        // No healthcheck and no port: the check `berth add postgres` gives.
+        "pg_isready".to_owned(),
+    ] {
+        assert!(file.contains(&line), "{line} in\n{file}");
+    }
+    let left = left_out(&out);
+    assert!(
+        places(&left).contains("services.miniflux.depends_on"),
+        "{out}"
+    );
+    assert!(places(&left).contains("services.miniflux.ports"), "{out}");
+
+    let _pulled = LocalImages(format!("{registry}/"));
+    let daemon = Daemon::start();
+    let (code, out, err) = berth(
+        miniflux.path(),
+        &["up", "db", "--timeout", "3m"],
+        &[],
+        Some(&daemon.base),
+    );
+    assert_eq!(code, 0, "{out}{err}\n{}", daemon.log_tail(40));
+    let (code, out, err) = berth(
+        miniflux.path(),
+        &[
+            "exec",
+            "db",
+            "--",
+            "psql",
+            "-U",
+            "miniflux",
+            "-tAc",
+            "select current_user",
+        ],
+        &[],
+        Some(&daemon.base),
+    );
+    assert_eq!((code, out.trim()), (0, "miniflux"), "{err}");
+
+    // Patroni's example cluster: `<<: *etcd` merge keys, container names, hostnames, a
+    // network, services with neither a port nor a healthcheck, and an env file its
+    // documentation does not ship.
+    let patroni = repo_with_real("usr/share/doc/patroni/examples/docker-compose.yml");
+    let (code, out, err) = init(patroni.path());
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        err.contains("services.haproxy") && err.contains("docker/patroni.env"),
+        "the missing env file is named: {err}"
+    );
+    assert!(!patroni.path().join("berth.toml").exists());
+    std::fs::create_dir(patroni.path().join("docker")).unwrap();
+    std::fs::write(
+        patroni.path().join("docker/patroni.env"),
+        "PATRONI_RESTAPI_USERNAME=admin\n",
+    )
+    .unwrap();
+    let (code, out, err) = init(patroni.path());
+    assert_eq!(code, 0, "{out}{err}");
+    let file = std::fs::read_to_string(patroni.path().join("berth.toml")).unwrap();
+    for line in [
+        "[instances.haproxy]\n",
+        "command = [\"haproxy\"]\n",
+        // The env file, then the service's own environment over it.
+        "PATRONI_RESTAPI_USERNAME = \"admin\"",
+        "PATRONI_SCOPE = \"demo\"",
+        "ready = { tcp = 5000 }\n",
+    ] {
+        assert!(file.contains(line), "{line} in\n{file}");
+    }
+    let left = left_out(&out);
+    // etcd2 and patroni1 take their image from `<<: *etcd` and `<<: *haproxy_env`'s
+    // neighbours: left out for their missing ready check, not for a missing image.
+    for name in [
+        "etcd1", "etcd2", "etcd3", "patroni1", "patroni2", "patroni3",
+    ] {
+        assert!(
+            why(&left, &format!("services.{name}")).contains("no healthcheck and no port"),
+            "{out}"
+        );
+    }
+    for place in [
+        "networks",
+        "services.haproxy.container_name",
+        "services.haproxy.hostname",
+        "services.haproxy.networks",
+    ] {
+        assert!(places(&left).contains(place), "{place} in {out}");
+    }
+
+    // Hug's nginx example: a service built from a Dockerfile, and host paths.
+    let hug = repo_with_real("usr/share/doc/python3-hug/examples/docker_nginx/docker-compose.yml");
+    let (code, out, err) = init(hug.path());
+    assert_eq!(code, 0, "{out}{err}");
+    let left = left_out(&out);
+    assert!(why(&left, "services.api").starts_with("it is built from a Dockerfile"));
+    assert_eq!(why(&left, "services.nginx.volumes[0]"), HOST_PATH);
+    assert_eq!(why(&left, "services.nginx.volumes[1]"), HOST_PATH);
+    let file = std::fs::read_to_string(hug.path().join("berth.toml")).unwrap();
+    assert!(
+        file.contains("[instances.nginx]\n") && file.contains("ready = { tcp = 80 }"),
+        "{file}"
+    );
+
+    // Locust's example: string commands, host paths, and a worker with no port.
+    let locust =
+        repo_with_real("usr/share/doc/python3-locust/examples/docker-compose/docker-compose.yml");
+    let (code, out, err) = init(locust.path());
+    assert_eq!(code, 0, "{out}{err}");
+    let file = std::fs::read_to_string(locust.path().join("berth.toml")).unwrap();
+    assert!(
+        file.contains(
+            "command = [\"-f\", \"/mnt/locust/locustfile.py\", \"--master\", \"-H\", \"http://master:8089\"]"
+        ),
+        "{file}"
+    );
+    let left = left_out(&out);
+    assert!(
+        why(&left, "services.worker").contains("no healthcheck and no port"),
+        "{out}"
+    );
+    assert_eq!(why(&left, "services.master.volumes[0]"), HOST_PATH);
+
+    // Tornado's blog demo is in Compose's first file format, which Compose no longer reads.
+    let blog = repo_with_real("usr/share/doc/python-tornado-doc/examples/blog/docker-compose.yml");
+    let (code, out, err) = init(blog.path());
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("Compose's first file format"), "{err}");
+    assert!(!blog.path().join("berth.toml").exists());
 }

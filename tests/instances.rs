@@ -305,8 +305,12 @@ fn a_container_killed_or_removed_from_outside_comes_back_with_its_volumes() {
     assert_eq!(container_of(&back), name);
 
     docker(&["rm", "-f", &name]);
+    // Running since a later start: until berth has seen the removal, the instance still says
+    // `running` from before, and a container made again may exist but not have started yet.
+    let back_since = back["startedAt"].as_str().unwrap().to_owned();
     let recreated = api.wait_for(&domain, "web", READY, "recreated", |i| {
         i["state"]["kind"] == "running"
+            && i["startedAt"].as_str() != Some(back_since.as_str())
             && containers_of(i).len() == 1
             && docker_inspect("container", &name).is_some()
     });

@@ -9,7 +9,7 @@ use anyhow::{Context, bail};
 use berth_core::image::PinnedImage;
 use berth_docker::tags::TagReader;
 
-use super::writes::{HEADER, pin, write_checked};
+use super::writes::{HEADER, Mirror, pin, write_checked};
 use crate::project::compose::{COMPOSE_FILES, Inputs, convert};
 use crate::repo::{PROJECT_FILE, Repo};
 
@@ -36,6 +36,7 @@ pub(super) async fn init_from(
     target: &Path,
     from: Option<&Path>,
     profiles: &[String],
+    mirror: &Mirror,
 ) -> anyhow::Result<ExitCode> {
     let file = compose_file(repo, from)?;
     let text = std::fs::read_to_string(&file)
@@ -78,7 +79,7 @@ pub(super) async fn init_from(
     for instance in &conversion.instances {
         let image = match PinnedImage::parse(&instance.image) {
             Ok(already) => already,
-            Err(_) => pin(&reader, &instance.image)
+            Err(_) => pin(&reader, &mirror.apply_to_hub(&instance.image))
                 .await
                 .with_context(|| format!("services.{}.image", instance.service))?,
         };

@@ -10,27 +10,9 @@ use berth_docker::tags::{TagReader, TagRef};
 use clap::Args;
 use serde_json::json;
 
-use super::writes::{HEADER, pin, set_image, write_checked};
+use super::writes::{HEADER, Mirror, pin, set_image, write_checked};
 use crate::project::presets::{NewInstance, PRESETS, Preset, preset, preset_for_repository};
 use crate::repo::{PROJECT_FILE, Repo};
-
-/// Where preset images come from instead of Docker Hub.
-#[derive(Args, Debug, Clone)]
-pub struct Mirror {
-    /// Take the presets' images from this registry prefix instead of Docker Hub
-    /// (`registry.example.com/dockerhub`: `postgres:17` becomes `registry.example.com/dockerhub/postgres:17`).
-    #[arg(long, env = "BERTH_IMAGE_MIRROR", value_name = "PREFIX")]
-    mirror: Option<String>,
-}
-
-impl Mirror {
-    fn apply(&self, image: &str) -> String {
-        match self.mirror.as_deref().map(|m| m.trim_end_matches('/')) {
-            Some(prefix) if !prefix.is_empty() => format!("{prefix}/{image}"),
-            _ => image.to_owned(),
-        }
-    }
-}
 
 #[derive(Args, Debug)]
 pub struct InitArgs {
@@ -106,7 +88,14 @@ pub async fn init(args: InitArgs) -> anyhow::Result<ExitCode> {
         );
     }
     if let Some(from) = &args.from {
-        return super::compose::init_from(&repo, &path, from.as_deref(), &args.profiles).await;
+        return super::compose::init_from(
+            &repo,
+            &path,
+            from.as_deref(),
+            &args.profiles,
+            &args.mirror,
+        )
+        .await;
     }
     let presets = presets_named(&args.with)?;
     let reader = TagReader::new();

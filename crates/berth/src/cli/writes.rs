@@ -1,12 +1,14 @@
 //! Writing berth.toml for `berth init`, `berth add` and `berth pin`: the header a new file
 //! starts with, an image pinned from what its registry serves under its tag, an instance's
-//! pin rewritten in place, and the write itself, checked as any berth.toml first and done in one rename (or not at all).
+//! pin rewritten in place, the registry mirror Docker Hub names are read through (`--mirror`), and
+//! the write itself, checked as any berth.toml first and done in one rename (or not at all).
 
 use std::path::Path;
 
 use anyhow::Context;
 use berth_core::image::PinnedImage;
 use berth_docker::tags::{TagReader, TagRef};
+use clap::Args;
 
 use crate::repo::PROJECT_FILE;
 
@@ -42,4 +44,68 @@ pub(super) fn set_image(doc: &mut toml_edit::DocumentMut, name: &str, image: &st
         *value.decor_mut() = decor;
     }
     *item = toml_edit::Item::Value(value);
+}
+
+/// Where preset images come from instead of Docker Hub.
+#[derive(Args, Debug, Clone)]
+pub struct Mirror {
+    /// Take the presets' images (and with --from, the Compose file's Docker Hub images) from this
+    /// registry prefix instead of Docker Hub (`registry.example.com/dockerhub`: `postgres:17`
+    /// becomes `registry.example.com/dockerhub/postgres:17`).
+    #[arg(long, env = "BERTH_IMAGE_MIRROR", value_name = "PREFIX")]
+    mirror: Option<String>,
+}
+
+impl Mirror {
+    /// `image`, a Docker Hub name, under the mirror when there is one.
+    pub(super) fn apply(&self, image: &str) -> String {
+        match self.mirror.as_deref().map(|m| m.trim_end_matches('/')) {
+            Some(prefix) if !prefix.is_empty() => format!("{prefix}/{image}"),
+            _ => image.to_owned(),
+        }
+    }
+
+    /// `image` under the mirror when it names Docker Hub (`postgres:16`, `bitnami/redis`,
+    /// `docker.io/library/postgres`); an image of another registry as it is.
+    pub(super) fn apply_to_hub(&self, image: &str) -> String {
+        let hub = image
+            .strip_prefix("docker.io/")
+            .or_else(|| image.strip_prefix("index.docker.io/"));
+        let first = image.split('/').next().unwrap_or(image);
+        let names_registry = image.contains('/')
+            && (first.contains('.') || first.contains(':') || first == "localhost");
+        match hub {
+            Some(rest) => self.apply(rest.strip_prefix("library/").unwrap_or(rest)),
+            None if names_registry => image.to_owned(),
+            None => self.apply(image),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Mirror;
+
+    #[test]
+    fn a_mirror_takes_docker_hubs_names_and_leaves_other_registries() {
+        let m = Mirror {
+            mirror: Some("mirror.example/hub/".into()),
+        };
+        assert_eq!(
+            m.apply_to_hub("postgres:16"),
+            "mirror.example/hub/postgres:16"
+        );
+        assert_eq!(
+            m.apply_to_hub("miniflux/miniflux"),
+            "mirror.example/hub/miniflux/miniflux"
+        );
+        assert_eq!(
+            m.apply_to_hub("docker.io/library/redis:7"),
+            "mirror.example/hub/redis:7"
+        );
+        assert_eq!(m.apply_to_hub("ghcr.io/o/app:1"), "ghcr.io/o/app:1");
+        assert_eq!(m.apply_to_hub("localhost:5000/app"), "localhost:5000/app");
+        let none = Mirror { mirror: None };
+        assert_eq!(none.apply_to_hub("postgres:16"), "postgres:16");
+    }
 }

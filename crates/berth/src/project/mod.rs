@@ -20,8 +20,8 @@
 //!    `definition`.
 //!
 //! Beside them, `compose` (a Compose file read as instances for `berth init --from`, with what
-//! it leaves out and why) uses none of them: what it writes is checked by `checker` as any
-//! berth.toml is, by the command that writes it.
+//! it leaves out and why) uses only `presets` (a known image's ready check): what it writes is
+//! checked by `checker` as any berth.toml is, by the command that writes it.
 //!
 //! This file only declares them and re-exports what the rest of the binary uses as
 //! `crate::project::...`; the other `pub` items (`parse`, `ReadyDef`, the defaults, `FIELDS`,

@@ -20,6 +20,8 @@ use serde_norway::{Mapping, Value};
 use interpolate::interpolate_value;
 use reasons::{CONTRACT_MOUNTS, contract, why_left_out};
 
+use super::presets;
+
 mod interpolate;
 mod reasons;
 mod table;
@@ -53,6 +55,8 @@ pub struct Converted {
 pub enum Ready {
     Tcp(u16),
     Exec(Vec<String>),
+    /// A known image's own check, as `berth add` writes it (berth.toml's inline table).
+    Preset(&'static str),
 }
 
 /// Something left out: where in the Compose file, and why.
@@ -113,6 +117,11 @@ pub fn convert(text: &str, file_name: &str, inputs: &Inputs) -> anyhow::Result<C
     let Value::Mapping(top) = raw else {
         bail!("{file_name} is not a Compose file: expected a mapping with `services`");
     };
+    // The first file format had its services at the top level: a mapping with an image or a
+    // build in it.
+    let first_format = top.values().any(|v| {
+        matches!(v, Value::Mapping(m) if m.keys().any(|k| matches!(key_text(k).as_str(), "image" | "build")))
+    });
     let mut services = None;
     for (key, value) in top {
         let key = key_text(&key);
@@ -157,6 +166,13 @@ pub fn convert(text: &str, file_name: &str, inputs: &Inputs) -> anyhow::Result<C
         }
     }
     let Some(Value::Mapping(services)) = services else {
+        if first_format {
+            bail!(
+                "{file_name} is in Compose's first file format (its services at the top level, \
+                 with no `services:`), which Compose itself no longer reads: put them under \
+                 `services:` and run this again"
+            );
+        }
         bail!("{file_name} has no services: expected `services:` with one entry per service");
     };
     let mut taken = BTreeSet::new();
@@ -537,7 +553,12 @@ fn convert_service(
     if !service.expose.is_empty() && !from_expose {
         leave("expose", why_left_out("expose"));
     }
+    // Without a healthcheck, an image berth knows (postgres, redis, ...) gets the check `berth
+    // add` gives it, which means ready; a port that accepts a connection may not.
+    let known =
+        presets::preset_for_repository(repository_of(&image)).map(|p| Ready::Preset(p.ready));
     let ready = match ready
+        .or(known)
         .or_else(|| ports.first().map(|p| Ready::Tcp(*p)))
         .or_else(|| exposed.first().map(|p| Ready::Tcp(*p)))
     {
@@ -724,6 +745,16 @@ fn env_prefix(name: &str) -> String {
     }
 }
 
+/// An image reference's repository, without its tag or digest (`postgres:16` is `postgres`,
+/// `127.0.0.1:5000/pg:1@sha256:...` is `127.0.0.1:5000/pg`).
+fn repository_of(image: &str) -> &str {
+    let name = image.split('@').next().unwrap_or(image);
+    match name.rsplit_once(':') {
+        Some((repository, tag)) if !tag.contains('/') => repository,
+        _ => name,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -738,5 +769,56 @@ mod tests {
         assert_eq!(env_prefix("cache-2"), "CACHE_2");
         assert_eq!(port_range("3000-3002"), [3000, 3001, 3002]);
         assert_eq!(unique("data".into(), |n| n == "data"), "data-2");
+    }
+
+    fn convert_text(text: &str) -> anyhow::Result<Conversion> {
+        let dir = tempfile::tempdir().unwrap();
+        let env = |_: &str| None;
+        convert(
+            text,
+            "compose.yaml",
+            &Inputs {
+                dir: dir.path(),
+                profiles: &[],
+                env: &env,
+            },
+        )
+    }
+
+    #[test]
+    fn a_known_image_without_healthcheck_or_port_gets_the_check_berth_add_gives_it() {
+        let out = convert_text(
+            "services:\n  db:\n    image: postgres:latest\n  cache:\n    image: docker.io/library/redis:7\n  app:\n    image: example/app:1\n",
+        )
+        .unwrap();
+        let ready = |name: &str| {
+            out.instances
+                .iter()
+                .find(|i| i.name == name)
+                .map(|i| i.ready.clone())
+        };
+        assert!(matches!(ready("db"), Some(Ready::Preset(r)) if r.contains("pg_isready")));
+        assert!(matches!(ready("cache"), Some(Ready::Preset(r)) if r.contains("redis-cli")));
+        assert_eq!(
+            ready("app"),
+            None,
+            "an unknown image with no port is left out"
+        );
+        assert_eq!(
+            repository_of("127.0.0.1:5000/pg:1@sha256:ab"),
+            "127.0.0.1:5000/pg"
+        );
+        assert_eq!(repository_of("127.0.0.1:5000/pg"), "127.0.0.1:5000/pg");
+    }
+
+    #[test]
+    fn a_file_in_the_first_format_is_named_as_such() {
+        let err = convert_text("db:\n  image: postgres:10.3\nweb:\n  build: .\n").unwrap_err();
+        assert!(
+            format!("{err:#}").contains("Compose's first file format"),
+            "{err:#}"
+        );
+        let err = convert_text("x-note: 1\n").unwrap_err();
+        assert!(format!("{err:#}").contains("has no services"), "{err:#}");
     }
 }

@@ -56,6 +56,7 @@ impl Converted {
             Ready::Exec(argv) => {
                 t.push_str(&format!("ready = {{ exec = {} }}\n", toml_list(argv)));
             }
+            Ready::Preset(table) => t.push_str(&format!("ready = {table}\n")),
         }
         if !self.connect.is_empty() {
             t.push_str(&format!("\n[instances.{}.connect]\n", toml_key(&self.name)));
