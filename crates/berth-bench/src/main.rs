@@ -165,8 +165,8 @@ enum FigureKind {
     /// `cp -a` of the 1 GB snapshot; a fresh branch's disk and its first write.
     #[value(alias = "branch_from_snapshot_to_running")]
     Layers,
-    /// The same at 1 GB and 4 GB, against a plain `cp -a` of the 4 GB snapshot (not in the
-    /// default run: filling 4 GB takes minutes).
+    /// The same at 1 GB and 3 GB, against a plain `cp -a` of the 3 GB snapshot (not in the
+    /// default run: filling 3 GB takes minutes).
     LayersLarge,
     /// How long a snapshot interrupts a running Postgres of 100 MB and 1 GB: on layers (a
     /// clean stop and start) against `--volume-layers off` (a freeze for the copy).
@@ -390,7 +390,7 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
 
 async fn run(args: Args) -> anyhow::Result<()> {
     // Every figure the command line knows, in the order it declares them (one added there runs
-    // here too); the soak takes ten minutes by default and the large layers figure fills 4 GB,
+    // here too); the soak takes ten minutes by default and the large layers figure fills 3 GB,
     // so they run only when named.
     let kinds: Vec<FigureKind> = <FigureKind as clap::ValueEnum>::value_variants()
         .iter()
