@@ -481,6 +481,45 @@ async fn a_new_instance_is_created_started_and_running_once_ready() {
     );
 }
 
+/// `GET`'s serialized view is exactly the view's JSON, and follows every write of the
+/// instance (an `observedAt` alone too), never answering an older one.
+#[tokio::test]
+async fn the_serialized_view_is_the_views_json_at_every_revision() {
+    let s = setup().await;
+    s.fake.world().ready = true;
+    let json = |s: &Setup| {
+        let bytes = s.berth.get_json("owner", &s.domain, "db").unwrap();
+        let view = s.berth.get("owner", &s.domain, "db").unwrap();
+        assert_eq!(
+            bytes.as_ref(),
+            serde_json::to_vec(&view).unwrap().as_slice(),
+            "the serialized view is the view's JSON"
+        );
+        bytes
+    };
+    let view = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .await
+        .unwrap();
+    let first = json(&s);
+    assert_eq!(
+        json(&s),
+        first,
+        "an unchanged instance answers the same bytes"
+    );
+    converge(&s, &view.resource_instance_id).await;
+    let running = json(&s);
+    assert_ne!(running, first, "a write is seen at once");
+    let parsed: serde_json::Value = serde_json::from_slice(&running).unwrap();
+    assert_eq!(parsed["state"]["kind"], "running");
+    assert!(
+        s.berth.get_json("other", &s.domain, "db").is_err(),
+        "another owner is refused as by get"
+    );
+    assert!(s.berth.get_json("owner", &s.domain, "nope").is_err());
+}
+
 #[tokio::test]
 async fn a_shared_instance_joins_every_view_its_alias_is_not_shadowed_in() {
     let s = setup().await;
