@@ -357,3 +357,78 @@ fn a_stored_port_another_program_holds_is_not_advertised_until_berth_binds_it() 
     assert_eq!(host_port(&api, &domain, "web", 8080), port, "the same port");
     assert!(http_get(port).0.contains("berth fixture"));
 }
+
+/// Sends `len` bytes through an endpoint of the echo fixture, closes the sending half, and
+/// checks that every byte comes back in order.
+fn echo_through(port: u16, len: usize) {
+    let payload: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut reader = s.try_clone().unwrap();
+    let read = std::thread::spawn(move || {
+        let mut back = Vec::new();
+        reader.read_to_end(&mut back).unwrap();
+        back
+    });
+    s.write_all(&payload).unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    let back = read.join().unwrap();
+    assert!(
+        back == payload,
+        "{} bytes came back, not the {len} sent",
+        back.len()
+    );
+}
+
+/// The splice path (the default) and the copy path (`--endpoint-splice off`, the path the
+/// proxy takes where the kernel refuses a splice) behave alike: a connection to an
+/// idle-stopped instance wakes it and gets its first byte, megabytes come back whole, and an
+/// open connection is reach.
+#[test]
+fn the_endpoint_wakes_echoes_and_counts_reach_spliced_and_copied() {
+    for args in [&[][..], &["--endpoint-splice", "off"][..]] {
+        let daemon = Daemon::start_with(args);
+        let api = daemon.client();
+        let domain = api.create_domain("shop");
+        api.up(
+            &domain,
+            "echo",
+            &idle_spec(&echo_image(), "echo", 7000, 2),
+            "use",
+        )
+        .expect(200);
+        api.wait_state(&domain, "echo", "running", READY);
+        let port = host_port(&api, &domain, "echo", 7000);
+        let stopped = api.wait_state(&domain, "echo", "stopped", READY);
+        assert_eq!(stopped["stopReason"], json!({"kind": "idle"}), "{args:?}");
+
+        // The wake: the first byte is answered once the instance runs.
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
+        s.write_all(b"first\n").unwrap();
+        let mut back = [0u8; 6];
+        s.read_exact(&mut back)
+            .expect("the first bytes back after the wake");
+        assert_eq!(&back, b"first\n", "{args:?}");
+        assert_eq!(api.instance(&domain, "echo")["state"]["kind"], "running");
+
+        echo_through(port, 16 << 20);
+
+        // Reach: past its idle time, no event shows the instance stopping while the
+        // connection is open (bounded on purpose: there is no event for "not stopped").
+        let mut watch = api.watch(&domain);
+        watch.never(
+            Duration::from_secs(4),
+            "an instance with an open connection stopped",
+            |i| {
+                i["key"] == "echo" && (i["desired"] != "running" || i["state"]["kind"] != "running")
+            },
+        );
+        s.write_all(b"still\n").unwrap();
+        s.read_exact(&mut back).unwrap();
+        assert_eq!(&back, b"still\n", "{args:?}");
+        drop(s);
+        let stopped = api.wait_state(&domain, "echo", "stopped", Duration::from_secs(30));
+        assert_eq!(stopped["stopReason"], json!({"kind": "idle"}), "{args:?}");
+    }
+}

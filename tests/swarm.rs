@@ -201,6 +201,12 @@ fn an_instance_runs_as_a_pinned_one_task_service_keeps_its_volume_and_answers_ex
     // One replicated service of one task, pinned by digest, on this node, publishing nothing.
     let svc = service(&name);
     assert_eq!(svc["Spec"]["Mode"]["Replicated"]["Replicas"], 1);
+    // Nothing had to happen between its making and its start: made with its replica in one
+    // step, never updated (an update keeps the spec before it).
+    assert!(
+        svc["PreviousSpec"].is_null(),
+        "the service was updated after its create: {svc}"
+    );
     assert_eq!(
         svc["Spec"]["TaskTemplate"]["ContainerSpec"]["Image"],
         busybox_image().as_str(),

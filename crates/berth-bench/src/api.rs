@@ -310,6 +310,33 @@ impl Api {
     }
 }
 
+impl Api {
+    /// The instance once the wait route answers one of `kinds` with berth having acted on what
+    /// it was last asked (`observedGeneration == generation`): no polling; an error when the
+    /// time runs out first.
+    pub async fn wait_route(
+        &self,
+        domain: &DomainId,
+        key: &str,
+        kinds: &[&str],
+        timeout: Duration,
+    ) -> anyhow::Result<InstanceView> {
+        let answer = self
+            .client
+            .wait(domain, key, kinds, timeout)
+            .await
+            .map_err(said(format!("waiting for {key}")))?;
+        if answer.timed_out {
+            bail!(
+                "instance {key} was none of {kinds:?} within {}: {:?}",
+                humantime::format_duration(timeout),
+                answer.instance
+            );
+        }
+        Ok(answer.instance)
+    }
+}
+
 /// A small busybox instance (httpd, no volume, 10 millicores, 16 MiB, tcp ready on 8080, idle
 /// stop after 10 days): what the figures that run many instances at once run.
 pub fn small_spec(image: &str, alias: &str) -> Value {

@@ -34,6 +34,7 @@ mod postgres;
 mod progress;
 mod proxy;
 mod report;
+mod select;
 mod soak;
 mod stats;
 mod swarm;
@@ -129,7 +130,8 @@ enum FigureKind {
     /// Waking an idle-stopped instance through its endpoint and through the API.
     #[value(alias = "wake_via_endpoint_first_byte", alias = "wake_via_api")]
     Wake,
-    /// 1 GiB through a host endpoint against the container's address.
+    /// 1 GiB through a host endpoint against the container's address, and a select-only
+    /// query's latency through it against the container's address and Docker's published port.
     #[value(alias = "proxy_throughput_1gib")]
     Proxy,
     /// An idle daemon's CPU, memory and Docker requests.
@@ -339,7 +341,7 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
                          target/berth-fixtures/fixtures.env, or run scripts/bench"
                     )
                 })?;
-                proxy::run(ctx, echo, PROXY_SAMPLES).await
+                proxy::run(ctx, echo, ctx.postgres_image.as_deref(), PROXY_SAMPLES).await
             }
             FigureKind::Idle => idle::run(ctx).await,
             FigureKind::Soak => soak::run(ctx, args.soak_duration).await,

@@ -1,5 +1,6 @@
 //! Throughput through a host endpoint: 1 GiB streamed through berth's proxy to the echo
-//! fixture and back, against the same transfer to the container's address directly.
+//! fixture and back, against the same transfer to the container's address directly; and, with
+//! the Postgres fixture, a select-only query's latency through it (`select`).
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpStream};
@@ -11,7 +12,8 @@ use serde_json::json;
 use crate::Ctx;
 use crate::engine;
 use crate::progress;
-use crate::report::{Figure, Row, Stat, number};
+use crate::report::{Figure, Row, Stat, Target, number};
+use crate::select;
 
 pub const NAME: &str = "proxy_throughput_1gib";
 /// The echo fixture's port.
@@ -81,7 +83,12 @@ enum Way {
     Direct,
 }
 
-pub async fn run(ctx: &Ctx, echo_image: &str, samples: usize) -> anyhow::Result<Figure> {
+pub async fn run(
+    ctx: &Ctx,
+    echo_image: &str,
+    postgres_image: Option<&str>,
+    samples: usize,
+) -> anyhow::Result<Figure> {
     let key = "echo";
     let spec = json!({
         "alias": key,
@@ -128,15 +135,15 @@ pub async fn run(ctx: &Ctx, echo_image: &str, samples: usize) -> anyhow::Result<
     }
     ctx.api.archive(&ctx.domain, key).await?;
 
-    let rows = vec![Row {
+    let mut rows = vec![Row {
         name: NAME.to_owned(),
         unit: "MB/s",
         berth: Stat::of_samples(&berth),
         baseline: "direct",
         base: Stat::of_samples(&base),
-        target: None,
+        target: Some(Target::AtLeast(0.85)),
     }];
-    let notes = vec![
+    let mut notes = vec![
         format!(
             "n counts transfers of 1 GiB each way; the p90 column is the 90th percentile of the \
              rates. The {} MiB warm-up ran at {} MB/s through berth and {} MB/s direct.",
@@ -147,5 +154,16 @@ pub async fn run(ctx: &Ctx, echo_image: &str, samples: usize) -> anyhow::Result<
         "The writer, the reader, berth's proxy and the echo server share the machine's CPUs."
             .to_owned(),
     ];
+    match postgres_image {
+        Some(image) => {
+            let (more, said) = select::measure(ctx, image).await?;
+            rows.extend(more);
+            notes.extend(said);
+        }
+        None => notes.push(format!(
+            "{} not measured: BERTH_TEST_POSTGRES_IMAGE is not set.",
+            select::NAME
+        )),
+    }
     Ok(Figure { rows, notes })
 }

@@ -152,7 +152,7 @@ async fn measure(ctx: &Ctx, samples: usize) -> anyhow::Result<Figure> {
              digest, restart policy none, limits 250m and 64 MiB, a named volume, on an \
              attachable overlay network, placed on this node, with no published port; both \
              connect to port 8080 at the task container's gateway-bridge address. berth's time \
-             is from sending `up` to a GET seeing `running` (its tcp ready check answered); the \
+             is from sending `up` to the wait route answering `running` (its tcp ready check answered); the \
              raw side's, from the service create to its first successful connect."
         ),
         format!(
@@ -166,7 +166,7 @@ async fn measure(ctx: &Ctx, samples: usize) -> anyhow::Result<Figure> {
             "berth's time, median by part: {} ms from sending `up` to the start of the \
              reconcile that starts the service's task (`startedAt`), {} ms from there to the \
              ready check answering (`state.since`: the replica set, the task scheduled and \
-             started, the check's connects), {} ms from there to a GET seeing `running` \
+             started, the check's connects), {} ms from there to the wait route answering `running` \
              (berth's timestamps have millisecond resolution).",
             median_of(berth.iter().map(|b| b.accept)),
             median_of(berth.iter().map(|b| b.converge)),

@@ -461,6 +461,18 @@ pub trait Runtime: Send + Sync + 'static {
     /// Creates (does not start) a container; `Conflict` when the name is taken.
     async fn create_container(&self, plan: &ContainerPlan) -> Result<String, RuntimeError>;
 
+    /// Creates a container that core starts next, with nothing asked of it in between (no
+    /// network to attach, no other container to detach first); `Conflict` when the name is
+    /// taken. A runtime whose start is a second costly step may start it as it creates it, and
+    /// the [`Runtime::start_container`] that follows then finds it running; by default it is
+    /// [`Runtime::create_container`].
+    async fn create_container_to_start(
+        &self,
+        plan: &ContainerPlan,
+    ) -> Result<String, RuntimeError> {
+        self.create_container(plan).await
+    }
+
     /// Starts a container; Ok when it already runs.
     async fn start_container(&self, id: &str) -> Result<(), RuntimeError>;
 

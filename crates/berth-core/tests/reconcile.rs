@@ -44,6 +44,9 @@ struct World {
     start_foreign: Option<String>,
     /// Every create fails, as an engine that checks mounts at create (Docker 20.10) does.
     create_error: Option<String>,
+    /// A container made to be started next is started as it is made, as the swarm runtime
+    /// makes a service with its replica.
+    start_on_create: bool,
     /// Inspects under way now, and the most seen at once.
     inspecting: u32,
     most_inspecting: u32,
@@ -219,6 +222,26 @@ impl Runtime for Fake {
             },
         );
         Ok(plan.name.clone())
+    }
+    async fn create_container_to_start(
+        &self,
+        plan: &ContainerPlan,
+    ) -> Result<String, RuntimeError> {
+        self.world().calls.push(format!("to start {}", plan.name));
+        let id = self.create_container(plan).await?;
+        let mut w = self.world();
+        if w.start_on_create
+            && let Some(c) = w.containers.get_mut(&id)
+        {
+            c.running = true;
+            c.started_at = Some("2026-11-29T10:00:00Z".into());
+            c.addresses = c
+                .networks
+                .keys()
+                .map(|n| (n.clone(), std::net::IpAddr::from([172, 18, 0, 2])))
+                .collect();
+        }
+        Ok(id)
     }
     async fn start_container(&self, id: &str) -> Result<(), RuntimeError> {
         let mut w = self.world();
@@ -479,6 +502,114 @@ async fn a_new_instance_is_created_started_and_running_once_ready() {
         "created on its one network: {:?}",
         w.calls
     );
+}
+
+/// A container nothing has to happen to between its making and its start is made with
+/// `create_container_to_start`; a runtime that starts it then still has its start recorded and
+/// its evidence proved, as any start's. A worktree instance that shadows a shared one (its
+/// start detaches the shared one from the view first) is made the ordinary way.
+#[tokio::test]
+async fn a_container_started_as_it_is_made_is_recorded_and_proved_as_any_start() {
+    let s = setup().await;
+    {
+        let mut w = s.fake.world();
+        w.ready = true;
+        w.start_on_create = true;
+    }
+    let view = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .await
+        .unwrap();
+    assert_eq!(converge(&s, &view.resource_instance_id).await, Next::Done);
+    assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
+    let instance = s.store.instance(&s.domain, "db").unwrap();
+    assert!(
+        instance.started_at.is_some(),
+        "the start is recorded: {instance:?}"
+    );
+    {
+        let w = s.fake.world();
+        let made: Vec<_> = w
+            .calls
+            .iter()
+            .filter(|c| c.starts_with("to start") || c.starts_with("create"))
+            .collect();
+        assert_eq!(
+            made.len(),
+            2,
+            "made once, told its start follows: {:?}",
+            w.calls
+        );
+        assert!(made[0].starts_with("to start"), "{:?}", w.calls);
+    }
+    let releases = s.berth.releases("owner", &s.domain, "db").await.unwrap();
+    assert_eq!(releases.len(), 1, "its start is a verified release");
+
+    // A worktree instance under the shared one's alias: the ordinary create, then the start.
+    s.fake.world().calls.clear();
+    let mut worktree = spec();
+    worktree["worktreeKey"] = serde_json::json!("feature");
+    let view = s
+        .berth
+        .up("owner", &s.domain, "db@feature", &worktree, UpCause::Use)
+        .await
+        .unwrap();
+    converge(&s, &view.resource_instance_id).await;
+    assert!(matches!(
+        state(&s, "db@feature"),
+        InstanceState::Running { .. }
+    ));
+    let w = s.fake.world();
+    assert!(
+        !w.calls.iter().any(|c| c.starts_with("to start")),
+        "{:?}",
+        w.calls
+    );
+    assert!(
+        w.calls.iter().any(|c| c.starts_with("start ")),
+        "{:?}",
+        w.calls
+    );
+}
+
+/// `GET`'s serialized view is exactly the view's JSON, and follows every write of the
+/// instance (an `observedAt` alone too), never answering an older one.
+#[tokio::test]
+async fn the_serialized_view_is_the_views_json_at_every_revision() {
+    let s = setup().await;
+    s.fake.world().ready = true;
+    let json = |s: &Setup| {
+        let bytes = s.berth.get_json("owner", &s.domain, "db").unwrap();
+        let view = s.berth.get("owner", &s.domain, "db").unwrap();
+        assert_eq!(
+            bytes.as_ref(),
+            serde_json::to_vec(&view).unwrap().as_slice(),
+            "the serialized view is the view's JSON"
+        );
+        bytes
+    };
+    let view = s
+        .berth
+        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
+        .await
+        .unwrap();
+    let first = json(&s);
+    assert_eq!(
+        json(&s),
+        first,
+        "an unchanged instance answers the same bytes"
+    );
+    converge(&s, &view.resource_instance_id).await;
+    let running = json(&s);
+    assert_ne!(running, first, "a write is seen at once");
+    let parsed: serde_json::Value = serde_json::from_slice(&running).unwrap();
+    assert_eq!(parsed["state"]["kind"], "running");
+    assert!(
+        s.berth.get_json("other", &s.domain, "db").is_err(),
+        "another owner is refused as by get"
+    );
+    assert!(s.berth.get_json("owner", &s.domain, "nope").is_err());
 }
 
 #[tokio::test]

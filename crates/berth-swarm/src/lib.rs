@@ -9,6 +9,7 @@
 //! | core asks | this runtime does |
 //! | --- | --- |
 //! | create a container | create the service with 0 replicas (restart policy `none`: core restarts, with its back-off) |
+//! | create a container it starts next | create the service with 1 replica and wait for its task to run: one step for the swarm |
 //! | start it | set 1 replica; a task that ended is replaced by forcing an update |
 //! | stop it | set 0 replicas and wait for the task's container to end |
 //! | remove it | remove the service (never its volumes) |

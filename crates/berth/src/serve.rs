@@ -96,6 +96,17 @@ pub struct ServeArgs {
     #[arg(long, env = "BERTH_LAYERS_FLATTEN_AT", default_value_t = 8, value_parser = clap::value_parser!(u8).range(2..=16))]
     layers_flatten_at: u8,
 
+    /// How the host endpoints move a connection's bytes: `auto` splices them (splice(2)
+    /// through a pipe, never copied through berth's memory) where the kernel allows it and
+    /// copies where it refuses; `off` always copies through a buffer.
+    #[arg(
+        long,
+        env = "BERTH_ENDPOINT_SPLICE",
+        value_enum,
+        default_value = "auto"
+    )]
+    endpoint_splice: EndpointSplice,
+
     /// How often the tags of live instances' images are read from their registries (a HEAD
     /// of each distinct tag's manifest); a digest not seen before is recorded as an image
     /// release, observed and not run until promoted. `off` observes only on demand
@@ -137,6 +148,15 @@ enum VolumeLayers {
     /// Overlay volumes where the engine mounts them.
     Auto,
     /// Copies, always.
+    Off,
+}
+
+/// `--endpoint-splice`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum EndpointSplice {
+    /// splice(2) where the kernel allows it.
+    Auto,
+    /// Copies through a buffer, always.
     Off,
 }
 
@@ -268,6 +288,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 volume_layers: args.volume_layers == VolumeLayers::Auto,
                 flatten_at: usize::from(args.layers_flatten_at),
                 observe_every: args.observe_every.0,
+                endpoint_splice: args.endpoint_splice == EndpointSplice::Auto,
                 queue: QueueConfig {
                     workers: usize::from(args.workers),
                     ..QueueConfig::default()

@@ -1,11 +1,12 @@
 //! `up → running` for the Postgres fixture, on a fresh and on an existing volume, against the
 //! testcontainers crate and Compose on the same image.
 //!
-//! Four ways take turns in each round: berth with a tcp ready check on 5432 (Postgres is ready
+//! Five ways take turns in each round: berth with a tcp ready check on 5432 (Postgres is ready
 //! when it takes TCP connections; the entrypoint's init server listens on the Unix socket only),
-//! berth with the `pg_isready` exec check a Compose user would write (in the notes only), the
-//! testcontainers crate waiting for the server's "ready to accept
-//! connections" line as its Postgres module does, and Debian's `docker-compose` 1.29 with a
+//! learning `running` from the wait route; berth with the `pg_isready` exec check a Compose user
+//! would write (in the notes only); the testcontainers crate waiting for the server's "ready to
+//! accept connections" line as its Postgres module does, once with berth's limits and once with
+//! none (its default); and Debian's `docker-compose` 1.29 with a
 //! healthcheck every second, polled every 500 ms after `up -d` (what Compose v2's `--wait`
 //! does; 1.29 has no `--wait`). After each sample, untimed, every way reads its container's log
 //! to say how long Postgres itself took, so the notes can split each total into the engine and
@@ -16,7 +17,7 @@ use std::process::Stdio;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, anyhow, bail};
-use berth_client::{Desired, InstanceView};
+use berth_client::InstanceView;
 use bollard::Docker;
 use bollard::container::LogOutput;
 use bollard::models::HealthStatusEnum;
@@ -43,7 +44,7 @@ use timeline::Sample;
 use ways::*;
 
 /// berth's spec: the end-to-end tests' Postgres (the fixture, a password, one volume for the
-/// data, 1000 millicores and 512 MiB), ready when `pg_isready` answers over TCP or, with `tcp`,
+/// data, 1000 millicores and 512 MiB: also what berth.toml gives a Postgres by default), ready when `pg_isready` answers over TCP or, with `tcp`,
 /// when 5432 accepts a connection.
 pub(crate) fn pg_spec(image: &str, alias: &str, tcp: bool) -> Value {
     let ready = if tcp {
@@ -71,7 +72,8 @@ pub const NAME_TEMPLATE: &str = "up_to_running_postgres_from_template";
 pub(crate) const PASSWORD: &str = "dev-secret";
 /// Where the image keeps its data.
 pub(crate) const DATA: &str = "/var/lib/postgresql/data";
-/// The limits of every side: the end-to-end tests' Postgres spec.
+/// The limits of every side but testcontainers' own default: the end-to-end tests' Postgres
+/// spec, and berth.toml's default (`DEFAULT_CPU_MILLICORES`, `DEFAULT_MEMORY_BYTES`).
 pub(crate) const MILLICORES: i64 = 1000;
 pub(crate) const MEMORY: i64 = 512 << 20;
 /// What the server says when it takes connections (on stderr; the temporary server the
@@ -79,13 +81,6 @@ pub(crate) const MEMORY: i64 = 512 << 20;
 const READY_LINE: &str = "database system is ready to accept connections";
 /// What the entrypoint prints when initdb and the temporary server are done.
 const INIT_LINE: &str = "PostgreSQL init process complete";
-/// How often berth's instance is polled for `running`. Not the up figure's 5 ms: initdb is
-/// CPU-bound, and on two cores a client asking 200 times a second slowed it visibly (the
-/// server's own start in berth's container, in this figure's notes, against the baselines').
-/// The price is half an interval of noticing on average, which the notes show.
-const POLL: Duration = Duration::from_millis(50);
-/// How often the stop before an existing-volume sample is polled (not timed).
-const STOP_POLL: Duration = Duration::from_millis(20);
 /// How long a baseline's stop may wait for the server before it is killed (berth's daemon here
 /// runs with `--stop-timeout 2s`).
 const STOP_SECONDS: i32 = 2;
@@ -102,7 +97,10 @@ enum Way {
     Berth,
     /// berth, ready when `pg_isready` answers: in the notes only.
     BerthExec,
+    /// testcontainers with berth's limits: the figure's baseline.
     Testcontainers,
+    /// testcontainers with no limits, its default.
+    TestcontainersBare,
     Compose,
 }
 
@@ -112,38 +110,27 @@ impl Way {
             Way::Berth => "berth",
             Way::BerthExec => "berth (pg_isready exec check)",
             Way::Testcontainers => "testcontainers",
+            Way::TestcontainersBare => "testcontainers without limits",
             Way::Compose => "compose",
         }
     }
 }
 
-/// Each round runs the ways in a rotated order, so none always follows another's teardown.
-const ORDERS: [[Way; 4]; 4] = [
-    [
-        Way::Berth,
-        Way::BerthExec,
-        Way::Testcontainers,
-        Way::Compose,
-    ],
-    [
-        Way::BerthExec,
-        Way::Testcontainers,
-        Way::Compose,
-        Way::Berth,
-    ],
-    [
-        Way::Testcontainers,
-        Way::Compose,
-        Way::Berth,
-        Way::BerthExec,
-    ],
-    [
-        Way::Compose,
-        Way::Berth,
-        Way::BerthExec,
-        Way::Testcontainers,
-    ],
+/// Every way, in the first round's order.
+const WAYS: [Way; 5] = [
+    Way::Berth,
+    Way::BerthExec,
+    Way::Testcontainers,
+    Way::TestcontainersBare,
+    Way::Compose,
 ];
+
+/// Round `i`'s order: each round rotates the ways, so none always follows another's teardown.
+fn order(i: usize) -> [Way; 5] {
+    let mut ways = WAYS;
+    ways.rotate_left(i % WAYS.len());
+    ways
+}
 
 // berth
 
@@ -158,6 +145,7 @@ struct Setup<'a> {
     berth_existing: &'static str,
     berth_existing_exec: &'static str,
     tc_existing: String,
+    tc_existing_bare: String,
 }
 
 impl Setup<'_> {
@@ -174,10 +162,13 @@ impl Setup<'_> {
                 )
                 .await
             }
-            Way::Testcontainers => {
-                let name = format!("{}-tc-pg-fresh-{tag}", ctx.prefix);
+            Way::Testcontainers | Way::TestcontainersBare => {
+                let limited = way == Way::Testcontainers;
+                let kind = if limited { "tc" } else { "tcbare" };
+                let name = format!("{}-{kind}-pg-fresh-{tag}", ctx.prefix);
                 let volume = format!("{name}.data");
-                let sample = testcontainers_once(ctx, self.image, &name, &volume, true).await?;
+                let sample =
+                    testcontainers_once(ctx, self.image, &name, &volume, true, limited).await?;
                 remove_volume(&ctx.docker, &volume).await?;
                 Ok(sample)
             }
@@ -198,7 +189,12 @@ impl Setup<'_> {
             }
             Way::Testcontainers => {
                 let name = format!("{}-tc-pg-existing-{tag}", ctx.prefix);
-                testcontainers_once(ctx, self.image, &name, &self.tc_existing, false).await
+                testcontainers_once(ctx, self.image, &name, &self.tc_existing, false, true).await
+            }
+            Way::TestcontainersBare => {
+                let name = format!("{}-tcbare-pg-existing-{tag}", ctx.prefix);
+                let volume = &self.tc_existing_bare;
+                testcontainers_once(ctx, self.image, &name, volume, false, false).await
             }
             Way::Compose => {
                 let timeout = STOP_SECONDS.to_string();
@@ -223,8 +219,10 @@ impl Setup<'_> {
                 errors.push(format!("{e:#}"));
             }
         }
-        if let Err(e) = remove_volume(&ctx.docker, &self.tc_existing).await {
-            errors.push(format!("{e:#}"));
+        for volume in [&self.tc_existing, &self.tc_existing_bare] {
+            if let Err(e) = remove_volume(&ctx.docker, volume).await {
+                errors.push(format!("{e:#}"));
+            }
         }
         if !errors.is_empty() {
             bail!("tearing the Postgres figure down: {}", errors.join("; "));
@@ -238,6 +236,7 @@ struct Samples {
     berth: Vec<Sample>,
     berth_exec: Vec<Sample>,
     testcontainers: Vec<Sample>,
+    testcontainers_bare: Vec<Sample>,
     compose: Vec<Sample>,
 }
 
@@ -247,6 +246,7 @@ impl Samples {
             Way::Berth => &mut self.berth,
             Way::BerthExec => &mut self.berth_exec,
             Way::Testcontainers => &mut self.testcontainers,
+            Way::TestcontainersBare => &mut self.testcontainers_bare,
             Way::Compose => &mut self.compose,
         }
     }
@@ -256,6 +256,7 @@ impl Samples {
             Way::Berth => &self.berth,
             Way::BerthExec => &self.berth_exec,
             Way::Testcontainers => &self.testcontainers,
+            Way::TestcontainersBare => &self.testcontainers_bare,
             Way::Compose => &self.compose,
         }
     }
@@ -284,7 +285,7 @@ async fn warm_up(ctx: &Ctx, setup: &Setup<'_>) -> anyhow::Result<Warm> {
     ));
     // berth first: it pulls the image if it is not on the machine, so no baseline does.
     let mut fresh = Vec::new();
-    for way in ORDERS[0] {
+    for way in order(0) {
         fresh.push((way, setup.fresh(ctx, way, "warm").await?.total));
     }
     // The existing volumes, made and initialised once; the next `up` of each finds its data.
@@ -298,7 +299,17 @@ async fn warm_up(ctx: &Ctx, setup: &Setup<'_>) -> anyhow::Result<Warm> {
         berth_once(ctx, setup.image, key, tcp, false).await?;
     }
     let name = format!("{}-tc-pg-existing-init", ctx.prefix);
-    testcontainers_once(ctx, setup.image, &name, &setup.tc_existing, true).await?;
+    testcontainers_once(ctx, setup.image, &name, &setup.tc_existing, true, true).await?;
+    let name = format!("{}-tcbare-pg-existing-init", ctx.prefix);
+    testcontainers_once(
+        ctx,
+        setup.image,
+        &name,
+        &setup.tc_existing_bare,
+        true,
+        false,
+    )
+    .await?;
     compose_once(ctx, &setup.compose, &setup.compose_existing, false).await?;
     progress::line(&format!("{NAME_TEMPLATE}: making the template"));
     let template_first = berth_template_once(ctx, setup.image, "pg-tpl-warm")
@@ -321,7 +332,7 @@ async fn measure(
     let mut existing = Samples::default();
     let mut templated = Vec::new();
     for i in 0..samples {
-        let order = ORDERS[i % ORDERS.len()];
+        let order = order(i);
         for way in order {
             let sample = setup.fresh(ctx, way, &i.to_string()).await?;
             fresh.of(way).push(sample);
@@ -357,6 +368,7 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
         berth_existing: "pg-existing",
         berth_existing_exec: "pg-existing-exec",
         tc_existing: format!("{}-tc-pg-existing.data", ctx.prefix),
+        tc_existing_bare: format!("{}-tcbare-pg-existing.data", ctx.prefix),
     };
     let measured = measure(ctx, &setup, samples).await;
     progress::line(&format!("{NAME_FRESH}: removing the Postgres containers"));
@@ -366,7 +378,10 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
     Ok(figure(&fresh, &existing, &templated, &warm))
 }
 
-fn rows(name: &str, samples: &Samples) -> Vec<Row> {
+/// berth against Compose and testcontainers with the same limits (the targets), and against
+/// testcontainers with none (its default; no target). `tc_target` is the target against
+/// testcontainers with the same limits.
+fn rows(name: &str, samples: &Samples, tc_target: f64) -> Vec<Row> {
     let berth = Stat::of_samples(&samples.totals(Way::Berth));
     vec![
         Row {
@@ -380,10 +395,18 @@ fn rows(name: &str, samples: &Samples) -> Vec<Row> {
         Row {
             name: name.to_owned(),
             unit: "ms",
-            berth,
-            baseline: "testcontainers",
+            berth: berth.clone(),
+            baseline: "testcontainers, same limits",
             base: Stat::of_samples(&samples.totals(Way::Testcontainers)),
-            target: Some(Target::AtMost(1.0)),
+            target: Some(Target::AtMost(tc_target)),
+        },
+        Row {
+            name: name.to_owned(),
+            unit: "ms",
+            berth,
+            baseline: "testcontainers, no limits (its default)",
+            base: Stat::of_samples(&samples.totals(Way::TestcontainersBare)),
+            target: None,
         },
     ]
 }
@@ -393,6 +416,7 @@ fn parts(samples: &Samples) -> String {
     [
         Way::Berth,
         Way::Testcontainers,
+        Way::TestcontainersBare,
         Way::Compose,
         Way::BerthExec,
     ]
@@ -435,8 +459,8 @@ fn probe_lag(samples: &[Sample]) -> String {
     }))
 }
 
-/// From berth's ready check answering to a GET seeing `running`.
-fn get_lag(samples: &[Sample]) -> String {
+/// From berth's ready check answering to the wait route's answer arriving.
+fn wait_lag(samples: &[Sample]) -> String {
     median_of(
         samples
             .iter()
@@ -445,8 +469,8 @@ fn get_lag(samples: &[Sample]) -> String {
 }
 
 fn figure(fresh: &Samples, existing: &Samples, templated: &[Sample], warm: &Warm) -> Figure {
-    let mut all_rows = rows(NAME_FRESH, fresh);
-    all_rows.extend(rows(NAME_EXISTING, existing));
+    let mut all_rows = rows(NAME_FRESH, fresh, 1.0);
+    all_rows.extend(rows(NAME_EXISTING, existing, 1.05));
     let from_template = Stat::of_samples(&templated.iter().map(|s| s.total).collect::<Vec<_>>());
     all_rows.push(Row {
         name: NAME_TEMPLATE.to_owned(),
@@ -465,15 +489,9 @@ fn figure(fresh: &Samples, existing: &Samples, templated: &[Sample], warm: &Warm
         target: Some(Target::AtMost(1.3)),
     });
     let all = |samples: &Samples| -> Vec<Sample> {
-        [
-            Way::Berth,
-            Way::BerthExec,
-            Way::Testcontainers,
-            Way::Compose,
-        ]
-        .iter()
-        .flat_map(|&w| samples.get(w).iter().copied())
-        .collect()
+        WAYS.iter()
+            .flat_map(|&w| samples.get(w).iter().copied())
+            .collect()
     };
     let (all_fresh, all_existing) = (all(fresh), all(existing));
     let notes = vec![
@@ -501,14 +519,13 @@ fn figure(fresh: &Samples, existing: &Samples, templated: &[Sample], warm: &Warm
         ),
         format!(
             "berth's tcp check answered {} ms (fresh) and {} ms (existing) after the server's \
-             ready line, and a GET (every {} ms) saw `running` {} ms and {} ms after that. With \
-             the `pg_isready` exec ready check instead, berth took {} ms (fresh) and {} ms \
-             (existing), median.",
+             ready line, and the wait route's answer (`running`) arrived {} ms and {} ms after \
+             that. With the `pg_isready` exec ready check instead, berth took {} ms (fresh) and \
+             {} ms (existing), median.",
             probe_lag(&fresh.berth),
             probe_lag(&existing.berth),
-            POLL.as_millis(),
-            get_lag(&fresh.berth),
-            get_lag(&existing.berth),
+            wait_lag(&fresh.berth),
+            wait_lag(&existing.berth),
             number(median(&fresh.totals(Way::BerthExec))),
             number(median(&existing.totals(Way::BerthExec))),
         ),

@@ -108,12 +108,30 @@ pub(super) fn read_timeline<'a>(
     timeline
 }
 
-/// Reads container `id`'s start and log for the sample that began at `since` (not timed).
+/// How long a sample's timeline waits for the server's ready line once the tool has said ready:
+/// a tcp check's connect is accepted as soon as the server listens, a moment before it logs that
+/// it is ready, and the wait route answers at once.
+const READY_LINE_WITHIN: Duration = Duration::from_secs(10);
+
+/// Reads container `id`'s start and log for the sample that began at `since` (not timed), again
+/// every 20 ms until the log holds the server's ready line (at most [`READY_LINE_WITHIN`]).
 pub(super) async fn timeline(
     docker: &Docker,
     id: &str,
     since: SystemTime,
 ) -> anyhow::Result<Timeline> {
+    let deadline = Instant::now() + READY_LINE_WITHIN;
+    loop {
+        let read = timeline_once(docker, id, since).await?;
+        if read.ready.is_some() || Instant::now() > deadline {
+            return Ok(read);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One read of container `id`'s start and log for the sample that began at `since`.
+async fn timeline_once(docker: &Docker, id: &str, since: SystemTime) -> anyhow::Result<Timeline> {
     let inspected = docker
         .inspect_container(id, None::<InspectContainerOptions>)
         .await

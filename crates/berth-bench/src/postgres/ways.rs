@@ -4,51 +4,36 @@
 use super::timeline::{Sample, timeline};
 use super::*;
 
-/// Polls instance `key` until it is running; a `stopped` state is waited through while the
-/// instance is wanted running (an `up` of a stopped instance says stopped until its reconcile
-/// starts the container). Returns the instance.
-pub(super) async fn wait_running(
-    ctx: &Ctx,
-    key: &str,
-    start: Instant,
-) -> anyhow::Result<InstanceView> {
-    let deadline = start + SAMPLE_TIMEOUT;
-    loop {
-        let instance = ctx.api.instance(&ctx.domain, key).await?;
-        match instance.state.kind() {
-            "running" => return Ok(instance),
-            kind @ ("failed" | "archived") => {
-                bail!("instance {key} became {kind} instead of running: {instance:?}")
-            }
-            _ if instance.desired != Desired::Running => {
-                bail!("the up of instance {key} was not taken: {instance:?}")
-            }
-            _ => {}
-        }
-        if Instant::now() > deadline {
-            bail!("instance {key} was not running within {SAMPLE_TIMEOUT:?}: {instance:?}");
-        }
-        tokio::time::sleep(POLL).await;
+/// Waits on the wait route until instance `key` is running and berth has acted on the `up`
+/// (`observedGeneration == generation`): berth says so as it records it, with no polling.
+/// Returns the instance.
+pub(super) async fn wait_running(ctx: &Ctx, key: &str) -> anyhow::Result<InstanceView> {
+    let instance = ctx
+        .api
+        .wait_route(
+            &ctx.domain,
+            key,
+            &["running", "failed", "archived"],
+            SAMPLE_TIMEOUT,
+        )
+        .await?;
+    match instance.state.kind() {
+        "running" => Ok(instance),
+        kind => bail!("instance {key} became {kind} instead of running: {instance:?}"),
     }
 }
 
-/// A person's stop of instance `key`, waited for until berth says it is stopped (not timed).
+/// A person's stop of instance `key`, waited for on the wait route until berth says it is
+/// stopped (not timed).
 pub(super) async fn berth_stop(ctx: &Ctx, key: &str) -> anyhow::Result<()> {
     ctx.api.stop(&ctx.domain, key, "berth-bench").await?;
-    let deadline = Instant::now() + SAMPLE_TIMEOUT;
-    loop {
-        let instance = ctx.api.instance(&ctx.domain, key).await?;
-        if instance.state.kind() == "stopped" {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("instance {key} was not stopped within {SAMPLE_TIMEOUT:?}: {instance:?}");
-        }
-        tokio::time::sleep(STOP_POLL).await;
-    }
+    ctx.api
+        .wait_route(&ctx.domain, key, &["stopped"], SAMPLE_TIMEOUT)
+        .await?;
+    Ok(())
 }
 
-/// One berth `up` of instance `key` until a GET says running, timed; then, not timed, its
+/// One berth `up` of instance `key` until the wait route says running, timed; then, not timed, its
 /// container's timeline and, when `archive`, the archive of the instance (its volume stays
 /// until the run's cleanup).
 pub(super) async fn berth_once(
@@ -65,7 +50,8 @@ pub(super) async fn berth_once(
     until_running(ctx, key, wall_start, start, archive).await
 }
 
-/// The rest of a berth sample once its `up` is sent: timed until a GET says running; then, not
+/// The rest of a berth sample once its `up` is sent: timed until the wait route says running;
+/// then, not
 /// timed, its container's timeline and, when `archive`, the archive of the instance.
 async fn until_running(
     ctx: &Ctx,
@@ -74,7 +60,7 @@ async fn until_running(
     start: Instant,
     archive: bool,
 ) -> anyhow::Result<Sample> {
-    let instance = wait_running(ctx, key, start).await?;
+    let instance = wait_running(ctx, key).await?;
     let total = ms(start.elapsed());
     let mut sample = Sample::new(total, wall_start, SystemTime::now());
     sample.berth_ready = instance.state.time().map(time_of);
@@ -86,8 +72,8 @@ async fn until_running(
     Ok(sample)
 }
 
-/// One berth `up` of a new instance `key` with `template: true`, timed until a GET says
-/// running; then, not timed, its container's timeline and its archive.
+/// One berth `up` of a new instance `key` with `template: true`, timed until the wait route
+/// says running; then, not timed, its container's timeline and its archive.
 pub(super) async fn berth_template_once(
     ctx: &Ctx,
     image: &str,
@@ -127,14 +113,16 @@ pub(super) fn testcontainers_wait(fresh: bool) -> Vec<WaitFor> {
 }
 
 /// One testcontainers `start()` of the image on volume `volume` as container `name`, timed to
-/// its return, with the wait for a `fresh` volume or an existing one; then, not timed, the
-/// timeline, the container's stop and its removal (the volume stays).
+/// its return, with the wait for a `fresh` volume or an existing one, with berth's limits
+/// (`limited`) or with none (testcontainers' default); then, not timed, a check of the limits
+/// the container got, the timeline, the container's stop and its removal (the volume stays).
 pub(super) async fn testcontainers_once(
     ctx: &Ctx,
     image: &str,
     name: &str,
     volume: &str,
     fresh: bool,
+    limited: bool,
 ) -> anyhow::Result<Sample> {
     let (image_name, tag) = testcontainers_name_and_tag(image)?;
     let mut generic = GenericImage::new(image_name, tag);
@@ -147,9 +135,11 @@ pub(super) async fn testcontainers_once(
         .with_container_name(name)
         .with_labels(engine::labels(&ctx.prefix))
         .with_startup_timeout(SAMPLE_TIMEOUT)
-        .with_host_config_modifier(|host| {
-            host.nano_cpus = Some(MILLICORES * 1_000_000);
-            host.memory = Some(MEMORY);
+        .with_host_config_modifier(move |host| {
+            if limited {
+                host.nano_cpus = Some(MILLICORES * 1_000_000);
+                host.memory = Some(MEMORY);
+            }
         });
     let wall_start = SystemTime::now();
     let start = Instant::now();
@@ -160,6 +150,7 @@ pub(super) async fn testcontainers_once(
     let total = ms(start.elapsed());
     let mut sample = Sample::new(total, wall_start, SystemTime::now());
     let id = container.id().to_owned();
+    let limits = engine_limits(&ctx.docker, &id).await;
     let read = timeline(&ctx.docker, &id, wall_start).await;
     // A stop first, as berth's and Compose's: `rm` alone kills the server, and the next start
     // on the volume would recover from a crash instead of starting on a clean shutdown.
@@ -172,7 +163,28 @@ pub(super) async fn testcontainers_once(
         .await
         .with_context(|| format!("testcontainers removing {name}"))?;
     sample.timeline = Some(read?);
+    let wanted = if limited {
+        (MILLICORES * 1_000_000, MEMORY)
+    } else {
+        (0, 0)
+    };
+    let limits = limits?;
+    if limits != wanted {
+        bail!("testcontainers' container {name} ran with limits {limits:?}, not {wanted:?}");
+    }
     Ok(sample)
+}
+
+/// A container's CPU (in billionths of a core) and memory limits as the engine holds them;
+/// 0 is none.
+pub(super) async fn engine_limits(docker: &Docker, id: &str) -> anyhow::Result<(i64, i64)> {
+    let host = docker
+        .inspect_container(id, None::<InspectContainerOptions>)
+        .await
+        .with_context(|| format!("inspecting container {id}"))?
+        .host_config
+        .unwrap_or_default();
+    Ok((host.nano_cpus.unwrap_or(0), host.memory.unwrap_or(0)))
 }
 
 pub(super) async fn remove_volume(docker: &Docker, volume: &str) -> anyhow::Result<()> {

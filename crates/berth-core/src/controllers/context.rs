@@ -39,6 +39,9 @@ pub struct ReconcileConfig {
     /// How often the tags of live instances' images are read from their registries and a new
     /// digest recorded as an observed image release; `None` observes only on demand.
     pub observe_every: Option<Duration>,
+    /// Whether the host endpoints move bytes with splice(2) where the kernel allows it
+    /// (`--endpoint-splice auto`); `false` copies them through a buffer.
+    pub endpoint_splice: bool,
 }
 
 impl Default for ReconcileConfig {
@@ -54,6 +57,7 @@ impl Default for ReconcileConfig {
             volume_layers: true,
             flatten_at: 8,
             observe_every: Some(Duration::from_secs(6 * 3600)),
+            endpoint_splice: true,
         }
     }
 }

@@ -394,6 +394,18 @@ impl ViewController {
         Ok(networks)
     }
 
+    /// Whether a worktree instance's alias is also a shared instance's, which its start
+    /// detaches from the key's view first.
+    pub(crate) fn shadows_shared(&self, instance: &Instance) -> bool {
+        instance.spec.worktree_key.is_some()
+            && self
+                .ctx
+                .store
+                .instances(&instance.domain_id, false)
+                .iter()
+                .any(|i| i.spec.worktree_key.is_none() && i.spec.alias == instance.spec.alias)
+    }
+
     /// Attaches a container to the networks it belongs on, with the right aliases, and detaches
     /// it from the domain's other networks. For a worktree instance, first detaches a shared
     /// instance with the same alias from its view.

@@ -9,6 +9,7 @@ mod page;
 mod preflight;
 mod promotions;
 mod rollouts;
+mod serialized;
 mod snapshots;
 mod templates;
 mod watch;
@@ -37,6 +38,8 @@ pub struct Berth {
     site: Site,
     /// The web page's volume sizes, reused a short while.
     sizes: page::SizeCache,
+    /// Each instance's view as `GET` answers it, serialized once per revision.
+    serialized: serialized::SerializedViews,
 }
 
 impl Berth {
@@ -50,6 +53,7 @@ impl Berth {
             runtime_name: runtime_name.to_owned(),
             site,
             sizes: page::SizeCache::default(),
+            serialized: serialized::SerializedViews::default(),
         }
     }
 

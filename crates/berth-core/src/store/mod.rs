@@ -352,6 +352,21 @@ impl Store {
         view.instances.get(id).cloned()
     }
 
+    /// One instance's id and revision by its domain and key, from memory: the revision is new
+    /// whenever the instance is written (its view may then differ), the same while it is not.
+    pub fn instance_revision(&self, domain: &DomainId, key: &str) -> Option<(InstanceId, u64)> {
+        let view = self.view();
+        let id = view.by_key.get(&(domain.clone(), key.to_owned()))?;
+        Some((id.clone(), *view.revisions.get(id)?))
+    }
+
+    /// One instance by its domain and key with its revision, read together, from memory.
+    pub fn instance_at(&self, domain: &DomainId, key: &str) -> Option<(Instance, u64)> {
+        let view = self.view();
+        let id = view.by_key.get(&(domain.clone(), key.to_owned()))?;
+        Some((view.instances.get(id)?.clone(), *view.revisions.get(id)?))
+    }
+
     /// One instance by id, from memory.
     pub fn instance_by_id(&self, id: &InstanceId) -> Option<Instance> {
         self.view().instances.get(id).cloned()

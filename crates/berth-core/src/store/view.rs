@@ -20,6 +20,11 @@ pub(super) struct View {
     pub(super) domains: HashMap<DomainId, Domain>,
     pub(super) instances: HashMap<InstanceId, Instance>,
     pub(super) by_key: HashMap<(DomainId, String), InstanceId>,
+    /// Each instance's revision: a number of this run, new whenever its row is put again (an
+    /// `observedAt` alone too), which a cache of anything made from the row is keyed by.
+    pub(super) revisions: HashMap<InstanceId, u64>,
+    /// The last revision given.
+    last_revision: u64,
 }
 
 impl View {
@@ -28,6 +33,9 @@ impl View {
             (instance.domain_id.clone(), instance.key.clone()),
             instance.id.clone(),
         );
+        self.last_revision += 1;
+        self.revisions
+            .insert(instance.id.clone(), self.last_revision);
         self.instances.insert(instance.id.clone(), instance);
     }
 }

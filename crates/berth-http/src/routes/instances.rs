@@ -1,6 +1,8 @@
 //! Resource instances: up, list, get, stop, archive; image evidence, releases and rollback.
 
 use axum::extract::State;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use berth_api::instances::{StopRequest, UpRequest};
 use berth_api::preflight::PreflightReport;
@@ -508,9 +510,18 @@ async fn get_instance(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
     Params(path): Params<InstancePath>,
-) -> Result<Json<InstanceView>, ApiError> {
+) -> Result<Response, ApiError> {
     let (domain, key) = path.parts()?;
-    Ok(Json(app.berth.get(&caller.owner, &domain, key)?))
+    // The instance's view, serialized once per revision of it (core keeps it).
+    let json = app.berth.get_json(&caller.owner, &domain, key)?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        json,
+    )
+        .into_response())
 }
 
 /// A person's stop: the instance stays stopped until a person starts it.

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use berth_core::runtime::{Runtime as _, RuntimeError};
+use berth_core::runtime::{ContainerPlan, LABEL_PLACEMENT, Runtime as _, RuntimeError};
 use bollard::models::{Task, TaskState};
 use bollard::query_parameters::EventsOptions;
 use futures_util::StreamExt;
@@ -57,6 +57,33 @@ impl SwarmRuntime {
         .await?;
         let bound = self.node.config().pull_timeout + STOP_MARGIN;
         self.wait_started(id, &service_id, bound).await
+    }
+
+    /// Creates the plan's service with its replica in one step (core starts it next, with
+    /// nothing in between) and waits for the task to run, as [`Self::start_service`] does: the
+    /// swarm schedules the task once, instead of once for the service and again for the
+    /// replica count.
+    pub(super) async fn create_started_service(
+        &self,
+        plan: &ContainerPlan,
+    ) -> Result<String, RuntimeError> {
+        let node = plan
+            .labels
+            .get(LABEL_PLACEMENT)
+            .cloned()
+            .unwrap_or_else(|| self.node_id.clone());
+        if self
+            .node_unfit(&format!("service {}", plan.name), &node)
+            .await?
+            .is_some()
+        {
+            // Made held at 0 replicas: the start that follows refuses, naming the node.
+            return self.create_service(plan).await;
+        }
+        let service_id = self.create_service_with(plan, 1).await?;
+        let bound = self.node.config().pull_timeout + STOP_MARGIN;
+        self.wait_started(&plan.name, &service_id, bound).await?;
+        Ok(service_id)
     }
 
     /// Sets 0 replicas and waits for the task's container to end.

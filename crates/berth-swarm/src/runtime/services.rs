@@ -14,7 +14,7 @@ use bollard::query_parameters::{ListServicesOptions, ListTasksOptions, UpdateSer
 
 use super::SwarmRuntime;
 use crate::errors::{is_out_of_sequence, is_status, no_engine};
-use crate::spec::{attach_network, detach_network, service_networks, service_spec};
+use crate::spec::{attach_network, detach_network, service_networks, service_spec, set_replicas};
 use crate::tasks::{current_task, service_facts, task_container, wants_running, with_task};
 
 impl SwarmRuntime {
@@ -93,6 +93,15 @@ impl SwarmRuntime {
         &self,
         plan: &ContainerPlan,
     ) -> Result<String, RuntimeError> {
+        self.create_service_with(plan, 0).await
+    }
+
+    /// Creates the service with `replicas` replicas (0 or 1), on the node its plan names.
+    pub(super) async fn create_service_with(
+        &self,
+        plan: &ContainerPlan,
+        replicas: i64,
+    ) -> Result<String, RuntimeError> {
         let node = plan
             .labels
             .get(LABEL_PLACEMENT)
@@ -101,12 +110,10 @@ impl SwarmRuntime {
         if self.engine_of(&node).is_none() {
             return Err(no_engine(&node));
         }
-        tracing::debug!(service = %plan.name, node = %node, "creating service");
-        match self
-            .docker()
-            .create_service(service_spec(plan, &node), None)
-            .await
-        {
+        tracing::debug!(service = %plan.name, node = %node, replicas, "creating service");
+        let mut spec = service_spec(plan, &node);
+        set_replicas(&mut spec, replicas);
+        match self.docker().create_service(spec, None).await {
             Ok(created) => Ok(created.id.unwrap_or_default()),
             Err(e) => Err(engine_error(e, &format!("service {}", plan.name))),
         }

@@ -98,6 +98,13 @@ impl Runtime for SwarmRuntime {
         self.create_service(plan).await
     }
 
+    async fn create_container_to_start(
+        &self,
+        plan: &ContainerPlan,
+    ) -> Result<String, RuntimeError> {
+        self.create_started_service(plan).await
+    }
+
     async fn start_container(&self, id: &str) -> Result<(), RuntimeError> {
         self.start_service(id).await
     }

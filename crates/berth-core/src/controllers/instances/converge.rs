@@ -54,7 +54,7 @@ impl InstanceController {
             ControlFlow::Continue(prepared) => prepared,
             ControlFlow::Break(next) => return Ok(next),
         };
-        let container = match self
+        let (container, made) = match self
             .ensure_container(instance, container, &obs, &network, labels)
             .await?
         {
@@ -62,9 +62,11 @@ impl InstanceController {
             ControlFlow::Break(next) => return Ok(next),
         };
         self.views.ensure_attachments(instance, &container).await?;
-        if !container.running {
+        // A container just made is started here even when the runtime started it as it made
+        // it: its start is recorded, and its evidence proved, as any start's.
+        if !container.running || made {
             return self
-                .start_stopped(instance, &container, obs, &image, &network)
+                .start_stopped(instance, &container, obs, &image, &network, made)
                 .await;
         }
         // A running container berth did not just start (adopted after a crash, woken, or
@@ -183,8 +185,11 @@ impl InstanceController {
         Ok(ControlFlow::Continue((image, labels, network)))
     }
 
-    /// The instance's container as planned: one made for another plan is replaced (its
-    /// volumes stay), a missing one is made.
+    /// The instance's container as planned, and whether it was made just now: one made for
+    /// another plan is replaced (its volumes stay), a missing one is made. When nothing has to
+    /// happen between its making and its start (it belongs on its one network only, shadows
+    /// no shared instance and owes no restart back-off), the runtime is told that its start
+    /// follows (`create_container_to_start`), so a runtime may make both one step.
     pub(super) async fn ensure_container(
         &self,
         instance: &Instance,
@@ -192,7 +197,7 @@ impl InstanceController {
         obs: &Observation,
         network: &str,
         labels: Labels,
-    ) -> Result<ControlFlow<Next, ContainerFacts>, ReconcileError> {
+    ) -> Result<ControlFlow<Next, (ContainerFacts, bool)>, ReconcileError> {
         let runtime = &self.ctx.runtime;
         let container = match container {
             Some(c) if !self.same_plan(&c, instance, &obs.volumes) => {
@@ -206,14 +211,13 @@ impl InstanceController {
             other => other,
         };
         let container = match container {
-            Some(c) => c,
+            Some(c) => (c, false),
             None => {
-                let aliases = self
-                    .views
-                    .desired_networks(instance)
-                    .await?
-                    .remove(network)
-                    .unwrap_or_default();
+                let mut networks = self.views.desired_networks(instance).await?;
+                let aliases = networks.remove(network).unwrap_or_default();
+                let start_next = networks.is_empty()
+                    && !self.views.shadows_shared(instance)
+                    && !self.restart_owed(instance, obs.observed_at);
                 let plan = self.plan_container(instance, &obs.volumes, network, aliases, labels);
                 // The engine has just verified the image by its digest: an observation of it.
                 if let Err(RuntimeError::Image { failure, message }) =
@@ -224,7 +228,12 @@ impl InstanceController {
                         .await
                         .map(ControlFlow::Break);
                 }
-                match runtime.create_container(&plan).await {
+                let made = if start_next {
+                    runtime.create_container_to_start(&plan).await
+                } else {
+                    runtime.create_container(&plan).await
+                };
+                match made {
                     Ok(_) => {}
                     // Made by a reconcile that crashed before it could record it: look again.
                     Err(RuntimeError::Conflict(_)) => {
@@ -238,7 +247,7 @@ impl InstanceController {
                     Err(e) => return Err(e.into()),
                 }
                 match runtime.inspect_container(&plan.name).await? {
-                    Some(c) => c,
+                    Some(c) => (c, true),
                     None => return Ok(ControlFlow::Break(Next::After(Duration::ZERO))),
                 }
             }
@@ -246,8 +255,19 @@ impl InstanceController {
         Ok(ControlFlow::Continue(container))
     }
 
-    /// A container that does not run: one that ended on its own is recorded exited and
-    /// restarted after its back-off; otherwise it is started, its evidence proved first.
+    /// Whether an instance that exited still owes part of its restart back-off at `now`.
+    fn restart_owed(&self, instance: &Instance, now: Timestamp) -> bool {
+        match instance.state {
+            InstanceState::Exited { at, .. } => {
+                now < at.plus(self.restart_wait(instance.restart_count))
+            }
+            _ => false,
+        }
+    }
+
+    /// A container that does not run, or one just made (which the runtime may have started as
+    /// it made it): one that ended on its own is recorded exited and restarted after its
+    /// back-off; otherwise it is started, its evidence proved first.
     pub(super) async fn start_stopped(
         &self,
         instance: &Instance,
@@ -255,13 +275,16 @@ impl InstanceController {
         mut obs: Observation,
         image: &ImageFacts,
         network: &str,
+        made: bool,
     ) -> Result<Next, ReconcileError> {
         let runtime = &self.ctx.runtime;
         let now = obs.observed_at;
-        let ended_on_its_own = matches!(
-            instance.state,
-            InstanceState::Starting { .. } | InstanceState::Running { .. }
-        ) && container.started_at.is_some()
+        let ended_on_its_own = !made
+            && matches!(
+                instance.state,
+                InstanceState::Starting { .. } | InstanceState::Running { .. }
+            )
+            && container.started_at.is_some()
             && container.finished_at.is_some();
         if ended_on_its_own {
             let started = container.started_at.as_deref().and_then(Timestamp::parse);

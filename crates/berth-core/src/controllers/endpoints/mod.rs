@@ -25,6 +25,8 @@ use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
 
+mod relay;
+
 use super::context::{Context, InstanceQueue};
 pub use berth_api::instances::EndpointView;
 
@@ -41,8 +43,6 @@ pub const ENDPOINT_HOST: Ipv4Addr = Ipv4Addr::LOCALHOST;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Between attempts after a failed connection.
 const CONNECT_RETRY: Duration = Duration::from_millis(50);
-/// Each direction's copy buffer: large enough that a bulk transfer is not a syscall per 8 KiB.
-const COPY_BUFFER: usize = 64 * 1024;
 /// One connection attempt; the kernel's own SYN retries are slower than this.
 const CONNECT_ATTEMPT: Duration = Duration::from_secs(2);
 /// The first wait before binding a taken endpoint port again; it doubles up to `REBIND_MAX`.
@@ -369,25 +369,28 @@ impl EndpointController {
             .await
     }
 
-    /// One proxied connection: wake the instance if it may be woken, wait for it, then copy
-    /// bytes both ways until either side closes.
-    async fn proxy(&self, id: InstanceId, port: u16, mut client: TcpStream) {
+    /// One proxied connection: wake the instance if it may be woken, wait for it, then move
+    /// bytes both ways until both sides close (spliced where the kernel allows it: `relay`).
+    async fn proxy(&self, id: InstanceId, port: u16, client: TcpStream) {
         let _reach = ReachGuard::new(self, &id);
-        let Some(mut upstream) = self.upstream(&id, port).await else {
+        let Some(upstream) = self.upstream(&id, port).await else {
             // Closed promptly: nothing is left hanging.
             return;
         };
         let _ = client.set_nodelay(true);
         let _ = upstream.set_nodelay(true);
-        if let Err(e) = tokio::io::copy_bidirectional_with_sizes(
-            &mut client,
-            &mut upstream,
-            COPY_BUFFER,
-            COPY_BUFFER,
-        )
-        .await
-        {
-            tracing::debug!(instance = %id, error = %e, "a proxied connection ended with an error");
+        match relay::relay(client, upstream, self.ctx.config.endpoint_splice).await {
+            Ok(moved) => tracing::trace!(
+                instance = %id,
+                to_upstream = moved.to_upstream.bytes,
+                to_client = moved.to_client.bytes,
+                spliced = moved.to_upstream.path == relay::Path::Splice
+                    && moved.to_client.path == relay::Path::Splice,
+                "a proxied connection ended"
+            ),
+            Err(e) => {
+                tracing::debug!(instance = %id, error = %e, "a proxied connection ended with an error");
+            }
         }
     }
 

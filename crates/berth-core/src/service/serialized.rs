@@ -1,0 +1,71 @@
+//! `GET` of one instance answered from its serialized view, kept per instance revision: an
+//! instance that has not been written since it was last asked for is not serialized again.
+//!
+//! The store gives every write of an instance a new revision (an `observedAt` alone too, since
+//! the view shows it); an entry made from an older revision is never answered. One entry per
+//! instance, replaced by the next revision's, so the cache holds at most what the store's view
+//! does.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use bytes::Bytes;
+
+use super::Berth;
+use crate::error::Error;
+use crate::ids::{DomainId, InstanceId};
+
+/// The serialized views last made, by instance, with the revision each was made from.
+#[derive(Clone, Default)]
+pub(super) struct SerializedViews {
+    views: Arc<RwLock<HashMap<InstanceId, (u64, Bytes)>>>,
+}
+
+impl SerializedViews {
+    /// The view made from exactly this revision, if one was.
+    fn hit(&self, id: &InstanceId, revision: u64) -> Option<Bytes> {
+        let views = self.views.read().unwrap_or_else(|e| e.into_inner());
+        views
+            .get(id)
+            .filter(|(made_from, _)| *made_from == revision)
+            .map(|(_, bytes)| bytes.clone())
+    }
+
+    /// Keeps a view unless one of a newer revision is kept already.
+    fn keep(&self, id: InstanceId, revision: u64, bytes: Bytes) {
+        let mut views = self.views.write().unwrap_or_else(|e| e.into_inner());
+        let entry = views.entry(id).or_insert((revision, bytes.clone()));
+        if entry.0 < revision {
+            *entry = (revision, bytes);
+        }
+    }
+}
+
+impl Berth {
+    /// One instance, archived or not, as the JSON of its `InstanceView`: what
+    /// [`Berth::get`] answers, serialized once per revision of the instance.
+    pub fn get_json(&self, owner: &str, domain_id: &DomainId, key: &str) -> Result<Bytes, Error> {
+        self.domain(owner, domain_id)?;
+        let not_found = || Error::InstanceNotFound {
+            domain: domain_id.to_string(),
+            key: key.to_owned(),
+        };
+        let (id, revision) = self
+            .store()
+            .instance_revision(domain_id, key)
+            .ok_or_else(not_found)?;
+        if let Some(bytes) = self.serialized.hit(&id, revision) {
+            return Ok(bytes);
+        }
+        let (instance, revision) = self
+            .store()
+            .instance_at(domain_id, key)
+            .ok_or_else(not_found)?;
+        let bytes = Bytes::from(serde_json::to_vec(&instance.view()).map_err(|e| {
+            tracing::error!(instance = %instance.id, error = %e, "an instance's view could not be serialized");
+            Error::Internal("an instance's view could not be serialized".to_owned())
+        })?);
+        self.serialized.keep(instance.id, revision, bytes.clone());
+        Ok(bytes)
+    }
+}
