@@ -46,7 +46,7 @@ pub(super) fn set_image(doc: &mut toml_edit::DocumentMut, name: &str, image: &st
     *item = toml_edit::Item::Value(value);
 }
 
-/// Where preset images come from instead of Docker Hub.
+/// The registry mirror Docker Hub's images are read from instead (`--mirror`).
 #[derive(Args, Debug, Clone)]
 pub struct Mirror {
     /// Take the presets' images (and with --from, the Compose file's Docker Hub images) from this
@@ -68,6 +68,13 @@ impl Mirror {
     /// `image` under the mirror when it names Docker Hub (`postgres:16`, `bitnami/redis`,
     /// `docker.io/library/postgres`); an image of another registry as it is.
     pub(super) fn apply_to_hub(&self, image: &str) -> String {
+        if self
+            .mirror
+            .as_deref()
+            .is_none_or(|m| m.trim_end_matches('/').is_empty())
+        {
+            return image.to_owned();
+        }
         let hub = image
             .strip_prefix("docker.io/")
             .or_else(|| image.strip_prefix("index.docker.io/"));
@@ -107,5 +114,9 @@ mod tests {
         assert_eq!(m.apply_to_hub("localhost:5000/app"), "localhost:5000/app");
         let none = Mirror { mirror: None };
         assert_eq!(none.apply_to_hub("postgres:16"), "postgres:16");
+        assert_eq!(
+            none.apply_to_hub("docker.io/library/redis:7"),
+            "docker.io/library/redis:7"
+        );
     }
 }
