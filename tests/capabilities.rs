@@ -276,19 +276,7 @@ fn the_cli_names_the_missing_capability_and_where_it_is_granted() {
     let tmp = tempfile::tempdir().unwrap();
     let repo = tmp.path().join("agent");
     std::fs::create_dir(&repo).unwrap();
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .args(args)
-            .current_dir(&repo)
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-            .output()
-            .expect("git runs");
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-    };
-    git(&["init", "-q"]);
+    support::git_init(&repo);
     std::fs::write(
         repo.join("berth.toml"),
         format!(

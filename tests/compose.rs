@@ -15,12 +15,7 @@ use support::{Daemon, KEY, busybox_image, fixture};
 /// A fresh git repository holding a copy of the fixture directory `name`.
 fn repo_with(name: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new("git")
-        .args(["init", "-q"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    support::git_init(dir.path());
     let from = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/fixtures/compose")
         .join(name);
@@ -489,12 +484,7 @@ fn a_refused_conversion_writes_nothing_and_says_why() {
 fn repo_with_real(path: &str) -> tempfile::TempDir {
     let real = Path::new(&fixture("BERTH_TEST_COMPOSE_REAL")).join(path);
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new("git")
-        .args(["init", "-q"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    support::git_init(dir.path());
     std::fs::copy(&real, dir.path().join("docker-compose.yml"))
         .unwrap_or_else(|e| panic!("{}: {e} (run scripts/fixtures)", real.display()));
     dir

@@ -14,12 +14,7 @@ use support::{Daemon, KEY, LocalImages, busybox_image, fixture};
 /// A fresh git repository with no berth.toml.
 fn fresh_repo() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new("git")
-        .args(["init", "-q"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    support::git_init(dir.path());
     dir
 }
 

@@ -46,6 +46,20 @@ pub const KEY: &str = "test-key-aaaaaaaaaaaaaaaa";
 /// A second key, for ownership tests.
 pub const OTHER_KEY: &str = "test-key-bbbbbbbbbbbbbbbb";
 
+/// Makes `dir` a fresh git repository (`git init -q`), as a worktree berth's CLI runs in.
+pub fn git_init(dir: &std::path::Path) {
+    let out = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(dir)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git init in {}: {out:?}",
+        dir.display()
+    );
+}
+
 /// A key's public id (`keyId`), as `GET /v1/whoami` answers it and a grants file names it.
 pub fn key_id(key: &str) -> String {
     use sha2::Digest;

@@ -215,15 +215,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let _lock = DataDirLock::acquire(&data_dir)?;
     tighten_files(&data_dir)?;
     let (grants, grants_path) = crate::grants_file::load(args.grants.as_deref(), &data_dir)?;
-    let keys =
-        load_keys(&data_dir)?
-            .configured(grants.clone())
-            .map_err(|e| match &grants_path {
-                Some(p) => anyhow::anyhow!("in the grants file {}: {e}", p.display()),
-                None => anyhow::anyhow!("{e}"),
-            })?;
+    let limited_keys = grants.len();
+    let keys = load_keys(&data_dir)?
+        .configured(grants)
+        .map_err(|e| match &grants_path {
+            Some(p) => anyhow::anyhow!("in the grants file {}: {e}", p.display()),
+            None => anyhow::anyhow!("{e}"),
+        })?;
     if let Some(path) = &grants_path {
-        tracing::info!(grants = %path.display(), limited_keys = grants.len(), "grants file read");
+        tracing::info!(grants = %path.display(), limited_keys, "grants file read");
     }
 
     let db = data_dir.join(DB_FILE);

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use berth_core::runtime::{ContainerPlan, LABEL_PLACEMENT, Runtime as _, RuntimeError};
+use berth_core::runtime::{ContainerPlan, Runtime as _, RuntimeError};
 use bollard::models::{Task, TaskState};
 use bollard::query_parameters::EventsOptions;
 use futures_util::StreamExt;
@@ -67,11 +67,7 @@ impl SwarmRuntime {
         &self,
         plan: &ContainerPlan,
     ) -> Result<String, RuntimeError> {
-        let node = plan
-            .labels
-            .get(LABEL_PLACEMENT)
-            .cloned()
-            .unwrap_or_else(|| self.node_id.clone());
+        let node = self.placed_node(&plan.labels);
         if self
             .node_unfit(&format!("service {}", plan.name), &node)
             .await?

@@ -161,6 +161,14 @@ impl SwarmRuntime {
         }
     }
 
+    /// The node the labels' placement names (the manager's when none).
+    fn placed_node(&self, labels: &Labels) -> String {
+        labels
+            .get(LABEL_PLACEMENT)
+            .cloned()
+            .unwrap_or_else(|| self.node_id.clone())
+    }
+
     /// The engine of the node the labels' placement names (the manager's when none).
     fn engine_placed(&self, labels: &Labels) -> Result<&DockerRuntime, RuntimeError> {
         match labels.get(LABEL_PLACEMENT) {

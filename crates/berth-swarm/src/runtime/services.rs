@@ -5,8 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
 use berth_core::runtime::{
-    ContainerFacts, ContainerPlan, LABEL_MANAGED, LABEL_PLACEMENT, LABEL_PREFIX, Runtime as _,
-    RuntimeError,
+    ContainerFacts, ContainerPlan, LABEL_MANAGED, LABEL_PREFIX, Runtime as _, RuntimeError,
 };
 use berth_docker::{DockerRuntime, engine_error};
 use bollard::models::{ObjectVersion, Service, ServiceSpec, Task};
@@ -102,11 +101,7 @@ impl SwarmRuntime {
         plan: &ContainerPlan,
         replicas: i64,
     ) -> Result<String, RuntimeError> {
-        let node = plan
-            .labels
-            .get(LABEL_PLACEMENT)
-            .cloned()
-            .unwrap_or_else(|| self.node_id.clone());
+        let node = self.placed_node(&plan.labels);
         if self.engine_of(&node).is_none() {
             return Err(no_engine(&node));
         }
