@@ -897,3 +897,98 @@ fn an_instance_whose_nodes_engine_is_killed_is_reported_failed_and_never_moved()
         "a failed instance's service is held at 0 replicas, not started when the node is back"
     );
 }
+
+/// Waits, on the domain's event stream, until copy-made snapshot `id` is no longer `copying`.
+fn snapshot_settled(
+    api: &support::Client,
+    domain: &str,
+    id: &berth_client::SnapshotId,
+) -> berth_client::SnapshotView {
+    use futures_util::StreamExt;
+    let domain_id = support::domain_id(domain);
+    let mut events = Box::pin(api.api().events(&domain_id, None));
+    loop {
+        let now =
+            support::block_on(api.api().snapshot_by_id(&domain_id, id)).expect("the snapshot");
+        if now.state.as_str() != "copying" {
+            return now;
+        }
+        support::block_on(async {
+            tokio::time::timeout(READY, events.next())
+                .await
+                .expect("an event in time")
+        });
+    }
+}
+
+#[test]
+fn on_the_managers_node_a_snapshot_and_a_branch_stand_on_layers_as_on_one_engine() {
+    use berth_client::{BranchFrom, UpCause};
+    let prefix = support::run_prefix();
+    let _swarm = Swarm::init(&prefix);
+    let daemon = Daemon::start_with(&["--runtime", "swarm"]);
+    let api = daemon.client();
+    let domain = api.create_domain("layers");
+    let domain_id = support::domain_id(&domain);
+    let mut s = spec(&busybox_image(), "files");
+    s["volumes"] = json!([{"name": "data", "mountPath": "/data"}]);
+    s["worktreeKey"] = json!("a");
+    api.up(&domain, "files@a", &s, "use").expect(200);
+    api.wait_state(&domain, "files@a", "running", READY);
+    let wrote = exec(
+        &api,
+        &domain,
+        "files@a",
+        &["sh", "-c", "echo kept > /data/mark"],
+    );
+    assert_eq!(wrote["exitCode"], 0, "{wrote}");
+
+    // A snapshot of the running instance moves it onto layers on the manager's node: no byte
+    // is copied, and it runs again on an overlay volume of its own.
+    let taken =
+        support::block_on(api.api().snapshot(&domain_id, "files@a", "one")).expect("a snapshot");
+    let snapshot = snapshot_settled(&api, &domain, &taken.snapshot_id);
+    assert_eq!(snapshot.state.as_str(), "ready", "{snapshot:?}");
+    let source = api.settled(&domain, "files@a", &["running", "failed"], READY);
+    assert_eq!(source["state"]["kind"], "running", "{source}");
+    let source_volume = source["volumes"][0]["dockerName"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let options = support::docker_inspect("volume", &source_volume).unwrap()["Options"].clone();
+    assert_eq!(options["type"], "overlay", "{source_volume}: {options}");
+    assert_eq!(api.get("/v1/daemon").expect(200)["volumeLayers"], "overlay");
+
+    // A branch from the snapshot stands on its layer; writes stay on their side.
+    let mut b = s.clone();
+    b["worktreeKey"] = json!("b");
+    support::block_on(api.api().branch(
+        &domain_id,
+        "files@b",
+        &BranchFrom::Snapshot(snapshot.snapshot_id.clone()),
+        &b,
+        UpCause::Person,
+    ))
+    .expect("a branch");
+    let branch = api.settled(&domain, "files@b", &["running", "failed"], READY);
+    assert_eq!(branch["state"]["kind"], "running", "{branch}");
+    let branch_volume = branch["volumes"][0]["dockerName"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let options = support::docker_inspect("volume", &branch_volume).unwrap()["Options"].clone();
+    assert_eq!(options["type"], "overlay", "{branch_volume}: {options}");
+    let read = exec(&api, &domain, "files@b", &["cat", "/data/mark"]);
+    assert_eq!(read["stdout"], "kept\n", "{read}");
+    exec(
+        &api,
+        &domain,
+        "files@b",
+        &["sh", "-c", "echo b > /data/mark"],
+    );
+    let read = exec(&api, &domain, "files@a", &["cat", "/data/mark"]);
+    assert_eq!(
+        read["stdout"], "kept\n",
+        "the source keeps its data: {read}"
+    );
+}

@@ -547,6 +547,14 @@ pub trait Runtime: Send + Sync + 'static {
         Ok(false)
     }
 
+    /// Whether overlay volumes made now for an instance whose objects carry `labels` (with its
+    /// [`LABEL_PLACEMENT`], when it has one) are on the machine it runs on. One engine: always.
+    /// The swarm runtime makes layers on the manager's node only, and an instance placed on
+    /// another node gets copies instead.
+    fn layers_reach(&self, _labels: &Labels) -> bool {
+        true
+    }
+
     /// Makes `plan.name` an overlay volume over `plan.lowers` with `plan.upper` for what is
     /// written: at once, whatever the lowers hold. The merged view's root has the top lower's
     /// owner and mode. Only after [`Runtime::probe_overlay_volumes`] said yes.

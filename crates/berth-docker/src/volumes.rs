@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use berth_core::ownership::LABEL_STORE;
-use berth_core::runtime::{Labels, RuntimeError};
+use berth_core::runtime::{LABEL_PLACEMENT, Labels, RuntimeError};
 use bollard::Docker;
 use bollard::models::VolumeCreateRequest;
 use http::{Method, StatusCode};
@@ -44,9 +44,11 @@ pub(crate) async fn ensure_volume(
         .await
         .map_err(|e| error::map(e, &what))?;
     for (key, wanted) in labels.iter().filter(|(k, _)| k.starts_with("berth.")) {
-        // A volume made before berth labelled its store carries none: its other labels (the
-        // instance's id among them) decide. One of another store is never adopted.
-        if key == LABEL_STORE && !volume.labels.contains_key(key) {
+        // A volume made before berth labelled its store carries none, and one a copy made (on
+        // the swarm, on the manager's node, before the instance was placed) no placement: its
+        // other labels (the instance's id among them) decide. One of another store, or placed
+        // on another node, is never adopted.
+        if (key == LABEL_STORE || key == LABEL_PLACEMENT) && !volume.labels.contains_key(key) {
             continue;
         }
         if volume.labels.get(key) != Some(wanted) {

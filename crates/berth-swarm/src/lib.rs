@@ -17,6 +17,7 @@
 //! | attach it to a network | add the network to the service's spec (a running task is replaced) |
 //! | exec, probe | in the task's container, through this node's engine |
 //! | logs | the service's logs (every task's, on any node) |
+//! | probe or make an overlay volume | through the manager's engine, for instances placed on its node only (layers live on one node's disk) |
 //!
 //! **Placement.** Every instance is placed on the node berth's engine is (the manager berth
 //! talks to), by a constraint on its node id written into the service: its volumes are on this

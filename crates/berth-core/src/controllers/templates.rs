@@ -88,6 +88,10 @@ impl TemplateController {
             tracing::info!(instance = %instance.id, key = %instance.key, "the engine mounts no overlay volumes: the instance starts on empty volumes, not on a template");
             return Ok(());
         }
+        if !runtime.layers_reach(labels) {
+            tracing::info!(instance = %instance.id, key = %instance.key, "the instance is placed where the runtime makes no layers (on the swarm, another node than the manager's): it starts on empty volumes, not on a template");
+            return Ok(());
+        }
         let paths: Vec<String> = volumes.iter().map(|v| v.mount_path.clone()).collect();
         let Some(template) = self.ready_template(instance, &paths).await? else {
             return Ok(());

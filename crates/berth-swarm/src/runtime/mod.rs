@@ -169,6 +169,13 @@ impl SwarmRuntime {
             .unwrap_or_else(|| self.node_id.clone())
     }
 
+    /// Whether objects with `labels` are on the manager's node (no placement says so too).
+    fn on_manager(&self, labels: &Labels) -> bool {
+        labels
+            .get(LABEL_PLACEMENT)
+            .is_none_or(|node| *node == self.node_id)
+    }
+
     /// The engine of the node the labels' placement names (the manager's when none).
     fn engine_placed(&self, labels: &Labels) -> Result<&DockerRuntime, RuntimeError> {
         match labels.get(LABEL_PLACEMENT) {

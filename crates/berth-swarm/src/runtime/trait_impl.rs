@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use berth_core::image::PinnedImage;
 use berth_core::runtime::{
     ContainerFacts, ContainerPlan, Copied, CopyPlan, ExecOutcome, ExecRequest, ExecStdin,
-    ImageFacts, Labels, LogStream, RegistryManifest, Runtime, RuntimeError, RuntimeEvent,
-    TagObservation,
+    ImageFacts, Labels, LogStream, OverlayPlan, RegistryManifest, Runtime, RuntimeError,
+    RuntimeEvent, TagObservation,
 };
 use berth_core::spec::Ready;
 use tokio::sync::mpsc;
@@ -162,6 +162,35 @@ impl Runtime for SwarmRuntime {
         value: &str,
     ) -> Result<(), RuntimeError> {
         self.node.remove_volume(name, label, value).await
+    }
+
+    /// Layers are made by the manager's engine, on its node: an instance placed there stands
+    /// on them as on one engine.
+    async fn probe_overlay_volumes(
+        &self,
+        image: &str,
+        helper: &str,
+        labels: &Labels,
+    ) -> Result<bool, RuntimeError> {
+        self.node.probe_overlay_volumes(image, helper, labels).await
+    }
+
+    /// Whether the instance is placed on the manager's node, where layers are.
+    fn layers_reach(&self, labels: &Labels) -> bool {
+        self.on_manager(labels)
+    }
+
+    /// On the manager's node only (see [`Self::layers_reach`]): a task on another node would
+    /// find no such volume there.
+    async fn create_overlay_volume(&self, plan: &OverlayPlan) -> Result<(), RuntimeError> {
+        if !self.on_manager(&plan.labels) {
+            return Err(RuntimeError::Conflict(format!(
+                "the overlay volume {} would be on the swarm manager's node, and its instance \
+                 is placed on another: layers are made on the manager's node only",
+                plan.name
+            )));
+        }
+        self.node.create_overlay_volume(plan).await
     }
 
     /// Copies through the manager's engine: snapshots and branches are for instances placed

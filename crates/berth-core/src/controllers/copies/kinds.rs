@@ -265,8 +265,10 @@ impl CopyController {
                 tx.end_copy(&id, CopyState::Done, None, done, Some(done))
             })
             .await?;
-        // A source that moved starts again on its new layers; the copy says it is done once
-        // it runs.
+        // The branch starts now, beside the source's own start on its new layers (not after
+        // it: the two are independent, and a branch of a running instance would otherwise pay
+        // two starts one after the other). The copy says it is done once the source runs.
+        self.queue.enqueue_now(&target.id);
         if let Some(held) = held {
             drop(held);
             if let Some(source) = &source {
@@ -276,7 +278,6 @@ impl CopyController {
             }
         }
         self.finished(&copy, &target.key, bytes);
-        self.queue.enqueue_now(&target.id);
         self.flatten_if_deep(&copy.domain_id, &target.id, &target_given)
             .await;
         Ok(())

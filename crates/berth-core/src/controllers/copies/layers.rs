@@ -12,8 +12,12 @@
 
 use super::volumes::Pair;
 use super::{CopyController, Stop};
+use crate::ids::InstanceId;
 use crate::names;
-use crate::runtime::{LABEL_COPY, LABEL_VOLUME, Labels, Layer, OverlayPlan, UPPER_DIR};
+use crate::runtime::{
+    LABEL_COPY, LABEL_INSTANCE, LABEL_PLACEMENT, LABEL_VOLUME, Labels, Layer, OverlayPlan,
+    UPPER_DIR,
+};
 use crate::snapshots::{CopyOp, LayeredVolume, MAX_LAYERS};
 
 impl CopyController {
@@ -35,7 +39,7 @@ impl CopyController {
         image: &str,
         flat: &[(String, String)],
     ) -> Result<Option<Vec<LayeredVolume>>, Stop> {
-        if !self.overlays_here(image).await? {
+        if !self.overlays_here(image).await? || !self.layers_reach(labels).await? {
             return Ok(None);
         }
         let mut planned = Vec::new();
@@ -96,6 +100,25 @@ impl CopyController {
             self.ctx.runtime.create_overlay_volume(&plan).await?;
         }
         Ok(Some(planned))
+    }
+
+    /// Whether layers made now are on the machine the instance `labels` name runs on (on the
+    /// swarm runtime, the manager's node). An instance placed elsewhere gets none: its copy
+    /// goes the way it would without layers, and says `method: copy` where it can be made.
+    pub(super) async fn layers_reach(&self, labels: &Labels) -> Result<bool, Stop> {
+        let mut asked = labels.clone();
+        if let Some(id) = labels
+            .get(LABEL_INSTANCE)
+            .and_then(|i| InstanceId::parse(i))
+            && let Some(placed) = self.ctx.store.placement(&id).await?
+        {
+            asked.insert(LABEL_PLACEMENT.to_owned(), placed);
+        }
+        let reach = self.ctx.runtime.layers_reach(&asked);
+        if !reach {
+            tracing::info!(instance = ?labels.get(LABEL_INSTANCE), "the instance is placed where no layer is: copying instead");
+        }
+        Ok(reach)
     }
 
     /// Removes volume `name` when an earlier attempt of this copy left it; one that is not

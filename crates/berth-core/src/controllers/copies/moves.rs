@@ -82,7 +82,12 @@ impl CopyController {
         image: &ImageFacts,
         flat: &[(String, String)],
     ) -> Result<Option<Moved<'a>>, Stop> {
-        if source.kept.is_empty() || !self.overlays_here(source.spec.image.as_str()).await? {
+        if source.kept.is_empty()
+            || !self.overlays_here(source.spec.image.as_str()).await?
+            || !self
+                .layers_reach(&self.instance_labels(copy, source))
+                .await?
+        {
             return Ok(None);
         }
         let old: Vec<(String, String)> = source
