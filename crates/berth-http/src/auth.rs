@@ -45,6 +45,8 @@ pub struct Caller {
 /// A key this berth accepts.
 struct KnownKey {
     hash: [u8; 32],
+    /// The hash in hex, as a [`Caller`] names it (made once, not per request).
+    hex: String,
     owner: String,
     grants: Arc<KeyGrants>,
 }
@@ -84,6 +86,7 @@ impl ServiceKeys {
                 let hash = hash(k.as_ref());
                 KnownKey {
                     hash,
+                    hex: hex::encode(hash),
                     owner: hex::encode(hash),
                     grants: Arc::new(KeyGrants::unrestricted()),
                 }
@@ -99,11 +102,7 @@ impl ServiceKeys {
     /// by its public id, once; one that acts for another key must name a key that acts for
     /// none. The error is a sentence naming the entry.
     pub fn configured(self, entries: Vec<KeyConfig>) -> Result<Self, String> {
-        let ids: Vec<String> = self
-            .keys
-            .iter()
-            .map(|k| key_id(&hex::encode(k.hash)))
-            .collect();
+        let ids: Vec<String> = self.keys.iter().map(|k| key_id(&k.hex)).collect();
         let find = |id: &str| ids.iter().position(|known| known == id);
         let mut seen = std::collections::BTreeSet::new();
         let mut keys: Vec<KnownKey> = self
@@ -111,6 +110,7 @@ impl ServiceKeys {
             .iter()
             .map(|k| KnownKey {
                 hash: k.hash,
+                hex: k.hex.clone(),
                 owner: k.owner.clone(),
                 grants: k.grants.clone(),
             })
@@ -147,7 +147,7 @@ impl ServiceKeys {
                         entry.key_id
                     ));
                 }
-                keys[at].owner = hex::encode(keys[other_at].hash);
+                keys[at].owner = keys[other_at].hex.clone();
             }
             keys[at].grants = Arc::new(entry.grants);
         }
@@ -177,14 +177,14 @@ impl ServiceKeys {
     fn caller_by_hash(&self, key_hash: &str) -> Option<Caller> {
         self.keys
             .iter()
-            .find(|k| hex::encode(k.hash) == key_hash)
+            .find(|k| k.hex == key_hash)
             .map(Self::caller)
     }
 
     fn caller(known: &KnownKey) -> Caller {
         Caller {
             owner: known.owner.clone(),
-            key: hex::encode(known.hash),
+            key: known.hex.clone(),
             grants: known.grants.clone(),
         }
     }

@@ -41,13 +41,32 @@ pub use grants::{KeyConfig, KeyGrants};
 /// The largest JSON body a route accepts.
 pub const MAX_JSON_BODY: usize = 1024 * 1024;
 
-/// What every route shares.
+/// What every route shares, behind one `Arc`: each request's middleware and handler take it
+/// by value (axum's `State`), so a clone is one count, not a copy of berth's handles.
 #[derive(Clone)]
-pub struct App {
+pub struct App(std::sync::Arc<Shared>);
+
+/// The parts of [`App`], which reads as them (`app.berth`, `app.shutdown`).
+pub struct Shared {
     /// berth's operations.
     pub berth: Berth,
     /// Cancelled when berth begins to stop: streaming handlers (exec, followed logs) end on it.
     pub shutdown: CancellationToken,
+}
+
+impl App {
+    /// The state of every route: berth, and the token cancelled when it begins to stop.
+    pub fn new(berth: Berth, shutdown: CancellationToken) -> Self {
+        Self(std::sync::Arc::new(Shared { berth, shutdown }))
+    }
+}
+
+impl std::ops::Deref for App {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
 }
 
 #[derive(OpenApi)]
@@ -106,7 +125,7 @@ pub fn router(
     let (sessions, sessions_doc) = routes::ui::public_router().split_for_parts();
     doc.merge(sessions_doc);
     capabilities::mark(&mut doc);
-    let app = App { berth, shutdown };
+    let app = App::new(berth, shutdown);
     let v1 = v1
         // The key first (the outer layer), then what it may do.
         .layer(from_fn_with_state(

@@ -59,6 +59,21 @@ pub(crate) fn wanted_task(tasks: &[Task]) -> Option<&Task> {
         .max_by_key(|t| t.version.as_ref().and_then(|v| v.index).unwrap_or_default())
 }
 
+/// The task whose container an engine event says started (`start`, with the swarm's task id
+/// among the container's labels), if it says that.
+pub(crate) fn started_task(event: &bollard::models::EventMessage) -> Option<&str> {
+    if event.action.as_deref() != Some("start") {
+        return None;
+    }
+    event
+        .actor
+        .as_ref()?
+        .attributes
+        .as_ref()?
+        .get("com.docker.swarm.task.id")
+        .map(String::as_str)
+}
+
 /// Why a task that ended before it ran did: the engine's error, else the swarm's message.
 pub(crate) fn start_failure(task: &Task) -> String {
     let status = task.status.clone().unwrap_or_default();
@@ -276,6 +291,27 @@ mod tests {
             Some("t9")
         );
         assert!(current_task(&[]).is_none());
+    }
+
+    #[test]
+    fn a_start_event_names_its_task_and_no_other_event_does() {
+        use bollard::models::{EventActor, EventMessage};
+        let event = |action: &str, task: Option<&str>| EventMessage {
+            action: Some(action.to_owned()),
+            actor: Some(EventActor {
+                id: Some("c1".to_owned()),
+                attributes: Some(
+                    task.map(|t| ("com.docker.swarm.task.id".to_owned(), t.to_owned()))
+                        .into_iter()
+                        .collect(),
+                ),
+            }),
+            ..Default::default()
+        };
+        assert_eq!(started_task(&event("start", Some("t2"))), Some("t2"));
+        assert_eq!(started_task(&event("create", Some("t2"))), None);
+        assert_eq!(started_task(&event("start", None)), None);
+        assert_eq!(started_task(&EventMessage::default()), None);
     }
 
     #[test]

@@ -13,12 +13,18 @@ use super::SwarmRuntime;
 use crate::errors::humanise;
 use crate::spec::{force_update, placed_node, replicas, set_replicas};
 use crate::tasks::{
-    current_task, is_final, slot_empty, start_failure, task_container, task_state, wanted_task,
-    wants_running,
+    current_task, is_final, slot_empty, start_failure, started_task, task_container, task_state,
+    wanted_task, wants_running,
 };
 
-/// How often a start looks at its task when the engine says nothing.
-const TASK_LOOK: Duration = Duration::from_millis(200);
+/// How often a start or a stop looks at its task when the engine says nothing (a look is one
+/// task list on the manager).
+const TASK_LOOK: Duration = Duration::from_millis(50);
+
+/// How often a start looks at its task once the engine said the task's container started,
+/// until the manager has heard so from the node's agent (the raw `docker service create` of
+/// the swarm figure lists tasks every 5 ms).
+const STARTED_LOOK: Duration = Duration::from_millis(10);
 
 /// How long a start waits for the swarm to make a task before it asks it to look again.
 const NUDGE_AFTER: Duration = Duration::from_secs(2);
@@ -174,6 +180,10 @@ impl SwarmRuntime {
             .as_ref()
             .and_then(placed_node);
         let mut node_checked = tokio::time::Instant::now();
+        // Whether this engine said a container of the service started: the manager hears that
+        // its task runs (and which container is its) some time after, so it is looked at
+        // again soon rather than on the next event.
+        let mut started = false;
         loop {
             // A node that goes down or is drained while the task waits for it would leave the
             // task pending for the whole bound: look at the node every few seconds.
@@ -220,12 +230,16 @@ impl SwarmRuntime {
             }
             // The swarm says nothing of its tasks on the event stream, only of their
             // containers: look again on a container's event, or after a short while.
+            let look = if started { STARTED_LOOK } else { TASK_LOOK };
             match tokio::time::timeout_at(
-                deadline.min(tokio::time::Instant::now() + TASK_LOOK),
+                deadline.min(tokio::time::Instant::now() + look),
                 events.next(),
             )
             .await
             {
+                Ok(Some(Ok(event))) if tokio::time::Instant::now() < deadline => {
+                    started |= started_task(&event).is_some();
+                }
                 Ok(Some(_)) | Err(_) if tokio::time::Instant::now() < deadline => {}
                 _ => {
                     return Err(RuntimeError::Engine(format!(
