@@ -109,8 +109,6 @@ pub struct DockerRuntime {
     disk_usage: Mutex<()>,
     network_create: Mutex<()>,
     registries: registry::Registries,
-    /// The owner and mode of the overlay layers' roots read so far (layers never change).
-    layer_roots: layers::Roots,
 }
 
 impl std::fmt::Debug for DockerRuntime {
@@ -183,7 +181,6 @@ impl DockerRuntime {
             disk_usage: Mutex::new(()),
             network_create: Mutex::new(()),
             registries: registry::Registries::new(),
-            layer_roots: layers::Roots::default(),
         })
     }
 
@@ -397,7 +394,7 @@ impl Runtime for DockerRuntime {
     }
 
     async fn create_overlay_volume(&self, plan: &OverlayPlan) -> Result<(), RuntimeError> {
-        layers::create_overlay(&self.docker, &self.layer_roots, plan).await
+        layers::create_overlay(&self.docker, plan).await
     }
 
     /// With the image's `cp` in a helper, or through the archive API on helpers that never
