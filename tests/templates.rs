@@ -187,7 +187,8 @@ fn two_instances_from_one_template_start_without_initdb_keep_their_data_apart_an
         let container = support::container_of(instance);
         assert!(!ran_initdb(&container), "{key} ran initdb");
         assert_eq!(sql(&api, &domain, key, "SELECT 1"), "1");
-        // The merged root has the base's owner and mode, for each instance.
+        // The merged root has the base's owner and mode: read from the base for the first
+        // instance, and remembered (the base never changes) for the second.
         let argv = ["stat", "-c", "%u %g %a", "/var/lib/postgresql/data"];
         let root = api.exec(&domain, key, &argv, None, 60_000, b"").expect(200);
         assert_eq!(

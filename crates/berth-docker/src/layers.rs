@@ -6,13 +6,17 @@
 //!
 //! The merged view's root takes the upper directory's owner and mode, not the lower's, so the
 //! upper directory is made with the top lower's: the archive of the lower's root gives them in
-//! its first header, which is all that is read of it.
+//! its first header, which is all that is read of it. A layer never changes, so what its root
+//! holds is read once per daemon run ([`Roots`], kept by where the layer is and when its volume
+//! was made); every later overlay on it (a template's instances, a snapshot's branches) skips
+//! that read and mounts only its new upper volume in the helper.
 //!
 //! Whether an engine mounts overlays at all is found by [`probe`], never assumed: a remote
 //! engine, a volume directory on an overlay or network filesystem, or a kernel without
 //! overlayfs refuses the mount, and the caller then copies.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
 
 use berth_core::runtime::{Labels, Layer, OverlayPlan, RuntimeError, UPPER_DIR};
 use bollard::Docker;
@@ -31,9 +35,33 @@ const AT: &str = "/berth-layer";
 /// ([`UPPER_DIR`]) on the same filesystem.
 const WORK_DIR: &str = "work";
 
+/// The owner and mode of each layer's root read so far, by where the layer is on the engine's
+/// machine and when its volume was made (a volume removed and made again under the same name
+/// is another layer).
+#[derive(Debug, Default)]
+pub(crate) struct Roots(Mutex<HashMap<(String, String), Root>>);
+
+impl Roots {
+    fn get(&self, key: &(String, String)) -> Option<Root> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .copied()
+    }
+
+    fn keep(&self, key: (String, String), root: Root) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, root);
+    }
+}
+
 /// Makes `plan.name`, an overlay of `plan.lowers` with `plan.upper` as its upper layer.
 pub(crate) async fn create_overlay(
     docker: &Docker,
+    roots: &Roots,
     plan: &OverlayPlan,
 ) -> Result<(), RuntimeError> {
     let top = plan.lowers.first().ok_or_else(|| {
@@ -42,44 +70,57 @@ pub(crate) async fn create_overlay(
             plan.name
         ))
     })?;
-    let declared = image_volumes(docker, &create_reference(&plan.image)).await?;
-    volumes::create_fresh(docker, &plan.upper, &plan.labels).await?;
-    make_upper_dirs(docker, plan, &declared, top).await?;
-    let mut lowers = Vec::with_capacity(plan.lowers.len());
-    for layer in &plan.lowers {
-        lowers.push(layer_path(docker, layer).await?);
-    }
-    let upper = mountpoint(docker, &plan.upper).await?;
-    let options = format!(
-        "lowerdir={},upperdir={upper}/{UPPER_DIR},workdir={upper}/{WORK_DIR}",
-        lowers.join(":")
-    );
-    let request = VolumeCreateRequest {
-        name: Some(plan.name.clone()),
-        driver: Some("local".to_owned()),
-        driver_opts: Some(
-            [
-                ("type".to_owned(), "overlay".to_owned()),
-                ("device".to_owned(), "overlay".to_owned()),
-                ("o".to_owned(), options),
-            ]
-            .into_iter()
-            .collect(),
-        ),
-        labels: Some(plan.labels.clone().into_iter().collect()),
-        ..Default::default()
-    };
     if volumes::volume_labels(docker, &plan.name).await?.is_some() {
         return Err(RuntimeError::Conflict(format!(
             "a volume named {} exists already",
             plan.name
         )));
     }
-    docker
-        .create_volume(request)
-        .await
-        .map(|_| ())
-        .map_err(|e| error::map(e, &format!("overlay volume {}", plan.name)))
+    let declared = image_volumes(docker, &create_reference(&plan.image)).await?;
+    let mut lowers = Vec::with_capacity(plan.lowers.len());
+    let mut top_key = None;
+    for layer in &plan.lowers {
+        let (path, made) = layer_path(docker, layer).await?;
+        top_key.get_or_insert_with(|| (path.clone(), made));
+        lowers.push(path);
+    }
+    let top_key = top_key.unwrap_or_default();
+    volumes::create_fresh(docker, &plan.upper, &plan.labels).await?;
+    let known = roots.get(&top_key);
+    let (root, helper) = make_upper_dirs(docker, plan, &declared, top, known).await?;
+    roots.keep(top_key, root);
+    // The overlay volume is only recorded by the engine here (it mounts it when a container
+    // starts on it), so it is made while the helper goes.
+    let made = async {
+        let upper = mountpoint(docker, &plan.upper).await?.0;
+        let options = format!(
+            "lowerdir={},upperdir={upper}/{UPPER_DIR},workdir={upper}/{WORK_DIR}",
+            lowers.join(":")
+        );
+        let request = VolumeCreateRequest {
+            name: Some(plan.name.clone()),
+            driver: Some("local".to_owned()),
+            driver_opts: Some(
+                [
+                    ("type".to_owned(), "overlay".to_owned()),
+                    ("device".to_owned(), "overlay".to_owned()),
+                    ("o".to_owned(), options),
+                ]
+                .into_iter()
+                .collect(),
+            ),
+            labels: Some(plan.labels.clone().into_iter().collect()),
+            ..Default::default()
+        };
+        docker
+            .create_volume(request)
+            .await
+            .map(|_| ())
+            .map_err(|e| error::map(e, &format!("overlay volume {}", plan.name)))
+    };
+    let (removed, made) = tokio::join!(crate::containers::remove(docker, &helper), made);
+    removed?;
+    made
 }
 
 /// Whether overlay volumes mount here: a scratch lower and an overlay on it, and a never-run
@@ -106,7 +147,7 @@ pub(crate) async fn probe(
     remove_scratch(docker, &scratch).await;
     let tried = async {
         volumes::create_fresh(docker, &lower, labels).await?;
-        create_overlay(docker, &plan).await?;
+        create_overlay(docker, &Roots::default(), &plan).await?;
         let declared = image_volumes(docker, &create_reference(image)).await?;
         let name = format!("{helper}-probe");
         let id = helper_on(docker, &plan, &declared, &name, &[(&plan.name, AT, false)]).await?;
@@ -171,43 +212,47 @@ struct Root {
 }
 
 /// Makes the upper volume's `upper` and `work` directories, `upper` with the owner and mode
-/// of `top`'s root (the first header of its archive; the rest is never read), through one
-/// never-run helper that mounts the top lower read-only and the upper volume.
+/// of `top`'s root, through one never-run helper that mounts the upper volume, and the top
+/// lower read-only when its root is not `known` yet (the first header of its archive gives it;
+/// the rest is never read). Answers the root and the helper, which the caller removes.
 async fn make_upper_dirs(
     docker: &Docker,
     plan: &OverlayPlan,
     declared: &[String],
     top: &Layer,
-) -> Result<(), RuntimeError> {
+    known: Option<Root>,
+) -> Result<(Root, String), RuntimeError> {
     let name = format!("{}-upper", plan.helper);
     let (lower_at, upper_at) = (format!("{AT}/lower"), format!("{AT}/upper"));
-    let id = helper_on(
-        docker,
-        plan,
-        declared,
-        &name,
-        &[
-            (&top.volume, &lower_at, true),
-            (&plan.upper, &upper_at, false),
-        ],
-    )
-    .await?;
+    let mut mounts = vec![(plan.upper.as_str(), upper_at.as_str(), false)];
+    if known.is_none() {
+        mounts.push((top.volume.as_str(), lower_at.as_str(), true));
+    }
+    let id = helper_on(docker, plan, declared, &name, &mounts).await?;
     let root_path = if top.dir.is_empty() {
         lower_at
     } else {
         format!("{lower_at}/{}", top.dir)
     };
     let made = async {
-        let root = first_header(docker, &id, &root_path).await?;
+        let root = match known {
+            Some(root) => root,
+            None => first_header(docker, &id, &root_path).await?,
+        };
         let body = archive(&[
             (UPPER_DIR, root.mode, root.uid, root.gid, &[][..]),
             (WORK_DIR, 0o700, 0, 0, &[][..]),
         ])?;
-        upload(docker, &id, &upper_at, body).await
+        upload(docker, &id, &upper_at, body).await.map(|()| root)
     }
     .await;
-    crate::containers::remove(docker, &id).await?;
-    made
+    match made {
+        Ok(root) => Ok((root, id)),
+        Err(e) => {
+            crate::containers::remove(docker, &id).await?;
+            Err(e)
+        }
+    }
 }
 
 /// A tar of `entries` (name, mode, owner, group, contents): a directory where the contents
@@ -294,17 +339,19 @@ async fn helper_on(
     .await
 }
 
-/// Where `layer` is on the engine's machine.
-async fn layer_path(docker: &Docker, layer: &Layer) -> Result<String, RuntimeError> {
-    let base = mountpoint(docker, &layer.volume).await?;
-    Ok(if layer.dir.is_empty() {
+/// Where `layer` is on the engine's machine, and when its volume was made.
+async fn layer_path(docker: &Docker, layer: &Layer) -> Result<(String, String), RuntimeError> {
+    let (base, made) = mountpoint(docker, &layer.volume).await?;
+    let path = if layer.dir.is_empty() {
         base
     } else {
         format!("{base}/{}", layer.dir)
-    })
+    };
+    Ok((path, made))
 }
 
-async fn mountpoint(docker: &Docker, volume: &str) -> Result<String, RuntimeError> {
+/// Where `volume` is on the engine's machine, and when it was made.
+async fn mountpoint(docker: &Docker, volume: &str) -> Result<(String, String), RuntimeError> {
     let inspected = docker
         .inspect_volume(volume)
         .await
@@ -314,7 +361,9 @@ async fn mountpoint(docker: &Docker, volume: &str) -> Result<String, RuntimeErro
             "the engine gives no path for volume {volume}"
         )));
     }
-    Ok(inspected.mountpoint)
+    // Its type depends on bollard's features (a string, or a time with `time`): only compared.
+    let made = format!("{:?}", inspected.created_at);
+    Ok((inspected.mountpoint, made))
 }
 
 #[cfg(test)]

@@ -109,6 +109,8 @@ pub struct DockerRuntime {
     disk_usage: Mutex<()>,
     network_create: Mutex<()>,
     registries: registry::Registries,
+    /// The owner and mode of the overlay layers' roots read so far (layers never change).
+    layer_roots: layers::Roots,
 }
 
 impl std::fmt::Debug for DockerRuntime {
@@ -181,6 +183,7 @@ impl DockerRuntime {
             disk_usage: Mutex::new(()),
             network_create: Mutex::new(()),
             registries: registry::Registries::new(),
+            layer_roots: layers::Roots::default(),
         })
     }
 
@@ -394,7 +397,7 @@ impl Runtime for DockerRuntime {
     }
 
     async fn create_overlay_volume(&self, plan: &OverlayPlan) -> Result<(), RuntimeError> {
-        layers::create_overlay(&self.docker, plan).await
+        layers::create_overlay(&self.docker, &self.layer_roots, plan).await
     }
 
     /// With the image's `cp` in a helper, or through the archive API on helpers that never

@@ -442,6 +442,28 @@ impl Store {
             .await
     }
 
+    /// Records the observation of an instance a copy holds, with the volumes the store has when
+    /// it is written rather than those the reconcile read: the copy may have switched them in
+    /// between (it does not hold the instance's lock), and the volumes read before would undo
+    /// the switch.
+    pub async fn record_held_observation(&self, obs: &Observation) -> Result<(), StoreError> {
+        let mut obs = obs.clone();
+        let reporter = self.reporter.clone();
+        self.write(move |tx| {
+            if let Some(now) = tx.instance_by_id(&obs.id)? {
+                obs.volumes = now.volumes;
+            }
+            tx.record_observation(&obs)?;
+            tx.report(
+                &obs.id,
+                obs.generation,
+                Report::State(&obs.state),
+                &reporter,
+            )
+        })
+        .await
+    }
+
     /// Records what the reconciler observed, leaving every desired field as it is.
     pub async fn record_observation(&self, obs: &Observation) -> Result<(), StoreError> {
         let obs = obs.clone();

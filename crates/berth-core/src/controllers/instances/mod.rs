@@ -386,7 +386,7 @@ impl InstanceController {
                 since: obs.observed_at,
             };
         }
-        self.ctx.store.record_observation(&obs).await?;
+        self.ctx.store.record_held_observation(&obs).await?;
         Ok(Next::Done)
     }
 
