@@ -447,28 +447,23 @@ impl Store {
     /// between (it does not hold the instance's lock), and the volumes read before would undo
     /// the switch.
     pub async fn record_held_observation(&self, obs: &Observation) -> Result<(), StoreError> {
-        let mut obs = obs.clone();
-        let reporter = self.reporter.clone();
-        self.write(move |tx| {
-            if let Some(now) = tx.instance_by_id(&obs.id)? {
-                obs.volumes = now.volumes;
-            }
-            tx.record_observation(&obs)?;
-            tx.report(
-                &obs.id,
-                obs.generation,
-                Report::State(&obs.state),
-                &reporter,
-            )
-        })
-        .await
+        self.observe(obs, true).await
     }
 
     /// Records what the reconciler observed, leaving every desired field as it is.
     pub async fn record_observation(&self, obs: &Observation) -> Result<(), StoreError> {
-        let obs = obs.clone();
+        self.observe(obs, false).await
+    }
+
+    /// Records `obs` and reports its state on the instance's rollout; with `stored_volumes`,
+    /// with the volumes the store has, read in the same transaction.
+    async fn observe(&self, obs: &Observation, stored_volumes: bool) -> Result<(), StoreError> {
+        let mut obs = obs.clone();
         let reporter = self.reporter.clone();
         self.write(move |tx| {
+            if stored_volumes && let Some(now) = tx.instance_by_id(&obs.id)? {
+                obs.volumes = now.volumes;
+            }
             tx.record_observation(&obs)?;
             tx.report(
                 &obs.id,
