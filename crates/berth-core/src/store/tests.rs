@@ -14,6 +14,38 @@ fn domain(owner: &str) -> Domain {
     }
 }
 
+/// An instance `db` of `domain_id`, not started, with one generation and no volumes.
+fn db_instance(domain_id: &DomainId) -> Instance {
+    let spec: Spec = serde_json::from_value(serde_json::json!({
+        "alias": "db", "worktreeKey": null,
+        "image": format!("r/x@sha256:{}", "a".repeat(64)),
+        "command": null, "env": {}, "volumes": [],
+        "limits": {"cpuMillicores": 100, "memoryBytes": 67108864},
+        "ready": {"kind": "tcp", "port": 80}, "idleStopAfterSeconds": 60
+    }))
+    .unwrap();
+    Instance {
+        id: InstanceId::new(),
+        domain_id: domain_id.clone(),
+        key: "db".into(),
+        spec_digest: spec.digest().to_string(),
+        spec,
+        desired: Desired::Running,
+        stop_reason: None,
+        state: InstanceState::NotStarted,
+        observed_at: Timestamp::from_millis(1),
+        started_at: None,
+        last_reached_at: None,
+        volumes: vec![],
+        kept: vec![],
+        restart_count: 0,
+        generation: 1,
+        observed_generation: 1,
+        volume_tag: None,
+        template: false,
+    }
+}
+
 #[tokio::test]
 async fn domains_round_trip_and_are_listed_per_owner() {
     let store = Store::in_memory().unwrap();
@@ -68,34 +100,7 @@ async fn a_change_is_published_and_one_of_observed_at_alone_is_not() {
     let d = domain("a");
     let domain_id = d.resource_domain_id.clone();
     store.write(move |tx| tx.insert_domain(&d)).await.unwrap();
-    let spec: Spec = serde_json::from_value(serde_json::json!({
-        "alias": "db", "worktreeKey": null,
-        "image": format!("r/x@sha256:{}", "a".repeat(64)),
-        "command": null, "env": {}, "volumes": [],
-        "limits": {"cpuMillicores": 100, "memoryBytes": 67108864},
-        "ready": {"kind": "tcp", "port": 80}, "idleStopAfterSeconds": 60
-    }))
-    .unwrap();
-    let instance = Instance {
-        id: InstanceId::new(),
-        domain_id: domain_id.clone(),
-        key: "db".into(),
-        spec_digest: spec.digest().to_string(),
-        spec,
-        desired: Desired::Running,
-        stop_reason: None,
-        state: InstanceState::NotStarted,
-        observed_at: Timestamp::from_millis(1),
-        started_at: None,
-        last_reached_at: None,
-        volumes: vec![],
-        kept: vec![],
-        restart_count: 0,
-        generation: 1,
-        observed_generation: 1,
-        volume_tag: None,
-        template: false,
-    };
+    let instance = db_instance(&domain_id);
     let stored = instance.clone();
     store
         .write(move |tx| tx.insert_instance(&stored))
@@ -341,4 +346,52 @@ async fn an_archived_instances_host_ports_are_kept_for_its_keys_next_generation(
         })
         .await
         .unwrap();
+}
+
+/// A reconcile that read an instance before a copy switched its volumes writes its observation
+/// after the switch: held (the copy's reconcile of its instance), the volumes the store has
+/// stay; an ordinary observation writes what it read, which is why the hold uses the other.
+#[tokio::test]
+async fn a_held_observation_keeps_the_volumes_a_copy_switched_to() {
+    let store = Store::in_memory().unwrap();
+    let d = domain("a");
+    let domain_id = d.resource_domain_id.clone();
+    store.write(move |tx| tx.insert_domain(&d)).await.unwrap();
+    let mut instance = db_instance(&domain_id);
+    let volume = |docker_name: &str| crate::model::InstanceVolume {
+        name: "data".into(),
+        docker_name: docker_name.into(),
+        mount_path: "/data".into(),
+    };
+    instance.volumes = vec![volume("old")];
+    instance.kept = instance.volumes.clone();
+    let stored = instance.clone();
+    store
+        .write(move |tx| tx.insert_instance(&stored))
+        .await
+        .unwrap();
+
+    // The reconcile reads the instance, then the copy switches its volumes.
+    let mut read_before = Observation::of(&store.instance_by_id(&instance.id).unwrap());
+    read_before.state = InstanceState::Starting {
+        since: Timestamp::from_millis(5),
+    };
+    let (id, new) = (instance.id.clone(), vec![volume("new")]);
+    store
+        .write(move |tx| tx.set_volume_tag(&id, "c1", &new, &new))
+        .await
+        .unwrap();
+
+    store.record_held_observation(&read_before).await.unwrap();
+    let now = store.instance_by_id(&instance.id).unwrap();
+    assert_eq!(now.volumes, vec![volume("new")], "the switch stays");
+    assert_eq!(now.state.kind(), "starting", "the observation is written");
+
+    store.record_observation(&read_before).await.unwrap();
+    let now = store.instance_by_id(&instance.id).unwrap();
+    assert_eq!(
+        now.volumes,
+        vec![volume("old")],
+        "an ordinary observation writes the volumes it read"
+    );
 }

@@ -313,6 +313,25 @@ impl CopyController {
             }
         }
         self.storage_present(&source).await?;
+        let mut tagged = target.clone();
+        tagged.volume_tag = copy.tag.clone();
+        let source_volumes: Vec<(String, String)> = source
+            .volumes
+            .iter()
+            .map(|v| (v.name.clone(), v.docker_name.clone()))
+            .collect();
+        let names: Vec<String> = source_volumes.iter().map(|(n, _)| n.clone()).collect();
+        let (volumes, targets) =
+            copy_targets(&self.ctx.config.prefix, &tagged, &image.volumes, &names);
+        let pairs = pairs_into(&targets, &source_volumes);
+        let labels = self.instance_labels(copy, &target);
+        let image_ref = target.spec.image.as_str();
+        // Layers over the snapshot are made before the instance stops: they are new volumes
+        // nothing mounts until its next start, so it is kept from serving only while it stops
+        // and starts again. Where there are none, the copy fills the new volumes after the stop.
+        let layered = self
+            .layer_pairs(copy, &pairs, &labels, image_ref, &[])
+            .await?;
         // The instance controller stops the container while a copy fills the instance: once
         // this reconcile is through, the volumes it mounted are no longer written, and the
         // before-restore snapshot (those very volumes) is whole.
@@ -352,23 +371,7 @@ impl CopyController {
                 })
                 .await?;
         }
-        let mut tagged = target.clone();
-        tagged.volume_tag = copy.tag.clone();
-        let source_volumes: Vec<(String, String)> = source
-            .volumes
-            .iter()
-            .map(|v| (v.name.clone(), v.docker_name.clone()))
-            .collect();
-        let names: Vec<String> = source_volumes.iter().map(|(n, _)| n.clone()).collect();
-        let (volumes, targets) =
-            copy_targets(&self.ctx.config.prefix, &tagged, &image.volumes, &names);
-        let pairs = pairs_into(&targets, &source_volumes);
-        let labels = self.instance_labels(copy, &target);
-        let image_ref = target.spec.image.as_str();
-        let (copy, moved, layered) = match self
-            .layer_pairs(copy, &pairs, &labels, image_ref, &[])
-            .await?
-        {
+        let (copy, moved, layered) = match layered {
             Some(layered) => (self.choose(copy, CopyMethod::Overlay).await?, 0, layered),
             None => {
                 let (moved, _, _) = self

@@ -3,8 +3,10 @@
 //! layers, and it goes on, after a restart, on overlay volumes of its own over them. Its
 //! interruption is a stop and a start, whatever the data's size, and what the snapshot or the
 //! branch stands on was written by a process that shut down, not cut off as by a power cut.
+//! The new overlay volumes are made before the stop, while the instance still runs: nothing
+//! mounts them until its next start.
 //!
-//! The instance is held stopped from the move's start until its volumes are switched, in the
+//! The instance is held stopped from its stop until its volumes are switched, in the
 //! same transaction that records what the copy made. A daemon killed before that transaction
 //! leaves the instance on its old volumes, which it runs on again; the copy is then redone from
 //! the start, and removes the overlays the first attempt made (they carry its id).
@@ -111,6 +113,29 @@ impl CopyController {
                 return Ok(None);
             }
         }
+        // The new layers are made while the source still runs: an overlay volume is only
+        // mounted when a container starts on it, after the source has stopped, and the root's
+        // owner and mode read from the source's volume now are those it stops with (a process
+        // does not change its data directory's own owner and mode as it runs). So the source
+        // is kept from serving only for its stop and its start.
+        let tag = names::copy_tag(&copy.id);
+        let mut tagged = source.clone();
+        tagged.volume_tag = Some(tag.clone());
+        let volume_names: Vec<String> = old.iter().map(|(n, _)| n.clone()).collect();
+        let (volumes, kept) = copy_targets(
+            &self.ctx.config.prefix,
+            &tagged,
+            &image.volumes,
+            &volume_names,
+        );
+        let pairs = pairs_into(&kept, &old);
+        let labels = self.instance_labels(copy, source);
+        let Some(layered) = self
+            .layer_pairs(copy, &pairs, &labels, source.spec.image.as_str(), flat)
+            .await?
+        else {
+            return Ok(None);
+        };
         let name = self.ctx.container_name(source);
         let ran = self
             .ctx
@@ -135,24 +160,6 @@ impl CopyController {
         {
             return Err(Stop::Retry(format!("the container {name} still runs")));
         }
-        let tag = names::copy_tag(&copy.id);
-        let mut tagged = source.clone();
-        tagged.volume_tag = Some(tag.clone());
-        let volume_names: Vec<String> = old.iter().map(|(n, _)| n.clone()).collect();
-        let (volumes, kept) = copy_targets(
-            &self.ctx.config.prefix,
-            &tagged,
-            &image.volumes,
-            &volume_names,
-        );
-        let pairs = pairs_into(&kept, &old);
-        let labels = self.instance_labels(copy, source);
-        let Some(layered) = self
-            .layer_pairs(copy, &pairs, &labels, source.spec.image.as_str(), flat)
-            .await?
-        else {
-            return Ok(None);
-        };
         Ok(Some(Moved {
             old,
             layered,
