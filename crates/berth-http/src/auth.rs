@@ -30,25 +30,23 @@ use crate::grants::{KeyConfig, KeyGrants};
 use crate::ui::sessions::UiSessions;
 
 /// Who is calling: the hash of the key whose domains they work on, and what they may do.
+/// Made once per key; each request's copy shares its text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
     /// Hex sha256 of the service key that owns the domains and workspaces the caller works
     /// on: the presented key's own, or the one its grants entry acts for.
-    pub owner: String,
+    pub owner: Arc<str>,
     /// Hex sha256 of the presented key (or of the key a web page's session was signed in
     /// with): what a web page's session acts as.
-    pub key: String,
+    pub key: Arc<str>,
     /// What the key may do.
     pub grants: Arc<KeyGrants>,
 }
 
-/// A key this berth accepts.
+/// A key this berth accepts, and the caller it stands for.
 struct KnownKey {
     hash: [u8; 32],
-    /// The hash in hex, as a [`Caller`] names it (made once, not per request).
-    hex: String,
-    owner: String,
-    grants: Arc<KeyGrants>,
+    caller: Caller,
 }
 
 /// The service keys this berth accepts, with what each may do.
@@ -84,11 +82,14 @@ impl ServiceKeys {
             .into_iter()
             .map(|k| {
                 let hash = hash(k.as_ref());
+                let hex: Arc<str> = hex::encode(hash).into();
                 KnownKey {
                     hash,
-                    hex: hex::encode(hash),
-                    owner: hex::encode(hash),
-                    grants: Arc::new(KeyGrants::unrestricted()),
+                    caller: Caller {
+                        owner: hex.clone(),
+                        key: hex,
+                        grants: Arc::new(KeyGrants::unrestricted()),
+                    },
                 }
             })
             .collect();
@@ -102,7 +103,7 @@ impl ServiceKeys {
     /// by its public id, once; one that acts for another key must name a key that acts for
     /// none. The error is a sentence naming the entry.
     pub fn configured(self, entries: Vec<KeyConfig>) -> Result<Self, String> {
-        let ids: Vec<String> = self.keys.iter().map(|k| key_id(&k.hex)).collect();
+        let ids: Vec<String> = self.keys.iter().map(|k| key_id(&k.caller.key)).collect();
         let find = |id: &str| ids.iter().position(|known| known == id);
         let mut seen = std::collections::BTreeSet::new();
         let mut keys: Vec<KnownKey> = self
@@ -110,9 +111,7 @@ impl ServiceKeys {
             .iter()
             .map(|k| KnownKey {
                 hash: k.hash,
-                hex: k.hex.clone(),
-                owner: k.owner.clone(),
-                grants: k.grants.clone(),
+                caller: k.caller.clone(),
             })
             .collect();
         let acting: Vec<String> = entries
@@ -147,9 +146,9 @@ impl ServiceKeys {
                         entry.key_id
                     ));
                 }
-                keys[at].owner = keys[other_at].hex.clone();
+                keys[at].caller.owner = keys[other_at].caller.key.clone();
             }
-            keys[at].grants = Arc::new(entry.grants);
+            keys[at].caller.grants = Arc::new(entry.grants);
         }
         Ok(Self {
             keys: Arc::new(keys),
@@ -170,62 +169,45 @@ impl ServiceKeys {
         for (i, known) in self.keys.iter().enumerate() {
             at.conditional_assign(&(i as u64), known.hash.ct_eq(&h));
         }
-        self.keys.get(usize::try_from(at).ok()?).map(Self::caller)
+        self.keys
+            .get(usize::try_from(at).ok()?)
+            .map(|k| k.caller.clone())
     }
 
     /// The caller for the key whose hex sha256 is `key_hash` (a web page's session acts as it).
     fn caller_by_hash(&self, key_hash: &str) -> Option<Caller> {
         self.keys
             .iter()
-            .find(|k| k.hex == key_hash)
-            .map(Self::caller)
+            .find(|k| &*k.caller.key == key_hash)
+            .map(|k| k.caller.clone())
     }
 
-    fn caller(known: &KnownKey) -> Caller {
-        Caller {
-            owner: known.owner.clone(),
-            key: known.hex.clone(),
-            grants: known.grants.clone(),
+    /// The caller a request's `Authorization: Bearer` names: a known service key, or a web
+    /// page's session token, which acts as the key it was signed in with, grants and all (the
+    /// request is then marked with [`SessionAuth`]). Anything else is `Unauthorized`.
+    pub fn caller_of(&self, req: &mut Request) -> Result<Caller, ApiError> {
+        let presented = req
+            .headers()
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .map(str::trim)
+            .ok_or(ApiError::Unauthorized)?;
+        if let Some(caller) = self.check(presented) {
+            return Ok(caller);
         }
+        let caller = self
+            .sessions
+            .check(presented)
+            .and_then(|key| self.caller_by_hash(&key))
+            .ok_or(ApiError::Unauthorized)?;
+        let token_hash = crate::ui::sessions::secret_hash(presented);
+        req.extensions_mut().insert(SessionAuth { token_hash });
+        Ok(caller)
     }
-}
-
-/// Requires a known service key and hands the [`Caller`] to the route.
-pub async fn require_key(
-    State(keys): State<ServiceKeys>,
-    mut req: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
-    let presented = req
-        .headers()
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        })
-        .map(|k| k.trim().to_owned());
-    let caller = match presented.as_deref() {
-        Some(k) => match keys.check(k) {
-            Some(caller) => caller,
-            // Not a key: perhaps a web page's session token, which acts as the key it was
-            // signed in with, grants and all.
-            None => {
-                let caller = keys
-                    .sessions
-                    .check(k)
-                    .and_then(|key| keys.caller_by_hash(&key))
-                    .ok_or(ApiError::Unauthorized)?;
-                req.extensions_mut().insert(SessionAuth {
-                    token_hash: crate::ui::sessions::secret_hash(k),
-                });
-                caller
-            }
-        },
-        None => return Err(ApiError::Unauthorized),
-    };
-    req.extensions_mut().insert(caller);
-    Ok(next.run(req).await)
 }
 
 /// The hosts a request may name.

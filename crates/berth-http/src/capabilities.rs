@@ -186,40 +186,49 @@ pub fn needs(method: &str, template: &str) -> Option<Needs> {
         .map(|(_, _, _, needs)| *needs)
 }
 
-/// Refuses a request whose key lacks the capability its route needs, with
-/// `ServiceKeyCapabilityMissingError` naming it. Runs after [`crate::auth::require_key`]. A
-/// per-domain grant names the domain by its name or its `rdm:` id; the path's id is looked up
-/// only for a key with such grants, and a domain that is missing or not the caller's has no
-/// name, so the answer is the same 403 either way.
-pub async fn require_capability(
+/// The check before every `/v1` route that takes a key, in one layer: the caller's key (see
+/// [`crate::auth::ServiceKeys::caller_of`]), then what its route needs. A key that lacks the
+/// capability is refused with `ServiceKeyCapabilityMissingError` naming it. A per-domain grant
+/// names the domain by its name or its `rdm:` id; the path's id is looked up only for a key
+/// with such grants, and a domain that is missing or not the caller's has no name, so the
+/// answer is the same 403 either way. The route finds the [`Caller`] in its extensions.
+pub async fn authorize(
     State(app): State<App>,
-    req: Request,
+    mut req: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
+    let caller = app.keys.caller_of(&mut req)?;
     // Decided on borrowed parts: the common answers (allowed everywhere, or needing nothing)
     // copy nothing.
-    let domain_check = {
+    let capability = match req.extensions().get::<MatchedPath>() {
         // No matched route: the fallback answers (404 or 405), which needs nothing.
-        let Some(template) = req.extensions().get::<MatchedPath>() else {
-            return Ok(next.run(req).await);
-        };
-        let caller = req
-            .extensions()
-            .get::<Caller>()
-            .ok_or(ApiError::Unauthorized)?;
-        match needs(req.method().as_str(), template.as_str()) {
+        None => None,
+        Some(template) => match needs(req.method().as_str(), template.as_str()) {
             Some(Needs::Nothing) => None,
             Some(Needs::Capability(capability)) if caller.grants.allows(capability, None) => None,
-            Some(Needs::Capability(capability)) => Some((capability, caller.clone())),
+            Some(Needs::Capability(capability)) => Some(capability),
             // A route without a line in the table: only a key without grants may call it.
             None if caller.grants.is_restricted() => return Err(ApiError::CapabilityUndeclared),
             None => None,
-        }
+        },
     };
-    let Some((capability, caller)) = domain_check else {
-        return Ok(next.run(req).await);
-    };
-    let (mut parts, body) = req.into_parts();
+    if let Some(capability) = capability {
+        let (mut parts, body) = req.into_parts();
+        in_domain(&app, &caller, capability, &mut parts).await?;
+        req = Request::from_parts(parts, body);
+    }
+    req.extensions_mut().insert(caller);
+    Ok(next.run(req).await)
+}
+
+/// Whether a key with per-domain grants may use `capability` in the domain its route's path
+/// names; the refusal when it may not (or the path names none).
+async fn in_domain(
+    app: &App,
+    caller: &Caller,
+    capability: Capability,
+    parts: &mut axum::http::request::Parts,
+) -> Result<(), ApiError> {
     let domain = match parts.extract::<RawPathParams>().await {
         Ok(params) => params
             .iter()
@@ -233,13 +242,14 @@ pub async fn require_capability(
                 .and_then(|id| app.berth.domain(&caller.owner, &id).ok())
                 .is_some_and(|d| caller.grants.allows(capability, Some(&d.name)))
     });
-    if !allowed {
-        return Err(ApiError::CapabilityMissing {
+    if allowed {
+        Ok(())
+    } else {
+        Err(ApiError::CapabilityMissing {
             capability,
             in_domain: domain.is_some(),
-        });
+        })
     }
-    Ok(next.run(Request::from_parts(parts, body)).await)
 }
 
 /// Marks every operation of `doc` with `x-berth-capability`: what the table says it needs.

@@ -46,19 +46,16 @@ pub const MAX_JSON_BODY: usize = 1024 * 1024;
 #[derive(Clone)]
 pub struct App(std::sync::Arc<Shared>);
 
-/// The parts of [`App`], which reads as them (`app.berth`, `app.shutdown`).
+/// The parts of [`App`], which reads as them (`app.berth`, `app.keys`, ...).
 pub struct Shared {
     /// berth's operations.
     pub berth: Berth,
+    /// The service keys, with the web page's sessions that act for them.
+    pub keys: ServiceKeys,
     /// Cancelled when berth begins to stop: streaming handlers (exec, followed logs) end on it.
     pub shutdown: CancellationToken,
-}
-
-impl App {
-    /// The state of every route: berth, and the token cancelled when it begins to stop.
-    pub fn new(berth: Berth, shutdown: CancellationToken) -> Self {
-        Self(std::sync::Arc::new(Shared { berth, shutdown }))
-    }
+    /// This API's OpenAPI document, marked with each operation's capability.
+    pub doc: utoipa::openapi::OpenApi,
 }
 
 impl std::ops::Deref for App {
@@ -125,22 +122,21 @@ pub fn router(
     let (sessions, sessions_doc) = routes::ui::public_router().split_for_parts();
     doc.merge(sessions_doc);
     capabilities::mark(&mut doc);
-    let app = App::new(berth, shutdown);
+    let app = App(std::sync::Arc::new(Shared {
+        berth,
+        keys,
+        shutdown,
+        doc,
+    }));
     let v1 = v1
-        // The key first (the outer layer), then what it may do.
-        .layer(from_fn_with_state(
-            app.clone(),
-            capabilities::require_capability,
-        ))
-        .layer(from_fn_with_state(keys.clone(), auth::require_key))
-        .with_state(app.clone())
-        .layer(axum::Extension(std::sync::Arc::new(doc)));
+        // One layer: the key, then what it may do.
+        .layer(from_fn_with_state(app.clone(), capabilities::authorize))
+        .with_state(app.clone());
     // Trading a sign-in code for a session is the one `/v1` route without a key.
     let sessions = sessions.with_state(app);
     Router::new()
         .merge(v1)
         .merge(sessions)
-        .layer(axum::Extension(keys))
         .merge(ui::pages())
         .merge(health)
         .fallback(|| async { ApiError::RouteNotFound })
@@ -174,11 +170,8 @@ async fn daemon(State(app): State<App>) -> impl IntoResponse {
 /// This document.
 #[utoipa::path(get, path = "/v1/openapi.json", tag = "meta",
     responses((status = 200, description = "The OpenAPI document", body = Object)))]
-async fn openapi_json(
-    State(_): State<App>,
-    axum::Extension(doc): axum::Extension<std::sync::Arc<utoipa::openapi::OpenApi>>,
-) -> impl IntoResponse {
-    Json(doc.as_ref().clone())
+async fn openapi_json(State(app): State<App>) -> impl IntoResponse {
+    Json(app.doc.clone())
 }
 
 /// How long a client may take to send a request's line and headers: a connection that dribbles

@@ -125,7 +125,7 @@ async fn domain_events(
 struct Live {
     feed: broadcast::Receiver<Event>,
     app: App,
-    owner: String,
+    owner: std::sync::Arc<str>,
     domain: berth_core::DomainId,
     watch: std::sync::Arc<berth_core::watch::Watch>,
     /// The last sequence number of this domain sent: what a snapshot or a replay covered is not

@@ -17,7 +17,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::App;
-use crate::auth::{Caller, ServiceKeys, SessionAuth};
+use crate::auth::{Caller, SessionAuth};
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{Body, Decode, DomainPath, InstancePath, NoBody, Params};
 use berth_api::daemon::SignInLink;
@@ -114,7 +114,7 @@ pub(crate) fn public_router() -> OpenApiRouter<App> {
 #[utoipa::path(post, path = "/v1/ui/sign-in-links", tag = "ui",
     responses((status = 200, body = SignInLink), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 async fn create_sign_in_link(
-    Extension(keys): Extension<ServiceKeys>,
+    State(app): State<App>,
     Extension(caller): Extension<Caller>,
     session: Option<Extension<SessionAuth>>,
     headers: HeaderMap,
@@ -128,7 +128,7 @@ async fn create_sign_in_link(
         .get(HOST)
         .and_then(|v| v.to_str().ok())
         .ok_or(ApiError::HostNotAllowed)?;
-    let code = keys.sessions().issue_code(&caller.key);
+    let code = app.keys.sessions().issue_code(&caller.key);
     Ok(Json(SignInLink {
         url: format!("http://{host}/ui/#code={}", code.secret),
         expires_at: code.expires_at,
@@ -140,10 +140,11 @@ async fn create_sign_in_link(
     request_body = SessionRequest,
     responses((status = 200, body = Session), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
 async fn create_session(
-    Extension(keys): Extension<ServiceKeys>,
+    State(app): State<App>,
     Body(SessionRequest { code }): Body<SessionRequest>,
 ) -> Result<Json<Session>, ApiError> {
-    let token = keys
+    let token = app
+        .keys
         .sessions()
         .redeem(&code)
         .ok_or(ApiError::SignInCodeInvalid)?;
@@ -157,7 +158,7 @@ async fn create_session(
 #[utoipa::path(delete, path = "/v1/ui/sessions/current", tag = "ui",
     responses((status = 204, description = "Signed out"), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
 async fn sign_out(
-    Extension(keys): Extension<ServiceKeys>,
+    State(app): State<App>,
     session: Option<Extension<SessionAuth>>,
 ) -> Result<StatusCode, ApiError> {
     let Some(Extension(session)) = session else {
@@ -166,7 +167,7 @@ async fn sign_out(
              is withdrawn by removing it from the daemon's keys",
         ));
     };
-    keys.sessions().revoke(&session.token_hash);
+    app.keys.sessions().revoke(&session.token_hash);
     Ok(StatusCode::NO_CONTENT)
 }
 
