@@ -76,9 +76,9 @@ pub struct SnapshotView {
     pub message: Option<String>,
     /// Its volumes.
     pub volumes: Vec<SnapshotVolumeView>,
-    /// How long the instance was frozen for the copy, or stopped until it stood on new layers
-    /// (a snapshot that moved it), in milliseconds; null when it was not running (or the copy
-    /// is under way).
+    /// How long the instance was kept from serving, in milliseconds: frozen for the copy, or,
+    /// for a snapshot that moved it onto new layers, from its stop until it ran again (its
+    /// ready check passed); null when it was not running (or the copy is under way).
     pub source_paused_ms: Option<i64>,
 }
 

@@ -5,10 +5,11 @@
 //!
 //! Two daemons on the engine: the run's own, and one of its own prefix and data directory with
 //! `--volume-layers off`. Each has one instance of the Postgres fixture per size, filled alike
-//! (not timed). Each round takes one snapshot of every instance, in a rotated order. On layers
-//! the interruption is the request to the snapshot `ready`, which berth says once the source
-//! runs again (its stop, the switch of its volumes, its start and its ready check); frozen, it
-//! is the snapshot's `sourcePausedMs` (the source keeps its connections, which wait).
+//! (not timed). Each round takes one snapshot of every instance, in a rotated order. The
+//! interruption is the snapshot's `sourcePausedMs` on both sides: on layers, from the source's
+//! stop until berth saw it run again (its start and its ready check; its new layers were made
+//! before the stop); frozen, the pause for the copy (the source keeps its connections, which
+//! wait). Each snapshot's request to `ready` is reported beside it.
 //!
 //! The same rounds also branch each running source of the run's daemon (request to the
 //! branch `running`: the source moves onto new layers and the branch stands on the ones it
@@ -88,7 +89,8 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
         branch_once(image, &sides[0], 0, "warm").await?;
         // [size][side] samples.
         let mut taken: Vec<[Vec<f64>; 2]> = vec![[Vec::new(), Vec::new()]; SIZES.len()];
-        let mut totals_off: Vec<Vec<f64>> = vec![Vec::new(); SIZES.len()];
+        // [size][side] request to `ready`, for the notes.
+        let mut totals: Vec<[Vec<f64>; 2]> = vec![[Vec::new(), Vec::new()]; SIZES.len()];
         let mut branched: Vec<Vec<f64>> = vec![Vec::new(); SIZES.len()];
         let mut floors: Vec<Floor> = Vec::new();
         for round in 0..samples {
@@ -99,15 +101,11 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
             for (size, s) in turns {
                 let side = &sides[s];
                 let (total, snapshot) = snapshot_once(side, &side.keys[size]).await?;
-                if s == 0 {
-                    taken[size][0].push(total);
-                } else {
-                    let paused = snapshot.source_paused_ms.ok_or_else(|| {
-                        anyhow!("the frozen snapshot of {} says no pause", side.keys[size])
-                    })?;
-                    taken[size][1].push(paused as f64);
-                    totals_off[size].push(total);
-                }
+                let paused = snapshot.source_paused_ms.ok_or_else(|| {
+                    anyhow!("the snapshot of {} says no interruption", side.keys[size])
+                })?;
+                taken[size][s].push(paused as f64);
+                totals[size][s].push(total);
             }
             for (size, samples) in branched.iter_mut().enumerate() {
                 samples.push(branch_once(image, &sides[0], size, &round.to_string()).await?);
@@ -124,7 +122,7 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
         for key in &sides[0].keys {
             ctx.api.archive(&ctx.domain, key).await?;
         }
-        Ok::<_, anyhow::Error>((taken, totals_off, branched, floors))
+        Ok::<_, anyhow::Error>((taken, totals, branched, floors))
     }
     .await;
     berth::stop(daemon).await;
@@ -133,7 +131,7 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
     if !leftovers.is_empty() {
         bail!("could not remove the second daemon's objects: {leftovers:?}");
     }
-    let (taken, totals_off, branched, floors) = measured?;
+    let (taken, totals, branched, floors) = measured?;
     let mut rows = Vec::new();
     for (i, (size, _)) in SIZES.iter().enumerate() {
         rows.push(Row {
@@ -166,14 +164,16 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
     });
     let notes = vec![
         format!(
-            "On layers, the interruption is the request to the snapshot `ready`: the source's \
-             clean stop, the switch of its volumes, its start and its ready check; no byte is \
-             copied, and what the snapshot holds was written by a Postgres that shut down. \
-             Frozen (`--volume-layers off`), it is `sourcePausedMs`, the copy of the source's \
-             bytes; the whole snapshot took {} ms (100 MB) and {} ms (1 GB) from the request \
-             to `ready` (medians).",
-            number(median(&totals_off[0])),
-            number(median(&totals_off[1])),
+            "The interruption is each snapshot's `sourcePausedMs`. On layers: from the source's \
+             clean stop until it ran again (its start and its tcp ready check); its new layers \
+             were made before the stop, no byte is copied, and what the snapshot holds was \
+             written by a Postgres that shut down. Frozen (`--volume-layers off`): the pause for \
+             the copy of the source's bytes. From the request to `ready`, the whole snapshot \
+             took {} ms (100 MB) and {} ms (1 GB) on layers, {} ms and {} ms frozen (medians).",
+            number(median(&totals[0][0])),
+            number(median(&totals[1][0])),
+            number(median(&totals[0][1])),
+            number(median(&totals[1][1])),
         ),
         format!(
             "A branch of each running source, request to the branch `running`, after the page \

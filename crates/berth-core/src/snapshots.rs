@@ -70,7 +70,8 @@ pub struct Snapshot {
     pub message: Option<String>,
     /// Its volumes.
     pub volumes: Vec<SnapshotVolume>,
-    /// How long the instance was frozen for the copy; `None` when it was not running.
+    /// How long the instance was kept from serving: frozen for the copy, or from its stop
+    /// until it ran again on new layers; `None` when it was not running.
     pub source_paused_ms: Option<i64>,
 }
 

@@ -14,6 +14,7 @@ use bytes::Bytes;
 use super::Berth;
 use crate::error::Error;
 use crate::ids::{DomainId, InstanceId};
+use crate::store::Found;
 
 /// The serialized views last made, by instance, with the revision each was made from.
 #[derive(Clone, Default)]
@@ -45,15 +46,16 @@ impl Berth {
     /// One instance, archived or not, as the JSON of its `InstanceView`: what
     /// [`Berth::get`] answers, serialized once per revision of the instance.
     pub fn get_json(&self, owner: &str, domain_id: &DomainId, key: &str) -> Result<Bytes, Error> {
-        self.domain(owner, domain_id)?;
         let not_found = || Error::InstanceNotFound {
             domain: domain_id.to_string(),
             key: key.to_owned(),
         };
-        let (id, revision) = self
-            .store()
-            .instance_revision(domain_id, key)
-            .ok_or_else(not_found)?;
+        let (id, revision) = match self.store().instance_revision(owner, domain_id, key) {
+            Found::Instance(found) => found,
+            Found::NoDomain => return Err(Error::DomainNotFound(domain_id.to_string())),
+            Found::NotOwner => return Err(Error::DomainForbidden(domain_id.to_string())),
+            Found::NoInstance => return Err(not_found()),
+        };
         if let Some(bytes) = self.serialized.hit(&id, revision) {
             return Ok(bytes);
         }

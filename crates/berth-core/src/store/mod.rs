@@ -24,6 +24,19 @@ pub use endpoints::StoredEndpoint;
 pub use error::StoreError;
 pub use tx::{Observation, Tx};
 
+/// What a lookup of one instance by its domain and key found, the domain's owner checked.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Found<T> {
+    /// No such domain.
+    NoDomain,
+    /// The domain is another owner's.
+    NotOwner,
+    /// The domain has no instance of that key.
+    NoInstance,
+    /// The instance.
+    Instance(T),
+}
+
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
@@ -348,22 +361,34 @@ impl Store {
     /// One instance by its domain and key, from memory.
     pub fn instance(&self, domain: &DomainId, key: &str) -> Option<Instance> {
         let view = self.view();
-        let id = view.by_key.get(&(domain.clone(), key.to_owned()))?;
+        let id = view.id_by_key(domain, key)?;
         view.instances.get(id).cloned()
     }
 
-    /// One instance's id and revision by its domain and key, from memory: the revision is new
-    /// whenever the instance is written (its view may then differ), the same while it is not.
-    pub fn instance_revision(&self, domain: &DomainId, key: &str) -> Option<(InstanceId, u64)> {
+    /// One instance's id and revision by its domain and key, the domain's owner checked, in
+    /// one read of memory: the revision is new whenever the instance is written (its view may
+    /// then differ), the same while it is not.
+    pub fn instance_revision(
+        &self,
+        owner: &str,
+        domain: &DomainId,
+        key: &str,
+    ) -> Found<(InstanceId, u64)> {
         let view = self.view();
-        let id = view.by_key.get(&(domain.clone(), key.to_owned()))?;
-        Some((id.clone(), *view.revisions.get(id)?))
+        match view.domains.get(domain) {
+            None => return Found::NoDomain,
+            Some(d) if d.owner != owner => return Found::NotOwner,
+            Some(_) => {}
+        }
+        view.id_by_key(domain, key)
+            .and_then(|id| Some((id.clone(), *view.revisions.get(id)?)))
+            .map_or(Found::NoInstance, Found::Instance)
     }
 
     /// One instance by its domain and key with its revision, read together, from memory.
     pub fn instance_at(&self, domain: &DomainId, key: &str) -> Option<(Instance, u64)> {
         let view = self.view();
-        let id = view.by_key.get(&(domain.clone(), key.to_owned()))?;
+        let id = view.id_by_key(domain, key)?;
         Some((view.instances.get(id)?.clone(), *view.revisions.get(id)?))
     }
 

@@ -19,7 +19,8 @@ use crate::watch::Watch;
 pub(super) struct View {
     pub(super) domains: HashMap<DomainId, Domain>,
     pub(super) instances: HashMap<InstanceId, Instance>,
-    pub(super) by_key: HashMap<(DomainId, String), InstanceId>,
+    /// Instance ids by domain, then key: looked up with borrowed text, nothing copied.
+    pub(super) by_key: HashMap<DomainId, HashMap<String, InstanceId>>,
     /// Each instance's revision: a number of this run, new whenever its row is put again (an
     /// `observedAt` alone too), which a cache of anything made from the row is keyed by.
     pub(super) revisions: HashMap<InstanceId, u64>,
@@ -28,11 +29,16 @@ pub(super) struct View {
 }
 
 impl View {
+    /// The id of `domain`'s instance `key`.
+    pub(super) fn id_by_key(&self, domain: &DomainId, key: &str) -> Option<&InstanceId> {
+        self.by_key.get(domain)?.get(key)
+    }
+
     pub(super) fn put_instance(&mut self, instance: Instance) {
-        self.by_key.insert(
-            (instance.domain_id.clone(), instance.key.clone()),
-            instance.id.clone(),
-        );
+        self.by_key
+            .entry(instance.domain_id.clone())
+            .or_default()
+            .insert(instance.key.clone(), instance.id.clone());
         self.last_revision += 1;
         self.revisions
             .insert(instance.id.clone(), self.last_revision);

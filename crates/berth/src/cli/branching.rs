@@ -247,7 +247,9 @@ pub async fn snapshot(args: SnapshotArgs) -> anyhow::Result<ExitCode> {
         let size: i64 = done.volumes.iter().filter_map(|v| v.bytes).sum();
         let interruption = match (copy.method, done.source_paused_ms) {
             (CopyMethod::Overlay, Some(ms)) => {
-                format!("no byte copied; it restarted on new layers ({ms} ms stopped)")
+                format!(
+                    "no byte copied; it restarted on new layers ({ms} ms from its stop to running)"
+                )
             }
             (CopyMethod::Overlay, None) => "no byte copied: it stands on its layers".to_owned(),
             (_, Some(ms)) => format!("{ms} ms frozen"),

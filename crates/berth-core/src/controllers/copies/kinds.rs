@@ -37,7 +37,7 @@ impl CopyController {
             .any(|v| v.docker_name != names::snapshot_volume(prefix, &snapshot_id, &v.name))
         {
             return self
-                .snapshot_stands(copy, &source.key, snapshot, Some(&source.id))
+                .snapshot_stands(copy, &source.key, snapshot, Some(&source.id), None)
                 .await;
         }
         if let Some(moved) = self.move_onto_layers(copy, &source, &image, &[]).await? {
@@ -59,6 +59,7 @@ impl CopyController {
                     bytes: None,
                 })
                 .collect();
+            // Until it runs again (below); this, in case the daemon ends before then.
             snapshot.source_paused_ms =
                 stopped.map(|at| i64::try_from(at.elapsed().as_millis()).unwrap_or(i64::MAX));
             let (recorded, instance) = (snapshot.clone(), source.id.clone());
@@ -75,7 +76,7 @@ impl CopyController {
             self.flatten_if_deep(&copy.domain_id, &source.id, &given)
                 .await;
             return self
-                .snapshot_stands(&copy, &source.key, snapshot, Some(&source.id))
+                .snapshot_stands(&copy, &source.key, snapshot, Some(&source.id), stopped)
                 .await;
         }
         let pairs: Vec<Pair> = snapshot
@@ -127,13 +128,16 @@ impl CopyController {
     }
 
     /// Ends a snapshot that stands on the volumes its instance left when it moved onto new
-    /// layers: their sizes, and the snapshot `ready` once the instance runs again.
+    /// layers: their sizes, and the snapshot `ready` once the instance runs again. `stopped`,
+    /// when this attempt stopped it: `sourcePausedMs` is then how long it was kept from
+    /// serving, from that stop until it ran again.
     async fn snapshot_stands(
         &self,
         copy: &CopyOp,
         key: &str,
         mut snapshot: Snapshot,
         source: Option<&InstanceId>,
+        stopped: Option<std::time::Instant>,
     ) -> Result<(), Stop> {
         let volumes: Vec<String> = snapshot
             .volumes
@@ -149,9 +153,13 @@ impl CopyController {
             if let Some(id) = source {
                 self.source_back(copy, id).await;
             }
+            stopped.map(|at| at.elapsed())
         };
-        let (sizes, ()) = tokio::join!(measuring, back);
+        let (sizes, paused) = tokio::join!(measuring, back);
         snapshot.set_sizes(&sizes.unwrap_or_default());
+        if let Some(paused) = paused {
+            snapshot.source_paused_ms = Some(i64::try_from(paused.as_millis()).unwrap_or(i64::MAX));
+        }
         snapshot.state = SnapshotState::Ready;
         let id = copy.id.clone();
         self.ctx
