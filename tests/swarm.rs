@@ -607,7 +607,8 @@ fn who_spec(who: &str) -> Value {
 fn an_instance_placed_on_a_second_node_runs_there_and_a_workspace_on_the_first_reaches_it() {
     let prefix = support::run_prefix();
     let (swarm, node2) = Swarm::with_second_node(&prefix);
-    let args = second_node_args(&swarm, &node2, "db");
+    let mut args = second_node_args(&swarm, &node2, "db");
+    args.extend(["--swarm-place".to_owned(), format!("far={node2}")]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut daemon = Daemon::start_with(&args);
     let api = daemon.client();
@@ -853,6 +854,38 @@ fn an_instance_placed_on_a_second_node_runs_there_and_a_workspace_on_the_first_r
     );
     let out = exec(&api, &domain, "db", &["cat", "/srv/data/mark"]);
     assert_eq!(out["stdout"], "kept\n", "{out}");
+
+    // A branch into a key placed on the second node is refused by name: berth makes a copy's
+    // volumes on the manager's node, and the branch would have started (its exec check
+    // passing there) on empty ones of its own.
+    let mut far_spec = who_spec("far");
+    far_spec["alias"] = json!("far");
+    support::block_on(api.api().branch(
+        &support::domain_id(&domain),
+        "far",
+        &berth_client::BranchFrom::Instance("web".to_owned()),
+        &far_spec,
+        berth_client::UpCause::Person,
+    ))
+    .expect("a branch");
+    let far = api.settled(&domain, "far", &["running", "failed"], READY);
+    let message = far["state"]["message"].as_str().unwrap_or_default();
+    assert_eq!(far["state"]["kind"], "failed", "{far}");
+    assert!(
+        message.contains(&node2) && message.contains("volumes of a branch or a restore"),
+        "the refusal names the node and why: {far}"
+    );
+    let far_label = "label=berth.key=far";
+    assert!(
+        swarm
+            .second()
+            .docker(&["volume", "ls", "-q", "--filter", far_label])
+            .trim()
+            .is_empty(),
+        "no volume of far was made on the second node"
+    );
+    let web = api.settled(&domain, "web", &["running", "failed"], READY);
+    assert_eq!(web["state"]["kind"], "running", "the source runs on: {web}");
 }
 
 #[test]

@@ -220,6 +220,7 @@ impl CopyController {
         let (_, targets) = copy_targets(&self.ctx.config.prefix, &target, &image.volumes, &names);
         let pairs = pairs_into(&targets, &source_volumes);
         let labels = self.instance_labels(copy, &target);
+        self.target_reached(&labels).await?;
         let image_ref = target.spec.image.as_str();
         // A snapshot never changes: its volumes can be layers. Another instance's go on
         // changing: it moves onto new layers first, and the volumes it leaves are the branch's
@@ -333,6 +334,7 @@ impl CopyController {
             copy_targets(&self.ctx.config.prefix, &tagged, &image.volumes, &names);
         let pairs = pairs_into(&targets, &source_volumes);
         let labels = self.instance_labels(copy, &target);
+        self.target_reached(&labels).await?;
         let image_ref = target.spec.image.as_str();
         // Layers over the snapshot are made before the instance stops: they are new volumes
         // nothing mounts until its next start, so it is kept from serving only while it stops

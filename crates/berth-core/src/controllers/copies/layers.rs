@@ -15,8 +15,8 @@ use super::{CopyController, Stop};
 use crate::ids::InstanceId;
 use crate::names;
 use crate::runtime::{
-    LABEL_COPY, LABEL_INSTANCE, LABEL_PLACEMENT, LABEL_VOLUME, Labels, Layer, OverlayPlan,
-    UPPER_DIR,
+    LABEL_COPY, LABEL_INSTANCE, LABEL_KEY, LABEL_PLACEMENT, LABEL_VOLUME, Labels, Layer,
+    OverlayPlan, UPPER_DIR,
 };
 use crate::snapshots::{CopyOp, LayeredVolume, MAX_LAYERS};
 
@@ -106,19 +106,53 @@ impl CopyController {
     /// swarm runtime, the manager's node). An instance placed elsewhere gets none: its copy
     /// goes the way it would without layers, and says `method: copy` where it can be made.
     pub(super) async fn layers_reach(&self, labels: &Labels) -> Result<bool, Stop> {
-        let mut asked = labels.clone();
-        if let Some(id) = labels
-            .get(LABEL_INSTANCE)
-            .and_then(|i| InstanceId::parse(i))
-            && let Some(placed) = self.ctx.store.placement(&id).await?
-        {
-            asked.insert(LABEL_PLACEMENT.to_owned(), placed);
-        }
-        let reach = self.ctx.runtime.layers_reach(&asked);
+        let reach = self.ctx.runtime.layers_reach(&self.placed(labels).await?);
         if !reach {
             tracing::info!(instance = ?labels.get(LABEL_INSTANCE), "the instance is placed where no layer is: copying instead");
         }
         Ok(reach)
+    }
+
+    /// Refuses a branch or restore into an instance placed where this runtime does not make a
+    /// copy's volumes (on the swarm runtime, a node other than the manager's): they would be
+    /// made where it does not run, and it would start on empty volumes of its own there. A new
+    /// branch is placed here, as its first start would place it.
+    pub(super) async fn target_reached(&self, labels: &Labels) -> Result<(), Stop> {
+        let placed = self.placed(labels).await?;
+        if self.ctx.runtime.layers_reach(&placed) {
+            return Ok(());
+        }
+        let key = labels.get(LABEL_KEY).map_or("", String::as_str);
+        let node = placed.get(LABEL_PLACEMENT).map_or("", String::as_str);
+        Err(Stop::Fail(format!(
+            "the instance {key} is placed on node {node}, and on the swarm runtime berth makes the \
+             volumes of a branch or a restore on the manager's node only, where it would not \
+             run; branch or restore into an instance placed on the manager's node (one with no \
+             --swarm-place entry for its key)"
+        )))
+    }
+
+    /// `labels` with the placement of the instance they name: the one recorded, or, for an
+    /// instance not placed yet, the runtime's choice, recorded now.
+    async fn placed(&self, labels: &Labels) -> Result<Labels, Stop> {
+        let mut asked = labels.clone();
+        let Some(id) = labels
+            .get(LABEL_INSTANCE)
+            .and_then(|i| InstanceId::parse(i))
+        else {
+            return Ok(asked);
+        };
+        let placed = match self.ctx.store.placement(&id).await? {
+            Some(placed) => Some(placed),
+            None => match self.ctx.runtime.place(labels).await? {
+                Some(chosen) => Some(self.ctx.store.record_placement(&id, &chosen).await?),
+                None => None,
+            },
+        };
+        if let Some(placed) = placed {
+            asked.insert(LABEL_PLACEMENT.to_owned(), placed);
+        }
+        Ok(asked)
     }
 
     /// Removes volume `name` when an earlier attempt of this copy left it; one that is not
