@@ -24,19 +24,6 @@ pub use endpoints::StoredEndpoint;
 pub use error::StoreError;
 pub use tx::{Observation, Tx};
 
-/// What a lookup of one instance by its domain and key found, the domain's owner checked.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Found<T> {
-    /// No such domain.
-    NoDomain,
-    /// The domain is another owner's.
-    NotOwner,
-    /// The domain has no instance of that key.
-    NoInstance,
-    /// The instance.
-    Instance(T),
-}
-
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
@@ -56,6 +43,19 @@ use error::classify_open_error;
 use migrations::{MIGRATIONS, quick_check};
 use tx::to_json;
 use view::{View, load_view, refresh};
+
+/// What a lookup of one instance by its domain and key found, the domain's owner checked.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Found<T> {
+    /// No such domain.
+    NoDomain,
+    /// The domain is another owner's.
+    NotOwner,
+    /// The domain has no instance of that key.
+    NoInstance,
+    /// The instance.
+    Instance(T),
+}
 
 /// How many writes may wait for the writer before a caller waits to hand one over.
 const WRITE_QUEUE: usize = 1024;
