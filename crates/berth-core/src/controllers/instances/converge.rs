@@ -50,6 +50,19 @@ impl InstanceController {
             return Ok(Next::Done);
         }
 
+        if let Some(c) = &container
+            && c.running
+            && matches!(instance.state, InstanceState::Starting { .. })
+            && self.same_plan(c, instance, &instance.volumes)
+            && self.evidence_current(instance, c).await?
+        {
+            // Started as planned and proved: only its ready check is left. Nothing before the
+            // start is asked of the engine again while it starts (each pass would otherwise
+            // inspect the image, volumes and network beside the starting service).
+            let network = self.views.primary_network(instance);
+            return self.probe_started(instance, c, obs, &network).await;
+        }
+
         let (image, labels, network) = match self.prepare(instance, &mut obs).await? {
             ControlFlow::Continue(prepared) => prepared,
             ControlFlow::Break(next) => return Ok(next),

@@ -107,6 +107,22 @@ impl InstanceController {
         Ok(evidence)
     }
 
+    /// Whether the evidence berth keeps for the instance is verified and was read from this
+    /// very container, of the instance's current spec.
+    pub(super) async fn evidence_current(
+        &self,
+        instance: &Instance,
+        container: &ContainerFacts,
+    ) -> Result<bool, ReconcileError> {
+        let id = instance.id.clone();
+        let stored = self.ctx.store.read(move |tx| tx.evidence(&id)).await?;
+        Ok(stored.is_some_and(|e| {
+            e.is_verified()
+                && e.spec_digest == instance.spec_digest
+                && e.container_id.as_deref() == Some(container.id.as_str())
+        }))
+    }
+
     /// For a running container: gathers evidence again unless the stored evidence is verified,
     /// for this spec and for this very container. `Some(next)` when the instance must not count
     /// as running.
@@ -116,14 +132,7 @@ impl InstanceController {
         container: &ContainerFacts,
         pinned_image_id: Option<&str>,
     ) -> Result<Option<Next>, ReconcileError> {
-        let id = instance.id.clone();
-        let stored = self.ctx.store.read(move |tx| tx.evidence(&id)).await?;
-        let current = stored.is_some_and(|e| {
-            e.is_verified()
-                && e.spec_digest == instance.spec_digest
-                && e.container_id.as_deref() == Some(container.id.as_str())
-        });
-        if current {
+        if self.evidence_current(instance, container).await? {
             return Ok(None);
         }
         let evidence = self
