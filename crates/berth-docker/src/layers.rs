@@ -70,29 +70,34 @@ pub(crate) async fn create_overlay(
             plan.name
         ))
     })?;
-    if volumes::volume_labels(docker, &plan.name).await?.is_some() {
+    // What the overlay needs from the engine, asked together: that its name is free, the
+    // image's declared volumes (the helper covers them), and where each lower layer is.
+    let image = create_reference(&plan.image);
+    let (existing, declared, paths) = tokio::try_join!(
+        volumes::volume_labels(docker, &plan.name),
+        image_volumes(docker, &image),
+        futures_util::future::try_join_all(plan.lowers.iter().map(|l| layer_path(docker, l))),
+    )?;
+    if existing.is_some() {
         return Err(RuntimeError::Conflict(format!(
             "a volume named {} exists already",
             plan.name
         )));
     }
-    let declared = image_volumes(docker, &create_reference(&plan.image)).await?;
-    let mut lowers = Vec::with_capacity(plan.lowers.len());
-    let mut top_key = None;
-    for layer in &plan.lowers {
-        let (path, made) = layer_path(docker, layer).await?;
-        top_key.get_or_insert_with(|| (path.clone(), made));
-        lowers.push(path);
-    }
-    let top_key = top_key.unwrap_or_default();
-    volumes::create_fresh(docker, &plan.upper, &plan.labels).await?;
+    let top_key = paths.first().cloned().unwrap_or_default();
+    let lowers: Vec<String> = paths.into_iter().map(|(path, _)| path).collect();
+    let upper_at = volumes::create_fresh(docker, &plan.upper, &plan.labels).await?;
     let known = roots.get(&top_key);
     let (root, helper) = make_upper_dirs(docker, plan, &declared, top, known).await?;
     roots.keep(top_key, root);
     // The overlay volume is only recorded by the engine here (it mounts it when a container
     // starts on it), so it is made while the helper goes.
     let made = async {
-        let upper = mountpoint(docker, &plan.upper).await?.0;
+        let upper = if upper_at.is_empty() {
+            mountpoint(docker, &plan.upper).await?.0
+        } else {
+            upper_at
+        };
         let options = format!(
             "lowerdir={},upperdir={upper}/{UPPER_DIR},workdir={upper}/{WORK_DIR}",
             lowers.join(":")

@@ -375,7 +375,9 @@ impl Runtime for DockerRuntime {
     }
 
     async fn create_volume(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError> {
-        volumes::create_fresh(&self.docker, name, labels).await
+        volumes::create_fresh(&self.docker, name, labels)
+            .await
+            .map(|_| ())
     }
 
     async fn remove_volume(

@@ -184,12 +184,13 @@ pub(crate) async fn volume_labels(
 
 /// Creates a volume that must not exist yet. The engine answers a create of an existing
 /// volume with success, so the name is checked first; the copy controller runs one copy at a
-/// time, and names a volume after its copy, so nothing else creates it in between.
+/// time, and names a volume after its copy, so nothing else creates it in between. Answers
+/// where the engine keeps it (empty when the engine does not say).
 pub(crate) async fn create_fresh(
     docker: &Docker,
     name: &str,
     labels: &Labels,
-) -> Result<(), RuntimeError> {
+) -> Result<String, RuntimeError> {
     if volume_labels(docker, name).await?.is_some() {
         return Err(RuntimeError::Conflict(format!(
             "a volume named {name} exists already"
@@ -204,7 +205,7 @@ pub(crate) async fn create_fresh(
     docker
         .create_volume(request)
         .await
-        .map(|_| ())
+        .map(|made| made.mountpoint)
         .map_err(|e| error::map(e, &format!("volume {name}")))
 }
 
