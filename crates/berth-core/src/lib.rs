@@ -25,6 +25,8 @@ pub mod service;
 pub mod snapshots;
 pub mod store;
 pub mod templates;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod watch;
 pub mod workspaces;
 

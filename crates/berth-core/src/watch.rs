@@ -252,37 +252,13 @@ impl Watch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Desired, Instance, InstanceState};
-    use crate::time::Timestamp;
+    use crate::model::Instance;
 
     fn change(n: i64) -> InstanceChange {
-        let spec = serde_json::from_value(serde_json::json!({
-            "alias": "db", "worktreeKey": null,
-            "image": format!("r/x@sha256:{}", "a".repeat(64)),
-            "command": null, "env": {}, "volumes": [],
-            "limits": {"cpuMillicores": 100, "memoryBytes": 67108864},
-            "ready": {"kind": "tcp", "port": 80}, "idleStopAfterSeconds": 60
-        }))
-        .unwrap();
         let instance = Instance {
-            id: crate::ids::InstanceId::new(),
-            domain_id: DomainId::new(),
-            key: "db".into(),
-            spec,
-            spec_digest: "sha256:x".into(),
-            desired: Desired::Running,
-            stop_reason: None,
-            state: InstanceState::NotStarted,
-            observed_at: Timestamp::now(),
-            started_at: None,
-            last_reached_at: None,
-            volumes: vec![],
-            kept: vec![],
-            restart_count: 0,
             generation: n,
             observed_generation: 0,
-            volume_tag: None,
-            template: false,
+            ..crate::testing::db_instance(&DomainId::new())
         };
         instance.change()
     }

@@ -2,6 +2,7 @@ use super::*;
 use crate::ids::{DomainId, InstanceId};
 use crate::model::{Desired, Domain, DomainState, Instance, InstanceState, Workspace};
 use crate::spec::Spec;
+use crate::testing::db_instance;
 use crate::time::Timestamp;
 
 fn domain(owner: &str) -> Domain {
@@ -11,38 +12,6 @@ fn domain(owner: &str) -> Domain {
         state: DomainState::Active,
         created_at: Timestamp::now(),
         owner: owner.into(),
-    }
-}
-
-/// An instance `db` of `domain_id`, not started, with one generation and no volumes.
-fn db_instance(domain_id: &DomainId) -> Instance {
-    let spec: Spec = serde_json::from_value(serde_json::json!({
-        "alias": "db", "worktreeKey": null,
-        "image": format!("r/x@sha256:{}", "a".repeat(64)),
-        "command": null, "env": {}, "volumes": [],
-        "limits": {"cpuMillicores": 100, "memoryBytes": 67108864},
-        "ready": {"kind": "tcp", "port": 80}, "idleStopAfterSeconds": 60
-    }))
-    .unwrap();
-    Instance {
-        id: InstanceId::new(),
-        domain_id: domain_id.clone(),
-        key: "db".into(),
-        spec_digest: spec.digest().to_string(),
-        spec,
-        desired: Desired::Running,
-        stop_reason: None,
-        state: InstanceState::NotStarted,
-        observed_at: Timestamp::from_millis(1),
-        started_at: None,
-        last_reached_at: None,
-        volumes: vec![],
-        kept: vec![],
-        restart_count: 0,
-        generation: 1,
-        observed_generation: 1,
-        volume_tag: None,
-        template: false,
     }
 }
 
@@ -269,36 +238,18 @@ async fn an_archived_instances_host_ports_are_kept_for_its_keys_next_generation(
     let d = domain("a");
     let domain_id = d.resource_domain_id.clone();
     store.write(move |tx| tx.insert_domain(&d)).await.unwrap();
-    let spec: Spec = serde_json::from_value(serde_json::json!({
-        "alias": "db", "worktreeKey": "wt",
-        "image": format!("r/x@sha256:{}", "a".repeat(64)),
-        "command": null, "env": {}, "volumes": [],
-        "limits": {"cpuMillicores": 100, "memoryBytes": 67108864},
-        "ready": {"kind": "tcp", "port": 80}, "idleStopAfterSeconds": 60
-    }))
-    .unwrap();
-    let instance = |key: &str, alias: &str, desired: Desired| Instance {
-        id: InstanceId::new(),
-        domain_id: domain_id.clone(),
-        key: key.into(),
-        spec_digest: spec.digest().to_string(),
-        spec: Spec {
-            alias: alias.into(),
-            ..spec.clone()
-        },
-        desired,
-        stop_reason: None,
-        state: InstanceState::NotStarted,
-        observed_at: Timestamp::from_millis(1),
-        started_at: None,
-        last_reached_at: None,
-        volumes: vec![],
-        kept: vec![],
-        restart_count: 0,
-        generation: 1,
-        observed_generation: 1,
-        volume_tag: None,
-        template: false,
+    let instance = |key: &str, alias: &str, desired: Desired| {
+        let base = db_instance(&domain_id);
+        Instance {
+            key: key.into(),
+            spec: Spec {
+                alias: alias.into(),
+                worktree_key: Some("wt".into()),
+                ..base.spec.clone()
+            },
+            desired,
+            ..base
+        }
     };
     let (first, next, other) = (
         instance("db@wt", "db", Desired::Archived),
