@@ -21,7 +21,9 @@ use std::sync::Mutex;
 use berth_core::runtime::{Labels, Layer, OverlayPlan, RuntimeError, UPPER_DIR};
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig, VolumeCreateRequest};
-use bollard::query_parameters::{DownloadFromContainerOptions, UploadToContainerOptions};
+use bollard::query_parameters::{
+    DownloadFromContainerOptions, RemoveVolumeOptions, UploadToContainerOptions,
+};
 use futures_util::StreamExt;
 
 use crate::copy::{create_fresh as create_helper_fresh, image_volumes, volume_mount};
@@ -71,24 +73,60 @@ pub(crate) async fn create_overlay(
         ))
     })?;
     // What the overlay needs from the engine, asked together: that its name is free, the
-    // image's declared volumes (the helper covers them), and where each lower layer is.
+    // image's declared volumes (the helper covers them), where each lower layer is, and its
+    // new upper volume. Should anything else fail, the upper volume made here is removed
+    // again: nothing stands on it yet.
     let image = create_reference(&plan.image);
-    let (existing, declared, paths) = tokio::try_join!(
+    let (existing, declared, paths, upper_at) = tokio::join!(
         volumes::volume_labels(docker, &plan.name),
         image_volumes(docker, &image),
         futures_util::future::try_join_all(plan.lowers.iter().map(|l| layer_path(docker, l))),
-    )?;
-    if existing.is_some() {
-        return Err(RuntimeError::Conflict(format!(
-            "a volume named {} exists already",
-            plan.name
-        )));
+        volumes::create_fresh(docker, &plan.upper, &plan.labels),
+    );
+    let asked = (|| {
+        if existing?.is_some() {
+            return Err(RuntimeError::Conflict(format!(
+                "a volume named {} exists already",
+                plan.name
+            )));
+        }
+        Ok((declared?, paths?))
+    })();
+    let made = match (asked, upper_at) {
+        (Ok((declared, paths)), Ok(upper_at)) => {
+            over_upper(docker, roots, plan, top, &declared, paths, upper_at).await
+        }
+        (Err(e), Ok(_)) => Err(e),
+        (Err(e), Err(_)) | (Ok(_), Err(e)) => return Err(e),
+    };
+    // An overlay that was not made leaves its new upper volume unused: made by this call a
+    // moment ago, so it is ours and nothing mounts it.
+    if made.is_err()
+        && matches!(volumes::volume_labels(docker, &plan.name).await, Ok(None))
+        && let Err(left) = docker
+            .remove_volume(&plan.upper, None::<RemoveVolumeOptions>)
+            .await
+    {
+        tracing::warn!(volume = %plan.upper, error = %left, "could not remove an unused upper layer");
     }
+    made
+}
+
+/// The rest of [`create_overlay`] once its upper volume is made (at `upper_at`) and the lower
+/// layers are found (`paths`): the upper layer's directories, then the overlay volume.
+async fn over_upper(
+    docker: &Docker,
+    roots: &Roots,
+    plan: &OverlayPlan,
+    top: &Layer,
+    declared: &[String],
+    paths: Vec<(String, String)>,
+    upper_at: String,
+) -> Result<(), RuntimeError> {
     let top_key = paths.first().cloned().unwrap_or_default();
     let lowers: Vec<String> = paths.into_iter().map(|(path, _)| path).collect();
-    let upper_at = volumes::create_fresh(docker, &plan.upper, &plan.labels).await?;
     let known = roots.get(&top_key);
-    let (root, helper) = make_upper_dirs(docker, plan, &declared, top, known).await?;
+    let (root, helper) = make_upper_dirs(docker, plan, declared, top, known).await?;
     roots.keep(top_key, root);
     // The overlay volume is only recorded by the engine here (it mounts it when a container
     // starts on it), so it is made while the helper goes.

@@ -49,16 +49,17 @@ impl TemplateController {
     /// Makes those of `volumes` that do not exist yet overlay volumes over the template of
     /// `instance`, when it asked for one, it has no data of its own yet and the engine mounts
     /// overlays; the template is made first when there is none. Does nothing otherwise: the
-    /// caller then makes empty volumes, as for any instance.
+    /// caller then makes empty volumes, as for any instance. Answers the Docker names of the
+    /// volumes it made, with `labels` and the volume's own label, as the caller would have.
     pub(crate) async fn stand_on_template(
         &self,
         instance: &Instance,
         volumes: &[InstanceVolume],
         labels: &Labels,
-    ) -> Result<(), ReconcileError> {
+    ) -> Result<Vec<String>, ReconcileError> {
         // One that has run has its volumes: nothing to ask the engine on its later starts.
         if !instance.template || volumes.is_empty() || instance.started_at.is_some() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let runtime = &self.ctx.runtime;
         let mut missing = Vec::new();
@@ -77,26 +78,27 @@ impl TemplateController {
                 .await?
                 .is_none()
             {
-                return Ok(());
+                return Ok(Vec::new());
             }
         }
         if missing.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let image = instance.spec.image.as_str();
         if !self.ctx.overlays_here(image).await? {
             tracing::info!(instance = %instance.id, key = %instance.key, "the engine mounts no overlay volumes: the instance starts on empty volumes, not on a template");
-            return Ok(());
+            return Ok(Vec::new());
         }
         if !runtime.layers_reach(labels) {
             tracing::info!(instance = %instance.id, key = %instance.key, "the instance is placed where the runtime makes no layers (on the swarm, another node than the manager's): it starts on empty volumes, not on a template");
-            return Ok(());
+            return Ok(Vec::new());
         }
         let paths: Vec<String> = volumes.iter().map(|v| v.mount_path.clone()).collect();
         let Some(template) = self.ready_template(instance, &paths).await? else {
-            return Ok(());
+            return Ok(Vec::new());
         };
         let container = self.ctx.container_name(instance);
+        let mut made = Vec::new();
         for (i, volume) in missing.into_iter().enumerate() {
             let Some(base) = template.volume_at(&volume.mount_path) else {
                 continue;
@@ -109,14 +111,16 @@ impl TemplateController {
                     dir: String::new(),
                 }],
             };
-            // Recorded before it is made, so the template is never removed from under it.
+            // Recorded before it is made, so the template is never removed from under it;
+            // meanwhile, is there an upper volume an interrupted attempt left, with no overlay
+            // over it yet?
             let record = layered.clone();
-            self.ctx
-                .store
-                .write(move |tx| tx.record_layered(&record))
-                .await?;
-            // An upper volume an interrupted attempt left, with no overlay over it yet.
-            if let Some(left) = runtime.volume_labels(&layered.upper).await?
+            let (recorded, left) = tokio::join!(
+                self.ctx.store.write(move |tx| tx.record_layered(&record)),
+                runtime.volume_labels(&layered.upper)
+            );
+            recorded?;
+            if let Some(left) = left?
                 && left.get(LABEL_INSTANCE) == Some(&instance.id.to_string())
             {
                 runtime
@@ -135,9 +139,10 @@ impl TemplateController {
                     helper: format!("{container}-tpl{i}"),
                 })
                 .await?;
+            made.push(layered.volume);
         }
         tracing::info!(instance = %instance.id, key = %instance.key, template = %template.id, "the instance's volumes stand on its template");
-        Ok(())
+        Ok(made)
     }
 
     /// The template `instance` stands on, made now when there is none (or an interrupted

@@ -127,15 +127,13 @@ async fn an_overlay_volume_shows_its_lower_keeps_writes_in_its_upper_and_leaves_
         "{err:?}"
     );
     assert!(err.to_string().contains("missing"), "{err}");
+    assert_eq!(
+        rt.volume_labels(&broken.upper).await.expect("asked"),
+        None,
+        "the upper volume made for an overlay that could not be made is removed again"
+    );
 
-    for volume in [
-        &second.name,
-        &second.upper,
-        &plan.name,
-        &plan.upper,
-        &broken.upper,
-        &lower,
-    ] {
+    for volume in [&second.name, &second.upper, &plan.name, &plan.upper, &lower] {
         rt.remove_volume(volume, LABEL_COPY, "cpy:layers")
             .await
             .expect("removed");

@@ -8,7 +8,7 @@ use super::{
 };
 use crate::controllers::context::{Next, ReconcileError};
 use crate::controllers::endpoints::EndpointController;
-use crate::model::{Instance, InstanceState};
+use crate::model::{Instance, InstanceState, InstanceVolume};
 use crate::runtime::{
     ContainerFacts, ImageFacts, LABEL_PLACEMENT, LABEL_VOLUME, Labels, RuntimeError,
 };
@@ -165,13 +165,44 @@ impl InstanceController {
         if let Some(placed) = placement {
             labels.insert(LABEL_PLACEMENT.to_owned(), placed);
         }
-        self.templates
-            .stand_on_template(instance, &obs.volumes, &labels)
+        // The volumes and the network do not wait on each other: asked of the engine together.
+        let network = self.views.primary_network(instance);
+        let (volumes, network_made) = tokio::join!(
+            self.ensure_volumes(instance, &obs.volumes, &labels),
+            self.views.ensure_network(&network, &instance.domain_id)
+        );
+        if let ControlFlow::Break(next) = volumes? {
+            return Ok(ControlFlow::Break(next));
+        }
+        if let Err(e) = network_made {
+            if let RuntimeError::Foreign(message) = e {
+                self.fail(instance, message).await?;
+                return Ok(ControlFlow::Break(Next::Done));
+            }
+            return Err(e.into());
+        }
+        Ok(ControlFlow::Continue((image, labels, network)))
+    }
+
+    /// The instance's volumes, made where missing: over its template when it stands on one
+    /// (those are not asked of the engine again), empty otherwise. A volume of that name that
+    /// is not berth's fails the instance.
+    async fn ensure_volumes(
+        &self,
+        instance: &Instance,
+        volumes: &[InstanceVolume],
+        labels: &Labels,
+    ) -> Result<ControlFlow<Next>, ReconcileError> {
+        let made = self
+            .templates
+            .stand_on_template(instance, volumes, labels)
             .await?;
-        for volume in &obs.volumes {
+        for volume in volumes.iter().filter(|v| !made.contains(&v.docker_name)) {
             let mut volume_labels = labels.clone();
             volume_labels.insert(LABEL_VOLUME.to_owned(), volume.name.clone());
-            match runtime
+            match self
+                .ctx
+                .runtime
                 .ensure_volume(&volume.docker_name, &volume_labels)
                 .await
             {
@@ -183,19 +214,7 @@ impl InstanceController {
                 Err(e) => return Err(e.into()),
             }
         }
-        let network = self.views.primary_network(instance);
-        if let Err(e) = self
-            .views
-            .ensure_network(&network, &instance.domain_id)
-            .await
-        {
-            if let RuntimeError::Foreign(message) = e {
-                self.fail(instance, message).await?;
-                return Ok(ControlFlow::Break(Next::Done));
-            }
-            return Err(e.into());
-        }
-        Ok(ControlFlow::Continue((image, labels, network)))
+        Ok(ControlFlow::Continue(()))
     }
 
     /// The instance's container as planned, and whether it was made just now: one made for
