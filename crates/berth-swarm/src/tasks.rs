@@ -35,6 +35,15 @@ pub(crate) fn is_final(state: Option<TaskState>) -> bool {
     )
 }
 
+/// A task whose node's agent has reached the making of its container (or gone past it): from
+/// then on the container may be there before the manager has heard which one it is.
+pub(crate) fn container_made(task: &Task) -> bool {
+    matches!(
+        task_state(task),
+        Some(TaskState::PREPARING | TaskState::READY | TaskState::STARTING | TaskState::RUNNING)
+    )
+}
+
 /// A task the swarm wants running and that has not ended.
 pub(crate) fn wants_running(task: &Task) -> bool {
     task.desired_state == Some(TaskState::RUNNING) && !is_final(task_state(task))
@@ -326,6 +335,33 @@ mod tests {
             Some("t2")
         );
         assert!(wanted_task(&tasks[2..]).is_none());
+    }
+
+    #[test]
+    fn a_container_may_be_made_from_preparing_on_and_not_before() {
+        for state in [
+            TaskState::PREPARING,
+            TaskState::READY,
+            TaskState::STARTING,
+            TaskState::RUNNING,
+        ] {
+            assert!(
+                container_made(&task(1, TaskState::RUNNING, state)),
+                "{state}"
+            );
+        }
+        for state in [
+            TaskState::NEW,
+            TaskState::PENDING,
+            TaskState::ASSIGNED,
+            TaskState::FAILED,
+            TaskState::SHUTDOWN,
+        ] {
+            assert!(
+                !container_made(&task(1, TaskState::RUNNING, state)),
+                "{state}"
+            );
+        }
     }
 
     #[test]

@@ -180,10 +180,10 @@ impl SwarmRuntime {
             .as_ref()
             .and_then(placed_node);
         let mut node_checked = tokio::time::Instant::now();
-        // Whether this engine said a container of the service started: the manager hears that
-        // its task runs (and which container is its) some time after, so it is looked at
-        // again soon rather than on the next event.
-        let mut started = false;
+        // The task whose container this engine (the manager's node's) said started: it runs
+        // here, whatever the manager has heard from the node's agent yet, which tells it that
+        // the task runs (and which container is its) some time after.
+        let mut started: Option<String> = None;
         loop {
             // A node that goes down or is drained while the task waits for it would leave the
             // task pending for the whole bound: look at the node every few seconds.
@@ -197,7 +197,9 @@ impl SwarmRuntime {
             let wanted = wanted_task(&tasks);
             if let Some(task) = wanted {
                 let state = task_state(task);
-                if state == Some(TaskState::RUNNING) {
+                if state == Some(TaskState::RUNNING)
+                    || (!is_final(state) && started.is_some() && started == task.id)
+                {
                     return Ok(());
                 }
                 // The node's agent tells the manager a task runs some time after its container
@@ -230,7 +232,11 @@ impl SwarmRuntime {
             }
             // The swarm says nothing of its tasks on the event stream, only of their
             // containers: look again on a container's event, or after a short while.
-            let look = if started { STARTED_LOOK } else { TASK_LOOK };
+            let look = if started.is_some() {
+                STARTED_LOOK
+            } else {
+                TASK_LOOK
+            };
             match tokio::time::timeout_at(
                 deadline.min(tokio::time::Instant::now() + look),
                 events.next(),
@@ -238,7 +244,9 @@ impl SwarmRuntime {
             .await
             {
                 Ok(Some(Ok(event))) if tokio::time::Instant::now() < deadline => {
-                    started |= started_task(&event).is_some();
+                    if let Some(task) = started_task(&event) {
+                        started = Some(task.to_owned());
+                    }
                 }
                 Ok(Some(_)) | Err(_) if tokio::time::Instant::now() < deadline => {}
                 _ => {

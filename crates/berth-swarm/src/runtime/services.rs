@@ -9,12 +9,16 @@ use berth_core::runtime::{
 };
 use berth_docker::{DockerRuntime, engine_error};
 use bollard::models::{ObjectVersion, Service, ServiceSpec, Task};
-use bollard::query_parameters::{ListServicesOptions, ListTasksOptions, UpdateServiceOptions};
+use bollard::query_parameters::{
+    ListContainersOptions, ListServicesOptions, ListTasksOptions, UpdateServiceOptions,
+};
 
 use super::SwarmRuntime;
 use crate::errors::{is_out_of_sequence, is_status, no_engine};
 use crate::spec::{attach_network, detach_network, service_networks, service_spec, set_replicas};
-use crate::tasks::{current_task, service_facts, task_container, wants_running, with_task};
+use crate::tasks::{
+    container_made, current_task, service_facts, task_container, wants_running, with_task,
+};
 
 impl SwarmRuntime {
     /// The service named (or with the id) `name`, if there is one.
@@ -194,9 +198,18 @@ impl SwarmRuntime {
         let Some(task) = current_task(tasks) else {
             return Ok(facts);
         };
-        let container_id = task_container(task);
         let node = task.node_id.clone().unwrap_or_default();
         let on_manager = node == self.node_id;
+        let container_id = match task_container(task) {
+            Some(id) => Some(id),
+            // On this node, its container may run before the node's agent has told the
+            // manager which container is the task's: the engine knows it by its task label.
+            None if on_manager && wants_running(task) && container_made(task) => {
+                self.local_task_container(task.id.as_deref().unwrap_or_default())
+                    .await?
+            }
+            None => None,
+        };
         let engine = self.engine_of(&node);
         let local = match (&container_id, engine) {
             (Some(id), Some(_)) if on_manager => self.node.inspect_container(id).await?,
@@ -209,10 +222,32 @@ impl SwarmRuntime {
         Ok(facts)
     }
 
+    /// The container on this node's engine that the swarm made for task `task`, if any.
+    async fn local_task_container(&self, task: &str) -> Result<Option<String>, RuntimeError> {
+        if task.is_empty() {
+            return Ok(None);
+        }
+        let options = ListContainersOptions {
+            all: true,
+            filters: Some(HashMap::from([(
+                "label".to_owned(),
+                vec![format!("com.docker.swarm.task.id={task}")],
+            )])),
+            ..Default::default()
+        };
+        let found = self
+            .docker()
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| engine_error(e, &format!("the container of task {task}")))?;
+        Ok(found.into_iter().find_map(|c| c.id))
+    }
+
     async fn facts_of(&self, service: &Service) -> Result<ContainerFacts, RuntimeError> {
         let id = service.id.clone().unwrap_or_default();
-        let tasks = self.tasks(&[&id]).await?;
-        let gateways = self.gateway_addresses().await?;
+        // Neither answer waits on the other: asked of the engine together.
+        let ids = [id.as_str()];
+        let (tasks, gateways) = tokio::try_join!(self.tasks(&ids), self.gateway_addresses())?;
         let tasks: Vec<&Task> = tasks.iter().collect();
         self.facts(service, &tasks, &gateways).await
     }
@@ -253,8 +288,7 @@ impl SwarmRuntime {
         if services.is_empty() {
             return Ok(Vec::new());
         }
-        let tasks = self.tasks(&[]).await?;
-        let gateways = self.gateway_addresses().await?;
+        let (tasks, gateways) = tokio::try_join!(self.tasks(&[]), self.gateway_addresses())?;
         let mut all = Vec::with_capacity(services.len());
         for service in &services {
             let of_service: Vec<&Task> = tasks
