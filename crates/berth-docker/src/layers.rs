@@ -92,17 +92,19 @@ pub(crate) async fn create_overlay(
         }
         Ok((declared?, paths?))
     })();
-    let made = match (asked, upper_at) {
-        (Ok((declared, paths)), Ok(upper_at)) => {
-            over_upper(docker, roots, plan, top, &declared, paths, upper_at).await
-        }
-        (Err(e), Ok(_)) => Err(e),
+    let (made, tried) = match (asked, upper_at) {
+        (Ok((declared, paths)), Ok(upper_at)) => (
+            over_upper(docker, roots, plan, top, &declared, paths, upper_at).await,
+            true,
+        ),
+        (Err(e), Ok(_)) => (Err(e), false),
         (Err(e), Err(_)) | (Ok(_), Err(e)) => return Err(e),
     };
-    // An overlay that was not made leaves its new upper volume unused: made by this call a
-    // moment ago, so it is ours and nothing mounts it.
+    // An overlay this call did not make leaves its new upper volume unused: made by this call
+    // a moment ago, so it is ours and nothing mounts it. (One that failed after the overlay
+    // volume was made, in the helper's removal, keeps it: the overlay stands on it.)
     if made.is_err()
-        && matches!(volumes::volume_labels(docker, &plan.name).await, Ok(None))
+        && (!tried || matches!(volumes::volume_labels(docker, &plan.name).await, Ok(None)))
         && let Err(left) = docker
             .remove_volume(&plan.upper, None::<RemoveVolumeOptions>)
             .await

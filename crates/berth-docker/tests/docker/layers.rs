@@ -51,6 +51,28 @@ async fn an_overlay_volume_shows_its_lower_keeps_writes_in_its_upper_and_leaves_
         matches!(again, Err(RuntimeError::Conflict(_))),
         "its volumes exist: {again:?}"
     );
+    let taken = OverlayPlan {
+        upper: scope.name("taken.up"),
+        helper: scope.name("helper-taken"),
+        ..plan.clone()
+    };
+    let refused = rt.create_overlay_volume(&taken).await;
+    assert!(
+        matches!(refused, Err(RuntimeError::Conflict(_))),
+        "its name is taken: {refused:?}"
+    );
+    assert_eq!(
+        rt.volume_labels(&taken.upper).await.expect("asked"),
+        None,
+        "an overlay refused for its name leaves no upper volume"
+    );
+    assert!(
+        rt.volume_labels(&plan.upper)
+            .await
+            .expect("asked")
+            .is_some(),
+        "the upper volume the first overlay stands on stays"
+    );
     assert_eq!(
         in_volume(
             &reference,
