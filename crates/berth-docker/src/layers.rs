@@ -92,26 +92,32 @@ pub(crate) async fn create_overlay(
         }
         Ok((declared?, paths?))
     })();
-    let (made, tried) = match (asked, upper_at) {
-        (Ok((declared, paths)), Ok(upper_at)) => (
-            over_upper(docker, roots, plan, top, &declared, paths, upper_at).await,
-            true,
-        ),
-        (Err(e), Ok(_)) => (Err(e), false),
+    let (declared, paths, upper_at) = match (asked, upper_at) {
+        (Ok((declared, paths)), Ok(upper_at)) => (declared, paths, upper_at),
+        (Err(e), Ok(_)) => {
+            remove_unused_upper(docker, plan).await;
+            return Err(e);
+        }
         (Err(e), Err(_)) | (Ok(_), Err(e)) => return Err(e),
     };
-    // An overlay this call did not make leaves its new upper volume unused: made by this call
-    // a moment ago, so it is ours and nothing mounts it. (One that failed after the overlay
-    // volume was made, in the helper's removal, keeps it: the overlay stands on it.)
-    if made.is_err()
-        && (!tried || matches!(volumes::volume_labels(docker, &plan.name).await, Ok(None)))
-        && let Err(left) = docker
-            .remove_volume(&plan.upper, None::<RemoveVolumeOptions>)
-            .await
+    let made = over_upper(docker, roots, plan, top, &declared, paths, upper_at).await;
+    // One that failed after its overlay volume was made (in the helper's removal) keeps its
+    // upper volume: the overlay stands on it.
+    if made.is_err() && matches!(volumes::volume_labels(docker, &plan.name).await, Ok(None)) {
+        remove_unused_upper(docker, plan).await;
+    }
+    made
+}
+
+/// Removes the upper volume of an overlay [`create_overlay`] did not make: made by that call
+/// a moment ago, so it is ours and nothing mounts it.
+async fn remove_unused_upper(docker: &Docker, plan: &OverlayPlan) {
+    if let Err(left) = docker
+        .remove_volume(&plan.upper, None::<RemoveVolumeOptions>)
+        .await
     {
         tracing::warn!(volume = %plan.upper, error = %left, "could not remove an unused upper layer");
     }
-    made
 }
 
 /// The rest of [`create_overlay`] once its upper volume is made (at `upper_at`) and the lower
