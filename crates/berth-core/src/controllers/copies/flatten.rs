@@ -154,7 +154,10 @@ impl CopyController {
             }
         }
         // 2. The instance onto its upper layers over the flat volumes.
-        let Some(moved) = self.move_onto_layers(copy, &source, &image, &flat).await? else {
+        let Some((moved, ())) = self
+            .move_onto_layers(copy, &source, &image, &flat, async { Ok(()) })
+            .await?
+        else {
             return Err(Stop::Fail(
                 "the engine no longer mounts overlay volumes: the instance keeps its layers"
                     .to_owned(),

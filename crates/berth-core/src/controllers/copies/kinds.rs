@@ -40,7 +40,10 @@ impl CopyController {
                 .snapshot_stands(copy, &source.key, snapshot, Some(&source.id), None)
                 .await;
         }
-        if let Some(moved) = self.move_onto_layers(copy, &source, &image, &[]).await? {
+        if let Some((moved, ())) = self
+            .move_onto_layers(copy, &source, &image, &[], async { Ok(()) })
+            .await?
+        {
             let copy = self.choose(copy, CopyMethod::Overlay).await?;
             let Moved {
                 old,
@@ -224,20 +227,32 @@ impl CopyController {
         let image_ref = target.spec.image.as_str();
         // A snapshot never changes: its volumes can be layers. Another instance's go on
         // changing: it moves onto new layers first, and the volumes it leaves are the branch's
-        // layers too. Where it cannot, they are copied.
-        let moved = match &source {
-            Some(source) => {
+        // layers too (made while it moves, before its stop). Where it cannot, they are copied.
+        let planned = self
+            .plan_layers(copy, &pairs, &labels, image_ref, &[])
+            .await?;
+        let (moved, layered) = match (&source, planned) {
+            (Some(source), Some(planned)) => {
                 let image = self.ctx.runtime.ensure_image(&source.spec.image).await?;
-                self.move_onto_layers(copy, source, &image, &[]).await?
-            }
-            None => None,
-        };
-        let layered = match (&source, &moved) {
-            (None, _) | (Some(_), Some(_)) => {
-                self.layer_pairs(copy, &pairs, &labels, image_ref, &[])
+                let made = async {
+                    self.make_layers(copy, &pairs, &planned, &labels, image_ref, 0)
+                        .await
+                        .map(|()| planned)
+                };
+                match self
+                    .move_onto_layers(copy, source, &image, &[], made)
                     .await?
+                {
+                    Some((moved, layered)) => (Some(moved), Some(layered)),
+                    None => (None, None),
+                }
             }
-            (Some(_), None) => None,
+            (None, Some(planned)) => {
+                self.make_layers(copy, &pairs, &planned, &labels, image_ref, 0)
+                    .await?;
+                (None, Some(planned))
+            }
+            (_, None) => (None, None),
         };
         // A source that moved is stopped: nothing to freeze.
         let frozen = source.as_ref().filter(|_| moved.is_none());

@@ -27,11 +27,30 @@ impl CopyController {
     }
 
     /// Makes each pair's target an overlay volume over its source's layers (a pair without a
-    /// source gets a fresh, empty volume). A source named in `flat` (an overlay volume, with the
-    /// volume its lower layers were flattened into) gives its upper layer over that one volume
-    /// instead. `None`, having made nothing, when the copy must move bytes instead: the engine
-    /// mounts no overlays, or a target would stand on too many layers.
+    /// source gets a fresh, empty volume): [`Self::plan_layers`], then [`Self::make_layers`].
+    /// `None`, having made nothing, when the copy must move bytes instead.
     pub(super) async fn layer_pairs(
+        &self,
+        copy: &CopyOp,
+        pairs: &[Pair],
+        labels: &Labels,
+        image: &str,
+        flat: &[(String, String)],
+    ) -> Result<Option<Vec<LayeredVolume>>, Stop> {
+        let Some(planned) = self.plan_layers(copy, pairs, labels, image, flat).await? else {
+            return Ok(None);
+        };
+        self.make_layers(copy, pairs, &planned, labels, image, 0)
+            .await?;
+        Ok(Some(planned))
+    }
+
+    /// The overlay volume each pair's target would be, over its source's layers (a pair
+    /// without a source is left out: it gets a fresh volume). A source named in `flat` (an
+    /// overlay volume, with the volume its lower layers were flattened into) gives its upper
+    /// layer over that one volume instead. `None` when the copy must move bytes instead: the
+    /// engine mounts no overlays, or a target would stand on too many layers. Makes nothing.
+    pub(super) async fn plan_layers(
         &self,
         copy: &CopyOp,
         pairs: &[Pair],
@@ -80,26 +99,46 @@ impl CopyController {
                 lowers,
             });
         }
-        for (i, pair) in pairs.iter().enumerate() {
+        Ok(Some(planned))
+    }
+
+    /// Makes the volumes [`Self::plan_layers`] planned for `pairs` (and a fresh one for each
+    /// pair without a source), all at once: what an earlier attempt of this copy left under
+    /// their names goes first. The helpers are numbered from `helpers_from`, so that two calls
+    /// of one copy (a branch's and its moving source's) run side by side.
+    pub(super) async fn make_layers(
+        &self,
+        copy: &CopyOp,
+        pairs: &[Pair],
+        planned: &[LayeredVolume],
+        labels: &Labels,
+        image: &str,
+        helpers_from: usize,
+    ) -> Result<(), Stop> {
+        let made = pairs.iter().enumerate().map(|(i, pair)| async move {
             let mut labels = labels.clone();
             labels.insert(LABEL_VOLUME.to_owned(), pair.name.clone());
             let Some(layered) = planned.iter().find(|l| l.volume == pair.to) else {
-                self.fresh_volume(copy, &pair.to, &labels).await?;
-                continue;
+                return self.fresh_volume(copy, &pair.to, &labels).await;
             };
-            self.clear_earlier_attempt(copy, &layered.volume).await?;
-            self.clear_earlier_attempt(copy, &layered.upper).await?;
+            let (volume, upper) = tokio::join!(
+                self.clear_earlier_attempt(copy, &layered.volume),
+                self.clear_earlier_attempt(copy, &layered.upper),
+            );
+            volume?;
+            upper?;
             let plan = OverlayPlan {
                 name: layered.volume.clone(),
                 upper: layered.upper.clone(),
                 lowers: layered.lowers.clone(),
                 labels,
                 image: image.to_owned(),
-                helper: names::copy_helper(&self.ctx.config.prefix, &copy.id, i),
+                helper: names::copy_helper(&self.ctx.config.prefix, &copy.id, helpers_from + i),
             };
-            self.ctx.runtime.create_overlay_volume(&plan).await?;
-        }
-        Ok(Some(planned))
+            Ok(self.ctx.runtime.create_overlay_volume(&plan).await?)
+        });
+        futures_util::future::try_join_all(made).await?;
+        Ok(())
     }
 
     /// Whether layers made now are on the machine the instance `labels` name runs on (on the

@@ -55,6 +55,10 @@ impl Drop for Held<'_> {
 /// it says it is done all the same (the source's own state then says why it does not run).
 const BACK_WITHIN: std::time::Duration = std::time::Duration::from_secs(180);
 
+/// Where the helpers that make a moving source's new layers are numbered from: past those of
+/// the copy's own target volumes, which may be made beside them.
+const MOVE_HELPERS: usize = 200;
+
 impl CopyController {
     /// Waits until an instance the copy moved (and let go) is no longer `starting`: a copy that
     /// moved its source says it is done once the source runs again, so that what a client does
@@ -74,16 +78,23 @@ impl CopyController {
     }
 
     /// Moves `source` onto new layers, when this engine mounts overlays and none of its
-    /// volumes stands on [`MAX_LAYERS`] layers already; `None`, having changed nothing, when
-    /// its data must be copied instead. A volume named in `flat` (with the volume its lower
-    /// layers were flattened into, by a flatten) gets its upper layer over that one instead.
-    pub(super) async fn move_onto_layers<'a>(
+    /// volumes stands on [`MAX_LAYERS`] layers already; `None`, having changed nothing and
+    /// without running `beside`, when its data must be copied instead. A volume named in
+    /// `flat` (with the volume its lower layers were flattened into, by a flatten) gets its
+    /// upper layer over that one instead.
+    ///
+    /// `beside` runs while the new layers are made, before the stop, once the move is sure to
+    /// go ahead (a branch makes its own overlays over the volumes the source leaves then: they
+    /// are mounted only when the branch starts, after the stop, and with them made the stop is
+    /// followed by nothing but two starts). What it answers comes back with the move.
+    pub(super) async fn move_onto_layers<'a, T>(
         &'a self,
         copy: &CopyOp,
         source: &Instance,
         image: &ImageFacts,
         flat: &[(String, String)],
-    ) -> Result<Option<Moved<'a>>, Stop> {
+        beside: impl Future<Output = Result<T, Stop>>,
+    ) -> Result<Option<(Moved<'a>, T)>, Stop> {
         if source.kept.is_empty()
             || !self.overlays_here(source.spec.image.as_str()).await?
             || !self
@@ -130,12 +141,19 @@ impl CopyController {
         );
         let pairs = pairs_into(&kept, &old);
         let labels = self.instance_labels(copy, source);
+        let image_ref = source.spec.image.as_str();
         let Some(layered) = self
-            .layer_pairs(copy, &pairs, &labels, source.spec.image.as_str(), flat)
+            .plan_layers(copy, &pairs, &labels, image_ref, flat)
             .await?
         else {
             return Ok(None);
         };
+        let (made, beside) = tokio::join!(
+            self.make_layers(copy, &pairs, &layered, &labels, image_ref, MOVE_HELPERS),
+            beside,
+        );
+        made?;
+        let beside = beside?;
         let name = self.ctx.container_name(source);
         let ran = self
             .ctx
@@ -160,7 +178,7 @@ impl CopyController {
         {
             return Err(Stop::Retry(format!("the container {name} still runs")));
         }
-        Ok(Some(Moved {
+        let moved = Moved {
             old,
             layered,
             volumes,
@@ -168,6 +186,7 @@ impl CopyController {
             tag,
             stopped,
             held,
-        }))
+        };
+        Ok(Some((moved, beside)))
     }
 }
