@@ -1,12 +1,14 @@
 //! `up → running` for the Postgres fixture, on a fresh and on an existing volume, against the
 //! testcontainers crate and Compose on the same image.
 //!
-//! Five ways take turns in each round: berth with a tcp ready check on 5432 (Postgres is ready
+//! Six ways take turns in each round: berth with a tcp ready check on 5432 (Postgres is ready
 //! when it takes TCP connections; the entrypoint's init server listens on the Unix socket only),
 //! learning `running` from the wait route; berth with the `pg_isready` exec check a Compose user
 //! would write (in the notes only); the testcontainers crate waiting for the server's "ready to
-//! accept connections" line as its Postgres module does, once with berth's limits and once with
-//! none (its default); and Debian's `docker-compose` 1.29 with a
+//! accept connections" line as its Postgres module does, once with berth's limits, once with
+//! none (its default) and once with berth's limits on a network of its own (berth's instances
+//! are on their domain's network, reached by alias: the engine's DNS for it costs a start); and
+//! Debian's `docker-compose` 1.29 with a
 //! healthcheck every second, polled every 500 ms after `up -d` (what Compose v2's `--wait`
 //! does; 1.29 has no `--wait`). After each sample, untimed, every way reads its container's log
 //! to say how long Postgres itself took, so the notes can split each total into the engine and
@@ -101,6 +103,9 @@ enum Way {
     Testcontainers,
     /// testcontainers with no limits, its default.
     TestcontainersBare,
+    /// testcontainers with berth's limits on a user-defined network (`with_network`), as
+    /// berth's instance is on its domain's: no target.
+    TestcontainersNet,
     Compose,
 }
 
@@ -111,22 +116,24 @@ impl Way {
             Way::BerthExec => "berth (pg_isready exec check)",
             Way::Testcontainers => "testcontainers",
             Way::TestcontainersBare => "testcontainers without limits",
+            Way::TestcontainersNet => "testcontainers on a network",
             Way::Compose => "compose",
         }
     }
 }
 
 /// Every way, in the first round's order.
-const WAYS: [Way; 5] = [
+const WAYS: [Way; 6] = [
     Way::Berth,
     Way::BerthExec,
     Way::Testcontainers,
     Way::TestcontainersBare,
+    Way::TestcontainersNet,
     Way::Compose,
 ];
 
 /// Round `i`'s order: each round rotates the ways, so none always follows another's teardown.
-fn order(i: usize) -> [Way; 5] {
+fn order(i: usize) -> [Way; 6] {
     let mut ways = WAYS;
     ways.rotate_left(i % WAYS.len());
     ways
@@ -146,6 +153,9 @@ struct Setup<'a> {
     berth_existing_exec: &'static str,
     tc_existing: String,
     tc_existing_bare: String,
+    tc_existing_net: String,
+    /// The user-defined network testcontainers' third way runs on.
+    tc_network: String,
 }
 
 impl Setup<'_> {
@@ -162,13 +172,11 @@ impl Setup<'_> {
                 )
                 .await
             }
-            Way::Testcontainers | Way::TestcontainersBare => {
-                let limited = way == Way::Testcontainers;
-                let kind = if limited { "tc" } else { "tcbare" };
+            Way::Testcontainers | Way::TestcontainersBare | Way::TestcontainersNet => {
+                let (kind, tc) = self.tc(way);
                 let name = format!("{}-{kind}-pg-fresh-{tag}", ctx.prefix);
                 let volume = format!("{name}.data");
-                let sample =
-                    testcontainers_once(ctx, self.image, &name, &volume, true, limited).await?;
+                let sample = testcontainers_once(ctx, self.image, &name, &volume, true, tc).await?;
                 remove_volume(&ctx.docker, &volume).await?;
                 Ok(sample)
             }
@@ -187,14 +195,11 @@ impl Setup<'_> {
                 berth_stop(ctx, key).await?;
                 berth_once(ctx, self.image, key, tcp, false).await
             }
-            Way::Testcontainers => {
-                let name = format!("{}-tc-pg-existing-{tag}", ctx.prefix);
-                testcontainers_once(ctx, self.image, &name, &self.tc_existing, false, true).await
-            }
-            Way::TestcontainersBare => {
-                let name = format!("{}-tcbare-pg-existing-{tag}", ctx.prefix);
-                let volume = &self.tc_existing_bare;
-                testcontainers_once(ctx, self.image, &name, volume, false, false).await
+            Way::Testcontainers | Way::TestcontainersBare | Way::TestcontainersNet => {
+                let (kind, tc) = self.tc(way);
+                let name = format!("{}-{kind}-pg-existing-{tag}", ctx.prefix);
+                let volume = self.tc_existing(way);
+                testcontainers_once(ctx, self.image, &name, volume, false, tc).await
             }
             Way::Compose => {
                 let timeout = STOP_SECONDS.to_string();
@@ -202,6 +207,36 @@ impl Setup<'_> {
                 self.compose.run(&self.compose_existing, &args).await?;
                 compose_once(ctx, &self.compose, &self.compose_existing, false).await
             }
+        }
+    }
+
+    /// A testcontainers way's short name (in its containers' names) and how it runs.
+    fn tc(&self, way: Way) -> (&'static str, Tc<'_>) {
+        match way {
+            Way::TestcontainersBare => ("tcbare", Tc::default()),
+            Way::TestcontainersNet => (
+                "tcnet",
+                Tc {
+                    limited: true,
+                    network: Some(&self.tc_network),
+                },
+            ),
+            _ => (
+                "tc",
+                Tc {
+                    limited: true,
+                    network: None,
+                },
+            ),
+        }
+    }
+
+    /// A testcontainers way's existing volume.
+    fn tc_existing(&self, way: Way) -> &str {
+        match way {
+            Way::TestcontainersBare => &self.tc_existing_bare,
+            Way::TestcontainersNet => &self.tc_existing_net,
+            _ => &self.tc_existing,
         }
     }
 
@@ -219,7 +254,11 @@ impl Setup<'_> {
                 errors.push(format!("{e:#}"));
             }
         }
-        for volume in [&self.tc_existing, &self.tc_existing_bare] {
+        for volume in [
+            &self.tc_existing,
+            &self.tc_existing_bare,
+            &self.tc_existing_net,
+        ] {
             if let Err(e) = remove_volume(&ctx.docker, volume).await {
                 errors.push(format!("{e:#}"));
             }
@@ -237,6 +276,7 @@ struct Samples {
     berth_exec: Vec<Sample>,
     testcontainers: Vec<Sample>,
     testcontainers_bare: Vec<Sample>,
+    testcontainers_net: Vec<Sample>,
     compose: Vec<Sample>,
 }
 
@@ -247,6 +287,7 @@ impl Samples {
             Way::BerthExec => &mut self.berth_exec,
             Way::Testcontainers => &mut self.testcontainers,
             Way::TestcontainersBare => &mut self.testcontainers_bare,
+            Way::TestcontainersNet => &mut self.testcontainers_net,
             Way::Compose => &mut self.compose,
         }
     }
@@ -257,6 +298,7 @@ impl Samples {
             Way::BerthExec => &self.berth_exec,
             Way::Testcontainers => &self.testcontainers,
             Way::TestcontainersBare => &self.testcontainers_bare,
+            Way::TestcontainersNet => &self.testcontainers_net,
             Way::Compose => &self.compose,
         }
     }
@@ -298,18 +340,16 @@ async fn warm_up(ctx: &Ctx, setup: &Setup<'_>) -> anyhow::Result<Warm> {
     ] {
         berth_once(ctx, setup.image, key, tcp, false).await?;
     }
-    let name = format!("{}-tc-pg-existing-init", ctx.prefix);
-    testcontainers_once(ctx, setup.image, &name, &setup.tc_existing, true, true).await?;
-    let name = format!("{}-tcbare-pg-existing-init", ctx.prefix);
-    testcontainers_once(
-        ctx,
-        setup.image,
-        &name,
-        &setup.tc_existing_bare,
-        true,
-        false,
-    )
-    .await?;
+    for way in [
+        Way::Testcontainers,
+        Way::TestcontainersBare,
+        Way::TestcontainersNet,
+    ] {
+        let (kind, tc) = setup.tc(way);
+        let name = format!("{}-{kind}-pg-existing-init", ctx.prefix);
+        let volume = setup.tc_existing(way);
+        testcontainers_once(ctx, setup.image, &name, volume, true, tc).await?;
+    }
     compose_once(ctx, &setup.compose, &setup.compose_existing, false).await?;
     progress::line(&format!("{NAME_TEMPLATE}: making the template"));
     let template_first = berth_template_once(ctx, setup.image, "pg-tpl-warm")
@@ -369,7 +409,11 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
         berth_existing_exec: "pg-existing-exec",
         tc_existing: format!("{}-tc-pg-existing.data", ctx.prefix),
         tc_existing_bare: format!("{}-tcbare-pg-existing.data", ctx.prefix),
+        tc_existing_net: format!("{}-tcnet-pg-existing.data", ctx.prefix),
+        tc_network: format!("{}-tc-net", ctx.prefix),
     };
+    // Made before any sample (the run's cleanup removes it), so that no sample makes it.
+    engine::create_network(&ctx.docker, &setup.tc_network, &ctx.prefix).await?;
     let measured = measure(ctx, &setup, samples).await;
     progress::line(&format!("{NAME_FRESH}: removing the Postgres containers"));
     let torn = setup.tear_down(ctx).await;
@@ -379,7 +423,7 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
 }
 
 /// berth against Compose and testcontainers with the same limits (the targets), and against
-/// testcontainers with none (its default; no target). `tc_target` is the target against
+/// testcontainers with none (its default) and on a network of its own (no targets). `tc_target` is the target against
 /// testcontainers with the same limits.
 fn rows(name: &str, samples: &Samples, tc_target: f64) -> Vec<Row> {
     let berth = Stat::of_samples(&samples.totals(Way::Berth));
@@ -403,9 +447,17 @@ fn rows(name: &str, samples: &Samples, tc_target: f64) -> Vec<Row> {
         Row {
             name: name.to_owned(),
             unit: "ms",
-            berth,
+            berth: berth.clone(),
             baseline: "testcontainers, no limits (its default)",
             base: Stat::of_samples(&samples.totals(Way::TestcontainersBare)),
+            target: None,
+        },
+        Row {
+            name: name.to_owned(),
+            unit: "ms",
+            berth,
+            baseline: "testcontainers, same limits, on a network",
+            base: Stat::of_samples(&samples.totals(Way::TestcontainersNet)),
             target: None,
         },
     ]
@@ -417,6 +469,7 @@ fn parts(samples: &Samples) -> String {
         Way::Berth,
         Way::Testcontainers,
         Way::TestcontainersBare,
+        Way::TestcontainersNet,
         Way::Compose,
         Way::BerthExec,
     ]

@@ -1,6 +1,8 @@
 //! The four ways a sample starts Postgres: berth (tcp or `pg_isready` ready check), the
 //! testcontainers crate and Compose, each timed to its own notion of ready.
 
+use bollard::models::HostConfig;
+
 use super::timeline::{Sample, timeline};
 use super::*;
 
@@ -112,24 +114,33 @@ pub(super) fn testcontainers_wait(fresh: bool) -> Vec<WaitFor> {
     wait
 }
 
+/// How a testcontainers way runs its container: with berth's limits or with none (its
+/// default), on the engine's default bridge or on a user-defined network.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Tc<'a> {
+    pub(super) limited: bool,
+    pub(super) network: Option<&'a str>,
+}
+
 /// One testcontainers `start()` of the image on volume `volume` as container `name`, timed to
-/// its return, with the wait for a `fresh` volume or an existing one, with berth's limits
-/// (`limited`) or with none (testcontainers' default); then, not timed, a check of the limits
-/// the container got, the timeline, the container's stop and its removal (the volume stays).
+/// its return, with the wait for a `fresh` volume or an existing one, run as `tc` says; then,
+/// not timed, a check of the limits and network the container got, the timeline, the
+/// container's stop and its removal (the volume stays).
 pub(super) async fn testcontainers_once(
     ctx: &Ctx,
     image: &str,
     name: &str,
     volume: &str,
     fresh: bool,
-    limited: bool,
+    tc: Tc<'_>,
 ) -> anyhow::Result<Sample> {
+    let Tc { limited, network } = tc;
     let (image_name, tag) = testcontainers_name_and_tag(image)?;
     let mut generic = GenericImage::new(image_name, tag);
     for wait in testcontainers_wait(fresh) {
         generic = generic.with_wait_for(wait);
     }
-    let request = generic
+    let mut request = generic
         .with_env_var("POSTGRES_PASSWORD", PASSWORD)
         .with_mount(Mount::volume_mount(volume, DATA))
         .with_container_name(name)
@@ -141,6 +152,10 @@ pub(super) async fn testcontainers_once(
                 host.memory = Some(MEMORY);
             }
         });
+    if let Some(network) = network {
+        // The network exists (the figure made it), so testcontainers uses it as it is.
+        request = request.with_network(network);
+    }
     let wall_start = SystemTime::now();
     let start = Instant::now();
     let container = request
@@ -150,7 +165,7 @@ pub(super) async fn testcontainers_once(
     let total = ms(start.elapsed());
     let mut sample = Sample::new(total, wall_start, SystemTime::now());
     let id = container.id().to_owned();
-    let limits = engine_limits(&ctx.docker, &id).await;
+    let host = host_config(&ctx.docker, &id).await;
     let read = timeline(&ctx.docker, &id, wall_start).await;
     // A stop first, as berth's and Compose's: `rm` alone kills the server, and the next start
     // on the volume would recover from a crash instead of starting on a clean shutdown.
@@ -168,23 +183,28 @@ pub(super) async fn testcontainers_once(
     } else {
         (0, 0)
     };
-    let limits = limits?;
+    let host = host?;
+    let limits = (host.nano_cpus.unwrap_or(0), host.memory.unwrap_or(0));
     if limits != wanted {
         bail!("testcontainers' container {name} ran with limits {limits:?}, not {wanted:?}");
+    }
+    let mode = host.network_mode.unwrap_or_default();
+    if let Some(network) = network
+        && mode != network
+    {
+        bail!("testcontainers' container {name} ran on network {mode:?}, not {network}");
     }
     Ok(sample)
 }
 
-/// A container's CPU (in billionths of a core) and memory limits as the engine holds them;
-/// 0 is none.
-pub(super) async fn engine_limits(docker: &Docker, id: &str) -> anyhow::Result<(i64, i64)> {
-    let host = docker
+/// A container's host config as the engine holds it: its limits (0 is none) and network mode.
+async fn host_config(docker: &Docker, id: &str) -> anyhow::Result<HostConfig> {
+    Ok(docker
         .inspect_container(id, None::<InspectContainerOptions>)
         .await
         .with_context(|| format!("inspecting container {id}"))?
         .host_config
-        .unwrap_or_default();
-    Ok((host.nano_cpus.unwrap_or(0), host.memory.unwrap_or(0)))
+        .unwrap_or_default())
 }
 
 pub(super) async fn remove_volume(docker: &Docker, volume: &str) -> anyhow::Result<()> {
