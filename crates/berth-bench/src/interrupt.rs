@@ -17,16 +17,21 @@
 //! plain `cp -a` of the source's volume, then a raw start on it), each after the page cache is
 //! dropped.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, anyhow, bail};
 use berth_client::{DomainId, SnapshotState, SnapshotView};
+use bollard::Docker;
+use bollard::query_parameters::EventsOptions;
+use futures_util::StreamExt;
 use tokio::time::Instant;
 
 use crate::api::{self as berth, Api};
 use crate::branch::{Floor, floor_once};
 use crate::report::{Figure, Row, Stat, Target, number};
-use crate::stats::{median, ms};
+use crate::stats::{between, median, ms};
 use crate::{Ctx, engine, postgres::pg_spec, progress};
 
 pub const NAME: &str = "snapshot_source_interruption";
@@ -86,12 +91,12 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
         }
         let network = format!("{}-interrupt", ctx.prefix);
         engine::create_network(&ctx.docker, &network, &ctx.prefix).await?;
-        branch_once(image, &sides[0], 0, "warm").await?;
+        branch_once(&ctx.docker, image, &sides[0], 0, "warm").await?;
         // [size][side] samples.
         let mut taken: Vec<[Vec<f64>; 2]> = vec![[Vec::new(), Vec::new()]; SIZES.len()];
         // [size][side] request to `ready`, for the notes.
         let mut totals: Vec<[Vec<f64>; 2]> = vec![[Vec::new(), Vec::new()]; SIZES.len()];
-        let mut branched: Vec<Vec<f64>> = vec![Vec::new(); SIZES.len()];
+        let mut branched: Vec<Vec<BranchSample>> = vec![Vec::new(); SIZES.len()];
         let mut floors: Vec<Floor> = Vec::new();
         for round in 0..samples {
             let mut turns: Vec<(usize, usize)> =
@@ -108,7 +113,8 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
                 totals[size][s].push(total);
             }
             for (size, samples) in branched.iter_mut().enumerate() {
-                samples.push(branch_once(image, &sides[0], size, &round.to_string()).await?);
+                let tag = round.to_string();
+                samples.push(branch_once(&ctx.docker, image, &sides[0], size, &tag).await?);
             }
             let large = &sides[0].keys[SIZES.len() - 1];
             let container = engine::berth_container(&ctx.docker, &ctx.prefix, large).await?;
@@ -145,19 +151,23 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
         });
     }
     let large = SIZES.len() - 1;
+    let branch_totals: Vec<Vec<f64>> = branched
+        .iter()
+        .map(|b| b.iter().map(|b| b.total).collect())
+        .collect();
     let floor_totals: Vec<f64> = floors.iter().map(|f| f.total).collect();
     rows.push(Row {
         name: format!("{NAME_BRANCH} ({})", SIZES[large].0),
         unit: "ms",
-        berth: Stat::of_samples(&branched[large]),
+        berth: Stat::of_samples(&branch_totals[large]),
         baseline: "berth-100-MB",
-        base: Stat::of_samples(&branched[0]),
+        base: Stat::of_samples(&branch_totals[0]),
         target: Some(Target::AtMost(1.2)),
     });
     rows.push(Row {
         name: format!("{NAME_BRANCH} ({})", SIZES[large].0),
         unit: "ms",
-        berth: Stat::of_samples(&branched[large]),
+        berth: Stat::of_samples(&branch_totals[large]),
         baseline: "raw-cp-a-floor",
         base: Stat::of_samples(&floor_totals),
         target: Some(Target::AtMost(0.2)),
@@ -182,12 +192,26 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
              left. The floor at 1 GB, median by part: the copy container (create, start, \
              `cp -a` of the source's live volume, exit) {} ms, then the Postgres container on \
              the copy until its first connect {} ms.",
-            number(median(&branched[0])),
-            number(median(&branched[large])),
+            number(median(&branch_totals[0])),
+            number(median(&branch_totals[large])),
             number(median(&floors.iter().map(|f| f.copy).collect::<Vec<_>>())),
             number(median(
                 &floors.iter().map(|f| f.total - f.copy).collect::<Vec<_>>()
             )),
+        ),
+        format!(
+            "The branch by part, from the engine's events (medians, 100 MB and 1 GB): from the \
+             request to the source container's `die` (the branch's overlays and the source's new \
+             layers made while it serves, then its clean stop: Postgres's shutdown checkpoint) \
+             {} and {} ms; from there to the branch container's `start` (the switch written, \
+             the branch's container made, its overlays mounted) {} and {} ms; from there to the \
+             branch `running` (Postgres's start from a cold cache and the tcp check) {} and {} ms.",
+            number(median(&part(&branched[0], |b| b.stopped))),
+            number(median(&part(&branched[large], |b| b.stopped))),
+            number(median(&part(&branched[0], |b| b.switched))),
+            number(median(&part(&branched[large], |b| b.switched))),
+            number(median(&part(&branched[0], |b| b.started))),
+            number(median(&part(&branched[large], |b| b.started))),
         ),
         "The two differ in kind as well as length: a frozen Postgres keeps its connections, \
          whose queries wait; a stopped one ends them, and clients reconnect (berth's alias and \
@@ -216,19 +240,98 @@ async fn source(
     crate::branch::fill(&container, rows).await
 }
 
+/// One branch of a running source: request to `running`, and its parts by the engine's events.
+#[derive(Clone, Copy)]
+struct BranchSample {
+    total: f64,
+    /// From the request to the source container's `die`.
+    stopped: f64,
+    /// From there to the branch container's `start`.
+    switched: f64,
+    /// From there to the wait route saying the branch runs.
+    started: f64,
+}
+
+/// One part of every sample.
+fn part(samples: &[BranchSample], of: impl Fn(&BranchSample) -> f64) -> Vec<f64> {
+    samples.iter().map(of).collect()
+}
+
+/// Engine events as (action, instance key, when the engine emitted it).
+type Seen = Arc<Mutex<Vec<(String, String, SystemTime)>>>;
+
+/// The engine's `die` and `start` events of `prefix`'s containers from `from` on, gathered
+/// until the handle is aborted. The stream opens when the task first polls it, so it asks for
+/// events since the whole second before `from` (the engine replays those) and keeps only the
+/// ones from `from` on: none is missed however late it opens.
+fn container_events(
+    docker: &Docker,
+    prefix: &str,
+    from: SystemTime,
+) -> (Seen, tokio::task::JoinHandle<()>) {
+    let since = from
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs().to_string())
+        .ok();
+    let options = EventsOptions {
+        since,
+        until: None,
+        filters: Some(HashMap::from([
+            ("type".to_owned(), vec!["container".to_owned()]),
+            (
+                "event".to_owned(),
+                vec!["die".to_owned(), "start".to_owned()],
+            ),
+            ("label".to_owned(), vec![format!("berth.prefix={prefix}")]),
+        ])),
+    };
+    let mut events = docker.events(Some(options));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let into = seen.clone();
+    let task = tokio::spawn(async move {
+        while let Some(Ok(message)) = events.next().await {
+            let emitted = message
+                .time_nano
+                .and_then(|n| u64::try_from(n).ok())
+                .map(|n| UNIX_EPOCH + Duration::from_nanos(n));
+            let key = message
+                .actor
+                .and_then(|a| a.attributes)
+                .and_then(|mut a| a.remove("berth.key"));
+            if let (Some(action), Some(key), Some(at)) = (message.action, key, emitted)
+                && at >= from
+            {
+                into.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((action, key, at));
+            }
+        }
+    });
+    (seen, task)
+}
+
 /// A branch of `side`'s running source of size `size` to a new key, timed from the request to
-/// the branch `running` (after the page cache is dropped, not timed); archived after, not
-/// timed.
-async fn branch_once(image: &str, side: &Side<'_>, size: usize, tag: &str) -> anyhow::Result<f64> {
+/// the branch `running` (after the page cache is dropped, not timed), with its parts by the
+/// engine's events; archived after, not timed.
+async fn branch_once(
+    docker: &Docker,
+    image: &str,
+    side: &Side<'_>,
+    size: usize,
+    tag: &str,
+) -> anyhow::Result<BranchSample> {
     let key = format!("int-br-{size}-{tag}");
+    let source = &side.keys[size];
     crate::layers::cold().await?;
+    let wall_start = SystemTime::now();
+    let (seen, events) = container_events(docker, &side.prefix, wall_start);
     let start = Instant::now();
     side.api
         .client()
         .branch(
             &side.domain,
             &key,
-            &berth_client::BranchFrom::Instance(side.keys[size].clone()),
+            &berth_client::BranchFrom::Instance(source.clone()),
             &pg_spec(image, &key, true),
             berth_client::UpCause::Person,
         )
@@ -238,13 +341,29 @@ async fn branch_once(image: &str, side: &Side<'_>, size: usize, tag: &str) -> an
         .wait_running(&side.domain, &key, POLL, TIMEOUT)
         .await?;
     let took = ms(start.elapsed());
+    let wall_running = SystemTime::now();
     // The branch runs before its source does again (the two start side by side): the next
     // sample waits for the source, not timed, so it never shares the machine with that start.
     side.api
-        .wait_running(&side.domain, &side.keys[size], POLL, TIMEOUT)
+        .wait_running(&side.domain, source, POLL, TIMEOUT)
         .await?;
+    events.abort();
+    let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let first = |action: &str, of: &str| {
+        seen.iter()
+            .find(|(a, k, _)| a == action && k == of)
+            .map(|(_, _, at)| *at)
+            .ok_or_else(|| anyhow!("the engine reported no {action} of {of}'s container"))
+    };
+    let died = first("die", source)?;
+    let branch_started = first("start", &key)?;
     side.api.archive(&side.domain, &key).await?;
-    Ok(took)
+    Ok(BranchSample {
+        total: took,
+        stopped: between(wall_start, died),
+        switched: between(died, branch_started),
+        started: between(branch_started, wall_running),
+    })
 }
 
 /// A snapshot of `key`, timed from the request to `ready`, and the snapshot.
