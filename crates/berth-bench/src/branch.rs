@@ -555,8 +555,12 @@ async fn remove(ctx: &Ctx, containers: &[&str], volume: &str) -> anyhow::Result<
         ctx.docker
             .remove_container(
                 id,
+                // `v` removes the anonymous volumes the engine made for the image's declared
+                // paths a container did not mount (the copier's data directory), never a
+                // named volume: without it, each floor left one behind.
                 Some(bollard::query_parameters::RemoveContainerOptions {
                     force: true,
+                    v: true,
                     ..Default::default()
                 }),
             )
