@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, anyhow, bail};
 use berth_testkit::{READY_PORT, SPEC_MEMORY, SPEC_MILLICORES, SPEC_MOUNT};
@@ -387,6 +387,22 @@ pub async fn raw_exec_true(docker: &Docker, container: &str) -> anyhow::Result<(
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(50));
     }
+}
+
+/// When the engine emitted `message`, and the instance key (`berth.key`) its actor carries.
+pub fn emitted_and_key(
+    message: &bollard::models::EventMessage,
+) -> (Option<SystemTime>, Option<String>) {
+    let emitted = message
+        .time_nano
+        .and_then(|n| u64::try_from(n).ok())
+        .map(|n| UNIX_EPOCH + Duration::from_nanos(n));
+    let key = message
+        .actor
+        .as_ref()
+        .and_then(|a| a.attributes.as_ref())
+        .and_then(|a| a.get("berth.key").cloned());
+    (emitted, key)
 }
 
 /// The id of the container berth runs for instance `key` under `prefix`.

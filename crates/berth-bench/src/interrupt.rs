@@ -290,14 +290,7 @@ fn container_events(
     let into = seen.clone();
     let task = tokio::spawn(async move {
         while let Some(Ok(message)) = events.next().await {
-            let emitted = message
-                .time_nano
-                .and_then(|n| u64::try_from(n).ok())
-                .map(|n| UNIX_EPOCH + Duration::from_nanos(n));
-            let key = message
-                .actor
-                .and_then(|a| a.attributes)
-                .and_then(|mut a| a.remove("berth.key"));
+            let (emitted, key) = engine::emitted_and_key(&message);
             if let (Some(action), Some(key), Some(at)) = (message.action, key, emitted)
                 && at >= from
             {

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, anyhow, bail};
 use berth_client::{DomainEvent, DomainId, InstanceState, InstanceView, UpCause};
@@ -98,14 +98,7 @@ fn engine_subscriber(ctx: &Ctx, subscriber: usize, seen: Shared) -> JoinHandle<(
             let (at, wall) = (Instant::now(), SystemTime::now());
             match event {
                 Ok(message) => {
-                    let emitted = message
-                        .time_nano
-                        .and_then(|n| u64::try_from(n).ok())
-                        .map(|n| UNIX_EPOCH + Duration::from_nanos(n));
-                    let key = message
-                        .actor
-                        .and_then(|a| a.attributes)
-                        .and_then(|mut a| a.remove("berth.key"));
+                    let (emitted, key) = crate::engine::emitted_and_key(&message);
                     if let Some(key) = key {
                         lock(&seen).engine.push(EngineSeen {
                             subscriber,
