@@ -60,6 +60,22 @@ const ORDERS: [[Way; 4]; 4] = [
 pub(crate) struct Floor {
     pub(crate) copy: f64,
     pub(crate) total: f64,
+    /// When asked for: the engine's clean stop of that Postgres and its start again until its
+    /// first connect, with the page cache dropped before (not timed): what any branch of a
+    /// running instance that leaves a cleanly stopped base pays at least, with nothing else.
+    pub(crate) restart: Option<RawRestart>,
+}
+
+/// The raw stop and start of the floor's Postgres, by part.
+#[derive(Clone, Copy)]
+pub(crate) struct RawRestart {
+    /// From the stop's request to its answer (Postgres's shutdown checkpoint, the engine's
+    /// clean-up).
+    pub(crate) stop: f64,
+    /// From there to the start's answer (its network and mounts).
+    pub(crate) start: f64,
+    /// The whole: from the stop's request to the first connect after the start.
+    pub(crate) total: f64,
 }
 
 /// One snapshot of the running source: how long berth froze it, and the request → ready time.
@@ -92,7 +108,7 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
 
     progress::line(&format!("{NAME}: warming up"));
     berth_once(ctx, image, source, "branch-warm").await?;
-    floor_once(ctx, image, &source_volume, &network, "warm").await?;
+    floor_once(ctx, image, &source_volume, &network, "warm", false).await?;
 
     let mut berth = Vec::with_capacity(samples);
     let mut floor = Vec::with_capacity(samples);
@@ -108,8 +124,9 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
             settle().await?;
             match way {
                 Way::Berth => berth.push(berth_once(ctx, image, source, &format!("br-{i}")).await?),
-                Way::Floor => floor
-                    .push(floor_once(ctx, image, &source_volume, &network, &i.to_string()).await?),
+                Way::Floor => floor.push(
+                    floor_once(ctx, image, &source_volume, &network, &i.to_string(), false).await?,
+                ),
                 Way::Dump => dump.push(dump_once(ctx, image, source, &format!("dump-{i}")).await?),
                 Way::Archive => {
                     archive.push(archive_once(ctx, image, &source_volume, &i.to_string()).await?)
@@ -296,6 +313,7 @@ pub(crate) async fn floor_once(
     source_volume: &str,
     network: &str,
     tag: &str,
+    restart: bool,
 ) -> anyhow::Result<Floor> {
     let docker = &ctx.docker;
     let volume = format!("{}-floor-{tag}.vol.data", ctx.prefix);
@@ -373,10 +391,48 @@ pub(crate) async fn floor_once(
     let ip = engine::container_ip(docker, &created.id).await?;
     engine::connect_until_open(ip, 5432, Polling::Backoff, SAMPLE_TIMEOUT).await?;
     let total = ms(start.elapsed());
+    let restart = if restart {
+        Some(raw_restart(ctx, &created.id).await?)
+    } else {
+        None
+    };
     remove(ctx, &[&copy.id, &created.id], &volume).await?;
     Ok(Floor {
         copy: copied,
         total,
+        restart,
+    })
+}
+
+/// The engine's clean stop of running Postgres container `id` (its image's stop signal, as
+/// berth sends it) and its start again until its first connect, after the page cache is
+/// dropped (not timed).
+async fn raw_restart(ctx: &Ctx, id: &str) -> anyhow::Result<RawRestart> {
+    let docker = &ctx.docker;
+    crate::layers::cold().await?;
+    let start = Instant::now();
+    docker
+        .stop_container(
+            id,
+            Some(bollard::query_parameters::StopContainerOptions {
+                t: Some(10),
+                signal: None,
+            }),
+        )
+        .await
+        .with_context(|| format!("stopping container {id}"))?;
+    let stopped = ms(start.elapsed());
+    docker
+        .start_container(id, None)
+        .await
+        .with_context(|| format!("starting container {id} again"))?;
+    let started = ms(start.elapsed());
+    let ip = engine::container_ip(docker, id).await?;
+    engine::connect_until_open(ip, 5432, Polling::Backoff, SAMPLE_TIMEOUT).await?;
+    Ok(RawRestart {
+        stop: stopped,
+        start: started - stopped,
+        total: ms(start.elapsed()),
     })
 }
 

@@ -29,7 +29,7 @@ use futures_util::StreamExt;
 use tokio::time::Instant;
 
 use crate::api::{self as berth, Api};
-use crate::branch::{Floor, floor_once};
+use crate::branch::{Floor, RawRestart, floor_once};
 use crate::report::{Figure, Row, Stat, Target, number};
 use crate::stats::{between, median, ms};
 use crate::{Ctx, engine, postgres::pg_spec, progress};
@@ -121,7 +121,7 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
             let volume = crate::branch::data_volume(ctx, &container).await?;
             crate::layers::cold().await?;
             let tag = format!("int-{round}");
-            floors.push(floor_once(ctx, image, &volume, &network, &tag).await?);
+            floors.push(floor_once(ctx, image, &volume, &network, &tag, true).await?);
             progress::step(NAME, round + 1, samples);
         }
         // The instances go: later figures should not share the machine with four Postgres.
@@ -172,6 +172,16 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
         base: Stat::of_samples(&floor_totals),
         target: Some(Target::AtMost(0.2)),
     });
+    let restarts: Vec<RawRestart> = floors.iter().filter_map(|f| f.restart).collect();
+    let restart_totals: Vec<f64> = restarts.iter().map(|r| r.total).collect();
+    rows.push(Row {
+        name: format!("{NAME_BRANCH} ({})", SIZES[large].0),
+        unit: "ms",
+        berth: Stat::of_samples(&branch_totals[large]),
+        baseline: "raw-stop-start",
+        base: Stat::of_samples(&restart_totals),
+        target: None,
+    });
     let notes = vec![
         format!(
             "The interruption is each snapshot's `sourcePausedMs`. On layers: from the source's \
@@ -212,6 +222,26 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
             number(median(&part(&branched[large], |b| b.switched))),
             number(median(&part(&branched[0], |b| b.started))),
             number(median(&part(&branched[large], |b| b.started))),
+        ),
+        format!(
+            "The engine's own floor for any branch of a running Postgres that leaves a cleanly \
+             stopped base (`raw-stop-start`, at 1 GB, after the page cache was dropped): a raw \
+             stop of the floor's Postgres (its image's stop signal, as berth sends it) and a \
+             start of the same container until its first connect, with nothing made, switched \
+             or removed between them: {} ms (medians: the stop {} ms, the start {} ms, then to \
+             the first connect {} ms). 0.2x of this run's `cp -a` floor is {} ms.",
+            number(median(&restart_totals)),
+            number(median(&restarts.iter().map(|r| r.stop).collect::<Vec<_>>())),
+            number(median(
+                &restarts.iter().map(|r| r.start).collect::<Vec<_>>()
+            )),
+            number(median(
+                &restarts
+                    .iter()
+                    .map(|r| r.total - r.stop - r.start)
+                    .collect::<Vec<_>>()
+            )),
+            number(0.2 * median(&floor_totals)),
         ),
         "The two differ in kind as well as length: a frozen Postgres keeps its connections, \
          whose queries wait; a stopped one ends them, and clients reconnect (berth's alias and \

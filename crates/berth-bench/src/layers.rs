@@ -73,7 +73,7 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize, sizes: Sizes) -> anyhow
             } else {
                 let large = &sources[sizes.len() - 1];
                 let tag = format!("layers-{i}");
-                floor.push(floor_once(ctx, image, &large.volume, &network, &tag).await?);
+                floor.push(floor_once(ctx, image, &large.volume, &network, &tag, false).await?);
             }
         }
         progress::step(NAME, i + 1, samples);
