@@ -217,6 +217,19 @@ pub(crate) async fn settle() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Writes back and drops the page cache (`sync`, then `drop_caches`; not timed), so each sample
+/// reads its data from the disk. Without the privilege to drop it, the cache stays and the
+/// note says so.
+pub(crate) async fn cold() -> anyhow::Result<()> {
+    settle().await?;
+    if let Err(e) = tokio::fs::write("/proc/sys/vm/drop_caches", "3\n").await {
+        progress::line(&format!(
+            "berth-bench: the page cache could not be dropped ({e}); samples may read from memory"
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn mb(bytes: u64) -> String {
     format!("{} MB", number(bytes as f64 / 1e6))
 }
@@ -409,7 +422,7 @@ pub(crate) async fn floor_once(
 /// dropped (not timed).
 async fn raw_restart(ctx: &Ctx, id: &str) -> anyhow::Result<RawRestart> {
     let docker = &ctx.docker;
-    crate::layers::cold().await?;
+    cold().await?;
     let start = Instant::now();
     docker
         .stop_container(

@@ -119,7 +119,7 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
             let large = &sides[0].keys[SIZES.len() - 1];
             let container = engine::berth_container(&ctx.docker, &ctx.prefix, large).await?;
             let volume = crate::branch::data_volume(ctx, &container).await?;
-            crate::layers::cold().await?;
+            crate::branch::cold().await?;
             let tag = format!("int-{round}");
             floors.push(floor_once(ctx, image, &volume, &network, &tag, true).await?);
             progress::step(NAME, round + 1, samples);
@@ -345,7 +345,7 @@ async fn branch_once(
 ) -> anyhow::Result<BranchSample> {
     let key = format!("int-br-{size}-{tag}");
     let source = &side.keys[size];
-    crate::layers::cold().await?;
+    crate::branch::cold().await?;
     let wall_start = SystemTime::now();
     let (seen, events) = container_events(docker, &side.prefix, wall_start);
     let start = Instant::now();

@@ -20,7 +20,7 @@ use tokio::process::Command;
 use tokio::time::Instant;
 
 use crate::Ctx;
-use crate::branch::{Floor, data_bytes, floor_once, mb, psql, settle};
+use crate::branch::{Floor, data_bytes, floor_once, mb, psql};
 use crate::engine;
 use crate::postgres::pg_spec;
 use crate::progress;
@@ -66,7 +66,7 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize, sizes: Sizes) -> anyhow
         let ways = turns.len();
         turns.rotate_left(i % ways);
         for turn in turns {
-            cold().await?;
+            crate::branch::cold().await?;
             if turn < sizes.len() {
                 let key = format!("layers-{turn}-{i}");
                 berth[turn].push(berth_once(ctx, image, &sources[turn], &key, true).await?);
@@ -254,19 +254,6 @@ async fn berth_once(
         ctx.api.archive(&ctx.domain, key).await?;
     }
     Ok(took)
-}
-
-/// Writes back and drops the page cache (`sync`, then `drop_caches`; not timed), so each sample
-/// reads its data from the disk. Without the privilege to drop it, the cache stays and the
-/// note says so.
-pub(crate) async fn cold() -> anyhow::Result<()> {
-    settle().await?;
-    if let Err(e) = tokio::fs::write("/proc/sys/vm/drop_caches", "3\n").await {
-        progress::line(&format!(
-            "{NAME}: the page cache could not be dropped ({e}); samples may read from memory"
-        ));
-    }
-    Ok(())
 }
 
 /// The size of the upper layer of the overlay volume container `id` mounts at the data
