@@ -156,32 +156,23 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
         .map(|b| b.iter().map(|b| b.total).collect())
         .collect();
     let floor_totals: Vec<f64> = floors.iter().map(|f| f.total).collect();
-    rows.push(Row {
-        name: format!("{NAME_BRANCH} ({})", SIZES[large].0),
-        unit: "ms",
-        berth: Stat::of_samples(&branch_totals[large]),
-        baseline: "berth-100-MB",
-        base: Stat::of_samples(&branch_totals[0]),
-        target: Some(Target::AtMost(1.2)),
-    });
-    rows.push(Row {
-        name: format!("{NAME_BRANCH} ({})", SIZES[large].0),
-        unit: "ms",
-        berth: Stat::of_samples(&branch_totals[large]),
-        baseline: "raw-cp-a-floor",
-        base: Stat::of_samples(&floor_totals),
-        target: Some(Target::AtMost(0.2)),
-    });
     let restarts: Vec<RawRestart> = floors.iter().filter_map(|f| f.restart).collect();
-    let restart_totals: Vec<f64> = restarts.iter().map(|r| r.total).collect();
-    rows.push(Row {
-        name: format!("{NAME_BRANCH} ({})", SIZES[large].0),
-        unit: "ms",
-        berth: Stat::of_samples(&branch_totals[large]),
-        baseline: "raw-stop-start",
-        base: Stat::of_samples(&restart_totals),
-        target: None,
-    });
+    let restart_part = |of: fn(&RawRestart) -> f64| restarts.iter().map(of).collect::<Vec<_>>();
+    let restart_totals = restart_part(|r| r.total);
+    for (baseline, base, target) in [
+        ("berth-100-MB", &branch_totals[0], Some(1.2)),
+        ("raw-cp-a-floor", &floor_totals, Some(0.2)),
+        ("raw-stop-start", &restart_totals, None),
+    ] {
+        rows.push(Row {
+            name: format!("{NAME_BRANCH} ({})", SIZES[large].0),
+            unit: "ms",
+            berth: Stat::of_samples(&branch_totals[large]),
+            baseline,
+            base: Stat::of_samples(base),
+            target: target.map(Target::AtMost),
+        });
+    }
     let notes = vec![
         format!(
             "The interruption is each snapshot's `sourcePausedMs`. On layers: from the source's \
@@ -231,16 +222,9 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
              or removed between them: {} ms (medians: the stop {} ms, the start {} ms, then to \
              the first connect {} ms). 0.2x of this run's `cp -a` floor is {} ms.",
             number(median(&restart_totals)),
-            number(median(&restarts.iter().map(|r| r.stop).collect::<Vec<_>>())),
-            number(median(
-                &restarts.iter().map(|r| r.start).collect::<Vec<_>>()
-            )),
-            number(median(
-                &restarts
-                    .iter()
-                    .map(|r| r.total - r.stop - r.start)
-                    .collect::<Vec<_>>()
-            )),
+            number(median(&restart_part(|r| r.stop))),
+            number(median(&restart_part(|r| r.start))),
+            number(median(&restart_part(|r| r.total - r.stop - r.start))),
             number(0.2 * median(&floor_totals)),
         ),
         "The two differ in kind as well as length: a frozen Postgres keeps its connections, \
