@@ -380,13 +380,17 @@ fn echo_through(port: u16, len: usize) {
     );
 }
 
-/// The splice path (the default) and the copy path (`--endpoint-splice off`, the path the
-/// proxy takes where the kernel refuses a splice) behave alike: a connection to an
-/// idle-stopped instance wakes it and gets its first byte, megabytes come back whole, and an
-/// open connection is reach.
+/// The splice path (the default), the copy path (`--endpoint-splice off`, the path the
+/// proxy takes where the kernel refuses a splice) and a relay that never spins
+/// (`--endpoint-spin 0s`) behave alike: a connection to an idle-stopped instance wakes it and
+/// gets its first byte, megabytes come back whole, and an open connection is reach.
 #[test]
-fn the_endpoint_wakes_echoes_and_counts_reach_spliced_and_copied() {
-    for args in [&[][..], &["--endpoint-splice", "off"][..]] {
+fn the_endpoint_wakes_echoes_and_counts_reach_spliced_copied_and_without_spinning() {
+    for args in [
+        &[][..],
+        &["--endpoint-splice", "off"][..],
+        &["--endpoint-spin", "0s"][..],
+    ] {
         let daemon = Daemon::start_with(args);
         let api = daemon.client();
         let domain = api.create_domain("shop");
@@ -431,4 +435,26 @@ fn the_endpoint_wakes_echoes_and_counts_reach_spliced_and_copied() {
         let stopped = api.wait_state(&domain, "echo", "stopped", Duration::from_secs(30));
         assert_eq!(stopped["stopReason"], json!({"kind": "idle"}), "{args:?}");
     }
+}
+
+/// A spin past 10ms is refused by name before the daemon writes anything: it would hold a core
+/// for nothing a relay waits on.
+#[test]
+fn an_endpoint_spin_past_ten_milliseconds_is_refused_by_name_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data_dir = tmp.path().join("data");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--runtime", "none"])
+        .args(["--endpoint-spin", "1s"])
+        .arg("--data-dir")
+        .arg(&data_dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--endpoint-spin") && stderr.contains("must be at most 10ms"),
+        "{stderr}"
+    );
+    assert!(!data_dir.exists(), "a refused start made {data_dir:?}");
 }

@@ -107,6 +107,13 @@ pub struct ServeArgs {
     )]
     endpoint_splice: EndpointSplice,
 
+    /// How long a host endpoint's relay keeps polling without sleeping after it moved bytes,
+    /// so an answer that comes back within it (a small query's) is not delayed by putting the
+    /// relay to sleep and waking it. At most half the cores spin at once; `0s` never spins.
+    /// 0s to 10ms.
+    #[arg(long, env = "BERTH_ENDPOINT_SPIN", default_value = "100us", value_parser = endpoint_spin)]
+    endpoint_spin: Duration,
+
     /// How often the tags of live instances' images are read from their registries (a HEAD
     /// of each distinct tag's manifest); a digest not seen before is recorded as an image
     /// release, observed and not run until promoted. `off` observes only on demand
@@ -289,6 +296,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 flatten_at: usize::from(args.layers_flatten_at),
                 observe_every: args.observe_every.0,
                 endpoint_splice: args.endpoint_splice == EndpointSplice::Auto,
+                endpoint_spin: args.endpoint_spin,
                 queue: QueueConfig {
                     workers: usize::from(args.workers),
                     ..QueueConfig::default()
@@ -606,6 +614,16 @@ fn observe_every(text: &str) -> Result<ObserveEvery, String> {
         return Ok(ObserveEvery(None));
     }
     resync_every(text).map(|every| ObserveEvery(Some(every)))
+}
+
+/// `--endpoint-spin`: a duration up to 10ms (longer would hold a core for nothing a relay
+/// waits on).
+fn endpoint_spin(text: &str) -> Result<Duration, String> {
+    let spin = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if spin > Duration::from_millis(10) {
+        return Err("must be at most 10ms (0s never spins)".to_owned());
+    }
+    Ok(spin)
 }
 
 /// `--resync-every`: a duration of at least a second (a shorter one would keep the engine busy).

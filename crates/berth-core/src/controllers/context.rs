@@ -42,6 +42,9 @@ pub struct ReconcileConfig {
     /// Whether the host endpoints move bytes with splice(2) where the kernel allows it
     /// (`--endpoint-splice auto`); `false` copies them through a buffer.
     pub endpoint_splice: bool,
+    /// How long a host endpoint's relay keeps polling without sleeping after it moved bytes
+    /// (`--endpoint-spin`), so a quick answer is not delayed by a wake-up; zero never spins.
+    pub endpoint_spin: Duration,
 }
 
 impl Default for ReconcileConfig {
@@ -58,6 +61,7 @@ impl Default for ReconcileConfig {
             flatten_at: 8,
             observe_every: Some(Duration::from_secs(6 * 3600)),
             endpoint_splice: true,
+            endpoint_spin: Duration::from_micros(100),
         }
     }
 }

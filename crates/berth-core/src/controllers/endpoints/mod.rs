@@ -379,7 +379,11 @@ impl EndpointController {
         };
         let _ = client.set_nodelay(true);
         let _ = upstream.set_nodelay(true);
-        match relay::relay(client, upstream, self.ctx.config.endpoint_splice).await {
+        let options = relay::Options {
+            splice: self.ctx.config.endpoint_splice,
+            spin: self.ctx.config.endpoint_spin,
+        };
+        match relay::relay(client, upstream, options).await {
             Ok(moved) => tracing::trace!(
                 instance = %id,
                 to_upstream = moved.to_upstream.bytes,
