@@ -20,7 +20,7 @@ use bollard::models::{
     SwarmInitRequest, TaskSpec, TaskSpecContainerSpec, TaskSpecPlacement, TaskSpecResources,
     TaskSpecRestartPolicy, TaskSpecRestartPolicyConditionEnum, TaskState,
 };
-use bollard::query_parameters::{LeaveSwarmOptions, ListTasksOptions};
+use bollard::query_parameters::{LeaveSwarmOptions, ListContainersOptions, ListTasksOptions};
 use tokio::time::Instant;
 
 use crate::Ctx;
@@ -110,17 +110,18 @@ async fn measure(ctx: &Ctx, samples: usize) -> anyhow::Result<Figure> {
         raw_once(docker, &ctx.image, &network, &node, &prefix, "warm").await?;
         let mut berth = Vec::with_capacity(samples);
         let mut raw = Vec::with_capacity(samples);
+        settled(docker, &prefix).await?;
         for i in 0..samples {
-            if i % 2 == 0 {
-                berth.push(berth_once(ctx, &api, &domain, &format!("up-{i}")).await?);
-                raw.push(
-                    raw_once(docker, &ctx.image, &network, &node, &prefix, &i.to_string()).await?,
-                );
-            } else {
-                raw.push(
-                    raw_once(docker, &ctx.image, &network, &node, &prefix, &i.to_string()).await?,
-                );
-                berth.push(berth_once(ctx, &api, &domain, &format!("up-{i}")).await?);
+            for side in [i % 2, 1 - i % 2] {
+                if side == 0 {
+                    berth.push(berth_once(ctx, &api, &domain, &format!("up-{i}")).await?);
+                } else {
+                    raw.push(
+                        raw_once(docker, &ctx.image, &network, &node, &prefix, &i.to_string())
+                            .await?,
+                    );
+                }
+                settled(docker, &prefix).await?;
             }
             progress::step(NAME, i + 1, samples);
         }
@@ -153,7 +154,9 @@ async fn measure(ctx: &Ctx, samples: usize) -> anyhow::Result<Figure> {
              attachable overlay network, placed on this node, with no published port; both \
              connect to port 8080 at the task container's gateway-bridge address. berth's time \
              is from sending `up` to the wait route answering `running` (its tcp ready check answered); the \
-             raw side's, from the service create to its first successful connect."
+             raw side's, from the service create to its first successful connect. Each sample \
+             starts once the engine has removed every container of the one before (berth's \
+             archive and the raw side's service delete), uncounted."
         ),
         format!(
             "raw side, median by step: service create {} ms, to the task running {} ms (tasks \
@@ -315,6 +318,37 @@ async fn raw_once(
         task,
         connect: total - create - task,
     })
+}
+
+/// Waits, uncounted, until no container of the run's prefix is left on the engine: a sample
+/// of either side starts only once the swarm has removed the last one's task container (the
+/// raw side's delete returns while its task is still being stopped, berth's archive once its
+/// task has stopped), so neither side's start shares the engine with the other's teardown.
+async fn settled(docker: &Docker, prefix: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + SAMPLE_TIMEOUT;
+    loop {
+        let left = docker
+            .list_containers(Some(ListContainersOptions {
+                all: true,
+                filters: Some(HashMap::from([(
+                    "label".to_owned(),
+                    vec![format!("berth.prefix={prefix}")],
+                )])),
+                ..Default::default()
+            }))
+            .await
+            .context("listing the run's containers")?;
+        if left.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{} container(s) of the run were still there after {SAMPLE_TIMEOUT:?}",
+                left.len()
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
 }
 
 /// The container's address on this node's gateway bridge, which the host reaches.
