@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 
 use support::tagging::{Target, push_tag};
-use support::{Daemon, KEY, busybox_image, fixture};
+use support::{Daemon, KEY, LocalImages, busybox_image, fixture};
 
 /// A fresh git repository holding a copy of the fixture directory `name`.
 fn repo_with(name: &str) -> tempfile::TempDir {
@@ -59,15 +59,6 @@ fn berth(
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// Removes the local images pulled under `prefix` when dropped, however the test ends.
-struct LocalImages(String);
-
-impl Drop for LocalImages {
-    fn drop(&mut self) {
-        support::remove_local_images(&self.0);
-    }
 }
 
 /// The registry prefix of this run's own repositories (`REGISTRY` in the fixtures).
@@ -170,8 +161,13 @@ fn a_web_apps_compose_file_converts_and_up_runs_its_database_and_cache() {
         why(&left, "services.cache.ports").starts_with("the host ports (6379->6379) are not kept")
     );
 
-    // berth up runs what the file described, and berth env connects to it.
-    let _pulled = LocalImages(format!("{registry}/"));
+    // berth up runs what the file described, and berth env connects to it. Only this test's
+    // repositories are removed afterwards: another test's, removed while it starts, would fail
+    // its image evidence.
+    let _pulled = [
+        LocalImages(format!("{registry}/postgres@")),
+        LocalImages(format!("{registry}/redis@")),
+    ];
     let daemon = Daemon::start();
     let (code, out, err) = berth(
         repo.path(),
@@ -538,7 +534,7 @@ fn real_projects_compose_files_convert_and_up_runs_miniflux_s_database() {
     );
     assert!(places(&left).contains("services.miniflux.ports"), "{out}");
 
-    let _pulled = LocalImages(format!("{registry}/"));
+    let _pulled = LocalImages(format!("{hub}/"));
     let daemon = Daemon::start();
     let (code, out, err) = berth(
         miniflux.path(),

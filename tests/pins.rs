@@ -226,7 +226,12 @@ fn init_with_postgres_and_redis_then_up_runs_both_with_no_digest_typed() {
         "{file}"
     );
 
-    let _pulled = LocalImages(format!("{mirror}/"));
+    // Only this test's two repositories: the run's other tests pull theirs under the same
+    // mirror, and removing one of theirs while it starts fails its image evidence.
+    let _pulled = [
+        LocalImages(format!("{mirror}/postgres@")),
+        LocalImages(format!("{mirror}/redis@")),
+    ];
     let daemon = Daemon::start();
     let (code, out, err) = berth(
         repo.path(),

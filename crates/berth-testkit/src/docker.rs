@@ -193,7 +193,10 @@ pub fn who_from(container: &str, host: &str) -> Option<String> {
     (out.status.success() && !answer.is_empty()).then_some(answer)
 }
 
-/// Removes every local image whose repository starts with `prefix` (`127.0.0.1:5000/scope/`).
+/// Removes every local image whose `repository@digest` starts with `prefix`
+/// (`127.0.0.1:5000/scope/`; ending in `@`, one repository exactly). Tests run at once, so a
+/// test names only its own repositories: an image another test has just pulled, removed before
+/// its container starts, fails that instance's image evidence.
 pub fn remove_local_images(prefix: &str) {
     let listed = std::process::Command::new("docker")
         .args([
