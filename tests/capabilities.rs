@@ -218,6 +218,64 @@ fn a_grant_for_one_domain_allows_there_and_nowhere_else() {
 }
 
 #[test]
+fn a_grant_by_id_matches_that_domain_and_never_a_domain_named_like_the_id() {
+    // The domain the grant names by id exists before the grants file does: a first daemon on
+    // the same data directory makes it.
+    let data = tempfile::tempdir().expect("a data directory");
+    let prefix = support::daemon_prefix();
+    let granted = {
+        let first = Launch::new().prefix(&prefix).data_dir(data.path()).start();
+        first.client().create_domain("shop")
+    };
+    // The tool may create domains, and create and exec in the granted domain, by its id.
+    let text = format!(
+        "[keys.{tool}]\nactsFor = \"{dev}\"\ncapabilities = [\"read\", \"domains:create\"]\n\
+         serviceDeploymentGrants = [{{ serviceId = \"{granted}\", capabilities = \
+         [\"deployment:create-greenfield\", \"instances:exec\"] }}]\n",
+        tool = id(TOOL_KEY),
+        dev = id(KEY),
+    );
+    let daemon = Launch::new()
+        .prefix(&prefix)
+        .data_dir(data.path())
+        .keys(&[KEY, TOOL_KEY])
+        .grants(&text)
+        .start();
+    let tool = daemon.client_with(Some(TOOL_KEY));
+
+    // A domain *named* like the granted id: the tool may make it, and gains nothing there.
+    let lookalike = tool
+        .post("/v1/resource-domains", json!({"name": granted}))
+        .expect(200)["resourceDomainId"]
+        .as_str()
+        .expect("the new domain's id")
+        .to_owned();
+    assert_ne!(lookalike, granted);
+    let refused = tool
+        .up(&lookalike, "db", &spec(&busybox_image(), "db"), "use")
+        .expect_error(403, "ServiceKeyCapabilityMissingError");
+    assert_eq!(
+        refused["capability"], "deployment:create-greenfield",
+        "{refused}"
+    );
+    let refused = tool
+        .post(
+            &format!("/v1/resource-domains/{lookalike}/instances/db/exec"),
+            json!({"argv": ["true"]}),
+        )
+        .expect_error(403, "ServiceKeyCapabilityMissingError");
+    assert_eq!(refused["capability"], "instances:exec", "{refused}");
+
+    // The granted domain, by its id: both allowed.
+    tool.up_ok(&granted, "db", &spec(&busybox_image(), "db"), "use");
+    tool.wait_state(&granted, "db", "running", READY);
+    let ran = tool
+        .exec(&granted, "db", &["true"], None, 30_000, b"")
+        .expect(200);
+    assert_eq!(ran["exitCode"], 0, "{ran}");
+}
+
+#[test]
 fn a_grants_file_naming_no_key_of_the_daemon_or_writable_by_others_stops_it_at_start() {
     let (_dir, path) = grants_file("[keys.0123456789ab]\ncapabilities = [\"read\"]\n");
     let err = Launch::new()

@@ -12,7 +12,9 @@
 //! 3.2 answers it 400), or whose target is in absolute form (`GET http://host/path`) naming a
 //! host that is not allowed, is refused with `RequestRefusedError` before any route: the
 //! target's authority is what an HTTP/1.1 server must go by, so it is checked as well as the
-//! `Host` header, and both must be allowed.
+//! `Host` header, and both must be allowed. Both are parsed strictly as an authority
+//! ([`HostAuthority::parse`]): a suffix test on the text would let `evil.com/.localhost` pass,
+//! and a link built from it would name evil.com.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -210,51 +212,151 @@ impl ServiceKeys {
     }
 }
 
+/// The host of a `Host` header or a request target's authority, as berth judges it: an IP
+/// address or a DNS name (lower case).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostName {
+    /// An IPv4 address (dotted quad) or an IPv6 literal (`[...]`).
+    Ip(IpAddr),
+    /// A name made of DNS labels (letters, digits and inner hyphens, 1 to 63 each), lower case.
+    Name(String),
+}
+
+/// A `Host` header value or a target's authority parsed strictly: a host and an optional port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostAuthority {
+    /// The host.
+    pub host: HostName,
+    /// The port, 1 to 65535, when one is given.
+    pub port: Option<u16>,
+}
+
+impl std::fmt::Display for HostAuthority {
+    /// The authority again, in its plain form (`localhost:2378`, `[::1]:2378`), for a link.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.host {
+            HostName::Ip(IpAddr::V6(ip)) => write!(f, "[{ip}]")?,
+            HostName::Ip(IpAddr::V4(ip)) => write!(f, "{ip}")?,
+            HostName::Name(name) => f.write_str(name)?,
+        }
+        match self.port {
+            Some(port) => write!(f, ":{port}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl HostAuthority {
+    /// Parses `text` as an authority (RFC 3986, what the `http` crate's [`Authority`] takes),
+    /// then holds it to more: no user info; a host that is an IPv4 address, an IPv6 literal in
+    /// brackets or a name of DNS labels; and a port, when there is one, of 1 to 65535 digits'
+    /// worth. Anything else (`evil.example/.localhost`, `#`, `?`, `\`, `localhost:0`,
+    /// `localhost:99999999999`, an empty port) is `None`.
+    ///
+    /// [`Authority`]: axum::http::uri::Authority
+    pub fn parse(text: &str) -> Option<Self> {
+        // The http crate's parser first: it stops at `/`, `?` and `#` and refuses what no URI
+        // may carry (`\`, spaces, controls), so only a whole authority gets past it.
+        let authority: axum::http::uri::Authority = text.parse().ok()?;
+        let text = authority.as_str();
+        if text.contains('@') {
+            return None;
+        }
+        let (host, after) = if let Some(rest) = text.strip_prefix('[') {
+            let (address, after) = rest.split_once(']')?;
+            let ip: std::net::Ipv6Addr = address.parse().ok()?;
+            (HostName::Ip(IpAddr::V6(ip)), after)
+        } else {
+            let (host, after) = text.split_at(text.find(':').unwrap_or(text.len()));
+            let host = host.to_ascii_lowercase();
+            let name = if let Ok(ip) = host.parse::<std::net::Ipv4Addr>() {
+                HostName::Ip(IpAddr::V4(ip))
+            } else if is_dns_name(&host) {
+                HostName::Name(host)
+            } else {
+                return None;
+            };
+            (name, after)
+        };
+        let port = match after {
+            "" => None,
+            _ => {
+                let digits = after.strip_prefix(':')?;
+                if digits.is_empty()
+                    || digits.len() > 5
+                    || !digits.bytes().all(|b| b.is_ascii_digit())
+                {
+                    return None;
+                }
+                match digits.parse::<u16>() {
+                    Ok(0) | Err(_) => return None,
+                    Ok(port) => Some(port),
+                }
+            }
+        };
+        Some(Self { host, port })
+    }
+}
+
+/// Whether `name` is made of DNS labels: each 1 to 63 letters, digits and hyphens, neither
+/// starting nor ending with a hyphen; 253 characters at most, with no empty label (so no
+/// leading, trailing or doubled dot).
+fn is_dns_name(name: &str) -> bool {
+    name.len() <= 253
+        && name.split('.').all(|label| {
+            (1..=63).contains(&label.len())
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
 /// The hosts a request may name.
 #[derive(Debug, Clone)]
 pub struct AllowedHosts {
-    extra: Arc<Vec<String>>,
+    extra: Arc<Vec<HostName>>,
 }
 
 impl AllowedHosts {
-    /// Loopback names, plus `extra` host names (the listen address, configured names).
+    /// Loopback names, plus `extra` hosts (the listen address, configured names): each an IP
+    /// address (an IPv6 one with or without brackets) or a name of DNS labels. One that is
+    /// neither can never match a request, and is left out (see [`AllowedHosts::configured`]).
     pub fn new(extra: Vec<String>) -> Self {
         Self {
-            extra: Arc::new(extra.into_iter().map(|h| h.to_ascii_lowercase()).collect()),
+            extra: Arc::new(extra.iter().filter_map(|h| Self::configured(h)).collect()),
         }
     }
 
-    /// Whether a `Host` header value (with or without a port) is allowed.
+    /// A configured host (`--allowed-hosts`, the listen address) as the guard compares it;
+    /// `None` for one that is neither an IP address nor a name of DNS labels.
+    pub fn configured(host: &str) -> Option<HostName> {
+        let bare = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        if let Ok(ip) = bare.parse::<IpAddr>() {
+            return Some(HostName::Ip(ip));
+        }
+        let name = host.to_ascii_lowercase();
+        is_dns_name(&name).then_some(HostName::Name(name))
+    }
+
+    /// Whether a `Host` header value (with or without a port) is allowed: it parses strictly
+    /// as an authority ([`HostAuthority::parse`]), and its host is a loopback address,
+    /// `localhost`, a name under `.localhost`, or one of the extra hosts.
     pub fn allows(&self, host_header: &str) -> bool {
-        let host = host_header.trim().to_ascii_lowercase();
-        let name = if let Some(rest) = host.strip_prefix('[') {
-            // [::1]:2378, and nothing may follow but the port.
-            match rest.split_once(']') {
-                Some((address, "")) => address.to_owned(),
-                Some((address, port))
-                    if port.len() > 1
-                        && port.starts_with(':')
-                        && port[1..].chars().all(|c| c.is_ascii_digit()) =>
-                {
-                    address.to_owned()
-                }
-                _ => return false,
-            }
-        } else {
-            match host.rsplit_once(':') {
-                Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) => name.to_owned(),
-                _ => host.clone(),
-            }
+        HostAuthority::parse(host_header).is_some_and(|a| self.allows_host(&a.host))
+    }
+
+    fn allows_host(&self, host: &HostName) -> bool {
+        let loopback = match host {
+            HostName::Ip(ip) => ip.is_loopback(),
+            // A DNS name already: every label before `.localhost` is a label.
+            HostName::Name(name) => name == "localhost" || name.ends_with(".localhost"),
         };
-        if name == "localhost" || name.ends_with(".localhost") {
-            return true;
-        }
-        if let Ok(ip) = name.parse::<IpAddr>()
-            && ip.is_loopback()
-        {
-            return true;
-        }
-        self.extra.contains(&name)
+        loopback || self.extra.contains(host)
     }
 }
 
@@ -274,9 +376,10 @@ impl AllowedHosts {
             && !self.allows_authority(authority)
         {
             return Err(ApiError::refused(
-                "the request target's host must be a loopback host (localhost, 127.0.0.1, \
-                 [::1]) or the address berth listens on; send the path alone (origin form) or \
-                 an absolute URL naming such a host",
+                "the request target's authority must be a loopback host (localhost, a name \
+                 under .localhost, 127.0.0.1, [::1]) or the address berth listens on, without \
+                 user info and with an optional port of 1 to 65535; send the path alone \
+                 (origin form) or an absolute URL naming such a host",
             ));
         }
         let allowed = first
@@ -288,9 +391,9 @@ impl AllowedHosts {
         Ok(())
     }
 
-    /// Whether a target's authority is allowed: no user info, and an allowed host.
+    /// Whether a target's authority is allowed: an allowed host (user info never parses).
     fn allows_authority(&self, authority: &axum::http::uri::Authority) -> bool {
-        !authority.as_str().contains('@') && self.allows(authority.as_str())
+        self.allows(authority.as_str())
     }
 }
 
@@ -407,6 +510,102 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_host_is_parsed_as_an_authority_and_a_suffix_or_a_port_out_of_range_does_not_pass() {
+        let hosts = AllowedHosts::new(vec!["192.0.2.7".into(), "dev.example".into()]);
+        for bad in [
+            // What follows the authority in a URL, or cannot be in one, ends the name early in
+            // a browser: each of these would make a link to evil.com.
+            "evil.com/.localhost",
+            "evil.com#.localhost",
+            "evil.com?.localhost",
+            "evil.com\\.localhost",
+            "evil.com/.localhost:2378",
+            "evil.com:80/.localhost",
+            "evil.com%2f.localhost",
+            "evil.com@x.localhost",
+            "user@localhost",
+            "user:pass@127.0.0.1:2378",
+            // Ports: 1 to 65535, digits only, none empty.
+            "localhost:99999999999",
+            "localhost:65536",
+            "localhost:0",
+            "localhost:00000",
+            "localhost:",
+            "localhost:+80",
+            "localhost:80:80",
+            "127.0.0.1:0",
+            "[::1]:0",
+            "[::1]:65536",
+            // Names under .localhost are DNS labels.
+            ".localhost",
+            "..localhost",
+            "a..localhost",
+            "-a.localhost",
+            "a-.localhost",
+            "a_b.localhost",
+            "a b.localhost",
+            "localhost.",
+            "x.localhost.",
+            // Addresses.
+            "127.1",
+            "0x7f.0.0.1",
+            "[127.0.0.1]",
+            "[::ffff:127.0.0.1]",
+            "::1",
+            "192.0.2.8",
+            "evil.dev.example",
+        ] {
+            assert!(!hosts.allows(bad), "{bad}");
+        }
+        for ok in [
+            "localhost",
+            "localhost:1",
+            "localhost:65535",
+            "Localhost:2378",
+            "app.localhost",
+            "a-b.c1.localhost:8080",
+            "127.0.0.1",
+            "127.0.0.1:2378",
+            "127.255.255.254:80",
+            "[::1]",
+            "[0:0:0:0:0:0:0:1]:2378",
+            "192.0.2.7",
+            "192.0.2.7:2378",
+            "dev.example:2378",
+            "DEV.example",
+        ] {
+            assert!(hosts.allows(ok), "{ok}");
+        }
+        // Configured hosts are IP addresses or DNS names; an IPv6 one with or without brackets.
+        let v6 = AllowedHosts::new(vec!["::".into(), "[fd00::1]".into(), "bad/name".into()]);
+        assert!(v6.allows("[::]:2378"));
+        assert!(v6.allows("[fd00::1]:2378"));
+        assert!(!v6.allows("bad/name"));
+        assert_eq!(AllowedHosts::configured("bad/name"), None);
+    }
+
+    #[test]
+    fn an_allowed_host_is_written_back_as_the_plain_authority() {
+        for (text, plain) in [
+            ("LOCALHOST:2378", "localhost:2378"),
+            ("app.localhost", "app.localhost"),
+            ("127.0.0.1:2378", "127.0.0.1:2378"),
+            ("[0:0:0:0:0:0:0:1]:2378", "[::1]:2378"),
+        ] {
+            let parsed = HostAuthority::parse(text).unwrap();
+            assert_eq!(parsed.to_string(), plain);
+        }
+        assert_eq!(
+            HostAuthority::parse("localhost:2378").unwrap(),
+            HostAuthority {
+                host: HostName::Name("localhost".into()),
+                port: Some(2378),
+            }
+        );
+        assert_eq!(HostAuthority::parse("evil.com/.localhost"), None);
+    }
+
     fn head(target: &str, hosts: &[&str]) -> axum::http::request::Parts {
         let mut req = axum::http::Request::get(target);
         for h in hosts {
@@ -475,6 +674,8 @@ mod tests {
             "http://127.0.0.1@evil.example/healthz",
             "http://evil.example@127.0.0.1/healthz",
             "http://[::2]/healthz",
+            "http://localhost:99999999999/healthz",
+            "http://localhost:0/healthz",
         ] {
             let e = hosts.judge(&head(target, &["127.0.0.1"])).unwrap_err();
             let (status, tag, message) = tag_and_message(e);

@@ -19,6 +19,7 @@ use utoipa::openapi::extensions::Extensions;
 use crate::App;
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::grants::DomainRef;
 
 /// What a route needs beyond a known key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,7 +190,8 @@ pub fn needs(method: &str, template: &str) -> Option<Needs> {
 /// The check before every `/v1` route that takes a key, in one layer: the caller's key (see
 /// [`crate::auth::ServiceKeys::caller_of`]), then what its route needs. A key that lacks the
 /// capability is refused with `ServiceKeyCapabilityMissingError` naming it. A per-domain grant
-/// names the domain by its name or its `rdm:` id; the path's id is looked up only for a key
+/// names the domain by its name or its `rdm:` id, and matches only that (an id never matches a
+/// domain named like it); the path's id is looked up only for a key
 /// with such grants, and a domain that is missing or not the caller's has no name, so the
 /// answer is the same 403 either way. The route finds the [`Caller`] in its extensions.
 pub async fn authorize(
@@ -236,11 +238,17 @@ async fn in_domain(
             .map(|(_, value)| value.to_owned()),
         Err(_) => None,
     };
+    // The path's id matches grants by id only; the domain's stored name, grants by name only,
+    // so a domain *named* like a granted id gains nothing from that grant.
     let allowed = domain.as_deref().is_some_and(|id| {
-        caller.grants.allows(capability, Some(id))
+        caller.grants.allows(capability, Some(DomainRef::Id(id)))
             || DomainId::parse(id)
                 .and_then(|id| app.berth.domain(&caller.owner, &id).ok())
-                .is_some_and(|d| caller.grants.allows(capability, Some(&d.name)))
+                .is_some_and(|d| {
+                    caller
+                        .grants
+                        .allows(capability, Some(DomainRef::Name(&d.name)))
+                })
     });
     if allowed {
         Ok(())

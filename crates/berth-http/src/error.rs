@@ -78,8 +78,9 @@ impl ApiError {
                     StatusCode::FORBIDDEN,
                     body(
                         "HostNotAllowedError",
-                        "the Host header must name a loopback host (localhost, 127.0.0.1, [::1]) \
-                         or the address berth listens on"
+                        "the Host header must be a host with an optional port (1 to 65535): a \
+                         loopback host (localhost, a name under .localhost, 127.0.0.1, [::1]), \
+                         the address berth listens on, or a name given to --allowed-hosts"
                             .to_owned(),
                     ),
                 );

@@ -36,7 +36,7 @@ use utoipa_axum::router::OpenApiRouter;
 
 pub use auth::{AllowedHosts, ServiceKeys};
 use error::ApiError;
-pub use grants::{KeyConfig, KeyGrants};
+pub use grants::{DomainRef, KeyConfig, KeyGrants};
 
 /// The largest JSON body a route accepts.
 pub const MAX_JSON_BODY: usize = 1024 * 1024;

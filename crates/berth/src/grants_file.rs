@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use berth_api::capabilities::{Capability, ServiceDeploymentGrant};
+use berth_api::ids::DomainId;
 use berth_http::{KeyConfig, KeyGrants};
 use serde::Deserialize;
 
@@ -106,6 +107,19 @@ pub fn parse(text: &str) -> anyhow::Result<Vec<KeyConfig>> {
             if grant.service_id.is_empty() {
                 bail!("{field}.serviceId: must name a resource domain");
             }
+            // A grant by id matches only that id and a grant by name only that name, so an
+            // id mistyped would silently become a name: refuse what looks like an id and is not.
+            if grant.service_id.starts_with(DomainId::PREFIX)
+                && DomainId::parse(&grant.service_id).is_none()
+            {
+                bail!(
+                    "{field}.serviceId: starts with `{}` but is not a resource domain id; \
+                     expected an id ({}<uuid>, lower case, as `berth domains` shows it) or a \
+                     domain's name",
+                    DomainId::PREFIX,
+                    DomainId::PREFIX
+                );
+            }
             grants.push(ServiceDeploymentGrant {
                 service_id: grant.service_id.clone(),
                 capabilities: capabilities(&format!("{field}.capabilities"), &grant.capabilities)?,
@@ -139,6 +153,7 @@ fn capabilities(field: &str, names: &[String]) -> anyhow::Result<Vec<Capability>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use berth_http::DomainRef;
 
     #[test]
     fn the_documented_example_parses_into_the_grants_it_says() {
@@ -151,10 +166,20 @@ mod tests {
         assert_eq!(ide.key_id, "3f2a9c01b7de");
         assert_eq!(ide.acts_for.as_deref(), Some("a81c0d2e4f56"));
         assert!(ide.grants.allows(Capability::WorkspacesLink, None));
-        assert!(!ide.grants.allows(Capability::InstancesExec, Some("shop")));
+        assert!(
+            !ide.grants
+                .allows(Capability::InstancesExec, Some(DomainRef::Name("shop")))
+        );
         let tool = &entries[1];
-        assert!(tool.grants.allows(Capability::PromoteRoute, Some("shop")));
-        assert!(!tool.grants.allows(Capability::PromoteRoute, Some("blog")));
+        assert!(
+            tool.grants
+                .allows(Capability::PromoteRoute, Some(DomainRef::Name("shop")))
+        );
+        assert!(
+            !tool
+                .grants
+                .allows(Capability::PromoteRoute, Some(DomainRef::Name("blog")))
+        );
     }
 
     #[test]
@@ -172,5 +197,27 @@ mod tests {
             "[keys.3f2a9c01b7de]\ncapabilities = []\nserviceDeploymentGrants = [{ serviceId = \"\", capabilities = [] }]\n"
         )
         .contains("serviceDeploymentGrants[0].serviceId"));
+        let mistyped = err(
+            "[keys.3f2a9c01b7de]\ncapabilities = []\nserviceDeploymentGrants = [{ serviceId = \"rdm:0A1B2C3D-0000-4000-8000-000000000001\", capabilities = [] }]\n",
+        );
+        assert!(
+            mistyped.contains("keys.3f2a9c01b7de.serviceDeploymentGrants[0].serviceId")
+                && mistyped.contains("expected an id (rdm:<uuid>, lower case")
+                && !mistyped.contains("0A1B2C3D"),
+            "{mistyped}"
+        );
+    }
+
+    #[test]
+    fn a_grant_by_id_is_a_grant_for_that_id_only() {
+        let id = "rdm:0a1b2c3d-0000-4000-8000-000000000001";
+        let entries = parse(&format!(
+            "[keys.3f2a9c01b7de]\ncapabilities = [\"domains:create\"]\n\
+             serviceDeploymentGrants = [{{ serviceId = \"{id}\", capabilities = [\"instances:exec\"] }}]\n"
+        ))
+        .unwrap();
+        let grants = &entries[0].grants;
+        assert!(grants.allows(Capability::InstancesExec, Some(DomainRef::Id(id))));
+        assert!(!grants.allows(Capability::InstancesExec, Some(DomainRef::Name(id))));
     }
 }

@@ -17,7 +17,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::App;
-use crate::auth::{Caller, SessionAuth};
+use crate::auth::{Caller, HostAuthority, SessionAuth};
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{Body, Decode, DomainPath, InstancePath, NoBody, Params};
 use berth_api::daemon::SignInLink;
@@ -123,10 +123,12 @@ async fn create_sign_in_link(
     if session.is_some() {
         return Err(ApiError::ServiceKeyRequired);
     }
-    // The Host guard has let only a loopback name or the listen address through.
+    // The Host guard has let only an allowed authority through; the link names it as parsed
+    // (host and port, nothing more), never the header's text.
     let host = headers
         .get(HOST)
         .and_then(|v| v.to_str().ok())
+        .and_then(HostAuthority::parse)
         .ok_or(ApiError::HostNotAllowed)?;
     let code = app.keys.sessions().issue_code(&caller.key);
     Ok(Json(SignInLink {
