@@ -316,8 +316,12 @@ fn a_daemon_killed_while_it_makes_a_template_makes_it_whole_on_its_next_start() 
         "/v1/resource-domains/{domain}/instances/db@main/archive"
     ))
     .expect(200);
+    // Archived volumes are held (no prune takes them): a person removing them by hand removes
+    // their holders first.
     let mounted = docker_name(&main);
-    docker(&["volume", "rm", &mounted, &format!("{mounted}.up")]);
+    let upper = format!("{mounted}.up");
+    docker(&["rm", "-f", &format!("{mounted}.held"), &format!("{upper}.held")]);
+    docker(&["volume", "rm", &mounted, &upper]);
     api.raw(
         "DELETE",
         &format!("/v1/resource-domains/{domain}/templates/{id}"),

@@ -26,6 +26,45 @@ pub struct DaemonView {
     /// when it does not or berth runs with `--volume-layers off`; null until probed.
     #[serde(default)]
     pub volume_layers: Option<CopyMethod>,
+    /// What holds the store's volumes on the engine (so that no prune takes them), at the
+    /// daemon's last look; null before its first look, or without a container runtime.
+    #[serde(default)]
+    pub holders: Option<HoldersView>,
+}
+
+/// The holders of a store's volumes: containers berth creates and never starts, one per
+/// volume, that make the engine count the volume as in use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct HoldersView {
+    /// Every volume of the store with its holder, by volume name.
+    pub held: Vec<HeldVolume>,
+    /// The store's volumes that could not be given a holder, each with why.
+    #[serde(default)]
+    pub unheld: Vec<UnheldVolume>,
+}
+
+/// A volume and the container that holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct HeldVolume {
+    /// The engine volume.
+    pub volume: String,
+    /// The holder's container name.
+    pub holder: String,
+}
+
+/// A volume berth could not hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct UnheldVolume {
+    /// The engine volume.
+    pub volume: String,
+    /// Why it has no holder.
+    pub reason: String,
 }
 
 /// Another store's containers under this daemon's prefix.

@@ -7,7 +7,9 @@
 //! and encode it back, which holds the daemon to exactly the fields and values they name.)
 
 pub use berth_api::capabilities::{Capability, ServiceDeploymentGrant};
-pub use berth_api::daemon::{DaemonView, Health, OtherStoreView, SignInLink};
+pub use berth_api::daemon::{
+    DaemonView, Health, HeldVolume, HoldersView, OtherStoreView, SignInLink, UnheldVolume,
+};
 pub use berth_api::domains::{
     ArchiveDomainResponse, CreateDomainRequest, DomainList, DomainState, DomainView,
 };

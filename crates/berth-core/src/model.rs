@@ -1,7 +1,7 @@
 //! The records berth keeps: domains, instances, releases, workspaces and leases, each with the
 //! wire view it answers with (defined once, in `berth_api`, and re-exported here).
 
-pub use berth_api::daemon::{DaemonView, OtherStoreView};
+pub use berth_api::daemon::{DaemonView, HeldVolume, HoldersView, OtherStoreView, UnheldVolume};
 pub use berth_api::domains::{DomainState, DomainView};
 pub use berth_api::instances::{
     ArchivedVolume, Desired, InstanceChange, InstanceState, InstanceView, InstanceVolume,

@@ -46,6 +46,21 @@ pub const LABEL_SNAPSHOT: &str = "berth.snapshot";
 pub const LABEL_COPY: &str = "berth.copy";
 /// A template's id, on its volumes and on the private container and network that make it.
 pub const LABEL_TEMPLATE: &str = "berth.template";
+/// On a holder (a container berth creates and never starts, so that the engine counts a volume
+/// as in use and no prune takes it): the name of the volume it holds.
+pub const LABEL_HOLDS: &str = "berth.holds";
+
+/// What holds a store's volumes on the engine, after [`Runtime::hold_volumes`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Holdings {
+    /// Every volume of the store, by name, with the holder that holds it.
+    pub held: BTreeMap<String, String>,
+    /// The volumes that had no holder and were given one by this call (a holder removed by
+    /// hand, or a crash between a volume's making and its holder's).
+    pub made: Vec<String>,
+    /// The store's volumes that could not be held, each with why.
+    pub unheld: BTreeMap<String, String>,
+}
 
 /// One volume-to-volume copy through the engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -519,6 +534,14 @@ pub trait Runtime: Send + Sync + 'static {
     /// copy's unfinished target); Ok when it is gone. Any other volume is `Foreign` and stays.
     async fn remove_volume(&self, name: &str, label: &str, value: &str)
     -> Result<(), RuntimeError>;
+
+    /// Gives every volume of the store `store` under `prefix` that has no holder one (see
+    /// [`LABEL_HOLDS`]), and answers what holds them. Every volume a runtime makes is held from
+    /// its making until the runtime removes it; this finds those whose holder went behind
+    /// berth's back. A runtime without holders answers nothing held.
+    async fn hold_volumes(&self, _prefix: &str, _store: &str) -> Result<Holdings, RuntimeError> {
+        Ok(Holdings::default())
+    }
 
     /// Copies every file of `plan.from` into the empty `plan.to` through the engine, keeping
     /// owners, modes, times, symlinks, hard links and empty directories; the volumes' own root

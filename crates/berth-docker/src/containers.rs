@@ -292,7 +292,12 @@ pub(crate) async fn list(
         .list_containers(Some(options))
         .await
         .map_err(|e| error::map(e, &format!("the containers labelled {label}")))?;
-    Ok(found.into_iter().map(facts_from_summary).collect())
+    // Holders are no instance's and no workspace's: they never run.
+    Ok(found
+        .into_iter()
+        .filter(|c| !c.labels.as_ref().is_some_and(crate::holders::is_holder))
+        .map(facts_from_summary)
+        .collect())
 }
 
 /// Facts from a list entry: no exit code and no times (those come from an inspect).

@@ -22,7 +22,7 @@ use berth_core::runtime::{Labels, Layer, OverlayPlan, RuntimeError, UPPER_DIR};
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig, VolumeCreateRequest};
 use bollard::query_parameters::{
-    DownloadFromContainerOptions, RemoveVolumeOptions, UploadToContainerOptions,
+    DownloadFromContainerOptions, UploadToContainerOptions,
 };
 use futures_util::StreamExt;
 
@@ -112,10 +112,7 @@ pub(crate) async fn create_overlay(
 /// Removes the upper volume of an overlay [`create_overlay`] did not make: made by that call
 /// a moment ago, so it is ours and nothing mounts it.
 async fn remove_unused_upper(docker: &Docker, plan: &OverlayPlan) {
-    if let Err(left) = docker
-        .remove_volume(&plan.upper, None::<RemoveVolumeOptions>)
-        .await
-    {
+    if let Err(left) = volumes::remove_held(docker, &plan.upper).await {
         tracing::warn!(volume = %plan.upper, error = %left, "could not remove an unused upper layer");
     }
 }
@@ -166,8 +163,8 @@ async fn over_upper(
         docker
             .create_volume(request)
             .await
-            .map(|_| ())
-            .map_err(|e| error::map(e, &format!("overlay volume {}", plan.name)))
+            .map_err(|e| error::map(e, &format!("overlay volume {}", plan.name)))?;
+        crate::holders::hold(docker, &plan.name, &plan.labels).await
     };
     let (removed, made) = tokio::join!(crate::containers::remove(docker, &helper), made);
     removed?;
@@ -220,9 +217,7 @@ pub(crate) async fn probe(
 
 async fn remove_scratch(docker: &Docker, names: &[String]) {
     for name in names {
-        let _ = docker
-            .remove_volume(name, None::<bollard::query_parameters::RemoveVolumeOptions>)
-            .await;
+        let _ = volumes::remove_held(docker, name).await;
     }
 }
 

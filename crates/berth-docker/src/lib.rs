@@ -44,6 +44,7 @@ mod credentials;
 mod error;
 mod events;
 mod exec;
+pub mod holders;
 mod images;
 mod layers;
 mod networks;
@@ -60,7 +61,7 @@ use async_trait::async_trait;
 use berth_core::image::PinnedImage;
 use berth_core::runtime::{
     ContainerFacts, ContainerPlan, Copied, CopyPlan, ExecOutcome, ExecRequest, ExecStdin,
-    ImageFacts, LABEL_PREFIX, Labels, LogStream, OverlayPlan, RegistryManifest, Runtime,
+    Holdings, ImageFacts, LABEL_PREFIX, Labels, LogStream, OverlayPlan, RegistryManifest, Runtime,
     RuntimeError, RuntimeEvent, TagObservation,
 };
 use berth_core::spec::Ready;
@@ -231,7 +232,8 @@ impl Runtime for DockerRuntime {
     /// berth's own read of the registry (see the `registry` module); when the registry cannot
     /// be read that way (credentials, a TLS berth cannot check), the media type as the engine's
     /// distribution inspect reports it.
-    /// A HEAD of the tag's manifest, with the user's Docker credentials for the registry.
+    /// A GET of the tag's manifest, with the user's Docker credentials for the registry: the
+    /// digest recorded is its bytes' (see the `tags` module).
     async fn observe_tag(
         &self,
         image: &PinnedImage,
@@ -239,7 +241,7 @@ impl Runtime for DockerRuntime {
         let Some(tag) = tags::TagRef::of_pinned(image) else {
             return Ok(None);
         };
-        let found = tags::read_tag(&self.registries, Some(&self.docker), &tag, false)
+        let found = tags::read_tag(&self.registries, Some(&self.docker), &tag)
             .await
             .map_err(|e| RuntimeError::Registry(e.message))?;
         Ok(Some(TagObservation {
@@ -387,6 +389,10 @@ impl Runtime for DockerRuntime {
         value: &str,
     ) -> Result<(), RuntimeError> {
         volumes::remove_labelled(&self.docker, name, label, value).await
+    }
+
+    async fn hold_volumes(&self, prefix: &str, store: &str) -> Result<Holdings, RuntimeError> {
+        holders::sweep(&self.docker, prefix, store).await
     }
 
     async fn probe_overlay_volumes(

@@ -1,5 +1,6 @@
-//! Volumes: created with berth's labels, adopted only when those labels match, measured through
-//! the engine's disk-usage report, and never deleted.
+//! Volumes: created with berth's labels and held from their making ([`crate::holders`]),
+//! adopted only when those labels match, measured through the engine's disk-usage report, and
+//! never deleted but for snapshot storage and unfinished copies, whose holder goes first.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -59,7 +60,7 @@ pub(crate) async fn ensure_volume(
             )));
         }
     }
-    Ok(())
+    crate::holders::hold(docker, name, labels).await
 }
 
 /// The part of `GET /system/df` berth reads. API 1.41 answers with `Volumes`; engines from
@@ -202,11 +203,12 @@ pub(crate) async fn create_fresh(
         labels: Some(labels.clone().into_iter().collect()),
         ..Default::default()
     };
-    docker
+    let made = docker
         .create_volume(request)
         .await
-        .map(|made| made.mountpoint)
-        .map_err(|e| error::map(e, &format!("volume {name}")))
+        .map_err(|e| error::map(e, &format!("volume {name}")))?;
+    crate::holders::hold(docker, name, labels).await?;
+    Ok(made.mountpoint)
 }
 
 /// Removes volume `name` only when it carries `label=value`: a snapshot's storage (removed by
@@ -227,13 +229,28 @@ pub(crate) async fn remove_labelled(
         )));
     }
     tracing::info!(volume = %name, "removing volume");
+    remove_held(docker, name).await
+}
+
+/// Removes volume `name`, which berth made, with its holder first; Ok when it is gone. Should
+/// the engine keep the volume (another container mounts it), it is held again.
+pub(crate) async fn remove_held(docker: &Docker, name: &str) -> Result<(), RuntimeError> {
+    let _changing = crate::holders::changing().await;
+    crate::holders::release(docker, name).await?;
     match docker
         .remove_volume(name, None::<bollard::query_parameters::RemoveVolumeOptions>)
         .await
     {
         Ok(()) => Ok(()),
         Err(e) if error::status(&e) == Some(404) => Ok(()),
-        Err(e) => Err(error::map(e, &format!("volume {name}"))),
+        Err(e) => {
+            if let Ok(Some(labels)) = volume_labels(docker, name).await
+                && let Err(again) = crate::holders::hold(docker, name, &labels).await
+            {
+                tracing::warn!(volume = %name, error = %again, "could not hold a volume again");
+            }
+            Err(error::map(e, &format!("volume {name}")))
+        }
     }
 }
 

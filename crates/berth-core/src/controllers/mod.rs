@@ -48,7 +48,10 @@ use crate::ids::{DomainId, InstanceId};
 use crate::model::{Instance, Workspace};
 use crate::ownership::{OtherStores, Ownership};
 use crate::queue::{QueueStats, supervise};
-use crate::runtime::{ContainerFacts, LABEL_INSTANCE, Labels, Runtime, RuntimeError, RuntimeEvent};
+use crate::runtime::{
+    ContainerChange, ContainerFacts, Holdings, LABEL_HOLDS, LABEL_INSTANCE, Labels, Runtime,
+    RuntimeError, RuntimeEvent,
+};
 use crate::store::{Store, StoreError};
 use crate::time::Timestamp;
 use context::Context;
@@ -70,6 +73,10 @@ struct Controllers {
     observer: ObserveController,
     /// Other stores' containers under this prefix, at the last resync.
     other_stores: OtherStores,
+    /// What held this store's volumes at the last look (`None` before the first).
+    holdings: Mutex<Option<Holdings>>,
+    /// One look at the holders at a time.
+    holding: tokio::sync::Mutex<()>,
     /// Cancelled when the daemon stops: every loop and worker ends.
     shutdown: CancellationToken,
     /// The long-lived tasks, awaited on shutdown.
@@ -124,6 +131,8 @@ impl Reconciler {
                 copies,
                 observer,
                 other_stores: OtherStores::default(),
+                holdings: Mutex::new(None),
+                holding: tokio::sync::Mutex::new(()),
                 shutdown,
                 tasks: Mutex::new(Vec::new()),
             }),
@@ -274,6 +283,15 @@ impl Reconciler {
     async fn on_event(&self, event: RuntimeEvent) {
         match event {
             RuntimeEvent::Resync => self.resync().await,
+            // A holder of this store's that went (a `docker rm`, a container prune): its volume
+            // is held again at once.
+            RuntimeEvent::Container { labels, change, .. }
+                if labels.contains_key(LABEL_HOLDS) =>
+            {
+                if change == ContainerChange::Destroyed && self.inner.ctx.owns(&labels) {
+                    self.hold_volumes().await;
+                }
+            }
             RuntimeEvent::Container {
                 name,
                 labels,
@@ -300,6 +318,8 @@ impl Reconciler {
     /// removes them, never a volume).
     pub async fn resync(&self) {
         let ctx = &self.inner.ctx;
+        // First of all, every volume held: nothing else here waits on it.
+        self.hold_volumes().await;
         let finished = match ctx.store.write(|tx| tx.finish_domain_archives()).await {
             Ok(domains) => domains,
             Err(e) => {
@@ -346,6 +366,22 @@ impl Reconciler {
             }
         }
         self.inner.views.reattach_workspaces().await;
+        let mut lost = 0;
+        for id in &ids {
+            match self.inner.instances.check_volumes(id).await {
+                Ok(true) => lost += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(instance = %id, error = %e, "could not check an instance's volumes");
+                }
+            }
+        }
+        if lost > 0 {
+            tracing::warn!(
+                instances = lost,
+                "instances whose volumes were removed outside berth are now failed"
+            );
+        }
         match storage::check_all(ctx).await {
             Ok(0) => {}
             Ok(lost) => tracing::warn!(
@@ -413,6 +449,45 @@ impl Reconciler {
             }
         }
         ours
+    }
+
+    /// Gives every volume of this store a holder where it has none (see
+    /// [`Runtime::hold_volumes`]), and keeps what holds them for [`Reconciler::holdings`].
+    pub async fn hold_volumes(&self) {
+        let ctx = &self.inner.ctx;
+        let _one = self.inner.holding.lock().await;
+        match ctx
+            .runtime
+            .hold_volumes(&ctx.config.prefix, &ctx.store.identity().id)
+            .await
+        {
+            Ok(holdings) => {
+                if !holdings.made.is_empty() {
+                    tracing::warn!(
+                        volumes = ?holdings.made,
+                        "volumes whose holder was gone (removed outside berth, or a crash) are held again"
+                    );
+                }
+                for (volume, why) in &holdings.unheld {
+                    tracing::warn!(volume = %volume, error = %why, "a volume could not be held");
+                }
+                *self
+                    .inner
+                    .holdings
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = Some(holdings);
+            }
+            Err(e) => tracing::warn!(error = %e, "could not look at the volumes' holders"),
+        }
+    }
+
+    /// What held this store's volumes at the last look; `None` before the first.
+    pub fn holdings(&self) -> Option<Holdings> {
+        self.inner
+            .holdings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// What the engine holds of other stores under this berth's prefix, at the last look.

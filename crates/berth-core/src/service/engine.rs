@@ -6,7 +6,10 @@ use crate::controllers::sizes::volume_sizes;
 use crate::error::Error;
 use crate::exec::{ExecFrame, ExecResult, MAX_OUTPUT_BYTES};
 use crate::ids::DomainId;
-use crate::model::{DaemonView, Desired, InstanceState, KeptVolume, OtherStoreView};
+use crate::model::{
+    DaemonView, Desired, HeldVolume, HoldersView, InstanceState, KeptVolume, OtherStoreView,
+    UnheldVolume,
+};
 use crate::names;
 use crate::runtime::{ExecRequest, ExecStdin, RuntimeError};
 use crate::snapshots::CopyMethod;
@@ -78,6 +81,22 @@ impl Berth {
                     data_dir: o.data_dir,
                 })
                 .collect(),
+            holders: self
+                .reconciler
+                .as_ref()
+                .and_then(|r| r.holdings())
+                .map(|h| HoldersView {
+                    held: h
+                        .held
+                        .into_iter()
+                        .map(|(volume, holder)| HeldVolume { volume, holder })
+                        .collect(),
+                    unheld: h
+                        .unheld
+                        .into_iter()
+                        .map(|(volume, reason)| UnheldVolume { volume, reason })
+                        .collect(),
+                }),
             volume_layers: self
                 .reconciler
                 .as_ref()

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use berth_core::image::PinnedImage;
 use berth_core::runtime::{
     ContainerFacts, ContainerPlan, Copied, CopyPlan, ExecOutcome, ExecRequest, ExecStdin,
-    ImageFacts, Labels, LogStream, OverlayPlan, RegistryManifest, Runtime, RuntimeError,
+    Holdings, ImageFacts, Labels, LogStream, OverlayPlan, RegistryManifest, Runtime, RuntimeError,
     RuntimeEvent, TagObservation,
 };
 use berth_core::spec::Ready;
@@ -162,6 +162,10 @@ impl Runtime for SwarmRuntime {
         value: &str,
     ) -> Result<(), RuntimeError> {
         self.node.remove_volume(name, label, value).await
+    }
+
+    async fn hold_volumes(&self, prefix: &str, store: &str) -> Result<Holdings, RuntimeError> {
+        self.hold_volumes_on_nodes(prefix, store).await
     }
 
     /// Layers are made by the manager's engine, on its node: an instance placed there stands

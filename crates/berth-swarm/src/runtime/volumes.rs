@@ -1,11 +1,37 @@
 //! Volumes: made on the node an instance is placed on, copied (snapshots, branches) on the
 //! manager's node with the source's task frozen around the copy.
 
-use berth_core::runtime::{Copied, CopyPlan, LABEL_PLACEMENT, Labels, Runtime as _, RuntimeError};
+use berth_core::runtime::{
+    Copied, CopyPlan, Holdings, LABEL_PLACEMENT, Labels, Runtime as _, RuntimeError,
+};
 
 use super::SwarmRuntime;
 
 impl SwarmRuntime {
+    /// Holders are per node: each node's engine holds the volumes on it. A node whose engine
+    /// does not answer is left for the next look, its volumes named as not held.
+    pub(super) async fn hold_volumes_on_nodes(
+        &self,
+        prefix: &str,
+        store: &str,
+    ) -> Result<Holdings, RuntimeError> {
+        let mut all = self.node.hold_volumes(prefix, store).await?;
+        for (node, engine) in &self.others {
+            match engine.hold_volumes(prefix, store).await {
+                Ok(more) => {
+                    all.held.extend(more.held);
+                    all.made.extend(more.made);
+                    all.unheld.extend(more.unheld);
+                }
+                Err(e) => {
+                    all.unheld
+                        .insert(format!("(the volumes on node {node})"), e.to_string());
+                }
+            }
+        }
+        Ok(all)
+    }
+
     /// On the node the instance is placed on.
     /// A node's engine that does not answer is asked about through the swarm: a node the
     /// swarm says is down, drained or gone is the instance's failure, naming the node (the

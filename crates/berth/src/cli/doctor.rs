@@ -223,6 +223,83 @@ fn engine_sharing(daemon: &berth_client::DaemonView) -> Check {
     )
 }
 
+/// What holds the daemon's volumes, so that no prune takes them: every volume with its holder.
+fn holders(daemon: &berth_client::DaemonView) -> Check {
+    let Some(holders) = &daemon.holders else {
+        return Check::ok(
+            "holders",
+            "not looked at yet: the daemon gives every volume a holder at its first resync",
+        );
+    };
+    const SHOWN: usize = 20;
+    let mut lines: Vec<String> = holders
+        .held
+        .iter()
+        .take(SHOWN)
+        .map(|h| format!("  {} holds {}", h.holder, h.volume))
+        .collect();
+    if holders.held.len() > SHOWN {
+        lines.push(format!(
+            "  and {} more (berth doctor --json, or docker ps -a --filter label=berth.holds)",
+            holders.held.len() - SHOWN
+        ));
+    }
+    let summary = format!(
+        "{} volume(s) held, each by a container created and never started: docker volume          prune and docker volume rm leave them",
+        holders.held.len()
+    );
+    let detail = std::iter::once(summary).chain(lines).collect::<Vec<_>>().join("\n");
+    if holders.unheld.is_empty() {
+        return Check::ok("holders", detail);
+    }
+    let unheld: Vec<String> = holders
+        .unheld
+        .iter()
+        .map(|u| format!("  {} is not held: {}", u.volume, u.reason))
+        .collect();
+    Check::fail(
+        "holders",
+        format!("{detail}\n{}", unheld.join("\n")),
+        "see the daemon's log; a prune may take the volumes that are not held",
+    )
+}
+
+/// The repository's instances whose data was removed outside berth (a `docker volume rm`, a
+/// prune of a volume no holder kept): failed, with the volume named.
+async fn lost_data(client: &Client, repo: &Repo) -> Option<Check> {
+    let domain = match super::find_domain(client, repo).await {
+        Ok(Some(d)) => d.resource_domain_id,
+        _ => return None,
+    };
+    let instances = client.api.instances(&domain, true).await.ok()?;
+    let lost: Vec<String> = instances
+        .iter()
+        .filter_map(|i| match &i.state {
+            berth_client::InstanceState::Failed { message, .. }
+                if message.contains("removed outside berth") =>
+            {
+                Some(format!("  {}: {message}", i.key))
+            }
+            _ => None,
+        })
+        .collect();
+    if lost.is_empty() {
+        return Some(Check::ok(
+            "data",
+            "every volume of this repository's instances is on the engine",
+        ));
+    }
+    Some(Check::fail(
+        "data",
+        format!(
+            "{} instance(s) lost data removed outside berth:\n{}",
+            lost.len(),
+            lost.join("\n")
+        ),
+        "restore a snapshot into each (berth restore NAME SNAPSHOT), or archive it and bring it up under another key",
+    ))
+}
+
 /// How branches and restores from a snapshot fill their volumes on the daemon's engine.
 fn volume_layers(daemon: &berth_client::DaemonView) -> Check {
     let said = match daemon.volume_layers {
@@ -386,6 +463,7 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
         {
             checks.push(engine_sharing(&daemon));
             checks.push(volume_layers(&daemon));
+            checks.push(holders(&daemon));
         }
         // What the key may do: everything, unless the daemon's grants file limits it.
         let may = match &connected {
@@ -454,6 +532,7 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
                     checks.extend(preflights(client, &repo, &project).await);
                     let asked = project.instances.iter().any(|i| i.template);
                     checks.extend(templates(client, &repo, asked).await);
+                    checks.extend(lost_data(client, &repo).await);
                 }
             }
             Err(e) => {

@@ -105,6 +105,11 @@ impl InstanceController {
         obs: &mut Observation,
     ) -> Result<ControlFlow<Next, (ImageFacts, Labels, String)>, ReconcileError> {
         let runtime = &self.ctx.runtime;
+        // Data removed outside berth is never replaced by an empty volume.
+        if let Some(lost) = self.lost_volume(instance).await? {
+            self.fail(instance, lost.message()).await?;
+            return Ok(ControlFlow::Break(Next::Done));
+        }
         // The rollout this desired state belongs to is acted on from here: reported once per
         // generation while the instance starts.
         let report = self.with_start(&instance.id, |s| {

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 mod converge;
 mod evidence;
+mod lost;
 mod plan;
 
 use super::context::{Context, InstanceQueue, Next, ReconcileError};
