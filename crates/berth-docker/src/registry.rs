@@ -11,8 +11,13 @@
 //! insecure (it is in the engine's `insecure-registries`, or its address is in one of the
 //! engine's insecure ranges, 127.0.0.0/8 by default). When a registry asks for credentials,
 //! the user's Docker config is asked for that host's ([`crate::credentials`]); bearer tokens
-//! are fetched for them, or anonymously when there are none (Docker Hub gives those). A
-//! registry that cannot be read is left out of what only it could say.
+//! are fetched for them, or anonymously when there are none (Docker Hub gives those). The
+//! credentials go only to the registry's own host, or to a token realm over https: a realm on
+//! another host over plain http is asked for a token without them.
+//!
+//! Every answer of a registry or its token realm is read with a cap, chunk by chunk, and
+//! dropped as soon as it is over it ([`read_capped`]): a manifest 4 MiB, a token answer 1 MiB,
+//! a challenge 8 KiB. A registry that cannot be read is left out of what only it could say.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -31,8 +36,13 @@ const ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
     application/vnd.docker.distribution.manifest.list.v2+json, \
     application/vnd.oci.image.manifest.v1+json, \
     application/vnd.docker.distribution.manifest.v2+json";
-/// The largest manifest berth reads (the distribution registry's own limit is 4 MiB).
+/// The largest manifest berth reads (the distribution registry's own limit is 4 MiB, and
+/// containerd's).
 pub(crate) const MAX_MANIFEST: usize = 4 << 20;
+/// The largest token answer berth reads from a realm (a token is a few KiB).
+const MAX_TOKEN_ANSWER: usize = 1 << 20;
+/// The largest challenge (`WWW-Authenticate` header) berth reads.
+const MAX_CHALLENGE: usize = 8 << 10;
 /// How long one registry request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -272,17 +282,35 @@ pub(crate) struct Reader<'a> {
     credential: Option<Option<Credential>>,
     /// Sent as basic auth once the registry asked for it.
     basic: bool,
+    /// The token realm the credential was not sent to (another host over plain http), as
+    /// `scheme://host:port`.
+    withheld_from: Option<String>,
 }
 
 /// How a registry request ended when it got no answer worth reading.
 #[derive(Debug)]
 pub(crate) enum Unanswered {
-    /// The registry could not be reached (or answered nothing readable).
+    /// The registry (or its token realm) could not be reached.
     Unreachable(String),
-    /// It wants credentials berth does not have, or refused the ones it sent.
-    Unauthorized { had_credential: bool },
+    /// It wants credentials berth does not have, or refused what berth sent.
+    Unauthorized(Sent),
     /// The credentials in the Docker config could not be read.
     Credential(String),
+    /// It (or its token realm) answered what berth does not read: larger than berth reads,
+    /// or not what the protocol says. A sentence naming what and the cap.
+    Invalid(String),
+}
+
+/// What berth sent a registry (or its token realm) that refused it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Sent {
+    /// Nothing: the Docker config has no credentials for the registry.
+    Nothing,
+    /// The Docker config's credentials for the registry.
+    Credential,
+    /// Nothing: the Docker config has credentials for the registry, but its token realm
+    /// (`scheme://host:port`) is another host over plain http, so they were not sent.
+    Withheld { realm: String },
 }
 
 /// A manifest's bytes and the media type the registry gave them.
@@ -301,7 +329,39 @@ impl<'a> Reader<'a> {
             token: None,
             credential: None,
             basic: false,
+            withheld_from: None,
         }
+    }
+
+    /// The reader with the Docker config's credential for the host decided (no config is read).
+    #[cfg(test)]
+    pub(crate) fn with_credential(mut self, credential: Option<Credential>) -> Self {
+        self.credential = Some(credential);
+        self
+    }
+
+    /// What berth has sent so far, for a refusal.
+    fn sent(&self) -> Sent {
+        match (&self.withheld_from, &self.credential) {
+            (Some(realm), _) => Sent::Withheld {
+                realm: realm.clone(),
+            },
+            (None, Some(Some(_))) => Sent::Credential,
+            _ => Sent::Nothing,
+        }
+    }
+
+    /// Whether the Docker config's credentials may go to the token realm `realm`: over https,
+    /// or to the registry's own host.
+    fn may_receive_credentials(&self, realm: &reqwest::Url) -> bool {
+        if realm.scheme() == "https" {
+            return true;
+        }
+        let own = reqwest::Url::parse(&self.base)
+            .ok()
+            .and_then(|base| base.host_str().map(url_host_name));
+        let theirs = realm.host_str().map(url_host_name);
+        own.is_some() && own == theirs
     }
 
     /// The URL of a manifest (`reference` a tag or a digest).
@@ -354,6 +414,10 @@ impl<'a> Reader<'a> {
         let url = self.manifest_url(digest.as_str());
         let response = match self.send(reqwest::Method::GET, &url).await {
             Ok(response) => response,
+            Err(Unanswered::Invalid(message)) => {
+                tracing::warn!(url = %url, "the registry could not be read: {message}");
+                return Ok(None);
+            }
             Err(e) => {
                 tracing::debug!(url = %url, reason = ?e, "the registry could not be read");
                 return Ok(None);
@@ -364,20 +428,19 @@ impl<'a> Reader<'a> {
                 "the registry did not answer the manifest");
             return Ok(None);
         }
-        if response
-            .content_length()
-            .is_some_and(|n| n > MAX_MANIFEST as u64)
-        {
-            return Ok(None);
-        }
         let content_type = response
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .map(|v| v.split(';').next().unwrap_or(v).trim().to_owned())
             .filter(|v| !v.is_empty());
-        let Some(bytes) = read_limited(response).await else {
-            return Ok(None);
+        let what = format!("the manifest {}@{digest}", self.repository);
+        let bytes = match read_capped(response, MAX_MANIFEST, &what).await {
+            Ok(bytes) => bytes,
+            Err(message) => {
+                tracing::warn!(url = %url, "the registry could not be read: {message}");
+                return Ok(None);
+            }
         };
         let actual = Digest::of(&bytes);
         if actual != *digest {
@@ -398,8 +461,9 @@ impl<'a> Reader<'a> {
     }
 
     /// A request with the manifest types accepted. A `401` is answered once: a bearer
-    /// challenge with a token (for the Docker config's credential when it has one for the host,
-    /// anonymous otherwise), a basic one with that credential.
+    /// challenge with a token (for the Docker config's credential when it has one for the host
+    /// and the realm may receive it, anonymous otherwise), a basic one with that credential.
+    /// The answer's body is the caller's to read, with [`read_capped`].
     pub(crate) async fn send(
         &mut self,
         method: reqwest::Method,
@@ -424,16 +488,22 @@ impl<'a> Reader<'a> {
             if response.status() != reqwest::StatusCode::UNAUTHORIZED {
                 return Ok(response);
             }
-            let had_credential = matches!(self.credential, Some(Some(_)));
             if attempt > 0 {
-                return Err(Unanswered::Unauthorized { had_credential });
+                return Err(Unanswered::Unauthorized(self.sent()));
             }
-            let header = response
-                .headers()
-                .get(reqwest::header::WWW_AUTHENTICATE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-                .to_owned();
+            let header = match response.headers().get(reqwest::header::WWW_AUTHENTICATE) {
+                Some(value) if value.len() > MAX_CHALLENGE => {
+                    return Err(Unanswered::Invalid(format!(
+                        "the registry {}'s challenge (its WWW-Authenticate header) is larger \
+                         than {}, the most berth reads",
+                        self.host,
+                        size(MAX_CHALLENGE)
+                    )));
+                }
+                Some(value) => value.to_str().unwrap_or("").to_owned(),
+                None => String::new(),
+            };
+            drop(response);
             if self.credential.is_none() {
                 let found = credentials::lookup(&self.host)
                     .await
@@ -441,11 +511,7 @@ impl<'a> Reader<'a> {
                 self.credential = Some(found);
             }
             if let Some(challenge) = bearer_challenge(&header) {
-                self.token = Some(
-                    self.token_for(&challenge)
-                        .await
-                        .ok_or(Unanswered::Unauthorized { had_credential })?,
-                );
+                self.token = Some(self.token_for(&challenge).await?);
             } else if header
                 .trim_start()
                 .to_ascii_lowercase()
@@ -454,21 +520,35 @@ impl<'a> Reader<'a> {
             {
                 self.basic = true;
             } else {
-                return Err(Unanswered::Unauthorized { had_credential });
+                return Err(Unanswered::Unauthorized(self.sent()));
             }
         }
-        Err(Unanswered::Unauthorized {
-            had_credential: matches!(self.credential, Some(Some(_))),
-        })
+        Err(Unanswered::Unauthorized(self.sent()))
     }
 
-    /// A bearer token from the challenge's realm: for the credential when there is one,
-    /// anonymous otherwise.
-    async fn token_for(&self, challenge: &HashMap<String, String>) -> Option<String> {
-        let realm = challenge.get("realm")?;
-        if !(realm.starts_with("https://") || realm.starts_with("http://")) {
-            return None;
-        }
+    /// A bearer token from the challenge's realm: for the credential when there is one and the
+    /// realm may receive it (over https, or on the registry's own host), anonymous otherwise.
+    /// The realm's answer is read up to [`MAX_TOKEN_ANSWER`].
+    async fn token_for(
+        &mut self,
+        challenge: &HashMap<String, String>,
+    ) -> Result<String, Unanswered> {
+        let host = self.host.clone();
+        let invalid = |what: String| Unanswered::Invalid(format!("the registry {host}'s {what}"));
+        let Some(realm) = challenge.get("realm") else {
+            return Err(invalid(
+                "bearer challenge names no realm (expected realm=\"https://...\")".to_owned(),
+            ));
+        };
+        let Some(realm) = reqwest::Url::parse(realm)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some())
+        else {
+            return Err(invalid(
+                "token realm is not an http or https URL".to_owned(),
+            ));
+        };
+        let origin = origin(&realm);
         let mut query: Vec<(&str, String)> = Vec::new();
         if let Some(service) = challenge.get("service") {
             query.push(("service", service.clone()));
@@ -485,21 +565,62 @@ impl<'a> Reader<'a> {
             token: Option<String>,
             access_token: Option<String>,
         }
-        let mut request = self.http.get(realm).query(&query);
+        let mut request = self.http.get(realm.clone()).query(&query);
         if let Some(Some(c)) = &self.credential {
-            request = request.basic_auth(&c.username, Some(&c.password));
+            if self.may_receive_credentials(&realm) {
+                request = request.basic_auth(&c.username, Some(&c.password));
+            } else {
+                tracing::info!(registry = %self.host, realm = %origin,
+                    "the registry's token realm is another host over plain http: berth asks it \
+                     for a token without the Docker config's credentials");
+                self.withheld_from = Some(origin.clone());
+            }
         }
-        let answer = request
-            .send()
+        let response = request.send().await.map_err(|e| {
+            Unanswered::Unreachable(format!("its token realm {origin}: {}", without_url(e)))
+        })?;
+        let status = response.status();
+        if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
+            return Err(Unanswered::Unauthorized(self.sent()));
+        }
+        if !status.is_success() {
+            return Err(invalid(format!("token realm {origin} answered {status}")));
+        }
+        let what = format!("the registry {}'s token answer (from {origin})", self.host);
+        let body = read_capped(response, MAX_TOKEN_ANSWER, &what)
             .await
-            .ok()?
-            .error_for_status()
-            .ok()?
-            .json::<Token>()
-            .await
-            .ok()?;
-        answer.token.or(answer.access_token)
+            .map_err(Unanswered::Invalid)?;
+        let answer: Token = serde_json::from_slice(&body).map_err(|_| {
+            invalid(format!(
+                "token answer (from {origin}) is not a token realm's JSON (expected \
+                 {{\"token\": \"...\"}})"
+            ))
+        })?;
+        answer
+            .token
+            .or(answer.access_token)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| {
+                invalid(format!(
+                    "token answer (from {origin}) holds no token (expected a \"token\" or \
+                     \"access_token\" field)"
+                ))
+            })
     }
+}
+
+/// `scheme://host[:port]` of a URL: what a message or a log names of a realm (its path and
+/// query are the registry's to choose, and may carry anything).
+fn origin(url: &reqwest::Url) -> String {
+    url.origin().ascii_serialization()
+}
+
+/// A URL's host as [`host_name`] gives a registry's: without the brackets of an IPv6 address,
+/// lower case.
+fn url_host_name(host: &str) -> String {
+    host.trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase()
 }
 
 /// A transport error's sentence without its URL (which a log or a message does not need).
@@ -515,16 +636,40 @@ fn without_url(e: reqwest::Error) -> String {
     text
 }
 
-/// Reads a body of at most [`MAX_MANIFEST`] bytes.
-pub(crate) async fn read_limited(mut response: reqwest::Response) -> Option<Vec<u8>> {
-    let mut bytes = Vec::new();
-    while let Some(chunk) = response.chunk().await.ok()? {
-        if bytes.len() + chunk.len() > MAX_MANIFEST {
-            return None;
+/// Reads a registry peer's body of at most `cap` bytes, chunk by chunk as they arrive, and
+/// stops as soon as it is over: a body that says it is larger is not read at all. The error is
+/// a sentence that begins with `what` ("the manifest of ...") and names the cap.
+pub(crate) async fn read_capped(
+    mut response: reqwest::Response,
+    cap: usize,
+    what: &str,
+) -> Result<Vec<u8>, String> {
+    let over = || format!("{what} is larger than {}, the most berth reads", size(cap));
+    let said = response.content_length();
+    if said.is_some_and(|n| n > cap as u64) {
+        return Err(over());
+    }
+    let mut bytes = Vec::with_capacity(said.map_or(0, |n| n as usize));
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| format!("{what} broke off ({})", without_url(e)))?
+    {
+        if bytes.len() + chunk.len() > cap {
+            return Err(over());
         }
         bytes.extend_from_slice(&chunk);
     }
-    Some(bytes)
+    Ok(bytes)
+}
+
+/// A size as a sentence says it: `4 MiB`, `8 KiB`, `100 bytes`.
+pub(crate) fn size(bytes: usize) -> String {
+    match bytes {
+        n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{} MiB", n >> 20),
+        n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{} KiB", n >> 10),
+        n => format!("{n} bytes"),
+    }
 }
 
 /// The parameters of a `Bearer` challenge (`Bearer realm="...",service="...",scope="..."`).
@@ -560,7 +705,7 @@ fn bearer_challenge(header: &str) -> Option<HashMap<String, String>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -586,6 +731,175 @@ mod tests {
         assert_eq!(host_name("127.0.0.1:5000"), "127.0.0.1");
         assert_eq!(host_name("[::1]:5000"), "::1");
         assert_eq!(host_name("registry.example"), "registry.example");
+    }
+
+    use berth_testkit::token_registry::{self, Options, Realm, TokenRegistry};
+
+    pub(crate) fn credential() -> Credential {
+        Credential {
+            username: berth_testkit::auth_registry::USER.to_owned(),
+            password: berth_testkit::auth_registry::PASSWORD.to_owned(),
+        }
+    }
+
+    /// A reader of `team/app` on `registry`, its Docker config credential decided here (no
+    /// config file is read).
+    async fn reader_of<'a>(
+        registries: &'a Registries,
+        registry: &TokenRegistry,
+        credential: Option<Credential>,
+    ) -> Reader<'a> {
+        registries
+            .reader(None, &registry.address(), "team/app")
+            .await
+            .expect("a registry client")
+            .with_credential(credential)
+    }
+
+    async fn get_tag(reader: &mut Reader<'_>) -> Result<reqwest::Response, Unanswered> {
+        let url = reader.manifest_url("1");
+        reader.send(reqwest::Method::GET, &url).await
+    }
+
+    #[test]
+    fn sizes_are_said_in_their_unit() {
+        assert_eq!(size(MAX_MANIFEST), "4 MiB");
+        assert_eq!(size(MAX_TOKEN_ANSWER), "1 MiB");
+        assert_eq!(size(MAX_CHALLENGE), "8 KiB");
+        assert_eq!(size(1000), "1000 bytes");
+    }
+
+    #[tokio::test]
+    async fn a_token_answer_of_a_gib_is_dropped_past_its_cap_naming_it() {
+        let registry = TokenRegistry::start(Options {
+            realm: Realm::Huge(1 << 30),
+            ..Options::default()
+        });
+        let registries = Registries::new();
+        let mut reader = reader_of(&registries, &registry, None).await;
+        let Err(Unanswered::Invalid(message)) = get_tag(&mut reader).await else {
+            panic!("a 1 GiB token answer was taken");
+        };
+        assert!(
+            message.contains("token answer") && message.contains("larger than 1 MiB"),
+            "{message}"
+        );
+        assert!(message.contains(&registry.realm_origin()), "{message}");
+        // berth stopped reading at the cap: what was sent is the cap and the sockets' buffers.
+        let sent = registry.large_bytes_sent();
+        assert!(sent < 64 << 20, "the realm sent {sent} bytes");
+    }
+
+    #[tokio::test]
+    async fn a_challenge_over_its_cap_is_refused_naming_it() {
+        let registry = TokenRegistry::start(Options {
+            challenge_padding: 64 << 10,
+            ..Options::default()
+        });
+        let registries = Registries::new();
+        let mut reader = reader_of(&registries, &registry, None).await;
+        let Err(Unanswered::Invalid(message)) = get_tag(&mut reader).await else {
+            panic!("a 64 KiB challenge was read");
+        };
+        assert!(
+            message.contains("WWW-Authenticate") && message.contains("larger than 8 KiB"),
+            "{message}"
+        );
+        assert_eq!(registry.realm_requests(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_manifest_over_its_cap_is_left_unread() {
+        let registry = TokenRegistry::start(Options {
+            manifest: token_registry::Manifest::Huge(1 << 30),
+            ..Options::default()
+        });
+        let registries = Registries::new();
+        let mut reader = reader_of(&registries, &registry, None).await;
+        let response = get_tag(&mut reader).await.expect("a token and an answer");
+        let message = read_capped(response, MAX_MANIFEST, "the manifest")
+            .await
+            .expect_err("a 1 GiB manifest was read");
+        assert_eq!(
+            message,
+            "the manifest is larger than 4 MiB, the most berth reads"
+        );
+        assert!(registry.large_bytes_sent() < 64 << 20);
+    }
+
+    #[tokio::test]
+    async fn credentials_are_not_sent_to_a_plain_http_realm_on_another_host() {
+        // A realm that grants anyone: the read succeeds with an anonymous token.
+        let registry = TokenRegistry::start(Options {
+            realm_on_other_host: true,
+            ..Options::default()
+        });
+        let registries = Registries::new();
+        let mut reader = reader_of(&registries, &registry, Some(credential())).await;
+        let response = get_tag(&mut reader).await.expect("an anonymous token");
+        assert!(response.status().is_success());
+        assert_eq!(registry.realm_requests(), 1);
+        assert_eq!(registry.realm_requests_with_credentials(), 0);
+
+        // A realm that wants credentials: refused, saying they were withheld and from where.
+        let registry = TokenRegistry::start(Options {
+            realm_on_other_host: true,
+            realm: Realm::CredentialsOnly,
+            ..Options::default()
+        });
+        let mut reader = reader_of(&registries, &registry, Some(credential())).await;
+        let Err(Unanswered::Unauthorized(sent)) = get_tag(&mut reader).await else {
+            panic!("the other host's realm granted a token without credentials");
+        };
+        assert_eq!(
+            sent,
+            Sent::Withheld {
+                realm: registry.realm_origin()
+            }
+        );
+        assert!(registry.realm_origin().starts_with("http://127.0.0.2:"));
+        assert_eq!(registry.realm_requests_with_credentials(), 0);
+    }
+
+    #[tokio::test]
+    async fn credentials_go_to_a_realm_on_the_registrys_own_host() {
+        let registry = TokenRegistry::start(Options {
+            realm: Realm::CredentialsOnly,
+            ..Options::default()
+        });
+        let registries = Registries::new();
+        let mut reader = reader_of(&registries, &registry, Some(credential())).await;
+        let response = get_tag(&mut reader)
+            .await
+            .expect("a token for the credentials");
+        assert!(response.status().is_success());
+        assert_eq!(registry.realm_requests_with_credentials(), 1);
+
+        // Without credentials the refusal says none were sent.
+        let mut reader = reader_of(&registries, &registry, None).await;
+        let Err(Unanswered::Unauthorized(sent)) = get_tag(&mut reader).await else {
+            panic!("granted without credentials");
+        };
+        assert_eq!(sent, Sent::Nothing);
+    }
+
+    #[test]
+    fn a_realm_over_https_or_on_the_registrys_host_may_receive_credentials() {
+        let http = reqwest::Client::new();
+        let on = |base: &str| Reader::new(&http, "r", base.to_owned(), "team/app".to_owned());
+        let url = |u: &str| reqwest::Url::parse(u).unwrap();
+        let local = on("http://127.0.0.1:5000");
+        assert!(local.may_receive_credentials(&url("http://127.0.0.1:5001/token")));
+        assert!(local.may_receive_credentials(&url("https://auth.example/token")));
+        assert!(!local.may_receive_credentials(&url("http://127.0.0.2:5000/token")));
+        assert!(!local.may_receive_credentials(&url("http://auth.example/token")));
+        let hub = on("https://registry-1.docker.io");
+        assert!(hub.may_receive_credentials(&url("https://auth.docker.io/token")));
+        assert!(!hub.may_receive_credentials(&url("http://auth.docker.io/token")));
+        assert!(hub.may_receive_credentials(&url("http://REGISTRY-1.docker.io/token")));
+        let v6 = on("http://[::1]:5000");
+        assert!(v6.may_receive_credentials(&url("http://[::1]:6000/token")));
+        assert!(!v6.may_receive_credentials(&url("http://[::2]:5000/token")));
     }
 
     #[test]

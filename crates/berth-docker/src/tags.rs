@@ -3,13 +3,15 @@
 //!
 //! berth runs pins only. This is for what writes pins (`berth add`, `berth init`, `berth pin`)
 //! and for the daemon's observation of the tags its instances carry, which records what it
-//! sees and never changes what runs.
+//! sees and never changes what runs. Either way the tag's manifest is read (up to 4 MiB) and
+//! its bytes hashed: the digest taken is the one computed, never only what the registry's
+//! `Docker-Content-Digest` header says, and a header that says another is an error.
 
 use berth_core::image::{Digest, PinnedImage, ReferenceError};
 use berth_core::rollouts::{registry_host, registry_repository};
 use bollard::Docker;
 
-use crate::registry::{MAX_MANIFEST, Registries, Unanswered, read_limited};
+use crate::registry::{MAX_MANIFEST, Reader, Registries, Sent, Unanswered, read_capped};
 
 /// The tag a reference without one means.
 const DEFAULT_TAG: &str = "latest";
@@ -150,11 +152,10 @@ impl TagReader {
         }
     }
 
-    /// What the registry serves under `tag` now. With `verify`, the manifest is read and its
-    /// bytes hashed (what a pin is written from); without, only its head is asked (what
-    /// observation asks: registries such as Docker Hub do not count a HEAD against pull limits).
-    pub async fn read(&self, tag: &TagRef, verify: bool) -> Result<TagDigest, TagError> {
-        read_tag(&self.registries, self.docker.as_ref(), tag, verify).await
+    /// What the registry serves under `tag` now: the manifest is read and its bytes hashed
+    /// (see the module's documentation).
+    pub async fn read(&self, tag: &TagRef) -> Result<TagDigest, TagError> {
+        read_tag(&self.registries, self.docker.as_ref(), tag).await
     }
 }
 
@@ -164,57 +165,71 @@ pub(crate) async fn read_tag(
     registries: &Registries,
     docker: Option<&Docker>,
     tag: &TagRef,
-    verify: bool,
 ) -> Result<TagDigest, TagError> {
     let host = tag.host();
-    let shown = format!("{host}/{}:{}", tag.registry_repository(), tag.tag);
-    let error = |kind, message: String| TagError { kind, message };
-    let Some(mut reader) = registries
+    let Some(reader) = registries
         .reader(docker, &host, &tag.registry_repository())
         .await
     else {
-        return Err(error(
-            TagErrorKind::Unreachable,
-            format!("berth has no HTTP client to read {shown} with"),
-        ));
+        return Err(TagError {
+            kind: TagErrorKind::Unreachable,
+            message: format!(
+                "berth has no HTTP client to read {host}/{}:{} with",
+                tag.registry_repository(),
+                tag.tag
+            ),
+        });
     };
+    read_with(reader, tag).await
+}
+
+/// What the registry `reader` reads serves under `tag` now.
+async fn read_with(mut reader: Reader<'_>, tag: &TagRef) -> Result<TagDigest, TagError> {
+    let host = tag.host();
+    let shown = format!("{host}/{}:{}", tag.registry_repository(), tag.tag);
+    let error = |kind, message: String| TagError { kind, message };
     let url = reader.manifest_url(&tag.tag);
-    let method = if verify {
-        reqwest::Method::GET
-    } else {
-        reqwest::Method::HEAD
-    };
-    let response = reader.send(method, &url).await.map_err(|e| match e {
-        Unanswered::Unreachable(detail) => error(
-            TagErrorKind::Unreachable,
-            format!(
-                "could not reach the registry {} to read {shown} ({detail}): check the name \
+    let response = reader
+        .send(reqwest::Method::GET, &url)
+        .await
+        .map_err(|e| match e {
+            Unanswered::Unreachable(detail) => error(
+                TagErrorKind::Unreachable,
+                format!(
+                    "could not reach the registry {} to read {shown} ({detail}): check the name \
                  and that the registry is up",
-                host
+                    host
+                ),
             ),
-        ),
-        Unanswered::Unauthorized {
-            had_credential: true,
-        } => error(
-            TagErrorKind::Unauthorized,
-            format!(
-                "the registry {} refused the credentials your Docker config has for it when \
-                 reading {shown}: log in again with `docker login {}`",
-                host, host
+            Unanswered::Unauthorized(Sent::Credential) => error(
+                TagErrorKind::Unauthorized,
+                format!(
+                    "the registry {host} refused the credentials your Docker config has for it \
+                 (berth sent them) when reading {shown}: log in again with `docker login {host}`"
+                ),
             ),
-        ),
-        Unanswered::Unauthorized {
-            had_credential: false,
-        } => error(
-            TagErrorKind::Unauthorized,
-            format!(
-                "the registry {} wants credentials to read {shown}, and your Docker config \
-                 has none for it: log in with `docker login {}`",
-                host, host
+            Unanswered::Unauthorized(Sent::Nothing) => error(
+                TagErrorKind::Unauthorized,
+                format!(
+                    "the registry {host} wants credentials to read {shown}, and your Docker config \
+                 has none for it (berth sent none): log in with `docker login {host}`"
+                ),
             ),
-        ),
-        Unanswered::Credential(message) => error(TagErrorKind::Unauthorized, message),
-    })?;
+            Unanswered::Unauthorized(Sent::Withheld { realm }) => error(
+                TagErrorKind::Unauthorized,
+                format!(
+                    "the registry {host} refused to read {shown} without credentials: the \
+                 registry's token realm {realm} is another host over plain http, so berth did \
+                 not send your Docker config's credentials to it (it sent none); the registry \
+                 must name a realm over https or on its own host"
+                ),
+            ),
+            Unanswered::Credential(message) => error(TagErrorKind::Unauthorized, message),
+            Unanswered::Invalid(message) => error(
+                TagErrorKind::Invalid,
+                format!("could not read {shown}: {message}"),
+            ),
+        })?;
     let status = response.status();
     if status == reqwest::StatusCode::NOT_FOUND {
         return Err(error(
@@ -243,50 +258,33 @@ pub(crate) async fn read_tag(
             .filter(|v| !v.is_empty())
     };
     let media_type = header("content-type");
-    let said = header("docker-content-digest").and_then(|d| Digest::normalize(&d));
-    if !verify {
-        return said
-            .map(|digest| TagDigest { digest, media_type })
-            .ok_or_else(|| {
-                error(
-                    TagErrorKind::Invalid,
-                    format!(
-                        "the registry {} did not say the digest of {shown} \
-                         (no Docker-Content-Digest header)",
-                        host
-                    ),
-                )
-            });
-    }
-    if response
-        .content_length()
-        .is_some_and(|n| n > MAX_MANIFEST as u64)
-    {
-        return Err(error(
-            TagErrorKind::Invalid,
-            format!("the manifest of {shown} is larger than berth reads (4 MiB)"),
-        ));
-    }
-    let bytes = read_limited(response).await.ok_or_else(|| {
-        error(
-            TagErrorKind::Invalid,
-            format!("the manifest of {shown} could not be read whole"),
-        )
-    })?;
+    let said = header("docker-content-digest");
+    let bytes = read_capped(response, MAX_MANIFEST, &format!("the manifest of {shown}"))
+        .await
+        .map_err(|message| error(TagErrorKind::Invalid, message))?;
     let digest = Digest::of(&bytes);
     if let Some(said) = said
-        && said != digest
+        && Digest::normalize(&said).as_ref() != Some(&digest)
     {
         return Err(error(
             TagErrorKind::Invalid,
             format!(
-                "the registry {} says {shown} is {said}, but the manifest it served hashes \
-                 to {digest}: it does not serve what it names; nothing was pinned",
-                host
+                "the registry {host} says {shown} is {} (its Docker-Content-Digest header), \
+                 but the manifest it served hashes to {digest}: it does not serve what it \
+                 names, so berth took neither digest",
+                shortened(&said)
             ),
         ));
     }
     Ok(TagDigest { digest, media_type })
+}
+
+/// A registry's text in a sentence: at most 100 characters.
+fn shortened(text: &str) -> String {
+    match text.char_indices().nth(100) {
+        Some((end, _)) => format!("{}...", &text[..end]),
+        None => text.to_owned(),
+    }
 }
 
 impl Default for TagReader {
@@ -298,6 +296,109 @@ impl Default for TagReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use berth_testkit::token_registry::{self, Options, Realm, TokenRegistry};
+
+    /// What `registry` serves under `team/app:1`, read with `credential` as the Docker config's.
+    async fn read_from(
+        registry: &TokenRegistry,
+        credential: Option<crate::credentials::Credential>,
+    ) -> Result<TagDigest, TagError> {
+        let tag = TagRef::parse(&format!("{}/team/app:1", registry.address())).unwrap();
+        let registries = Registries::new();
+        let reader = registries
+            .reader(None, &tag.host(), &tag.registry_repository())
+            .await
+            .expect("a registry client")
+            .with_credential(credential);
+        read_with(reader, &tag).await
+    }
+
+    #[tokio::test]
+    async fn a_tag_is_the_digest_of_the_bytes_it_serves() {
+        let registry = TokenRegistry::start(Options::default());
+        let found = read_from(&registry, None).await.unwrap();
+        assert_eq!(found.digest.as_str(), registry.manifest_digest());
+        assert_eq!(
+            found.media_type.as_deref(),
+            Some("application/vnd.oci.image.manifest.v1+json")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_digest_header_that_is_not_the_bytes_is_an_error_naming_both() {
+        let registry = TokenRegistry::start(Options {
+            manifest: token_registry::Manifest::WrongDigestHeader,
+            ..Options::default()
+        });
+        let e = read_from(&registry, None).await.unwrap_err();
+        assert_eq!(e.kind, TagErrorKind::Invalid);
+        assert!(
+            e.message.contains(&registry.wrong_digest())
+                && e.message.contains(&registry.manifest_digest())
+                && e.message.contains("Docker-Content-Digest"),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn answers_over_their_caps_are_errors_naming_the_cap() {
+        let registry = TokenRegistry::start(Options {
+            realm: Realm::Huge(1 << 30),
+            ..Options::default()
+        });
+        let e = read_from(&registry, None).await.unwrap_err();
+        assert!(
+            e.message.contains("token answer") && e.message.contains("1 MiB"),
+            "{e}"
+        );
+        let registry = TokenRegistry::start(Options {
+            manifest: token_registry::Manifest::Huge(1 << 30),
+            ..Options::default()
+        });
+        let e = read_from(&registry, None).await.unwrap_err();
+        assert!(
+            e.message.contains("the manifest of") && e.message.contains("larger than 4 MiB"),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refusal_names_what_berth_sent() {
+        let withheld = TokenRegistry::start(Options {
+            realm_on_other_host: true,
+            realm: Realm::CredentialsOnly,
+            ..Options::default()
+        });
+        let e = read_from(&withheld, Some(crate::registry::tests::credential()))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, TagErrorKind::Unauthorized);
+        assert!(
+            e.message.contains(&format!(
+                "token realm {} is another host over plain http, so berth did not send your \
+                 Docker config's credentials to it",
+                withheld.realm_origin()
+            )),
+            "{e}"
+        );
+        assert!(!e.message.contains(berth_testkit::auth_registry::PASSWORD));
+        assert_eq!(withheld.realm_requests_with_credentials(), 0);
+
+        let own = TokenRegistry::start(Options {
+            realm: Realm::CredentialsOnly,
+            ..Options::default()
+        });
+        let e = read_from(&own, None).await.unwrap_err();
+        assert!(
+            e.message.contains("has none for it (berth sent none)"),
+            "{e}"
+        );
+        assert!(
+            read_from(&own, Some(crate::registry::tests::credential()))
+                .await
+                .is_ok()
+        );
+    }
 
     #[test]
     fn names_gain_latest_and_docker_hub_names_gain_library() {

@@ -83,15 +83,21 @@ impl AuthRegistry {
 
     /// A Docker config folder (for `DOCKER_CONFIG`) that holds its credentials.
     pub fn docker_config(&self) -> tempfile::TempDir {
-        use base64::Engine as _;
-        let dir = tempfile::tempdir().unwrap();
-        let auth = base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"));
-        let config = serde_json::json!({"auths": {self.address(): {"auth": auth}}});
-        std::fs::File::create(dir.path().join("config.json"))
-            .and_then(|mut f| f.write_all(config.to_string().as_bytes()))
-            .unwrap();
-        dir
+        docker_config_for(&self.address())
     }
+}
+
+/// A Docker config folder (for `DOCKER_CONFIG`) that holds [`USER`] and [`PASSWORD`] for the
+/// registry at `address`.
+pub fn docker_config_for(address: &str) -> tempfile::TempDir {
+    use base64::Engine as _;
+    let dir = tempfile::tempdir().unwrap();
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"));
+    let config = serde_json::json!({"auths": {address: {"auth": auth}}});
+    std::fs::File::create(dir.path().join("config.json"))
+        .and_then(|mut f| f.write_all(config.to_string().as_bytes()))
+        .unwrap();
+    dir
 }
 
 impl Drop for AuthRegistry {

@@ -13,6 +13,8 @@
 //!   registry) and [`second_node::SecondNode`] (a second Docker engine for the swarm tests).
 //! - [`tagging::push_tag`] (a fixture image pushed under a repository and tag of the test's
 //!   own) and [`auth_registry::AuthRegistry`] (a registry that wants a password).
+//! - [`token_registry::TokenRegistry`]: a registry with token auth that misbehaves as a test
+//!   asks (a huge token answer, a realm on another host, a digest header that lies).
 //!
 //! The fixtures (a local registry and FROM-scratch busybox images pinned by digest) are prepared
 //! by `scripts/test`; a test that needs one and finds none panics saying so. Every Docker object
@@ -25,6 +27,7 @@ mod docker;
 pub mod registry;
 pub mod second_node;
 pub mod tagging;
+pub mod token_registry;
 
 use std::process::{Child, Command};
 use std::sync::OnceLock;

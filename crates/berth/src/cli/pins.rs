@@ -212,7 +212,7 @@ pub async fn pin_command(args: PinArgs) -> anyhow::Result<ExitCode> {
             }
             continue;
         };
-        let found = reader.read(&tag, true).await.map_err(anyhow::Error::msg)?;
+        let found = reader.read(&tag).await.map_err(anyhow::Error::msg)?;
         let new = tag.pin(&found.digest);
         let changed = new.digest() != old.digest();
         if changed {

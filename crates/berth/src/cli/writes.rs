@@ -23,7 +23,7 @@ pub(super) const HEADER: &str = "\
 /// Pins `image` (a tag) from its registry.
 pub(super) async fn pin(reader: &TagReader, image: &str) -> anyhow::Result<PinnedImage> {
     let tag = TagRef::parse(image).map_err(anyhow::Error::msg)?;
-    let found = reader.read(&tag, true).await.map_err(anyhow::Error::msg)?;
+    let found = reader.read(&tag).await.map_err(anyhow::Error::msg)?;
     Ok(tag.pin(&found.digest))
 }
 
