@@ -9,6 +9,7 @@ use std::process::Command;
 
 use support::auth_registry::AuthRegistry;
 use support::tagging::{Target, push_tag};
+use support::token_registry::{self, Realm, TokenRegistry};
 use support::{Daemon, KEY, LocalImages, busybox_image, fixture};
 
 /// A fresh git repository with no berth.toml.
@@ -408,4 +409,242 @@ fn a_password_registry_is_pulled_observed_and_promoted_with_the_docker_configs_c
         !log.contains(support::auth_registry::PASSWORD),
         "the daemon logged the password"
     );
+}
+
+/// `berth args...` in `dir` as [`berth`] runs it, and the largest resident memory the process
+/// had, in KiB (its own `wait4` rusage: no other child counts).
+#[expect(
+    clippy::zombie_processes,
+    reason = "libc::wait4 reaps the child, for its rusage"
+)]
+fn berth_measured(dir: &Path, args: &[&str], docker_config: &Path) -> (i32, String, u64) {
+    use std::io::Read;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
+        .args(args)
+        .current_dir(dir)
+        .env("DOCKER_CONFIG", docker_config)
+        .env("BERTH_URL", "http://127.0.0.1:9")
+        .env("BERTH_SERVICE_KEYS", KEY)
+        .env_remove("BERTH_IMAGE_MIRROR")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("berth runs");
+    let mut stderr = child.stderr.take().unwrap();
+    let reading = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is valid, and `pid` is this test's own child, not waited yet.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(waited, pid, "wait4 of berth");
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        -1
+    };
+    // Linux gives ru_maxrss in KiB.
+    (code, reading.join().unwrap(), usage.ru_maxrss as u64)
+}
+
+/// The daemon's `observe` of an instance's tag.
+fn observe(client: &support::Client, domain: &str, key: &str) -> support::Answer {
+    client.post_empty(&format!(
+        "/v1/resource-domains/{domain}/instances/{key}/image-releases/observe"
+    ))
+}
+
+#[test]
+fn the_cli_reads_a_registry_with_caps_withholds_credentials_from_a_plain_http_realm_elsewhere_and_hashes_the_tag()
+ {
+    let repo = fresh_repo();
+    let empty = tempfile::tempdir().unwrap();
+
+    // A token realm that streams 1 GiB: the error names the cap, and berth stays small.
+    let huge = TokenRegistry::start(token_registry::Options {
+        realm: Realm::Huge(1 << 30),
+        ..Default::default()
+    });
+    let tagged = format!("{}/team/app:1", huge.address());
+    let args = ["add", "app", tagged.as_str(), "--port", "8080"];
+    let (code, err, max_rss_kib) = berth_measured(repo.path(), &args, empty.path());
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("token answer") && err.contains("is larger than 1 MiB"),
+        "{err}"
+    );
+    assert!(
+        max_rss_kib < 100 * 1024,
+        "berth add reached {max_rss_kib} KiB resident reading a 1 GiB token answer"
+    );
+    assert!(huge.large_bytes_sent() < 64 << 20);
+
+    // A plain-http realm on another host gets no credentials, and the refusal says so.
+    let elsewhere = TokenRegistry::start(token_registry::Options {
+        realm_on_other_host: true,
+        realm: Realm::CredentialsOnly,
+        ..Default::default()
+    });
+    let config = elsewhere.docker_config();
+    let tagged = format!("{}/team/app:1", elsewhere.address());
+    let (code, _, err) = berth(
+        repo.path(),
+        &["add", "app", &tagged, "--port", "8080"],
+        Some(config.path()),
+        None,
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "the registry's token realm {} is another host over plain http, so berth did not \
+             send your Docker config's credentials to it (it sent none)",
+            elsewhere.realm_origin()
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("has none for it"), "{err}");
+    assert!(!err.contains(support::auth_registry::PASSWORD));
+    assert!(elsewhere.realm_requests() >= 1);
+    assert_eq!(elsewhere.realm_requests_with_credentials(), 0);
+
+    // A Docker-Content-Digest header that is not the bytes' digest pins nothing.
+    let lying = TokenRegistry::start(token_registry::Options {
+        manifest: token_registry::Manifest::WrongDigestHeader,
+        ..Default::default()
+    });
+    let tagged = format!("{}/team/app:1", lying.address());
+    let (code, _, err) = berth(
+        repo.path(),
+        &["add", "app", &tagged, "--port", "8080"],
+        None,
+        None,
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&lying.wrong_digest()) && err.contains(&lying.manifest_digest()),
+        "{err}"
+    );
+    assert!(!repo.path().join("berth.toml").exists());
+
+    // The honest one is pinned to its bytes' digest.
+    let honest = TokenRegistry::start(token_registry::Options::default());
+    let tagged = format!("{}/team/app:1", honest.address());
+    let (code, out, err) = berth(
+        repo.path(),
+        &["add", "app", &tagged, "--port", "8080"],
+        None,
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let file = std::fs::read_to_string(repo.path().join("berth.toml")).unwrap();
+    assert!(
+        file.contains(&format!("{tagged}@{}", honest.manifest_digest())),
+        "{file}"
+    );
+}
+
+#[test]
+fn the_daemons_observe_reads_with_caps_withholds_credentials_and_records_only_a_hashed_digest() {
+    let huge = TokenRegistry::start(token_registry::Options {
+        realm: Realm::Huge(1 << 30),
+        ..Default::default()
+    });
+    let elsewhere = TokenRegistry::start(token_registry::Options {
+        realm_on_other_host: true,
+        realm: Realm::CredentialsOnly,
+        ..Default::default()
+    });
+    let lying = TokenRegistry::start(token_registry::Options {
+        manifest: token_registry::Manifest::WrongDigestHeader,
+        ..Default::default()
+    });
+    let honest = TokenRegistry::start(token_registry::Options::default());
+    // The daemon's Docker config has credentials for the registry whose realm is elsewhere.
+    let config = elsewhere.docker_config();
+    let daemon = Daemon::start_with_env(&[("DOCKER_CONFIG", config.path().to_str().unwrap())]);
+    let client = daemon.client();
+    let domain = client.create_domain("observe");
+    // Each instance pins a digest its registry does not serve by digest: the engine's pull
+    // fails at once (it never reads a realm), and observation reads the tag.
+    let pinned = format!("sha256:{}", "1".repeat(64));
+    for (key, registry) in [
+        ("huge", &huge),
+        ("elsewhere", &elsewhere),
+        ("lying", &lying),
+        ("honest", &honest),
+    ] {
+        let image = format!("{}/team/app:1@{pinned}", registry.address());
+        client
+            .up(&domain, key, &support::spec(&image, key), "person")
+            .expect(200);
+    }
+
+    let before = daemon.rss_kib();
+    let e = observe(&client, &domain, "huge").expect_error(502, "ResourceImageRegistryError");
+    let message = e["message"].as_str().unwrap();
+    assert!(
+        message.contains("token answer") && message.contains("is larger than 1 MiB"),
+        "{e}"
+    );
+    let after = daemon.rss_kib();
+    assert!(
+        after < 100 * 1024,
+        "the daemon is {after} KiB resident (was {before} KiB) after a 1 GiB token answer"
+    );
+    assert!(huge.large_bytes_sent() < 64 << 20);
+
+    let e = observe(&client, &domain, "elsewhere").expect_error(502, "ResourceImageRegistryError");
+    assert!(
+        e["message"].as_str().unwrap().contains(&format!(
+            "token realm {} is another host over plain http, so berth did not send your \
+             Docker config's credentials to it",
+            elsewhere.realm_origin()
+        )),
+        "{e}"
+    );
+    assert_eq!(elsewhere.realm_requests_with_credentials(), 0);
+
+    let releases = |key: &str| {
+        client
+            .get(&format!(
+                "/v1/resource-domains/{domain}/instances/{key}/image-releases"
+            ))
+            .expect(200)
+    };
+    let recorded = |key: &str, digest: &str| {
+        releases(key)["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["data"]["registryRootDigest"] == digest)
+    };
+    let e = observe(&client, &domain, "lying").expect_error(502, "ResourceImageRegistryError");
+    let message = e["message"].as_str().unwrap();
+    assert!(
+        message.contains(&lying.wrong_digest()) && message.contains(&lying.manifest_digest()),
+        "{e}"
+    );
+    assert!(
+        !recorded("lying", &lying.wrong_digest()),
+        "{}",
+        releases("lying")
+    );
+    assert!(
+        !recorded("lying", &lying.manifest_digest()),
+        "{}",
+        releases("lying")
+    );
+
+    observe(&client, &domain, "honest").expect(200);
+    assert!(
+        recorded("honest", &honest.manifest_digest()),
+        "{}",
+        releases("honest")
+    );
+    let log = daemon.log_tail(400);
+    assert!(!log.contains(support::auth_registry::PASSWORD));
 }

@@ -433,10 +433,11 @@ pub trait Runtime: Send + Sync + 'static {
         Ok(None)
     }
 
-    /// What the registry serves now under the tag `image` carries beside its digest (a HEAD
-    /// of the tag's manifest, which pulls nothing and changes nothing that runs). `None` when
-    /// the runtime cannot read registries; [`RuntimeError::Registry`] when the registry is
-    /// unreachable, refuses, or has no such tag.
+    /// What the registry serves now under the tag `image` carries beside its digest (a GET of
+    /// the tag's manifest, whose bytes' hash is the digest; it changes nothing that runs).
+    /// `None` when the runtime cannot read registries; [`RuntimeError::Registry`] when the
+    /// registry is unreachable, refuses, has no such tag, answers over a cap, or names a digest
+    /// its bytes do not hash to.
     async fn observe_tag(
         &self,
         image: &PinnedImage,

@@ -494,8 +494,8 @@ impl<'a> Reader<'a> {
             let header = match response.headers().get(reqwest::header::WWW_AUTHENTICATE) {
                 Some(value) if value.len() > MAX_CHALLENGE => {
                     return Err(Unanswered::Invalid(format!(
-                        "the registry {}'s challenge (its WWW-Authenticate header) is larger \
-                         than {}, the most berth reads",
+                        "the challenge of the registry {} (its WWW-Authenticate header) is \
+                         larger than {}, the most berth reads",
                         self.host,
                         size(MAX_CHALLENGE)
                     )));
@@ -534,19 +534,19 @@ impl<'a> Reader<'a> {
         challenge: &HashMap<String, String>,
     ) -> Result<String, Unanswered> {
         let host = self.host.clone();
-        let invalid = |what: String| Unanswered::Invalid(format!("the registry {host}'s {what}"));
         let Some(realm) = challenge.get("realm") else {
-            return Err(invalid(
-                "bearer challenge names no realm (expected realm=\"https://...\")".to_owned(),
-            ));
+            return Err(Unanswered::Invalid(format!(
+                "the bearer challenge of the registry {host} names no realm (expected \
+                 realm=\"https://...\")"
+            )));
         };
         let Some(realm) = reqwest::Url::parse(realm)
             .ok()
             .filter(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some())
         else {
-            return Err(invalid(
-                "token realm is not an http or https URL".to_owned(),
-            ));
+            return Err(Unanswered::Invalid(format!(
+                "the token realm the registry {host} names is not an http or https URL"
+            )));
         };
         let origin = origin(&realm);
         let mut query: Vec<(&str, String)> = Vec::new();
@@ -584,16 +584,17 @@ impl<'a> Reader<'a> {
             return Err(Unanswered::Unauthorized(self.sent()));
         }
         if !status.is_success() {
-            return Err(invalid(format!("token realm {origin} answered {status}")));
+            return Err(Unanswered::Invalid(format!(
+                "the token realm {origin} of the registry {host} answered {status}"
+            )));
         }
-        let what = format!("the registry {}'s token answer (from {origin})", self.host);
+        let what = format!("the token answer of the registry {host} (from its realm {origin})");
         let body = read_capped(response, MAX_TOKEN_ANSWER, &what)
             .await
             .map_err(Unanswered::Invalid)?;
         let answer: Token = serde_json::from_slice(&body).map_err(|_| {
-            invalid(format!(
-                "token answer (from {origin}) is not a token realm's JSON (expected \
-                 {{\"token\": \"...\"}})"
+            Unanswered::Invalid(format!(
+                "{what} is not a token realm's JSON (expected {{\"token\": \"...\"}})"
             ))
         })?;
         answer
@@ -601,9 +602,9 @@ impl<'a> Reader<'a> {
             .or(answer.access_token)
             .filter(|t| !t.is_empty())
             .ok_or_else(|| {
-                invalid(format!(
-                    "token answer (from {origin}) holds no token (expected a \"token\" or \
-                     \"access_token\" field)"
+                Unanswered::Invalid(format!(
+                    "{what} holds no token (expected a \"token\" or \"access_token\" \
+                     field)"
                 ))
             })
     }

@@ -3,8 +3,9 @@
 //! digest as an image release, observed and not accepted. Observation never changes what
 //! runs: only a promotion does (see docs/images.md).
 //!
-//! A round reads each distinct `name:tag` once, however many instances carry it, with a HEAD
-//! of the tag's manifest (which registries such as Docker Hub do not count as a pull).
+//! A round reads each distinct `name:tag` once, however many instances carry it, with a GET
+//! of the tag's manifest: the digest recorded is the hash of the bytes read, never only what
+//! the registry's `Docker-Content-Digest` header says.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

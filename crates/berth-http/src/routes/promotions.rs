@@ -81,8 +81,9 @@ pub(crate) fn router() -> OpenApiRouter<App> {
         .routes(routes!(promote_instance))
 }
 
-/// Reads what the registry serves now under the tag of the instance's image (a HEAD of the
-/// tag's manifest, with the Docker config's credentials) and records a new digest as an image
+/// Reads what the registry serves now under the tag of the instance's image (a GET of the
+/// tag's manifest, with the Docker config's credentials, its bytes hashed for the digest) and
+/// records a new digest as an image
 /// release, observed and not accepted; answers every image release of the instance. Nothing
 /// that runs changes. The daemon also does this on its own every `--observe-every`.
 #[utoipa::path(post, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/image-releases/observe", tag = "resource-instances",
