@@ -114,9 +114,9 @@ pub struct ServeArgs {
     #[arg(long, env = "BERTH_ENDPOINT_SPIN", default_value = "100us", value_parser = endpoint_spin)]
     endpoint_spin: Duration,
 
-    /// How often the tags of live instances' images are read from their registries (a HEAD
-    /// of each distinct tag's manifest); a digest not seen before is recorded as an image
-    /// release, observed and not run until promoted. `off` observes only on demand
+    /// How often the tags of live instances' images are read from their registries (a GET of
+    /// each distinct tag's manifest, its bytes hashed); a digest not seen before is recorded as
+    /// an image release, observed and not run until promoted. `off` observes only on demand
     /// (`POST .../image-releases/observe`, `berth outdated`). At least 1s.
     #[arg(long, env = "BERTH_OBSERVE_EVERY", default_value = "6h", value_parser = observe_every)]
     observe_every: ObserveEvery,
