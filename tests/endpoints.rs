@@ -8,7 +8,7 @@ use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Client, Daemon, busybox_image, echo_image, spec};
+use support::{Client, Daemon, Launch, busybox_image, echo_image, spec};
 
 const READY: Duration = Duration::from_secs(60);
 
@@ -457,4 +457,160 @@ fn an_endpoint_spin_past_ten_milliseconds_is_refused_by_name_and_writes_nothing(
         "{stderr}"
     );
     assert!(!data_dir.exists(), "a refused start made {data_dir:?}");
+}
+
+/// Raises this test process's own soft limit on descriptors to at least `want` (within its
+/// hard limit): it holds a thousand sockets of its own.
+fn allow_descriptors(want: u64) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read or write one live rlimit.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+        if limit.rlim_cur < want {
+            assert!(
+                limit.rlim_max >= want,
+                "this test holds {want} descriptors; the hard limit is {}",
+                limit.rlim_max
+            );
+            limit.rlim_cur = want;
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+        }
+    }
+}
+
+/// `GET path` of the daemon on a connection of its own, bounded by `within`: the status line.
+fn answers_within(base: &str, path: &str, key: Option<&str>, within: Duration) -> String {
+    let address = base.trim_start_matches("http://");
+    let started = Instant::now();
+    let mut s = TcpStream::connect(address).expect("connect to the API");
+    s.set_read_timeout(Some(within)).unwrap();
+    let auth = key.map_or(String::new(), |k| format!("Authorization: Bearer {k}\r\n"));
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer)
+        .unwrap_or_else(|e| panic!("GET {path} did not answer within {within:?}: {e}"));
+    assert!(
+        started.elapsed() < within,
+        "GET {path} took {:?}",
+        started.elapsed()
+    );
+    answer.lines().next().unwrap_or_default().to_owned()
+}
+
+/// A connection through the endpoint that carries bytes both ways: the echo comes back.
+fn echoes(stream: &mut TcpStream) -> bool {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut back = [0u8; 4];
+    stream.write_all(b"ping").is_ok() && stream.read_exact(&mut back).is_ok() && &back == b"ping"
+}
+
+/// 1,000 connections to one endpoint of a daemon whose descriptor limit is 1,024, soft and hard
+/// (berth raises its soft limit to the hard one at start, so the hard one is what is lowered):
+/// the endpoint takes the connections that leave the reserve free, closes the others at once
+/// and logs the burst once; `/healthz` and a GET answer throughout, and once the connections
+/// close the endpoint takes new ones again.
+#[test]
+fn a_thousand_connections_to_an_endpoint_leave_the_api_answering_under_a_limit_of_1024() {
+    allow_descriptors(4096);
+    // The daemon runs under `ulimit -n 1024` (soft and hard), set by a shell that then execs it.
+    let dir = tempfile::tempdir().unwrap();
+    let wrapper = dir.path().join("berth-1024");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nulimit -n 1024 || exit 1\nexec '{}' \"$@\"\n",
+            support::berth_binary().display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let daemon = Launch::new().binary(&wrapper).start();
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", daemon.pid())).unwrap();
+    let open_files = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap()
+        .split_whitespace()
+        .collect::<Vec<_>>();
+    assert_eq!(open_files[3..5], ["1024", "1024"], "{limits}");
+    let log = daemon.log_text();
+    assert!(
+        log.contains("descriptor limit") && log.contains("open_descriptors_limit=1024"),
+        "{log}"
+    );
+
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    // The echo server forks a process per connection: room for the ones berth takes.
+    let mut s = idle_spec(&echo_image(), "echo", 7000, 3600);
+    s["limits"] = json!({"cpuMillicores": 2000, "memoryBytes": 536870912});
+    api.up(&domain, "echo", &s, "use").expect(200);
+    api.wait_state(&domain, "echo", "running", READY);
+    let port = host_port(&api, &domain, "echo", 7000);
+    let instance = format!("/v1/resource-domains/{domain}/instances/echo");
+    let bound = Duration::from_secs(5);
+
+    let mut open = Vec::with_capacity(1000);
+    for i in 0..1000 {
+        let mut stream = TcpStream::connect(("127.0.0.1", port))
+            .unwrap_or_else(|e| panic!("connection {i} to the endpoint: {e}"));
+        if i == 0 {
+            assert!(echoes(&mut stream), "the first connection is relayed");
+        }
+        open.push(stream);
+        if i % 50 == 49 {
+            let health = answers_within(&daemon.base, "/healthz", None, bound);
+            assert!(
+                health.contains(" 200 "),
+                "after {} connections: {health}",
+                i + 1
+            );
+            let got = answers_within(&daemon.base, &instance, Some(support::KEY), bound);
+            assert!(got.contains(" 200 "), "after {} connections: {got}", i + 1);
+        }
+    }
+    // The last one was over the share: closed at once, not left hanging.
+    let last = open.last_mut().unwrap();
+    last.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    match last.read(&mut byte) {
+        Ok(0) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => panic!("the 1,000th connection was not closed at once: {other:?}"),
+    }
+    // The ones taken still carry bytes.
+    assert!(echoes(&mut open[1]), "the second connection is relayed");
+    let log = daemon.log_text();
+    let refusals = log.matches("endpoint connections are refused").count();
+    assert!(
+        (1..=3).contains(&refusals),
+        "the burst is logged once (a minute), not per connection: {refusals} lines"
+    );
+    assert!(!log.contains("Too many open files"), "{log}");
+
+    // Once they close, the endpoint takes connections again.
+    drop(open);
+    support::wait_until(
+        Duration::from_secs(30),
+        "a new connection is relayed",
+        || TcpStream::connect(("127.0.0.1", port)).is_ok_and(|mut s| echoes(&mut s)),
+    );
+    assert!(
+        daemon
+            .log_text()
+            .contains("endpoint connections are taken again")
+    );
+    let health = answers_within(&daemon.base, "/healthz", None, bound);
+    assert!(health.contains(" 200 "), "{health}");
 }

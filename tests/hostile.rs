@@ -627,10 +627,20 @@ fn pages_in_a_browser_on_the_same_machine_cannot_drive_berth() {
         "127.0.0.1.nip.example",
         "[::1].attacker.example",
         "0x7f000001",
+        // A suffix test on the text would pass these, and the sign-in link would name
+        // evil.example as its host; parsed as an authority, none is one.
+        "evil.example/.localhost",
+        "evil.example#.localhost",
+        "evil.example?.localhost",
+        "evil.example\\.localhost",
+        "localhost:99999999999",
+        "localhost:0",
     ] {
         api.raw("GET", "/v1/resource-domains", None, &[("host", host)])
             .expect_error(403, "HostNotAllowedError");
         api.raw("GET", "/healthz", None, &[("host", host)])
+            .expect_error(403, "HostNotAllowedError");
+        api.raw("POST", "/v1/ui/sign-in-links", None, &[("host", host)])
             .expect_error(403, "HostNotAllowedError");
     }
     // No Host at all (HTTP/1.0) is refused too.

@@ -332,6 +332,8 @@ impl AllowedHosts {
     /// A configured host (`--allowed-hosts`, the listen address) as the guard compares it;
     /// `None` for one that is neither an IP address nor a name of DNS labels.
     pub fn configured(host: &str) -> Option<HostName> {
+        // `--allowed-hosts a, b` is a list people write with spaces.
+        let host = host.trim();
         let bare = host
             .strip_prefix('[')
             .and_then(|h| h.strip_suffix(']'))
@@ -583,6 +585,11 @@ mod tests {
         assert!(v6.allows("[fd00::1]:2378"));
         assert!(!v6.allows("bad/name"));
         assert_eq!(AllowedHosts::configured("bad/name"), None);
+        assert_eq!(AllowedHosts::configured("dev.example:2378"), None);
+        assert_eq!(
+            AllowedHosts::configured(" Dev.Example"),
+            Some(HostName::Name("dev.example".into()))
+        );
     }
 
     #[test]

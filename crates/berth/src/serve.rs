@@ -207,6 +207,16 @@ fn init_logging() {
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     init_logging();
+    raise_descriptor_limit();
+    for host in &args.allowed_hosts {
+        if AllowedHosts::configured(host).is_none() {
+            bail!(
+                "--allowed-hosts (BERTH_ALLOWED_HOSTS): {host:?} is neither an IP address nor a \
+                 host name made of DNS labels; expected names such as dev.example or addresses \
+                 such as 192.0.2.7, without a scheme or a port"
+            );
+        }
+    }
     // Whatever the umask berth was started with, what it makes is readable by its user alone
     // (SQLite's -wal and -shm files included). Modes are also set explicitly below.
     // SAFETY: umask only replaces the process's file mode mask; it cannot fail.
@@ -371,6 +381,53 @@ const HARD_DEADLINE_SLACK: Duration = Duration::from_secs(4);
 
 /// Exits the process, successfully, `after` from now if it has not ended by itself: a stop never
 /// hangs on a task that does not end.
+/// Raises the soft limit on open descriptors to the hard limit, and logs the figure the daemon
+/// runs with: each endpoint connection holds six (two sockets, two pipes) and the endpoints
+/// admit connections only while a reserve stays free for the API and the engine
+/// (`controllers/endpoints`), so the soft limit many systems start a process with (1024) would
+/// cut that to about 130 connections for no reason.
+fn raise_descriptor_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the live struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        tracing::warn!(error = %std::io::Error::last_os_error(),
+            "could not read the limit on open descriptors");
+        return;
+    }
+    let was = limit.rlim_cur;
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
+        };
+        // SAFETY: setrlimit reads one rlimit from the live struct it is given.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            limit.rlim_cur = limit.rlim_max;
+        } else {
+            // macOS refuses a soft limit over OPEN_MAX when the hard one is unlimited.
+            tracing::warn!(soft = was, hard = limit.rlim_max,
+                error = %std::io::Error::last_os_error(),
+                "could not raise the soft limit on open descriptors to the hard one");
+        }
+    }
+    let figure = |n: libc::rlim_t| {
+        if n == libc::RLIM_INFINITY {
+            "unlimited".to_owned()
+        } else {
+            n.to_string()
+        }
+    };
+    tracing::info!(
+        open_descriptors_limit = %figure(limit.rlim_cur),
+        was = %figure(was),
+        hard = %figure(limit.rlim_max),
+        "descriptor limit"
+    );
+}
+
 fn hard_deadline(after: Duration) {
     let spawned = std::thread::Builder::new()
         .name("berth-stop-deadline".into())

@@ -17,6 +17,9 @@
 //! port. A stored port that cannot be bound at start (another program holds it: an old daemon
 //! still draining, or anyone else) is left out and bound again with back-off until it is free,
 //! so no client is ever sent to a port that something other than berth holds.
+//!
+//! A connection is taken only while enough descriptors stay free for the API and the engine
+//! (`admission`): one over that is closed at once, and the burst it belongs to logged once.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -25,6 +28,7 @@ use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
 
+mod admission;
 mod relay;
 
 use super::context::{Context, InstanceQueue};
@@ -81,6 +85,8 @@ struct EndpointState {
     connections: Mutex<HashMap<InstanceId, usize>>,
     /// The container address proxied connections last reached, per instance.
     addresses: Mutex<HashMap<InstanceId, IpAddr>>,
+    /// The descriptors connections and listeners hold, against the process's limit.
+    admission: Arc<admission::Admission>,
 }
 
 /// The host endpoints of every instance and the connections through them. Clones share it.
@@ -339,9 +345,15 @@ impl EndpointController {
                     continue;
                 }
             };
+            // Over the descriptors endpoints may hold: closed at once (the refusal is logged
+            // once per burst), so the API and the engine keep theirs.
+            let Some(ticket) = self.state.admission.admit() else {
+                drop(client);
+                continue;
+            };
             let this = self.clone();
             let id = id.clone();
-            tokio::spawn(async move { this.proxy(id, port, client).await });
+            tokio::spawn(async move { this.proxy(id, port, client, ticket).await });
         }
     }
 
@@ -371,7 +383,14 @@ impl EndpointController {
 
     /// One proxied connection: wake the instance if it may be woken, wait for it, then move
     /// bytes both ways until both sides close (spliced where the kernel allows it: `relay`).
-    async fn proxy(&self, id: InstanceId, port: u16, client: TcpStream) {
+    /// Its descriptors are counted (`_ticket`) until it ends and they are closed.
+    async fn proxy(
+        &self,
+        id: InstanceId,
+        port: u16,
+        client: TcpStream,
+        _ticket: admission::Ticket,
+    ) {
         let _reach = ReachGuard::new(self, &id);
         let Some(upstream) = self.upstream(&id, port).await else {
             // Closed promptly: nothing is left hanging.
@@ -579,10 +598,11 @@ async fn bind_when_free(address: SocketAddr) -> TcpListener {
     }
 }
 
-/// Marks an endpoint as listening while it lives.
+/// Marks an endpoint as listening while it lives, and counts its listener's descriptor.
 struct Listening {
     endpoints: EndpointController,
     key: (InstanceId, u16),
+    _descriptor: admission::Ticket,
 }
 
 impl Listening {
@@ -592,6 +612,7 @@ impl Listening {
         Self {
             endpoints: endpoints.clone(),
             key,
+            _descriptor: endpoints.state.admission.listener(),
         }
     }
 }

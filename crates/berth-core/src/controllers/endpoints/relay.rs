@@ -17,7 +17,8 @@
 //! Why a thread, not the async runtime: bytes that arrive for a thread waiting in poll wake it
 //! directly, while through the runtime they wait for its poller to wake a worker that then polls
 //! the task, twice a round trip. A connection holds one thread with a small stack for its life;
-//! the endpoints serve a developer's clients, not thousands.
+//! the endpoints serve a developer's clients, not thousands, and take a connection only while
+//! its descriptors leave the API and the engine theirs (`admission`).
 //!
 //! A side that closes its sending half has that half closed on the other side too (half-close
 //! is kept); an error on either direction shuts both sockets down and ends the relay.
@@ -81,14 +82,20 @@ pub(crate) async fn relay(
         .name("berth-relay".to_owned())
         .stack_size(THREAD_STACK)
         .spawn(move || {
-            let mut ways = [
-                Direction::new(client.as_fd(), upstream.as_fd(), options.splice),
-                Direction::new(upstream.as_fd(), client.as_fd(), options.splice),
-            ];
-            let relayed = run(&mut ways, options.spin).map(|()| Relayed {
-                to_upstream: ways[0].moved(),
-                to_client: ways[1].moved(),
-            });
+            let relayed = {
+                let mut ways = [
+                    Direction::new(client.as_fd(), upstream.as_fd(), options.splice),
+                    Direction::new(upstream.as_fd(), client.as_fd(), options.splice),
+                ];
+                run(&mut ways, options.spin).map(|()| Relayed {
+                    to_upstream: ways[0].moved(),
+                    to_client: ways[1].moved(),
+                })
+                // The pipes close here, with the directions.
+            };
+            // Every descriptor is closed before the answer: the caller then gives back the
+            // connection's share of them (`admission`).
+            drop((client, upstream));
             let _ = answer.send(relayed);
         })?;
     answered
