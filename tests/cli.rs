@@ -1534,3 +1534,74 @@ fn ps_shows_each_instances_endpoints_and_ui_opens_the_repositorys_project() {
     let outside = berth(&daemon, elsewhere.path(), &["ui", "--print"]).ok();
     assert!(!outside.stdout.contains("&open="), "{outside:?}");
 }
+
+#[test]
+fn ps_and_doctor_name_an_instance_whose_volume_was_removed_outside_berth() {
+    let mut daemon = Daemon::start();
+    let repo = repo(&two_instances());
+    let dir = &repo.main;
+    berth(&daemon, dir, &["up", "db"]).ok();
+    let items = berth(&daemon, dir, &["ps", "--json"]).ok().json();
+    let key = db_key(&items, "worktree");
+    let volume = by_key(&items, &key)["volumes"][0]["dockerName"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let doctor = berth(&daemon, dir, &["doctor", "--json"]).ok().json();
+    let check = |checks: &Value, name: &str| {
+        checks
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["check"] == name)
+            .unwrap_or_else(|| panic!("no {name} check: {checks:#}"))
+            .clone()
+    };
+    let holders = check(&doctor, "holders");
+    assert_eq!(holders["ok"], true, "{holders:#}");
+    assert!(
+        holders["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("{volume}.held holds {volume}")),
+        "{holders:#}"
+    );
+    assert_eq!(check(&doctor, "data")["ok"], true);
+
+    // With the daemon away, a person removes the container, the holder and the volume.
+    daemon.stop();
+    for container in support::containers_named(&daemon.prefix) {
+        if !container.ends_with(".held") {
+            support::docker(&["rm", "-f", &container]);
+        }
+    }
+    support::docker(&["rm", "-f", &format!("{volume}.held")]);
+    support::docker(&["volume", "rm", &volume]);
+    daemon.start_again();
+
+    let client = daemon.client();
+    let domain = client.get("/v1/resource-domains").expect(200)["items"][0]["resourceDomainId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let failed = client.settled(&domain, &key, &["failed"], Duration::from_secs(120));
+    assert!(
+        failed["state"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&volume),
+        "{failed:#}"
+    );
+    let ps = berth(&daemon, dir, &["ps"]);
+    assert!(
+        ps.stdout.contains("failed") && ps.stdout.contains("removed outside berth"),
+        "{ps:?}"
+    );
+    let doctor = berth(&daemon, dir, &["doctor", "--json"]).json();
+    let data = check(&doctor, "data");
+    assert_eq!(data["ok"], false, "{data:#}");
+    assert!(
+        data["detail"].as_str().unwrap().contains(&volume),
+        "{data:#}"
+    );
+}

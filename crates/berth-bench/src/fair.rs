@@ -201,7 +201,7 @@ async fn restore_once(ctx: &Ctx, key: &str, snapshot: &SnapshotId) -> anyhow::Re
 }
 
 /// A snapshot of `key`, waited for until `ready`; its id.
-async fn snapshot_ready(
+pub(crate) async fn snapshot_ready(
     api: &Api,
     domain: &DomainId,
     key: &str,

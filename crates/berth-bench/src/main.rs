@@ -24,6 +24,7 @@ mod branch;
 mod engine;
 mod exec;
 mod fair;
+mod holders;
 mod idle;
 mod interrupt;
 mod layers;
@@ -177,6 +178,10 @@ enum FigureKind {
     /// What observing 50 instances' tags costs: the daemon's CPU and its registry requests.
     #[value(alias = "observe_daemon_cpu")]
     Observe,
+    /// A volume's create with its holder's against the volume's alone, and the holders a
+    /// snapshot and a branch make.
+    #[value(alias = "volume_create_with_holder")]
+    Holders,
 }
 
 impl FigureKind {
@@ -201,6 +206,7 @@ impl FigureKind {
             FigureKind::LayersLarge => "layers-large",
             FigureKind::Interrupt => "interrupt",
             FigureKind::Observe => "observe",
+            FigureKind::Holders => "holders",
         }
     }
 }
@@ -380,6 +386,7 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
                 interrupt::run(ctx, image, args.samples.map_or(3, |n| n as usize)).await
             }
             FigureKind::Observe => observe::run(ctx).await,
+            FigureKind::Holders => holders::run(ctx, args.samples.map_or(30, |n| n as usize)).await,
         }
         .with_context(|| format!("measuring {}", kind.key()))?;
         if let Some(note) = load_note(load_before, report::load_average()) {

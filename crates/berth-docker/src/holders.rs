@@ -54,6 +54,28 @@ pub(crate) async fn changing() -> tokio::sync::MutexGuard<'static, ()> {
     CHANGING.lock().await
 }
 
+/// The volumes this process has seen held: an `ensure` of one of them (every start of its
+/// instance) asks the engine nothing more. A holder removed behind berth's back is made again by
+/// the sweep its removal wakes, which looks at the engine itself.
+static HELD: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+fn held() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<String>> {
+    HELD.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// [`hold`], unless this process has seen `volume` held already.
+pub(crate) async fn hold_known(
+    docker: &Docker,
+    volume: &str,
+    labels: &Labels,
+) -> Result<(), RuntimeError> {
+    if held().contains(volume) {
+        return Ok(());
+    }
+    hold(docker, volume, labels).await
+}
+
 /// The name of the holder of `volume`.
 pub fn name_of(volume: &str) -> String {
     format!("{volume}.held")
@@ -65,7 +87,11 @@ pub(crate) fn is_holder(labels: &HashMap<String, String>) -> bool {
 }
 
 /// Gives `volume` (which exists, labelled `labels`) its holder; Ok when it has one.
-pub(crate) async fn hold(docker: &Docker, volume: &str, labels: &Labels) -> Result<(), RuntimeError> {
+pub(crate) async fn hold(
+    docker: &Docker,
+    volume: &str,
+    labels: &Labels,
+) -> Result<(), RuntimeError> {
     let name = name_of(volume);
     match create(docker, &name, volume, labels).await {
         Err(e) if error::status(&e) == Some(404) => {
@@ -89,6 +115,7 @@ pub(crate) async fn hold(docker: &Docker, volume: &str, labels: &Labels) -> Resu
                      volume {volume}; remove or rename it so that berth can hold the volume"
                 )));
             }
+            self::held().insert(volume.to_owned());
             return Ok(());
         }
         Err(e) => return Err(error::map(e, &format!("the holder of volume {volume}"))),
@@ -108,6 +135,7 @@ pub(crate) async fn hold(docker: &Docker, volume: &str, labels: &Labels) -> Resu
         return Err(RuntimeError::NotFound(format!("volume {volume}")));
     }
     tracing::debug!(volume = %volume, holder = %name, "volume held");
+    held().insert(volume.to_owned());
     Ok(())
 }
 
@@ -160,16 +188,21 @@ async fn import_image(docker: &Docker) -> Result<(), RuntimeError> {
         changes: vec![format!("LABEL {LABEL_MANAGED}=1")],
         ..Default::default()
     };
-    let mut stream = docker.create_image(Some(options), Some(bollard::body_full(empty.into())), None);
+    let mut stream =
+        docker.create_image(Some(options), Some(bollard::body_full(empty.into())), None);
     while let Some(step) = stream.next().await {
         step.map_err(|e| error::map(e, "the holders' image"))?;
     }
-    tracing::info!(image = IMAGE, "imported the empty image berth's volume holders are made from");
+    tracing::info!(
+        image = IMAGE,
+        "imported the empty image berth's volume holders are made from"
+    );
     Ok(())
 }
 
 /// Removes the holder of `volume`, before berth removes the volume; Ok when it has none.
 pub(crate) async fn release(docker: &Docker, volume: &str) -> Result<(), RuntimeError> {
+    held().remove(volume);
     crate::containers::remove(docker, &name_of(volume)).await
 }
 
@@ -185,10 +218,7 @@ pub(crate) async fn sweep(
             && labels.get(LABEL_PREFIX).map(String::as_str) == Some(prefix)
             && labels.get(LABEL_STORE).map(String::as_str) == Some(store)
     };
-    let filters = HashMap::from([(
-        "label".to_owned(),
-        vec![format!("{LABEL_PREFIX}={prefix}")],
-    )]);
+    let filters = HashMap::from([("label".to_owned(), vec![format!("{LABEL_PREFIX}={prefix}")])]);
     let volumes = docker
         .list_volumes(Some(ListVolumesOptions {
             filters: Some(filters.clone()),
@@ -223,15 +253,19 @@ pub(crate) async fn sweep(
     let mut holdings = Holdings::default();
     for volume in volumes.into_iter().filter(|v| ours(&v.labels)) {
         if let Some(holder) = by_volume.remove(&volume.name) {
+            held().insert(volume.name.clone());
             holdings.held.insert(volume.name, holder);
             continue;
         }
+        held().remove(&volume.name);
         let labels: Labels = volume.labels.into_iter().collect();
         let _changing = changing().await;
         match hold(docker, &volume.name, &labels).await {
             Ok(()) => {
                 holdings.made.push(volume.name.clone());
-                holdings.held.insert(volume.name.clone(), name_of(&volume.name));
+                holdings
+                    .held
+                    .insert(volume.name.clone(), name_of(&volume.name));
             }
             // Removed since the list: nothing to hold.
             Err(RuntimeError::NotFound(_)) => {}

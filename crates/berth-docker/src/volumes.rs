@@ -60,7 +60,7 @@ pub(crate) async fn ensure_volume(
             )));
         }
     }
-    crate::holders::hold(docker, name, labels).await
+    crate::holders::hold_known(docker, name, labels).await
 }
 
 /// The part of `GET /system/df` berth reads. API 1.41 answers with `Volumes`; engines from

@@ -188,7 +188,7 @@ fn network_ids(base: &str) -> Vec<String> {
     }
 }
 
-fn remove(args: &[&str]) {
+pub fn remove(args: &[&str]) {
     match Command::new("docker").args(args).output() {
         Ok(out) if out.status.success() => {}
         Ok(out) => eprintln!(

@@ -2,7 +2,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use berth_core::ownership::LABEL_STORE;
-use berth_core::runtime::{LABEL_PREFIX, LABEL_VOLUME, Mount, Runtime, RuntimeError};
+use berth_core::runtime::{LABEL_COPY, LABEL_PREFIX, LABEL_VOLUME, Mount, Runtime, RuntimeError};
 use bollard::models::VolumeCreateRequest;
 
 use crate::common::{self, Scope};
@@ -234,7 +234,7 @@ async fn container_actions(name: &str, since: i64) -> Vec<String> {
 #[tokio::test]
 async fn a_copy_keeps_owners_modes_links_and_empty_dirs_both_ways_and_only_a_labelled_volume_is_removed()
  {
-    use berth_core::runtime::{CopyPlan, LABEL_COPY};
+    use berth_core::runtime::CopyPlan;
     let rt = common::runtime().await;
     let scope = Scope::new("volume-copy");
     let image = common::image(common::BUSYBOX);
@@ -425,7 +425,7 @@ async fn volume_destinations(name: &str, since: i64) -> Vec<String> {
 #[tokio::test]
 async fn a_copy_helper_of_an_image_with_a_volume_mounts_only_the_two_volumes_and_leaves_no_anonymous_one()
  {
-    use berth_core::runtime::{CopyPlan, LABEL_COPY};
+    use berth_core::runtime::CopyPlan;
     let rt = common::runtime().await;
     let scope = Scope::new("volume-shadow");
     // The image declares `VOLUME /data`: a helper made from it without a mount there would get
@@ -466,4 +466,80 @@ async fn a_copy_helper_of_an_image_with_a_volume_mounts_only_the_two_volumes_and
             .await
             .expect("removed");
     }
+}
+
+/// Every volume the runtime makes is held by a container that never runs, so the engine
+/// refuses to remove it and a prune skips it; a removal by berth releases the holder first; a
+/// holder removed by hand is made again by the sweep, which holds only its own store's
+/// volumes.
+#[tokio::test]
+async fn a_volume_berth_makes_is_held_until_berth_removes_it_and_the_sweep_holds_it_again() {
+    let rt = common::runtime().await;
+    let scope = Scope::new("volume-holders");
+    let docker = common::docker();
+    let store = format!("bst:{}", scope.name("store"));
+    let mut labels = common::labels();
+    labels.insert(LABEL_STORE.to_owned(), store.clone());
+    labels.insert(LABEL_COPY.to_owned(), "cpy:held".to_owned());
+
+    let made = scope.name("made");
+    rt.create_volume(&made, &labels).await.expect("made fresh");
+    let ensured = scope.name("ensured");
+    rt.ensure_volume(&ensured, &labels).await.expect("ensured");
+    for volume in [&made, &ensured] {
+        let holder = berth_docker::holders::name_of(volume);
+        let inspected = docker
+            .inspect_container(&holder, None)
+            .await
+            .unwrap_or_else(|e| panic!("{volume} has no holder: {e}"));
+        assert_eq!(
+            inspected
+                .state
+                .and_then(|s| s.status)
+                .map(|s| s.to_string()),
+            Some("created".to_owned())
+        );
+        let removed = docker
+            .remove_volume(
+                volume,
+                None::<bollard::query_parameters::RemoveVolumeOptions>,
+            )
+            .await;
+        assert!(removed.is_err(), "the engine removed held volume {volume}");
+    }
+
+    // The sweep: a holder removed by hand is made again; another store's volume is left.
+    common::remove(&["rm", "-f", &berth_docker::holders::name_of(&made)]);
+    let mut other = common::labels();
+    other.insert(LABEL_STORE.to_owned(), "bst:another".to_owned());
+    let theirs = scope.name("theirs");
+    docker
+        .create_volume(VolumeCreateRequest {
+            name: Some(theirs.clone()),
+            labels: Some(other.into_iter().collect()),
+            ..Default::default()
+        })
+        .await
+        .expect("another store's volume");
+    let holdings = rt
+        .hold_volumes(common::prefix(), &store)
+        .await
+        .expect("a sweep");
+    assert_eq!(holdings.made, vec![made.clone()]);
+    assert!(holdings.held.contains_key(&made) && holdings.held.contains_key(&ensured));
+    assert!(!holdings.held.contains_key(&theirs));
+    assert!(holdings.unheld.is_empty(), "{:?}", holdings.unheld);
+
+    // berth's own removal releases the holder first.
+    rt.remove_volume(&made, LABEL_COPY, "cpy:held")
+        .await
+        .expect("removed");
+    assert!(rt.volume_labels(&made).await.unwrap().is_none());
+    assert!(
+        docker
+            .inspect_container(&berth_docker::holders::name_of(&made), None)
+            .await
+            .is_err(),
+        "the holder went with its volume"
+    );
 }
