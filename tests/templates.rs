@@ -232,9 +232,21 @@ fn two_instances_from_one_template_start_without_initdb_keep_their_data_apart_an
     sql(&api, &domain, "db@a", "CHECKPOINT");
     sql(&api, &domain, "db@b", "CHECKPOINT");
     assert_eq!(contents(&base), before, "the template's base changed");
-    // No container mounts the base itself: only as an overlay's lower layer.
-    let mounting = docker(&["ps", "-aq", "--filter", &format!("volume={base}")]);
-    assert_eq!(mounting.trim(), "", "containers mount {base}");
+    // No container mounts the base itself but its holder (created, never started): the
+    // instances only as an overlay's lower layer.
+    let mounting = docker(&[
+        "ps",
+        "-a",
+        "--filter",
+        &format!("volume={base}"),
+        "--format",
+        "{{.Names}}",
+    ]);
+    assert_eq!(
+        mounting.trim(),
+        format!("{base}.held"),
+        "containers mount {base}"
+    );
 
     // In use, it is kept: the delete is refused, naming what stands on it.
     let id = made[0]["templateId"].as_str().unwrap().to_owned();
@@ -316,12 +328,20 @@ fn a_daemon_killed_while_it_makes_a_template_makes_it_whole_on_its_next_start() 
         "/v1/resource-domains/{domain}/instances/db@main/archive"
     ))
     .expect(200);
-    // Archived volumes are held (no prune takes them): a person removing them by hand removes
-    // their holders first.
+    // Archived volumes are held (no prune takes them, and berth holds them again as soon as a
+    // holder goes): removed by hand while the daemon is away, holders first.
     let mounted = docker_name(&main);
     let upper = format!("{mounted}.up");
-    docker(&["rm", "-f", &format!("{mounted}.held"), &format!("{upper}.held")]);
+    daemon.stop();
+    docker(&[
+        "rm",
+        "-f",
+        &format!("{mounted}.held"),
+        &format!("{upper}.held"),
+    ]);
     docker(&["volume", "rm", &mounted, &upper]);
+    daemon.start_again();
+    let api = daemon.client();
     api.raw(
         "DELETE",
         &format!("/v1/resource-domains/{domain}/templates/{id}"),

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::time::Duration;
 
-use berth_core::runtime::{ContainerFacts, ContainerPlan, LogStream, RuntimeError};
+use berth_core::runtime::{ContainerFacts, ContainerPlan, LABEL_HOLDS, LogStream, RuntimeError};
 use bollard::Docker;
 use bollard::models::{
     ContainerCreateBody, ContainerInspectResponse, ContainerSummary, ContainerSummaryStateEnum,
@@ -295,7 +295,11 @@ pub(crate) async fn list(
     // Holders are no instance's and no workspace's: they never run.
     Ok(found
         .into_iter()
-        .filter(|c| !c.labels.as_ref().is_some_and(crate::holders::is_holder))
+        .filter(|c| {
+            !c.labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(LABEL_HOLDS))
+        })
         .map(facts_from_summary)
         .collect())
 }

@@ -81,11 +81,6 @@ pub fn name_of(volume: &str) -> String {
     format!("{volume}.held")
 }
 
-/// Whether a container with `labels` is a holder.
-pub(crate) fn is_holder(labels: &HashMap<String, String>) -> bool {
-    labels.contains_key(LABEL_HOLDS)
-}
-
 /// Gives `volume` (which exists, labelled `labels`) its holder; Ok when it has one.
 pub(crate) async fn hold(
     docker: &Docker,
@@ -282,10 +277,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_holder_is_named_after_its_volume_and_known_by_its_label() {
+    fn a_holder_is_named_after_its_volume() {
         assert_eq!(name_of("berth-x-d-k-data"), "berth-x-d-k-data.held");
-        let labels = HashMap::from([(LABEL_HOLDS.to_owned(), "v".to_owned())]);
-        assert!(is_holder(&labels));
-        assert!(!is_holder(&HashMap::new()));
     }
 }

@@ -21,9 +21,7 @@ use std::sync::Mutex;
 use berth_core::runtime::{Labels, Layer, OverlayPlan, RuntimeError, UPPER_DIR};
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig, VolumeCreateRequest};
-use bollard::query_parameters::{
-    DownloadFromContainerOptions, UploadToContainerOptions,
-};
+use bollard::query_parameters::{DownloadFromContainerOptions, UploadToContainerOptions};
 use futures_util::StreamExt;
 
 use crate::copy::{create_fresh as create_helper_fresh, image_volumes, volume_mount};

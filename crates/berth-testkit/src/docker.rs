@@ -131,13 +131,24 @@ pub fn docker(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-/// Names of containers whose name starts with `prefix`.
+/// Names of containers whose name starts with `prefix`, but for the holders of volumes
+/// (containers labelled `berth.holds`, created and never started): what runs or ran.
 pub fn containers_named(prefix: &str) -> Vec<String> {
-    docker(&["ps", "-a", "--format", "{{.Names}}"])
-        .lines()
-        .filter(|n| n.starts_with(prefix))
-        .map(str::to_owned)
-        .collect()
+    docker(&[
+        "ps",
+        "-a",
+        "--format",
+        "{{.Names}}\t{{.Label \"berth.holds\"}}",
+    ])
+    .lines()
+    .filter_map(|line| match line.split_once('\t') {
+        Some((name, "")) => Some(name),
+        Some(_) => None,
+        None => Some(line),
+    })
+    .filter(|n| n.starts_with(prefix))
+    .map(str::to_owned)
+    .collect()
 }
 
 /// Names of the containers labelled with instance id `id`.

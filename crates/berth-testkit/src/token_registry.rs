@@ -111,9 +111,7 @@ impl TokenRegistry {
             std::net::TcpListener::bind("127.0.0.2:0")
                 .expect("a port on 127.0.0.2 (Linux answers all of 127.0.0.0/8 on loopback)")
         });
-        let realm_address = realm
-            .as_ref()
-            .map_or(address, |l| l.local_addr().unwrap());
+        let realm_address = realm.as_ref().map_or(address, |l| l.local_addr().unwrap());
         let shared = Arc::new(Shared {
             options,
             realm_url: format!("http://{realm_address}/token"),
@@ -346,7 +344,11 @@ async fn token(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respons
             if sent.and_then(|v| v.to_str().ok()) == Some(expected.as_str()) {
                 grant()
             } else {
-                (StatusCode::UNAUTHORIZED, r#"{"details":"credentials wanted"}"#).into_response()
+                (
+                    StatusCode::UNAUTHORIZED,
+                    r#"{"details":"credentials wanted"}"#,
+                )
+                    .into_response()
             }
         }
         Realm::Huge(total) => Response::builder()

@@ -283,13 +283,31 @@ impl Reconciler {
     async fn on_event(&self, event: RuntimeEvent) {
         match event {
             RuntimeEvent::Resync => self.resync().await,
-            // A holder of this store's that went (a `docker rm`, a container prune): its volume
-            // is held again at once.
-            RuntimeEvent::Container { labels, change, .. }
-                if labels.contains_key(LABEL_HOLDS) =>
-            {
-                if change == ContainerChange::Destroyed && self.inner.ctx.owns(&labels) {
-                    self.hold_volumes().await;
+            // A holder of this store's: one made is counted at once; one that went (a `docker
+            // rm`, a container prune, or berth's own removal of its volume) has every volume
+            // looked at again, and held again where it must be.
+            RuntimeEvent::Container {
+                name,
+                labels,
+                change,
+            } if labels.contains_key(LABEL_HOLDS) => {
+                if !self.inner.ctx.owns(&labels) {
+                    return;
+                }
+                match change {
+                    ContainerChange::Destroyed => self.hold_volumes().await,
+                    ContainerChange::Created => {
+                        let volume = labels[LABEL_HOLDS].clone();
+                        let mut holdings = self
+                            .inner
+                            .holdings
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner());
+                        let holdings = holdings.get_or_insert_with(Holdings::default);
+                        holdings.unheld.remove(&volume);
+                        holdings.held.insert(volume, name);
+                    }
+                    _ => {}
                 }
             }
             RuntimeEvent::Container {

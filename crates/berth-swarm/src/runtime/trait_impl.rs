@@ -8,8 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use berth_core::image::PinnedImage;
 use berth_core::runtime::{
-    ContainerFacts, ContainerPlan, Copied, CopyPlan, ExecOutcome, ExecRequest, ExecStdin,
-    Holdings, ImageFacts, Labels, LogStream, OverlayPlan, RegistryManifest, Runtime, RuntimeError,
+    ContainerFacts, ContainerPlan, Copied, CopyPlan, ExecOutcome, ExecRequest, ExecStdin, Holdings,
+    ImageFacts, Labels, LogStream, OverlayPlan, RegistryManifest, Runtime, RuntimeError,
     RuntimeEvent, TagObservation,
 };
 use berth_core::spec::Ready;

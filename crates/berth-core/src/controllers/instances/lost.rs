@@ -28,7 +28,10 @@ impl Lost {
                 self.docker_name, self.name
             )
         } else {
-            format!("its volume {} (engine volume {})", self.name, self.docker_name)
+            format!(
+                "its volume {} (engine volume {})",
+                self.name, self.docker_name
+            )
         };
         format!(
             "{what} was removed outside berth (a `docker volume rm`, or a prune while no \
