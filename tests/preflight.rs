@@ -299,3 +299,29 @@ fn a_preflight_in_an_unknown_domain_or_with_a_bad_body_is_an_error() {
     )
     .expect(404);
 }
+
+/// A registry that takes the connection and never answers stalls no preflight: past the
+/// daemon's `--preflight-step-timeout`, the image check fails naming the step that stalled.
+#[test]
+fn a_registry_that_never_answers_fails_the_image_check_naming_the_step_in_time() {
+    let daemon = support::Launch::new()
+        .args(&["--preflight-step-timeout", "2s"])
+        .start();
+    let api = daemon.client();
+    let domain = api.create_domain("stalled");
+    // Accepts connections (the kernel's backlog) and never reads or writes.
+    let stalled = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = stalled.local_addr().unwrap().port();
+    let image = format!("127.0.0.1:{port}/stalled/image@sha256:{}", "ab".repeat(32));
+    let report = preflight(&api, &domain, "web", &spec(&image, "web"));
+    let image_check = check(&report, "image");
+    assert_eq!(image_check["ok"], false, "{report}");
+    let message = image_check["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("the registry's manifest of {image}"))
+            && message.contains("did not answer within 2 s"),
+        "{message}"
+    );
+    assert_eq!(report["ok"], false);
+    drop(stalled);
+}

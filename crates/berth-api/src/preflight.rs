@@ -40,7 +40,8 @@ pub struct PreflightReport {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PreflightCheck {
-    /// Its name: `spec`, `domain`, `instance`, `alias`, `image`.
+    /// Its name: `spec`, `domain`, `instance`, `alias`, `image`, or `engine` (a step of the
+    /// engine's that did not answer in time).
     pub check: String,
     /// Whether it passed.
     pub ok: bool,

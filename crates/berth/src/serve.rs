@@ -114,6 +114,11 @@ pub struct ServeArgs {
     #[arg(long, env = "BERTH_ENDPOINT_SPIN", default_value = "100us", value_parser = endpoint_spin)]
     endpoint_spin: Duration,
 
+    /// How long each step of a preflight (`berth up --dry-run`, `berth doctor`) may wait on the
+    /// engine or a registry; a step that takes longer is named in the report as stalled.
+    #[arg(long, env = "BERTH_PREFLIGHT_STEP_TIMEOUT", default_value = "30s", value_parser = resync_every)]
+    preflight_step_timeout: Duration,
+
     /// How often the tags of live instances' images are read from their registries (a GET of
     /// each distinct tag's manifest, its bytes hashed); a digest not seen before is recorded as
     /// an image release, observed and not run until promoted. `off` observes only on demand
@@ -307,6 +312,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 observe_every: args.observe_every.0,
                 endpoint_splice: args.endpoint_splice == EndpointSplice::Auto,
                 endpoint_spin: args.endpoint_spin,
+                preflight_step: args.preflight_step_timeout,
                 queue: QueueConfig {
                     workers: usize::from(args.workers),
                     ..QueueConfig::default()

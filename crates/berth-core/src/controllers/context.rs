@@ -45,6 +45,9 @@ pub struct ReconcileConfig {
     /// How long a host endpoint's relay keeps polling without sleeping after it moved bytes
     /// (`--endpoint-spin`), so a quick answer is not delayed by a wake-up; zero never spins.
     pub endpoint_spin: Duration,
+    /// How long each step of a preflight (an `up --dry-run`, `doctor`) may wait on the engine
+    /// or a registry before the preflight says which step stalled (`--preflight-step-timeout`).
+    pub preflight_step: Duration,
 }
 
 impl Default for ReconcileConfig {
@@ -62,6 +65,7 @@ impl Default for ReconcileConfig {
             observe_every: Some(Duration::from_secs(6 * 3600)),
             endpoint_splice: true,
             endpoint_spin: Duration::from_micros(100),
+            preflight_step: Duration::from_secs(30),
         }
     }
 }

@@ -80,6 +80,14 @@ impl Berth {
             .as_ref()
             .map_or("berth", |r| r.config().prefix.as_str())
     }
+
+    /// How long one step of a preflight may wait on the engine or a registry.
+    fn preflight_step(&self) -> std::time::Duration {
+        self.reconciler.as_ref().map_or(
+            crate::controllers::ReconcileConfig::default().preflight_step,
+            |r| r.config().preflight_step,
+        )
+    }
 }
 
 /// The instance of `domain` with `key`, inside a transaction; `InstanceNotFound` when there is

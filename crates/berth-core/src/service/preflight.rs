@@ -2,6 +2,7 @@
 //! container it would have, read from the store and the engine without writing to either.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use berth_api::preflight::{
     PreflightAlias, PreflightCheck, PreflightContainer, PreflightEndpoint, PreflightImage,
@@ -17,7 +18,7 @@ use crate::ids::DomainId;
 use crate::model::{Desired, Instance};
 use crate::names;
 use crate::plan::plan_volumes;
-use crate::runtime::{ImageFacts, LABEL_SPEC_DIGEST, Runtime};
+use crate::runtime::{ImageFacts, LABEL_SPEC_DIGEST, Runtime, RuntimeError};
 use crate::spec::Spec;
 
 fn check(check: &str, ok: bool, message: impl Into<String>) -> PreflightCheck {
@@ -139,10 +140,22 @@ impl Berth {
             planned.volumes = plan_volumes(&prefix, &planned, &facts.volumes);
         }
         for volume in &planned.volumes {
-            let found = runtime
-                .volume_labels(&volume.docker_name)
-                .await
-                .map_err(|e| Error::Runtime(e.to_string()))?;
+            let step = format!("the engine's look for the volume {}", volume.docker_name);
+            let found = match bounded(
+                self.preflight_step(),
+                &step,
+                runtime.volume_labels(&volume.docker_name),
+            )
+            .await
+            {
+                Ok(Ok(found)) => found,
+                Err(stalled) => {
+                    report.checks.push(check("engine", false, stalled));
+                    report.ok = false;
+                    return Ok(report);
+                }
+                Ok(Err(e)) => return Err(Error::Runtime(e.to_string())),
+            };
             report.volumes.push(PreflightVolume {
                 name: volume.name.clone(),
                 docker_name: volume.docker_name.clone(),
@@ -172,9 +185,18 @@ impl Berth {
             })
             .collect();
 
-        let container = self
+        let container = match self
             .preflight_container(runtime, existing.as_ref(), &planned)
-            .await?;
+            .await
+        {
+            Ok(container) => container,
+            Err(Stalled::Step(message)) => {
+                report.checks.push(check("engine", false, message));
+                report.ok = false;
+                return Ok(report);
+            }
+            Err(Stalled::Error(e)) => return Err(e),
+        };
         report.would_replace = container.action == "replace";
         report.container = Some(container);
         report.ok = report.checks.iter().all(|c| c.ok);
@@ -200,8 +222,12 @@ impl Berth {
             platform_config_digest: None,
             message: None,
         };
-        let (ok, message, facts) = match runtime.local_image(&spec.image).await {
-            Ok(Some(facts)) => {
+        let limit = self.preflight_step();
+        let step = format!("the engine's look for the image {}", spec.image.as_str());
+        let local = bounded(limit, &step, runtime.local_image(&spec.image));
+        let (ok, message, facts) = match local.await {
+            Err(stalled) => (false, stalled, None),
+            Ok(Ok(Some(facts))) => {
                 image.local = true;
                 image.image_id = Some(facts.image_id.clone());
                 (
@@ -210,9 +236,20 @@ impl Berth {
                     Some(facts),
                 )
             }
-            Err(e) => (false, e.to_string(), None),
-            Ok(None) => match runtime.registry_manifest(&spec.image).await {
-                Ok(Some(found)) => {
+            Ok(Err(e)) => (false, e.to_string(), None),
+            Ok(Ok(None)) => match bounded(
+                limit,
+                &format!("the registry's manifest of {}", spec.image.as_str()),
+                runtime.registry_manifest(&spec.image),
+            )
+            .await
+            {
+                Err(stalled) => (
+                    false,
+                    format!("the engine does not hold the image, and {stalled}"),
+                    None,
+                ),
+                Ok(Ok(Some(found))) => {
                     image.pullable = Some(true);
                     image.registry_media_type = found.media_type;
                     image.platform_manifest_digest = found.platform_manifest_digest;
@@ -225,7 +262,7 @@ impl Berth {
                         None,
                     )
                 }
-                Ok(None) => (
+                Ok(Ok(None)) => (
                     false,
                     format!(
                         "the engine does not hold the image, and the {} runtime cannot ask its \
@@ -234,7 +271,7 @@ impl Berth {
                     ),
                     None,
                 ),
-                Err(e) => {
+                Ok(Err(e)) => {
                     image.pullable = Some(false);
                     (
                         false,
@@ -258,12 +295,16 @@ impl Berth {
         runtime: &dyn Runtime,
         existing: Option<&Instance>,
         planned: &Instance,
-    ) -> Result<PreflightContainer, Error> {
+    ) -> Result<PreflightContainer, Stalled> {
         let name = names::container(self.prefix(), &planned.domain_id, &planned.key);
-        let found = runtime
-            .inspect_container(&name)
-            .await
-            .map_err(|e| Error::Runtime(e.to_string()))?;
+        let found = bounded(
+            self.preflight_step(),
+            &format!("the engine's look for the container {name}"),
+            runtime.inspect_container(&name),
+        )
+        .await
+        .map_err(Stalled::Step)?
+        .map_err(|e| Stalled::Error(Error::Runtime(e.to_string())))?;
         let mut reasons = Vec::new();
         let action = match (&found, existing) {
             (None, _) if planned.desired == Desired::Running => "create",
@@ -292,6 +333,37 @@ impl Berth {
             action: action.to_owned(),
             reasons,
         })
+    }
+}
+
+/// Why a preflight step gave no answer: it stalled (named), or it failed.
+enum Stalled {
+    Step(String),
+    Error(Error),
+}
+
+/// `step` (a call of the engine or a registry), given at most `limit`: past it, the sentence
+/// naming the step and the limit.
+async fn bounded<T>(
+    limit: Duration,
+    step: &str,
+    call: impl Future<Output = Result<T, RuntimeError>>,
+) -> Result<Result<T, RuntimeError>, String> {
+    tokio::time::timeout(limit, call).await.map_err(|_| {
+        format!(
+            "{step} did not answer within {} (the daemon's --preflight-step-timeout)",
+            humantime_secs(limit)
+        )
+    })
+}
+
+/// `30 s`, `1.5 s`.
+fn humantime_secs(limit: Duration) -> String {
+    let secs = limit.as_secs_f64();
+    if secs.fract() == 0.0 {
+        format!("{secs:.0} s")
+    } else {
+        format!("{secs} s")
     }
 }
 

@@ -1,6 +1,6 @@
 //! `berth doctor`: checks what berth needs, one line each, and says what to fix.
 
-use std::process::{Command, ExitCode};
+use std::process::{Command, ExitCode, Output, Stdio};
 use std::time::Duration;
 
 use berth_core::image::PinnedImage;
@@ -60,11 +60,63 @@ fn first_line(bytes: &[u8]) -> String {
         .to_owned()
 }
 
+/// How long one of doctor's own steps (a `docker` command) may take before it is named as
+/// stalled.
+const STEP: Duration = Duration::from_secs(30);
+
+/// Why a bounded `docker` command gave no output.
+enum Ran {
+    /// It could not be started.
+    Missing(std::io::Error),
+    /// It did not end within [`STEP`]; it was killed. The sentence names it.
+    Stalled(String),
+}
+
+impl std::fmt::Display for Ran {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ran::Missing(e) => write!(f, "could not run the docker CLI: {e}"),
+            Ran::Stalled(step) => f.write_str(step),
+        }
+    }
+}
+
+/// `docker args...`, given at most [`STEP`]: an engine that stalls does not stall doctor.
+fn docker_bounded(args: &[&str]) -> Result<Output, Ran> {
+    let child = Command::new("docker")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(Ran::Missing)?;
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(STEP) {
+        Ok(Ok(out)) => Ok(out),
+        Ok(Err(e)) => Err(Ran::Missing(e)),
+        Err(_) => {
+            if let Ok(pid) = i32::try_from(pid) {
+                // SAFETY: a signal to the child this function started, which has not been
+                // waited for (its waiting thread still runs).
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+            Err(Ran::Stalled(format!(
+                "`docker {}` did not answer within {} s",
+                args.join(" "),
+                STEP.as_secs()
+            )))
+        }
+    }
+}
+
 fn docker() -> Check {
-    match Command::new("docker")
-        .args(["info", "--format", "{{.ServerVersion}}"])
-        .output()
-    {
+    match docker_bounded(&["info", "--format", "{{.ServerVersion}}"]) {
         Ok(out) if out.status.success() => Check::ok(
             "docker",
             format!(
@@ -77,24 +129,26 @@ fn docker() -> Check {
             format!("`docker info` failed: {}", first_line(&out.stderr)),
             "start Docker (or point DOCKER_HOST at it) and make sure you may use it (the docker group)",
         ),
-        Err(e) => Check::fail(
+        Err(e @ Ran::Missing(_)) => Check::fail(
             "docker",
-            format!("could not run the docker CLI: {e}"),
+            e.to_string(),
             "install Docker and put `docker` on PATH",
+        ),
+        Err(e @ Ran::Stalled(_)) => Check::fail(
+            "docker",
+            e.to_string(),
+            "the engine (or what DOCKER_HOST points at) takes requests but does not answer: restart it",
         ),
     }
 }
 
 /// The engine's swarm state, and what the swarm runtime cannot enforce, as lines of their own.
 fn swarm() -> Vec<Check> {
-    let state = match Command::new("docker")
-        .args([
-            "info",
-            "--format",
-            "{{.Swarm.LocalNodeState}} {{.Swarm.ControlAvailable}}",
-        ])
-        .output()
-    {
+    let state = match docker_bounded(&[
+        "info",
+        "--format",
+        "{{.Swarm.LocalNodeState}} {{.Swarm.ControlAvailable}}",
+    ]) {
         Ok(out) if out.status.success() => first_line(&out.stdout),
         Ok(out) => first_line(&out.stderr),
         Err(e) => e.to_string(),
@@ -128,16 +182,23 @@ async fn image_check(image: &str) -> Check {
             );
         }
     };
-    let local = Command::new("docker")
-        .args([
-            "image",
-            "inspect",
-            "--format",
-            "{{.Id}}",
-            &pinned.repo_digest(),
-        ])
-        .output()
-        .is_ok_and(|o| o.status.success());
+    let local = match docker_bounded(&[
+        "image",
+        "inspect",
+        "--format",
+        "{{.Id}}",
+        &pinned.repo_digest(),
+    ]) {
+        Ok(out) => out.status.success(),
+        Err(e @ Ran::Stalled(_)) => {
+            return Check::fail(
+                name,
+                e.to_string(),
+                "the engine takes requests but does not answer: restart it",
+            );
+        }
+        Err(Ran::Missing(_)) => false,
+    };
     if local {
         return Check::ok(name, format!("{image} is on this machine"));
     }
@@ -245,10 +306,14 @@ fn holders(daemon: &berth_client::DaemonView) -> Check {
         ));
     }
     let summary = format!(
-        "{} volume(s) held, each by a container created and never started: docker volume          prune and docker volume rm leave them",
+        "{} volume(s) held, each by a container created and never started: docker volume \
+         prune and docker volume rm leave them",
         holders.held.len()
     );
-    let detail = std::iter::once(summary).chain(lines).collect::<Vec<_>>().join("\n");
+    let detail = std::iter::once(summary)
+        .chain(lines)
+        .collect::<Vec<_>>()
+        .join("\n");
     if holders.unheld.is_empty() {
         return Check::ok("holders", detail);
     }
@@ -271,7 +336,7 @@ async fn lost_data(client: &Client, repo: &Repo) -> Option<Check> {
         Ok(Some(d)) => d.resource_domain_id,
         _ => return None,
     };
-    let instances = client.api.instances(&domain, true).await.ok()?;
+    let instances = client.api.instances(&domain, false).await.ok()?;
     let lost: Vec<String> = instances
         .iter()
         .filter_map(|i| match &i.state {
