@@ -528,6 +528,17 @@ pub trait Runtime: Send + Sync + 'static {
     /// The labels of a volume, `None` when there is no volume of that name.
     async fn volume_labels(&self, name: &str) -> Result<Option<Labels>, RuntimeError>;
 
+    /// The labels of a volume on the machine of the instance whose objects carry `placed` (with
+    /// its [`LABEL_PLACEMENT`], when it has one), `None` when there is no volume of that name
+    /// there. One engine: [`Runtime::volume_labels`].
+    async fn placed_volume_labels(
+        &self,
+        name: &str,
+        _placed: &Labels,
+    ) -> Result<Option<Labels>, RuntimeError> {
+        self.volume_labels(name).await
+    }
+
     /// Creates a volume that must not exist yet: `Conflict` when one of that name does.
     async fn create_volume(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError>;
 

@@ -2609,3 +2609,49 @@ async fn a_snapshot_whose_storage_was_removed_outside_berth_fails_and_refuses_a_
         "nothing was stopped"
     );
 }
+
+#[tokio::test]
+async fn an_instance_whose_volume_was_removed_outside_berth_fails_naming_it_and_a_new_volume_is_not_lost()
+ {
+    let s = setup().await;
+    let (id, volume) = running_source(&s).await;
+    // A spec change that adds a volume: listed before it is made, which is no loss.
+    s.berth
+        .up(
+            "owner",
+            &s.domain,
+            "db",
+            &spec_with_volumes(&["data", "more"]),
+            UpCause::Use,
+        )
+        .await
+        .unwrap();
+    converge(&s, &id).await;
+    assert!(
+        matches!(state(&s, "db"), InstanceState::Running { .. }),
+        "{:?}",
+        state(&s, "db")
+    );
+    // Someone removes the first volume (its holder gone too): the resync fails the instance
+    // with a sentence naming it, and a later up does not make it again empty.
+    s.fake.world().volumes.remove(&volume);
+    s.reconciler.resync().await;
+    let InstanceState::Failed { message, .. } = state(&s, "db") else {
+        panic!("not failed: {:?}", state(&s, "db"));
+    };
+    assert!(message.contains(&volume), "{message}");
+    assert!(message.contains("removed outside berth"), "{message}");
+    s.berth
+        .up(
+            "owner",
+            &s.domain,
+            "db",
+            &spec_with_volumes(&["data", "more"]),
+            UpCause::Person,
+        )
+        .await
+        .unwrap();
+    converge(&s, &id).await;
+    assert!(matches!(state(&s, "db"), InstanceState::Failed { .. }));
+    assert!(!s.fake.world().volumes.contains_key(&volume));
+}

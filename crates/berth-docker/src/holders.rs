@@ -44,14 +44,19 @@ const KEPT: [&str; 5] = [
     LABEL_PLACEMENT,
 ];
 
-/// Held while berth removes a holder and then its volume, and while a [`sweep`] gives a volume
-/// a holder: a sweep woken by the removal of the holder must not hold the volume again between
-/// the two.
-static CHANGING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// Held, for one volume's name, while berth makes the volume and its holder, removes the holder
+/// and then the volume, or a [`sweep`] gives the volume a holder: a sweep (woken by a holder's
+/// removal, or listing a volume made a moment ago) never acts between the two steps of another.
+/// Striped by the name's hash, so volumes of other names do not wait on each other.
+static CHANGING: [tokio::sync::Mutex<()>; 64] = [const { tokio::sync::Mutex::const_new(()) }; 64];
 
-/// The guard of a holder's removal with its volume's ([`CHANGING`]).
-pub(crate) async fn changing() -> tokio::sync::MutexGuard<'static, ()> {
-    CHANGING.lock().await
+/// The guard of `volume`'s making or removal with its holder's ([`CHANGING`]).
+pub(crate) async fn changing(volume: &str) -> tokio::sync::MutexGuard<'static, ()> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    volume.hash(&mut hasher);
+    let stripe = usize::try_from(hasher.finish() % CHANGING.len() as u64).unwrap_or(0);
+    CHANGING[stripe].lock().await
 }
 
 /// The volumes this process has seen held: an `ensure` of one of them (every start of its
@@ -97,13 +102,20 @@ pub(crate) async fn hold(
                 .map_err(|e| error::map(e, &format!("the holder of volume {volume}")))?;
         }
         Err(e) if error::status(&e) == Some(409) => {
-            let held = docker
-                .inspect_container(&name, None)
-                .await
-                .ok()
-                .and_then(|c| c.config)
-                .and_then(|c| c.labels)
-                .and_then(|l| l.get(LABEL_HOLDS).cloned());
+            let held = match docker.inspect_container(&name, None).await {
+                Ok(c) => c
+                    .config
+                    .and_then(|c| c.labels)
+                    .and_then(|l| l.get(LABEL_HOLDS).cloned()),
+                // Gone since (a removal that was under way): made now.
+                Err(e) if error::status(&e) == Some(404) => {
+                    create(docker, &name, volume, labels)
+                        .await
+                        .map_err(|e| error::map(e, &format!("the holder of volume {volume}")))?;
+                    Some(volume.to_owned())
+                }
+                Err(e) => return Err(error::map(e, &format!("the holder of volume {volume}"))),
+            };
             if held.as_deref() != Some(volume) {
                 return Err(RuntimeError::Foreign(format!(
                     "a container named {name} exists that is not the holder berth makes for \
@@ -254,7 +266,7 @@ pub(crate) async fn sweep(
         }
         held().remove(&volume.name);
         let labels: Labels = volume.labels.into_iter().collect();
-        let _changing = changing().await;
+        let _changing = changing(&volume.name).await;
         match hold(docker, &volume.name, &labels).await {
             Ok(()) => {
                 holdings.made.push(volume.name.clone());

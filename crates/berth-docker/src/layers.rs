@@ -158,6 +158,7 @@ async fn over_upper(
             labels: Some(plan.labels.clone().into_iter().collect()),
             ..Default::default()
         };
+        let _changing = crate::holders::changing(&plan.name).await;
         docker
             .create_volume(request)
             .await

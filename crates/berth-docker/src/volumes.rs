@@ -28,6 +28,7 @@ pub(crate) async fn ensure_volume(
 ) -> Result<(), RuntimeError> {
     let what = format!("volume {name}");
     tracing::debug!(volume = %name, "ensuring volume");
+    let _changing = crate::holders::changing(name).await;
     // Creating a volume that exists answers 201 and keeps the old labels, so the create is
     // always followed by an inspect that judges the labels the volume really has.
     let request = VolumeCreateRequest {
@@ -192,6 +193,7 @@ pub(crate) async fn create_fresh(
     name: &str,
     labels: &Labels,
 ) -> Result<String, RuntimeError> {
+    let _changing = crate::holders::changing(name).await;
     if volume_labels(docker, name).await?.is_some() {
         return Err(RuntimeError::Conflict(format!(
             "a volume named {name} exists already"
@@ -235,7 +237,7 @@ pub(crate) async fn remove_labelled(
 /// Removes volume `name`, which berth made, with its holder first; Ok when it is gone. Should
 /// the engine keep the volume (another container mounts it), it is held again.
 pub(crate) async fn remove_held(docker: &Docker, name: &str) -> Result<(), RuntimeError> {
-    let _changing = crate::holders::changing().await;
+    let _changing = crate::holders::changing(name).await;
     crate::holders::release(docker, name).await?;
     match docker
         .remove_volume(name, None::<bollard::query_parameters::RemoveVolumeOptions>)

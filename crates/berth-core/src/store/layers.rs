@@ -1,4 +1,5 @@
-//! The layered_volumes table: every overlay volume berth made, with the layers under it.
+//! The layered_volumes table: every overlay volume berth made, with the layers under it; and
+//! the made_volumes table: the plain volumes berth made for instances.
 
 use rusqlite::{OptionalExtension, params};
 
@@ -55,6 +56,28 @@ impl Tx<'_> {
             self.record_layered(volume)?;
         }
         self.set_volume_tag(id, tag, volumes, kept)
+    }
+
+    /// Whether berth has made the plain volume `volume` (or found it made) for an instance.
+    pub fn volume_made(&self, volume: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT 1 FROM made_volumes WHERE volume = ?1",
+                [volume],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_some())
+    }
+
+    /// Records that the plain volume `volume` is made.
+    pub fn record_made(&self, volume: &str) -> Result<(), StoreError> {
+        self.conn().execute(
+            "INSERT OR IGNORE INTO made_volumes (volume, made_at) VALUES (?1, ?2)",
+            params![volume, crate::time::Timestamp::now().millis()],
+        )?;
+        Ok(())
     }
 
     /// Forgets overlay volume `volume` (it was removed).

@@ -287,6 +287,13 @@ pub(super) const MIGRATIONS: &[&str] = &[
         created_at INTEGER NOT NULL,
         PRIMARY KEY (instance_id, idempotency_key)
     );",
+    // 18: the plain volumes berth has made for instances (and found made since): one of them
+    // the engine no longer has was removed outside berth, and its instance is failed naming it
+    // instead of started on an empty one.
+    "CREATE TABLE made_volumes (
+        volume TEXT PRIMARY KEY,
+        made_at INTEGER NOT NULL
+    );",
 ];
 
 /// Runs `PRAGMA quick_check` (every page and index, without comparing index contents to their

@@ -151,6 +151,14 @@ impl Runtime for SwarmRuntime {
         self.node.volume_labels(name).await
     }
 
+    async fn placed_volume_labels(
+        &self,
+        name: &str,
+        placed: &Labels,
+    ) -> Result<Option<Labels>, RuntimeError> {
+        self.engine_placed(placed)?.volume_labels(name).await
+    }
+
     async fn create_volume(&self, name: &str, labels: &Labels) -> Result<(), RuntimeError> {
         self.node.create_volume(name, labels).await
     }

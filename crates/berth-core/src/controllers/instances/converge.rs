@@ -105,10 +105,17 @@ impl InstanceController {
         obs: &mut Observation,
     ) -> Result<ControlFlow<Next, (ImageFacts, Labels, String)>, ReconcileError> {
         let runtime = &self.ctx.runtime;
-        // Data removed outside berth is never replaced by an empty volume.
-        if let Some(lost) = self.lost_volume(instance).await? {
-            self.fail(instance, lost.message()).await?;
-            return Ok(ControlFlow::Break(Next::Done));
+        // Data removed outside berth is never replaced by an empty volume. An engine that
+        // cannot say now is no reason to hold the start: its own steps find out.
+        match self.lost_volume(instance).await {
+            Ok(Some(lost)) => {
+                self.fail(instance, lost.message()).await?;
+                return Ok(ControlFlow::Break(Next::Done));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::debug!(instance = %instance.id, error = %e, "could not look for lost volumes");
+            }
         }
         // The rollout this desired state belongs to is acted on from here: reported once per
         // generation while the instance starts.
@@ -211,7 +218,16 @@ impl InstanceController {
                 .ensure_volume(&volume.docker_name, &volume_labels)
                 .await
             {
-                Ok(()) => {}
+                Ok(()) => {
+                    // Made: from now on its absence is data removed outside berth.
+                    let (read, write) = (volume.docker_name.clone(), volume.docker_name.clone());
+                    if !self.ctx.store.read(move |tx| tx.volume_made(&read)).await? {
+                        self.ctx
+                            .store
+                            .write(move |tx| tx.record_made(&write))
+                            .await?;
+                    }
+                }
                 Err(e @ RuntimeError::Foreign(_)) => {
                     self.fail(instance, e.to_string()).await?;
                     return Ok(ControlFlow::Break(Next::Done));

@@ -7,6 +7,7 @@ use super::InstanceController;
 use crate::controllers::context::ReconcileError;
 use crate::ids::InstanceId;
 use crate::model::{Desired, Instance, InstanceState};
+use crate::runtime::LABEL_PLACEMENT;
 
 /// A volume of an instance that the engine no longer has.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,12 +46,20 @@ impl Lost {
 impl InstanceController {
     /// The first volume of `instance` (or layer under one) the engine does not have, among
     /// those berth has made: an overlay's layers are known to be made once it is recorded, a
-    /// plain volume once the instance has started on it.
+    /// plain volume once it is recorded made (after its first `ensure`).
     pub(crate) async fn lost_volume(
         &self,
         instance: &Instance,
     ) -> Result<Option<Lost>, ReconcileError> {
         let runtime = &self.ctx.runtime;
+        // Asked where the instance is placed: on the swarm, its node's engine has its volumes.
+        let mut placed = self.labels(instance);
+        if let Some(node) = self.ctx.store.placement(&instance.id).await? {
+            placed.insert(LABEL_PLACEMENT.to_owned(), node);
+        }
+        let exists = async |name: &str| -> Result<bool, ReconcileError> {
+            Ok(runtime.placed_volume_labels(name, &placed).await?.is_some())
+        };
         for volume in &instance.volumes {
             let docker_name = volume.docker_name.clone();
             let layered = self
@@ -67,23 +76,24 @@ impl InstanceController {
             };
             match layered {
                 Some(layered) => {
-                    if runtime.volume_labels(&layered.volume).await?.is_none() {
+                    if !exists(&layered.volume).await? {
                         return Ok(gone(&layered.volume, false));
                     }
                     let under = std::iter::once(&layered.upper)
                         .chain(layered.lowers.iter().map(|l| &l.volume));
                     for layer in under {
-                        if runtime.volume_labels(layer).await?.is_none() {
+                        if !exists(layer).await? {
                             return Ok(gone(layer, true));
                         }
                     }
                 }
-                None if instance.started_at.is_some()
-                    && runtime.volume_labels(&volume.docker_name).await?.is_none() =>
-                {
-                    return Ok(gone(&volume.docker_name, false));
+                None => {
+                    let name = volume.docker_name.clone();
+                    let made = self.ctx.store.read(move |tx| tx.volume_made(&name)).await?;
+                    if made && !exists(&volume.docker_name).await? {
+                        return Ok(gone(&volume.docker_name, false));
+                    }
                 }
-                None => {}
             }
         }
         Ok(None)
