@@ -185,7 +185,8 @@ fn link(api: &Client, domain: &str, workspace: &str, key: &str) {
 }
 
 /// The id of the one container berth runs for the daemon (the daemon's other containers are
-/// named `<prefix>-ws...` or `<prefix>-inspect`, and are not berth's).
+/// named `<prefix>-ws...` or `<prefix>-inspect`, and are not berth's; the holders of its
+/// volumes carry no instance label).
 fn berth_container_id(daemon: &Daemon) -> String {
     let ids = docker(&[
         "ps",
@@ -193,6 +194,8 @@ fn berth_container_id(daemon: &Daemon) -> String {
         "--no-trunc",
         "--filter",
         &format!("label=berth.prefix={}", daemon.prefix),
+        "--filter",
+        "label=berth.instance",
     ]);
     let ids: Vec<&str> = ids.lines().collect();
     assert_eq!(ids.len(), 1, "{ids:?}");

@@ -69,7 +69,7 @@ impl Driver {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| {
-                panic!("{binary} does not start ({e}): tests/ui.rs needs Debian's chromium and chromium-driver")
+                panic!("{binary} does not start ({e}): tests/it/ui.rs needs Debian's chromium and chromium-driver")
             });
         // chromedriver says when it listens.
         let mut out = BufReader::new(child.stdout.take().expect("stdout"));
@@ -1059,7 +1059,7 @@ fn a_link_from_berth_ui_in_a_repository_signs_in_and_shows_that_project() {
     let api = daemon.client();
     api.create_domain("other");
     let domain = api.create_domain("shop");
-    // What `berth ui` opens in a repository whose domain exists (tests/cli.rs checks the
+    // What `berth ui` opens in a repository whose domain exists (tests/it/cli.rs checks the
     // command's side): the link, then the project to show.
     let link = format!("{}&open=d/{domain}", sign_in_link(&api));
     let browser = Browser::start();

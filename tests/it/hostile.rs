@@ -555,7 +555,7 @@ fn every_route_in_the_openapi_document_needs_a_known_service_key() {
             }
             assert!(template.starts_with("/v1/"), "{template}");
             // The one route without a key: trading a web page's single-use sign-in code for
-            // a session. It says so in the document, and it is checked in tests/ui.rs.
+            // a session. It says so in the document, and it is checked in tests/it/ui.rs.
             let security = &item[method.to_lowercase().as_str()]["security"];
             if security == &serde_json::json!([{}]) || security == &serde_json::json!([]) {
                 assert_eq!(
