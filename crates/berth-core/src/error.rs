@@ -204,7 +204,8 @@ pub enum Error {
     },
     /// A branch onto a key a live instance has.
     #[error(
-        "the resource instance {0} exists: a branch makes a new instance, so choose a key no          instance has"
+        "the resource instance {0} exists: a branch makes a new instance, so choose a key no \
+         instance has"
     )]
     InstanceExists(String),
     /// A copy already reads or fills the instance (or the snapshot).
@@ -219,8 +220,8 @@ pub enum Error {
     },
     /// Other volumes stand on the snapshot's layers: deleting it would take their data.
     #[error(
-        "the snapshot {id} holds the layers that {users} stand on: it is kept while they are; \
-         remove those volumes first (`docker volume rm`) if their data is not needed"
+        "the snapshot {id} holds the layers that {users} stand on: it is kept while they are \
+         (an archived instance's volumes too, which berth holds so that no prune takes them)"
     )]
     SnapshotInUse {
         /// The snapshot.
