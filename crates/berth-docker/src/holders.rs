@@ -93,6 +93,15 @@ pub(crate) async fn hold(
     labels: &Labels,
 ) -> Result<(), RuntimeError> {
     let name = name_of(volume);
+    // A volume that is not there is not made by a holder's create (the engine would make it,
+    // empty): the caller hears that it is gone.
+    match docker.inspect_volume(volume).await {
+        Ok(_) => {}
+        Err(e) if error::status(&e) == Some(404) => {
+            return Err(RuntimeError::NotFound(format!("volume {volume}")));
+        }
+        Err(e) => return Err(error::map(e, &format!("volume {volume}"))),
+    }
     match create(docker, &name, volume, labels).await {
         Err(e) if error::status(&e) == Some(404) => {
             // The image is gone (a `docker rmi`, or never made on this engine): made again.
@@ -130,8 +139,11 @@ pub(crate) async fn hold(
     }
     // Creating a container on a volume that does not exist makes one, empty and unlabelled: a
     // volume removed between its listing and this holder is not brought back that way.
+    // Only a volume with no label and no option at all can be the engine's own making here:
+    // a volume of berth's always carries its labels, and one of anybody else's is never
+    // removed.
     let made_here = match docker.inspect_volume(volume).await {
-        Ok(v) => v.labels.get(LABEL_MANAGED).map(String::as_str) != Some("1"),
+        Ok(v) => v.labels.is_empty() && v.options.is_empty(),
         Err(e) => return Err(error::map(e, &format!("volume {volume}"))),
     };
     if made_here {
