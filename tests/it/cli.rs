@@ -1605,3 +1605,48 @@ fn ps_and_doctor_name_an_instance_whose_volume_was_removed_outside_berth() {
         "{data:#}"
     );
 }
+
+#[test]
+fn compose_habits_up_d_and_wait_down_and_rm_do_what_compose_users_expect() {
+    let daemon = Daemon::start();
+    let repo = repo(&two_instances());
+    let dir = &repo.main;
+    // `up -d` returns once the daemon has the specs; `--wait` is what up does anyway.
+    let detached = berth(&daemon, dir, &["up", "-d"]).ok();
+    assert!(!detached.stderr.contains("failed"), "{detached:?}");
+    berth(&daemon, dir, &["up", "--wait"]).ok();
+    let items = berth(&daemon, dir, &["ps", "--json"]).ok().json();
+    assert_eq!(keys(&items).len(), 2, "{items:#}");
+    for item in items.as_array().unwrap() {
+        assert_eq!(item["state"]["kind"], "running", "{item:#}");
+    }
+    let both = berth(&daemon, dir, &["up", "-d", "--wait"]);
+    assert_eq!(both.code, 2, "-d and --wait are refused together: {both:?}");
+
+    // `down` stops this worktree's own instances and leaves the shared one to the others.
+    let db = db_key(&items, "worktree");
+    let down = berth(&daemon, dir, &["down"]).ok();
+    assert!(down.stdout.contains("stopped by tester"), "{down:?}");
+    let items = berth(&daemon, dir, &["ps", "--json"]).ok().json();
+    assert_eq!(by_key(&items, &db)["state"]["kind"], "stopped", "{items:#}");
+    let web = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == "web")
+        .unwrap();
+    assert_eq!(web["state"]["kind"], "running", "{items:#}");
+
+    // `down --archive` archives them, their volumes kept; `rm` archives a named one.
+    berth(&daemon, dir, &["up", "db"]).ok();
+    let archived = berth(&daemon, dir, &["down", "--archive", "--json"])
+        .ok()
+        .json();
+    assert_eq!(archived.as_array().unwrap().len(), 1, "{archived:#}");
+    assert_eq!(archived[0]["name"], "db");
+    assert_eq!(archived[0]["volumes"].as_array().unwrap().len(), 1);
+    let removed = berth(&daemon, dir, &["rm", "web"]).ok();
+    assert!(removed.stdout.contains("archived web"), "{removed:?}");
+    let left = berth(&daemon, dir, &["ps", "--json"]).ok().json();
+    assert!(left.as_array().unwrap().is_empty(), "{left:#}");
+}

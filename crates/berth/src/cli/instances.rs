@@ -41,6 +41,24 @@ pub struct StopArgs {
     names: Vec<String>,
 }
 
+/// `berth down`: Compose's verb for taking a project's services away.
+#[derive(Args, Debug)]
+pub struct DownArgs {
+    #[command(flatten)]
+    conn: Conn,
+    /// Archive them instead of stopping them: their containers removed for good, their volumes
+    /// kept (what `docker compose down` does to containers; no volume goes, unlike its `-v`).
+    #[arg(long)]
+    archive: bool,
+    /// Print what was stopped (or archived) as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Instance names from berth.toml (or full keys) [default: this worktree's own instances;
+    /// the shared ones, which other worktrees use, only when named].
+    #[arg(value_name = "NAME")]
+    names: Vec<String>,
+}
+
 #[derive(Args, Debug)]
 pub struct ArchiveArgs {
     #[command(flatten)]
@@ -368,6 +386,38 @@ pub async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
         bail!("this repository has no instances yet: `berth up` starts them");
     };
     let targets = resolve(&client, &domain, &repo, &args.names).await?;
+    stop_targets(&ui, &repo, &client, &domain, targets, args.json).await
+}
+
+/// `berth down`: this worktree's own instances (or the named ones) stopped, or archived with
+/// `--archive`.
+pub async fn down(args: DownArgs) -> anyhow::Result<ExitCode> {
+    let ui = ui(args.json);
+    let (repo, client, domain) = open(&args.conn).await?;
+    let Some(domain) = domain else {
+        eprintln!("berth: nothing to take down: this repository has no instances yet");
+        return Ok(ExitCode::SUCCESS);
+    };
+    let mut targets = resolve(&client, &domain, &repo, &args.names).await?;
+    if args.names.is_empty() {
+        // Shared instances serve every worktree: only named ones go down.
+        targets.retain(|i| i.worktree_key.is_some());
+    }
+    if args.archive {
+        return archive_targets(&ui, &repo, &client, &domain, &targets, args.json).await;
+    }
+    stop_targets(&ui, &repo, &client, &domain, targets, args.json).await
+}
+
+/// Stops `targets` and waits until each is stopped; exits non-zero when one is not.
+async fn stop_targets(
+    ui: &crate::ui::Ui,
+    repo: &Repo,
+    client: &Client,
+    domain: &DomainId,
+    targets: Vec<InstanceView>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     if targets.is_empty() {
         eprintln!("berth: nothing to stop: this worktree has no live instances");
         return Ok(ExitCode::SUCCESS);
@@ -376,24 +426,29 @@ pub async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
     for t in &targets {
         client
             .api
-            .stop(&domain, key_of(t), &by)
+            .stop(domain, key_of(t), &by)
             .await
-            .or_say(&client)?;
+            .or_say(client)?;
     }
     // The daemon stops them in the background; wait until each is.
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut stopped = Vec::new();
+    let mut not_stopped = 0;
     for t in &targets {
         let key = key_of(t);
         let left = deadline.saturating_duration_since(Instant::now());
         let now = client
             .api
-            .wait_for_state(&domain, key, &["stopped", "archived"], left, |_| true)
+            .wait_for_state(domain, key, &["stopped", "archived"], left, |_| true)
             .await
-            .or_say(&client)?
+            .or_say(client)?
             .instance;
-        if !args.json {
-            let mark = if state_kind(&now) == "stopped" {
+        let is_stopped = matches!(state_kind(&now), "stopped" | "archived");
+        if !is_stopped {
+            not_stopped += 1;
+        }
+        if !json {
+            let mark = if is_stopped {
                 ui.ok_mark()
             } else {
                 ui.fail_mark()
@@ -404,10 +459,14 @@ pub async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
                 state_detail(&now)
             );
         }
-        stopped.push(annotated(&now, &repo));
+        stopped.push(annotated(&now, repo));
     }
-    if args.json {
+    if json {
         print_json(&Value::Array(stopped));
+    }
+    if not_stopped > 0 {
+        eprintln!("berth: {not_stopped} instance(s) did not stop (see each line above)");
+        return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -419,11 +478,27 @@ pub async fn archive(args: ArchiveArgs) -> anyhow::Result<ExitCode> {
         bail!("this repository has no instances yet: nothing to archive");
     };
     let targets = resolve(&client, &domain, &repo, &args.names).await?;
+    archive_targets(&ui, &repo, &client, &domain, &targets, args.json).await
+}
+
+/// Archives `targets`, printing each one's kept volumes.
+async fn archive_targets(
+    ui: &crate::ui::Ui,
+    repo: &Repo,
+    client: &Client,
+    domain: &DomainId,
+    targets: &[InstanceView],
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    if targets.is_empty() {
+        eprintln!("berth: nothing to archive: this worktree has no live instances");
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut answers = Vec::new();
-    for t in &targets {
+    for t in targets {
         let key = key_of(t);
-        let answer = client.api.archive(&domain, key).await.or_say(&client)?;
-        if !args.json {
+        let answer = client.api.archive(domain, key).await.or_say(client)?;
+        if !json {
             println!(
                 "{} archived {} ({key}); its volumes are kept:",
                 ui.ok_mark(),
@@ -442,11 +517,11 @@ pub async fn archive(args: ArchiveArgs) -> anyhow::Result<ExitCode> {
         }
         answers.push(json!({
             "name": name_of_key(key),
-            "instance": annotated(&answer.instance, &repo),
+            "instance": annotated(&answer.instance, repo),
             "volumes": answer.volumes,
         }));
     }
-    if args.json {
+    if json {
         print_json(&Value::Array(answers));
     }
     Ok(ExitCode::SUCCESS)

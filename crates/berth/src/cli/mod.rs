@@ -78,7 +78,11 @@ pub enum Command {
     /// Stop instances (a person's stop: they stay stopped until `berth start`).
     Stop(instances::StopArgs),
     /// Archive instances: their containers are removed for good, their volumes kept and measured.
+    #[command(visible_alias = "rm")]
     Archive(instances::ArchiveArgs),
+    /// Take this worktree's instances down: stop them (`--archive`: archive them); the shared
+    /// ones only when named. Compose's `down`.
+    Down(instances::DownArgs),
     /// Run a command in an instance; stdin passes through, its exit code becomes berth's.
     Exec(exec::ExecArgs),
     /// Print `export NAME='value'` lines from the instances' connect tables in berth.toml.
@@ -137,6 +141,7 @@ pub async fn run(command: Command) -> ExitCode {
         Command::Ps(args) => instances::ps(args).await,
         Command::Stop(args) => instances::stop(args).await,
         Command::Archive(args) => instances::archive(args).await,
+        Command::Down(args) => instances::down(args).await,
         Command::Exec(args) => exec::run(args).await,
         Command::Env(args) => instances::env(args).await,
         Command::Domains(args) => instances::domains(args).await,

@@ -31,6 +31,14 @@ pub struct UpArgs {
     /// Ask the daemon what the up would do and whether it would succeed, and do nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Return once the daemon has each instance's spec, without waiting for it to run
+    /// (Compose's `up -d`); `berth ps` shows where each got to.
+    #[arg(short = 'd', long, conflicts_with = "wait")]
+    detach: bool,
+    /// Wait until each instance is running or failed: what `berth up` does anyway (Compose's
+    /// `--wait`).
+    #[arg(long)]
+    wait: bool,
     /// InstanceView names from berth.toml [default: all of them].
     #[arg(value_name = "NAME")]
     names: Vec<String>,
@@ -225,13 +233,20 @@ pub async fn run(args: UpArgs, verb: &str) -> anyhow::Result<ExitCode> {
         tracked.push(t);
     }
 
-    // Every waiting instance at once, each through the client's one wait.
+    // Every waiting instance at once, each through the client's one wait; none with `-d`.
     let deadline = Instant::now() + args.timeout;
     let waits = tracked
         .iter_mut()
-        .filter(|t| t.outcome == Outcome::Waiting)
+        .filter(|t| t.outcome == Outcome::Waiting && !args.detach)
         .map(|t| wait(&client, &domain, &ui, t, deadline, args.timeout));
     futures_util::future::join_all(waits).await;
+    if args.detach {
+        for t in tracked.iter_mut().filter(|t| t.outcome == Outcome::Waiting) {
+            if let Some(bar) = t.bar.take() {
+                bar.finish_and_clear();
+            }
+        }
+    }
     // The finished lines stay on the screen, above the table.
     drop(multi);
 
