@@ -494,6 +494,32 @@ fn an_instance_that_cannot_start_fails_up_with_its_message() {
 }
 
 #[test]
+fn an_instance_that_exits_before_it_is_ready_fails_up_with_its_last_lines_and_berth_logs() {
+    let daemon = Daemon::start();
+    let toml = format!(
+        "[instances.crash]\nimage = \"{}\"\ncommand = [\"sh\", \"-c\", \"echo first-words; echo last-words; exit 3\"]\nready = {{ tcp = 8080 }}\nmemory = \"32MiB\"\n",
+        busybox_image()
+    );
+    let repo = repo(&toml);
+    let run = berth(&daemon, &repo.main, &["up"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.stderr
+            .contains("its process exited with 3 before it was ready"),
+        "{run:?}"
+    );
+    assert!(
+        run.stderr.contains("  | first-words") && run.stderr.contains("  | last-words"),
+        "its last lines: {run:?}"
+    );
+    assert!(
+        run.stderr.contains("all of its output: berth logs crash"),
+        "{run:?}"
+    );
+    assert!(!run.stderr.contains("docker logs"), "{run:?}");
+}
+
+#[test]
 fn project_file_errors_name_their_line_and_field_and_create_nothing() {
     let daemon = Daemon::start();
     let image = busybox_image();
@@ -856,6 +882,34 @@ fn logs_print_an_instances_output_and_link_lets_a_container_resolve_it() {
     .ok();
     let logs = berth(&daemon, &repo.main, &["logs", "db", "--tail", "50"]).ok();
     assert!(logs.stdout.contains("a-log-line"), "{logs:?}");
+    // Without a name, as in Compose: every instance of the worktree, each line with its name.
+    berth(&daemon, &repo.main, &["up", "web"]).ok();
+    berth(
+        &daemon,
+        &repo.main,
+        &[
+            "exec",
+            "web",
+            "--",
+            "sh",
+            "-c",
+            "printf 'web-says-one\\nweb-says-two\\n' > /proc/1/fd/1",
+        ],
+    )
+    .ok();
+    let all = berth(&daemon, &repo.main, &["logs", "--tail", "50"]).ok();
+    let lines: Vec<&str> = all.stdout.lines().collect();
+    assert!(lines.contains(&"db  | a-log-line"), "{all:?}");
+    assert!(
+        lines.contains(&"web | web-says-one") && lines.contains(&"web | web-says-two"),
+        "{all:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.starts_with("db  | ") || l.starts_with("web | ")),
+        "{all:?}"
+    );
 
     // A container without the workspace's label is not attached, and berth says what it needs.
     let bare = format!("{}-bare", daemon.prefix);

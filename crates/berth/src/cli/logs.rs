@@ -1,5 +1,6 @@
-//! `berth logs NAME [-f]`: an instance's output, and `berth link`: a container of yours reaches
-//! this worktree's instances by their aliases.
+//! `berth logs [NAME...] [-f]`: an instance's output (several, or all of this worktree's,
+//! interleaved line by line with each one's name in front, as Compose prints them), and
+//! `berth link`: a container of yours reaches this worktree's instances by their aliases.
 
 use std::process::ExitCode;
 
@@ -24,9 +25,16 @@ pub struct LogsArgs {
     /// How many of the last lines to print first.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=100_000))]
     tail: u64,
-    /// The instance's name in berth.toml.
-    name: String,
+    /// Instance names in berth.toml (or full keys) [default: this worktree's instances and the
+    /// shared ones]. With one, its output is printed as it is; with more, each line carries the
+    /// instance's name in front.
+    #[arg(value_name = "NAME")]
+    names: Vec<String>,
 }
+
+/// The longest a line of several instances' output is kept waiting for its end: past it, what
+/// came is printed as a line of its own.
+const LONGEST_LINE: usize = 64 * 1024;
 
 pub async fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
     let repo = Repo::discover()?;
@@ -35,8 +43,14 @@ pub async fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
         bail!("this repository has no instances yet: `berth up` starts them");
     };
     let domain = domain.resource_domain_id;
-    let target = resolve(&client, &domain, &repo, std::slice::from_ref(&args.name)).await?;
-    let key = &target[0].key;
+    let targets = resolve(&client, &domain, &repo, &args.names).await?;
+    if targets.is_empty() {
+        bail!("this worktree has no live instances: `berth up` starts them");
+    }
+    if args.names.len() != 1 || targets.len() != 1 {
+        return interleaved(&client, &domain, &targets, args.tail, args.follow).await;
+    }
+    let key = &targets[0].key;
     let mut stream = std::pin::pin!(
         client
             .api
@@ -53,6 +67,64 @@ pub async fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
         out.flush().await.context("the log stream broke off")?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Several instances' output at once, a line at a time as it comes, each with `NAME | ` in
+/// front (the names padded to one width).
+async fn interleaved(
+    client: &crate::client::Client,
+    domain: &berth_client::DomainId,
+    targets: &[berth_client::InstanceView],
+    tail: u64,
+    follow: bool,
+) -> anyhow::Result<ExitCode> {
+    let names: Vec<String> = targets
+        .iter()
+        .map(|t| crate::repo::name_of_key(&t.key).to_owned())
+        .collect();
+    let width = names.iter().map(|n| n.chars().count()).max().unwrap_or(0);
+    let prefixes: Vec<String> = names.iter().map(|n| format!("{n:width$} | ")).collect();
+    let mut streams = Vec::new();
+    for (i, t) in targets.iter().enumerate() {
+        let stream = client
+            .api
+            .logs(domain, &t.key, Some(tail), follow)
+            .await
+            .or_say(client)?;
+        streams.push(stream.map(move |chunk| (i, chunk)).boxed());
+    }
+    let mut merged = futures_util::stream::select_all(streams);
+    let mut partial: Vec<Vec<u8>> = vec![Vec::new(); targets.len()];
+    let mut out = tokio::io::stdout();
+    while let Some((i, chunk)) = merged.next().await {
+        let chunk = chunk.or_say(client).context("the log stream broke off")?;
+        partial[i].extend_from_slice(&chunk);
+        while let Some(end) = partial[i].iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = partial[i].drain(..=end).collect();
+            write_line(&mut out, &prefixes[i], &line).await?;
+        }
+        if partial[i].len() > LONGEST_LINE {
+            let mut line = std::mem::take(&mut partial[i]);
+            line.push(b'\n');
+            write_line(&mut out, &prefixes[i], &line).await?;
+        }
+    }
+    for (i, rest) in partial.into_iter().enumerate() {
+        if !rest.is_empty() {
+            let mut line = rest;
+            line.push(b'\n');
+            write_line(&mut out, &prefixes[i], &line).await?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn write_line(out: &mut tokio::io::Stdout, prefix: &str, line: &[u8]) -> anyhow::Result<()> {
+    out.write_all(prefix.as_bytes())
+        .await
+        .context("writing the logs")?;
+    out.write_all(line).await.context("writing the logs")?;
+    out.flush().await.context("writing the logs")
 }
 
 #[derive(Args, Debug)]

@@ -88,7 +88,7 @@ fn settle(instance: &InstanceView, sent_at: u128, steady: bool) -> Outcome {
         }
         InstanceState::Exited { exit_code, .. } if fresh => Outcome::Failed(match exit_code {
             Some(code) => format!(
-                "its process exited with {code} before it was ready; berth keeps restarting it with a back-off (see `docker logs` of its container)"
+                "its process exited with {code} before it was ready; berth keeps restarting it with a back-off"
             ),
             None => {
                 "its process exited before it was ready; berth keeps restarting it with a back-off"
@@ -286,6 +286,9 @@ pub async fn run(args: UpArgs, verb: &str) -> anyhow::Result<ExitCode> {
     for t in &failed {
         if let Outcome::Failed(msg) = &t.outcome {
             eprintln!("berth: {} ({}) failed to {verb}: {msg}", t.def.name, t.key);
+            if t.instance.is_some() {
+                last_lines(&client, &domain, t).await;
+            }
         }
     }
     Ok(if failed.is_empty() {
@@ -293,6 +296,39 @@ pub async fn run(args: UpArgs, verb: &str) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// How many of a failed instance's last lines `up` prints, and the most of them it reads.
+const LAST_LINES: u64 = 10;
+const LAST_BYTES: usize = 16 * 1024;
+
+/// A failed instance's last lines of output, indented, and where to read the rest; nothing when
+/// it wrote nothing (or the daemon cannot say).
+async fn last_lines(client: &Client, domain: &DomainId, t: &Tracked<'_>) {
+    let Ok(stream) = client
+        .api
+        .logs(domain, &t.key, Some(LAST_LINES), false)
+        .await
+    else {
+        return;
+    };
+    let mut stream = std::pin::pin!(stream);
+    let mut text = Vec::new();
+    while let Some(Ok(chunk)) = futures_util::StreamExt::next(&mut stream).await {
+        text.extend_from_slice(&chunk);
+        if text.len() > LAST_BYTES {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&text);
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    if !lines.is_empty() {
+        eprintln!("  its last lines:");
+        for line in lines.iter().rev().take(LAST_LINES as usize).rev() {
+            eprintln!("  | {}", crate::ui::escape(line));
+        }
+    }
+    eprintln!("  all of its output: berth logs {}", t.def.name);
 }
 
 /// Waits until `t` settles, fails, or `deadline`, showing its progress as it goes.

@@ -438,10 +438,12 @@ impl InstanceController {
                         .await?;
                     let message = format!(
                         "the ready check ({}) did not answer within {}; check that the service \
-                         listens there and see `docker logs {}`",
+                         listens there, and see what it wrote: `berth logs {}` (or GET \
+                         .../instances/{}/logs)",
                         describe_ready(&instance.spec.ready),
                         humantime::format_duration(self.ctx.config.ready_timeout),
-                        container.name
+                        instance.key,
+                        instance.key
                     );
                     self.fail(instance, message).await?;
                     return Ok(Next::Done);
