@@ -1061,6 +1061,21 @@ fn rollouts_releases_and_rollback_to_a_named_release() {
     .ok();
     assert!(run.stdout.contains("rolled back to"), "{run:?}");
     assert!(run.stdout.contains("(rollout 3: rolled-back)"), "{run:?}");
+    // berth.toml follows, as after a promote: the next `up` does not roll forward again.
+    assert!(run.stdout.contains("berth.toml pinned to it"), "{run:?}");
+    let file = std::fs::read_to_string(repo.main.join("berth.toml")).unwrap();
+    assert!(file.contains(&a) && !file.contains(&b), "{file}");
+    let again = berth(&daemon, &repo.main, &["up", "--json"]).ok().json();
+    assert_eq!(
+        berth(&daemon, &repo.main, &["rollouts", "web", "--json"])
+            .ok()
+            .json()
+            .as_array()
+            .unwrap()
+            .len(),
+        3,
+        "the up after the rollback changed nothing: {again:#}"
+    );
     let table = berth(&daemon, &repo.main, &["rollouts", "web"]).ok();
     let lines: Vec<&str> = table.stdout.lines().collect();
     assert!(lines[0].starts_with("GEN"), "{table:?}");

@@ -5,13 +5,13 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use berth_client::{DomainId, ImageReleaseView, PromoteRequest, RolloutView};
 use clap::Args;
 use serde_json::json;
 
 use super::rollouts::{ago_millis, idempotency_key, short, target};
-use super::{Conn, annotated, find_domain, load_project, print_json, ui};
+use super::{Conn, annotated, find_domain, print_json, ui};
 use crate::client::{Client, OrSay};
 use crate::repo::{Repo, name_of_key};
 use crate::ui::{Cell, state_detail, state_kind};
@@ -224,7 +224,7 @@ pub async fn promote(args: PromoteArgs) -> anyhow::Result<ExitCode> {
     let succeeded =
         rollout.status.status.as_str() == "succeeded" && state_kind(&settled.instance) == "running";
     let pinned = if succeeded {
-        pin_in_file(&repo, &name, &answer.from_image, &answer.to_image)?
+        super::writes::repin(&repo, &name, &answer.from_image, &answer.to_image)?
     } else {
         false
     };
@@ -279,25 +279,4 @@ pub async fn promote(args: PromoteArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
-}
-
-/// Rewrites berth.toml's pin of `name` from `from` to `to`; `false` when the file pins
-/// something else there (a person changed it meanwhile), which is left as it is.
-fn pin_in_file(repo: &Repo, name: &str, from: &str, to: &str) -> anyhow::Result<bool> {
-    let project = load_project(repo)?;
-    if !project
-        .select(&[])?
-        .iter()
-        .any(|d| d.name == name && d.image == from)
-    {
-        return Ok(false);
-    }
-    let text = std::fs::read_to_string(&project.path)
-        .with_context(|| format!("could not read {}", project.path.display()))?;
-    let mut doc: toml_edit::DocumentMut = text
-        .parse()
-        .with_context(|| format!("could not read {} again", project.path.display()))?;
-    super::writes::set_image(&mut doc, name, to);
-    super::writes::write_checked(&project.path, &doc.to_string())?;
-    Ok(true)
 }

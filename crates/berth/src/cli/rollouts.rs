@@ -183,13 +183,16 @@ pub async fn rollback(args: RollbackArgs) -> anyhow::Result<ExitCode> {
     let key = instance.key.clone();
     // The generation this command read: a rollout written meanwhile (another person's up or
     // rollback) makes the daemon refuse, instead of rolling back from what no one saw.
-    let generation = client
+    let newest = client
         .api
         .rollouts(&domain, &key)
         .await
         .or_say(&client)?
-        .first()
-        .map_or(0, |r| r.plan.rollout_generation);
+        .into_iter()
+        .next();
+    let generation = newest.as_ref().map_or(0, |r| r.plan.rollout_generation);
+    // What berth.toml pins now, if it follows the daemon: rewritten to what the rollback runs.
+    let pinned_before = newest.map(|r| r.plan.digest_pinned_image_reference);
     let answer = client
         .api
         .rollback_to(
@@ -219,11 +222,26 @@ pub async fn rollback(args: RollbackArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let ran = state_kind(&settled.instance) == "running" && !settled.timed_out;
+    // As `promote` does: berth.toml follows what runs, so the next `up` does not roll forward
+    // again. A file pinning something else there (changed by a person meanwhile) is left.
+    let pinned = match (
+        ran,
+        &pinned_before,
+        rollout
+            .as_ref()
+            .map(|r| &r.plan.digest_pinned_image_reference),
+    ) {
+        (true, Some(from), Some(to)) if from != to => {
+            super::writes::repin(&repo, name_of_key(&key), from, to)?
+        }
+        _ => false,
+    };
     if args.json {
         print_json(&json!({
             "rollback": answer,
             "rollout": rollout,
             "instance": annotated(&settled.instance, &repo),
+            "pinned": pinned,
         }));
     } else {
         let status = rollout
@@ -245,8 +263,13 @@ pub async fn rollback(args: RollbackArgs) -> anyhow::Result<ExitCode> {
             .map(|r| r.plan.digest_pinned_image_reference.clone())
             .unwrap_or_else(|| answer.to_spec_digest.clone());
         if ran {
+            let file = if pinned {
+                "; berth.toml pinned to it"
+            } else {
+                ""
+            };
             println!(
-                "{} {} ({key}) rolled back to {image}{status}",
+                "{} {} ({key}) rolled back to {image}{status}{file}",
                 ui.ok_mark(),
                 name_of_key(&key)
             );
