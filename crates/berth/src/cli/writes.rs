@@ -89,6 +89,27 @@ impl Mirror {
     }
 }
 
+/// Rewrites berth.toml's pin of `name` from `from` to `to`; `false` when the file pins
+/// something else there (a person changed it meanwhile), which is left as it is.
+pub(super) fn repin(repo: &Repo, name: &str, from: &str, to: &str) -> anyhow::Result<bool> {
+    let project = super::load_project(repo)?;
+    if !project
+        .select(&[])?
+        .iter()
+        .any(|d| d.name == name && d.image == from)
+    {
+        return Ok(false);
+    }
+    let text = std::fs::read_to_string(&project.path)
+        .with_context(|| format!("could not read {}", project.path.display()))?;
+    let mut doc: toml_edit::DocumentMut = text
+        .parse()
+        .with_context(|| format!("could not read {} again", project.path.display()))?;
+    super::writes::set_image(&mut doc, name, to);
+    super::writes::write_checked(&project.path, &doc.to_string())?;
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::Mirror;
@@ -119,25 +140,4 @@ mod tests {
             "docker.io/library/redis:7"
         );
     }
-}
-
-/// Rewrites berth.toml's pin of `name` from `from` to `to`; `false` when the file pins
-/// something else there (a person changed it meanwhile), which is left as it is.
-pub(super) fn repin(repo: &Repo, name: &str, from: &str, to: &str) -> anyhow::Result<bool> {
-    let project = super::load_project(repo)?;
-    if !project
-        .select(&[])?
-        .iter()
-        .any(|d| d.name == name && d.image == from)
-    {
-        return Ok(false);
-    }
-    let text = std::fs::read_to_string(&project.path)
-        .with_context(|| format!("could not read {}", project.path.display()))?;
-    let mut doc: toml_edit::DocumentMut = text
-        .parse()
-        .with_context(|| format!("could not read {} again", project.path.display()))?;
-    super::writes::set_image(&mut doc, name, to);
-    super::writes::write_checked(&project.path, &doc.to_string())?;
-    Ok(true)
 }
