@@ -122,6 +122,11 @@ fn add_pins_what_the_registry_serves_and_pin_follows_the_tag_keeping_the_file() 
             vec!["add", "other", &format!("{registry}/{repository}:1")],
             "give --port PORT",
         ),
+        // A misspelt image is said to be missing, not asked for a port.
+        (
+            vec!["add", "other", &format!("{registry}/{repository}:nope")],
+            "has no tag nope",
+        ),
         (
             vec!["add", "other", "Bad/Name:1", "--port", "1"],
             "lower-case",

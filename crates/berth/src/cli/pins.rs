@@ -156,6 +156,9 @@ pub async fn add(args: AddArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let tag = TagRef::parse(&args.image).map_err(anyhow::Error::msg)?;
+    // The image first: a name that is not there is said as such, before anything is asked of
+    // its ports.
+    let image = pin(&TagReader::new(), &args.image).await?;
     let preset = match args.port {
         Some(_) => None,
         None => Some(preset_for_repository(&tag.registry_repository()).ok_or_else(|| {
@@ -167,7 +170,6 @@ pub async fn add(args: AddArgs) -> anyhow::Result<ExitCode> {
             )
         })?),
     };
-    let image = pin(&TagReader::new(), &args.image).await?;
     let mut text = existing.unwrap_or_else(|| HEADER.to_owned());
     if !text.is_empty() && !text.ends_with('\n') {
         text.push('\n');

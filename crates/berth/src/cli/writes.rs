@@ -20,10 +20,24 @@ pub(super) const HEADER: &str = "\
 # label; `berth add NAME IMAGE[:TAG]` writes a new one. See docs/cli.md in berth.
 ";
 
-/// Pins `image` (a tag) from its registry.
+/// Pins `image` (a tag) from its registry. Docker Hub out of reach is told with the way
+/// around it (`--mirror`, `BERTH_IMAGE_MIRROR`).
 pub(super) async fn pin(reader: &TagReader, image: &str) -> anyhow::Result<PinnedImage> {
     let tag = TagRef::parse(image).map_err(anyhow::Error::msg)?;
-    let found = reader.read(&tag).await.map_err(anyhow::Error::msg)?;
+    let found = reader.read(&tag).await.map_err(|e| {
+        let hub = matches!(
+            tag.host().as_str(),
+            "docker.io" | "index.docker.io" | "registry-1.docker.io"
+        );
+        if hub && e.kind == berth_docker::tags::TagErrorKind::Unreachable {
+            anyhow::anyhow!(
+                "{e}; where Docker Hub is out of reach, `--mirror PREFIX` (or BERTH_IMAGE_MIRROR) \
+                 reads its images through a registry mirror you can reach"
+            )
+        } else {
+            anyhow::Error::msg(e)
+        }
+    })?;
     Ok(tag.pin(&found.digest))
 }
 

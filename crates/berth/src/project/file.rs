@@ -20,7 +20,7 @@ impl Project {
             Ok(s) => s,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 anyhow::bail!(
-                    "there is no {} at the top of this worktree ({}): write one with an [instances.NAME] table for each service (see docs/cli.md)",
+                    "there is no {} at the top of this worktree ({}): `berth init` writes one (`--with postgres,redis` for those services, `--from compose.yaml` from a Compose file), or write an [instances.NAME] table for each service yourself (see docs/cli.md)",
                     crate::repo::PROJECT_FILE,
                     path.display()
                 )
@@ -96,7 +96,7 @@ mod tests {
         assert!(
             err.starts_with(
                 "there is no berth.toml at the top of this worktree (/nonexistent/berth.toml)"
-            ),
+            ) && err.contains("`berth init` writes one"),
             "{err}"
         );
     }
