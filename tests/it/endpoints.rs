@@ -205,6 +205,45 @@ fn a_connection_wakes_an_idle_stopped_instance() {
 }
 
 #[test]
+fn an_exec_wakes_an_idle_stopped_instance_and_a_persons_stop_is_kept() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("shop");
+    api.up(
+        &domain,
+        "web",
+        &idle_spec(&busybox_image(), "web", 8080, 2),
+        "use",
+    )
+    .expect(200);
+    api.wait_state(&domain, "web", "running", READY);
+    let stopped = api.wait_state(&domain, "web", "stopped", READY);
+    assert_eq!(stopped["stopReason"], json!({"kind": "idle"}));
+
+    // As a connection would: the exec wakes it, waits for it to run, and runs.
+    let result = api
+        .exec(&domain, "web", &["echo", "awake"], None, 60_000, b"")
+        .expect(200);
+    assert_eq!(result["exitCode"], 0, "{result}");
+    assert_eq!(result["stdout"], "awake\n");
+    let instance = api.instance(&domain, "web");
+    assert_eq!(instance["desired"], "running");
+    assert_eq!(instance["state"]["kind"], "running");
+
+    // A person's stop is theirs: the exec is refused, naming the state, and wakes nothing.
+    api.post(
+        &format!("/v1/resource-domains/{domain}/instances/web/stop"),
+        json!({"by": "Ada"}),
+    )
+    .expect(200);
+    api.wait_state(&domain, "web", "stopped", READY);
+    api.exec(&domain, "web", &["true"], None, 60_000, b"")
+        .expect_error(409, "ResourceInstanceNotRunningError");
+    let i = api.settled(&domain, "web", &["stopped"], READY);
+    assert_eq!(i["stopReason"], json!({"kind": "person", "by": "Ada"}));
+}
+
+#[test]
 fn a_person_stopped_instance_closes_connections_promptly_and_stays_stopped() {
     let daemon = Daemon::start();
     let api = daemon.client();

@@ -499,6 +499,13 @@ impl Reconciler {
         }
     }
 
+    /// Waits until instance `id` runs, waking it first when idleness stopped it, as a
+    /// connection to one of its endpoints does; `None` when it will not run (a person stopped
+    /// it, it is archived, or its start failed).
+    pub async fn ready_for_use(&self, id: &InstanceId) -> Option<Instance> {
+        self.inner.endpoints.wait_ready(id).await
+    }
+
     /// What held this store's volumes at the last look; `None` before the first.
     pub fn holdings(&self) -> Option<Holdings> {
         self.inner

@@ -158,6 +158,24 @@ impl Berth {
             key: key.to_owned(),
             state: state.to_owned(),
         };
+        // Idleness stopped it (or it is starting): an exec wakes it and waits for it, as a
+        // connection to one of its endpoints does. A person's stop is kept.
+        let idle = instance.desired == Desired::Stopped
+            && matches!(instance.stop_reason, Some(crate::model::StopReason::Idle));
+        let instance = if idle
+            || (instance.desired == Desired::Running
+                && matches!(instance.state, InstanceState::Starting { .. }))
+        {
+            match reconciler.ready_for_use(&instance.id).await {
+                Some(running) => running,
+                None => {
+                    let now = self.instance(owner, domain_id, key)?;
+                    return Err(not_running(now.state.kind()));
+                }
+            }
+        } else {
+            instance
+        };
         if !matches!(instance.state, InstanceState::Running { .. })
             || instance.desired != Desired::Running
         {

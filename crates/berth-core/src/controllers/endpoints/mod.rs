@@ -439,7 +439,7 @@ impl EndpointController {
 
     /// Waits until the instance runs, waking it when it may be woken; `None` when it will not
     /// run (a person stopped it, it is archived, or its start failed).
-    async fn wait_ready(&self, id: &InstanceId) -> Option<Instance> {
+    pub(crate) async fn wait_ready(&self, id: &InstanceId) -> Option<Instance> {
         let deadline =
             tokio::time::Instant::now() + self.ctx.config.ready_timeout + Duration::from_secs(30);
         let mut woke = false;
