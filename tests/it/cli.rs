@@ -1719,3 +1719,43 @@ fn compose_habits_up_d_and_wait_down_and_rm_do_what_compose_users_expect() {
     let left = berth(&daemon, dir, &["ps", "--json"]).ok().json();
     assert!(left.as_array().unwrap().is_empty(), "{left:#}");
 }
+
+#[test]
+fn a_scope_change_names_the_instance_it_left_and_an_ambiguous_name_is_refused_naming_both() {
+    let daemon = Daemon::start();
+    let toml = two_instances();
+    let repo = repo(&toml);
+    let dir = &repo.main;
+    berth(&daemon, dir, &["up", "db"]).ok();
+    let items = berth(&daemon, dir, &["ps", "--json"]).ok().json();
+    let own = db_key(&items, "worktree");
+
+    // db becomes shared: the up runs the shared one and names this worktree's, left running.
+    let shared = toml.replacen("scope = \"worktree\"", "scope = \"shared\"", 1);
+    assert_ne!(shared, toml);
+    std::fs::write(dir.join("berth.toml"), shared).unwrap();
+    let up = berth(&daemon, dir, &["up", "db"]).ok();
+    assert!(
+        up.stderr.contains(&format!(
+            "db is shared in berth.toml now; this worktree's db from before ({own}) still runs"
+        )) && up.stderr.contains(&format!("`berth archive {own}`")),
+        "{up:?}"
+    );
+
+    // `db` now names both: nothing is archived on a guess, and both keys are named.
+    let refused = berth(&daemon, dir, &["archive", "db"]);
+    assert_eq!(refused.code, 1, "{refused:?}");
+    assert!(
+        refused.stderr.contains("db names two live instances")
+            && refused.stderr.contains(&own)
+            && refused.stderr.contains("the shared one (db)"),
+        "{refused:?}"
+    );
+    let items = berth(&daemon, dir, &["ps", "--json"]).ok().json();
+    assert_eq!(by_key(&items, &own)["state"]["kind"], "running");
+    assert_eq!(by_key(&items, "db")["state"]["kind"], "running");
+    // The full key archives the one berth.toml no longer asks for.
+    berth(&daemon, dir, &["archive", &own]).ok();
+    let up = berth(&daemon, dir, &["up", "db"]).ok();
+    assert!(!up.stderr.contains("still runs"), "{up:?}");
+}

@@ -156,17 +156,32 @@ pub(super) async fn resolve(
             ]
         };
         // An exact key first; then, for each base key, its newest live generation.
-        let found = live
-            .iter()
-            .find(|i| key_of(i) == name.as_str())
-            .or_else(|| {
-                bases.iter().find_map(|base| {
-                    live.iter()
-                        .filter_map(|i| generation(key_of(i), base).map(|g| (g, i)))
-                        .max_by_key(|(g, _)| *g)
-                        .map(|(_, i)| i)
-                })
-            });
+        let newest = |base: &String| {
+            live.iter()
+                .filter_map(|i| generation(key_of(i), base).map(|g| (g, i)))
+                .max_by_key(|(g, _)| *g)
+                .map(|(_, i)| i)
+        };
+        let exact = live.iter().find(|i| key_of(i) == name.as_str());
+        // A name this worktree's instance and a shared one both answer to (a scope changed in
+        // berth.toml leaves the other one running): which one is meant is not guessed.
+        if bases.len() == 2
+            && let (Some(own), Some(shared)) = (newest(&bases[0]), newest(&bases[1]))
+        {
+            bail!(
+                "{name} names two live instances: this worktree's ({}) and the shared one ({}), \
+                 left from before a change of its scope; give the full key of the one you mean \
+                 (`berth archive {}` archives the one berth.toml no longer asks for)",
+                own.key,
+                shared.key,
+                if repo_scope_is_shared(repo, name) {
+                    &own.key
+                } else {
+                    &shared.key
+                },
+            );
+        }
+        let found = exact.or_else(|| bases.iter().find_map(newest));
         match found {
             Some(i) => {
                 if !out.iter().any(|o| o.key == i.key) {
@@ -525,6 +540,15 @@ async fn archive_targets(
         print_json(&Value::Array(answers));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether berth.toml asks for `name` as a shared instance (`false` when it cannot say).
+fn repo_scope_is_shared(repo: &Repo, name: &str) -> bool {
+    load_project(repo).is_ok_and(|p| {
+        p.instances
+            .iter()
+            .any(|d| d.name == name && d.scope == crate::project::Scope::Shared)
+    })
 }
 
 /// A value in single quotes for a POSIX shell.

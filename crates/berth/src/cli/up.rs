@@ -279,6 +279,7 @@ pub async fn run(args: UpArgs, verb: &str) -> anyhow::Result<ExitCode> {
     } else {
         table(&ui, &repo, &tracked);
     }
+    left_by_scope_change(&client, &domain, &repo, &tracked).await;
     let failed: Vec<&Tracked> = tracked
         .iter()
         .filter(|t| matches!(t.outcome, Outcome::Failed(_)))
@@ -296,6 +297,47 @@ pub async fn run(args: UpArgs, verb: &str) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Names the instances a change of scope in berth.toml left running: this worktree's
+/// instance of a name that is shared now, or the shared one of a name that is per worktree now.
+/// Nothing is archived without being asked.
+async fn left_by_scope_change(
+    client: &Client,
+    domain: &DomainId,
+    repo: &Repo,
+    tracked: &[Tracked<'_>],
+) {
+    let Ok(live) = client.api.instances(domain, false).await else {
+        return;
+    };
+    for t in tracked {
+        let shared_now = t.def.scope == crate::project::Scope::Shared;
+        let other = repo.instance_key(&t.def.name, !shared_now);
+        let Some(left) = live
+            .iter()
+            .filter(|i| crate::repo::generation(&i.key, &other).is_some())
+            .max_by_key(|i| crate::repo::generation(&i.key, &other))
+        else {
+            continue;
+        };
+        let (now, before) = if shared_now {
+            ("shared", "this worktree's")
+        } else {
+            ("per worktree", "the shared")
+        };
+        eprintln!(
+            "berth: {name} is {now} in berth.toml now; {before} {name} from before ({key}) still \
+             runs{others}: `berth archive {key}` archives it (its volumes are kept)",
+            name = t.def.name,
+            key = left.key,
+            others = if shared_now {
+                ""
+            } else {
+                ", and other worktrees may use it"
+            },
+        );
+    }
 }
 
 /// How many of a failed instance's last lines `up` prints, and the most of them it reads.
