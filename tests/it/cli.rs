@@ -1759,3 +1759,63 @@ fn a_scope_change_names_the_instance_it_left_and_an_ambiguous_name_is_refused_na
     let up = berth(&daemon, dir, &["up", "db"]).ok();
     assert!(!up.stderr.contains("still runs"), "{up:?}");
 }
+
+#[test]
+fn a_host_port_another_program_holds_is_named_by_ps_env_and_doctor() {
+    let mut daemon = Daemon::start();
+    let repo = repo(&two_instances());
+    let dir = &repo.main;
+    berth(&daemon, dir, &["up", "db"]).ok();
+    let items = berth(&daemon, dir, &["ps", "--json"]).ok().json();
+    let key = db_key(&items, "worktree");
+    let port = by_key(&items, &key)["endpoints"][0]["hostPort"]
+        .as_u64()
+        .unwrap() as u16;
+
+    // Another program takes the port while the daemon is away.
+    daemon.stop();
+    let squatter = std::net::TcpListener::bind(("127.0.0.1", port)).expect("the port is free");
+    daemon.start_again();
+    support::wait_until(
+        Duration::from_secs(60),
+        "berth finding its port taken",
+        || {
+            daemon
+                .log_text()
+                .contains("the host endpoint's port is taken")
+        },
+    );
+    let held = format!("127.0.0.1:{port}->8080 is held by another program");
+    let ps = berth(&daemon, dir, &["ps"]).ok();
+    assert!(ps.stdout.contains(&held), "{ps:?}");
+    let env = berth(&daemon, dir, &["env"]);
+    assert_eq!(env.code, 1, "{env:?}");
+    assert!(
+        env.stderr
+            .contains(&format!("another program holds 127.0.0.1:{port}")),
+        "{env:?}"
+    );
+    let doctor = berth(&daemon, dir, &["doctor", "--json"]).json();
+    let check = doctor
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "endpoints")
+        .unwrap_or_else(|| panic!("no endpoints check: {doctor:#}"))
+        .clone();
+    assert_eq!(check["ok"], false, "{check:#}");
+    assert!(
+        check["detail"].as_str().unwrap().contains(&key),
+        "{check:#}"
+    );
+
+    // Once it lets go, berth listens there again and env gives the port.
+    drop(squatter);
+    support::wait_until(
+        Duration::from_secs(60),
+        "berth binding its freed port",
+        || !berth(&daemon, dir, &["ps"]).stdout.contains(&held),
+    );
+    let env = berth(&daemon, dir, &["env"]).ok();
+    assert!(env.stdout.contains(&format!(":{port}/db")), "{env:?}");
+}

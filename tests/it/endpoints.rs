@@ -356,7 +356,7 @@ fn two_hundred_concurrent_connections_each_echo_their_own_bytes() {
 }
 
 #[test]
-fn a_stored_port_another_program_holds_is_not_advertised_until_berth_binds_it() {
+fn a_stored_port_another_program_holds_is_named_unavailable_until_berth_binds_it() {
     let mut daemon = Daemon::start();
     let api = daemon.client();
     let domain = api.create_domain("squat");
@@ -378,10 +378,18 @@ fn a_stored_port_another_program_holds_is_not_advertised_until_berth_binds_it() 
             .contains("the host endpoint's port is taken")
     });
     api.wait_state(&domain, "web", "running", READY);
+    // Listed as unavailable, with the sentence naming the port: never as a place to connect.
     let items = endpoints(&api, &domain, "web");
+    let held = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["port"] == 8080)
+        .unwrap_or_else(|| panic!("the held endpoint is not named: {items}"));
+    let why = held["unavailable"].as_str().unwrap_or_default();
     assert!(
-        items.as_array().unwrap().iter().all(|e| e["port"] != 8080),
-        "a port another program holds is advertised: {items}"
+        why.contains(&format!("another program holds 127.0.0.1:{port}")),
+        "{items}"
     );
 
     // Once the port is free, berth binds it again and advertises it.
@@ -391,7 +399,7 @@ fn a_stored_port_another_program_holds_is_not_advertised_until_berth_binds_it() 
             .as_array()
             .unwrap()
             .iter()
-            .any(|e| e["port"] == 8080)
+            .any(|e| e["port"] == 8080 && e.get("unavailable").is_none())
     });
     assert_eq!(host_port(&api, &domain, "web", 8080), port, "the same port");
     assert!(http_get(port).0.contains("berth fixture"));

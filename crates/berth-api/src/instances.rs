@@ -261,6 +261,11 @@ pub struct EndpointView {
     /// port it had, or had none.
     #[serde(default)]
     pub previous_host_port: Option<u16>,
+    /// Why nothing listens on `hostPort` now, when berth could not bind it (another program
+    /// holds it): a sentence naming the port and what berth does about it. Absent when berth
+    /// listens on it; a client connects only to endpoints without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
 }
 
 /// A list of instances.

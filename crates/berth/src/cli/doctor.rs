@@ -365,6 +365,43 @@ async fn lost_data(client: &Client, repo: &Repo) -> Option<Check> {
     ))
 }
 
+/// The repository's host endpoints whose port another program holds: nothing reaches the
+/// instance there until it lets go.
+async fn held_endpoints(client: &Client, repo: &Repo) -> Option<Check> {
+    let domain = match super::find_domain(client, repo).await {
+        Ok(Some(d)) => d.resource_domain_id,
+        _ => return None,
+    };
+    let instances = client.api.instances(&domain, false).await.ok()?;
+    let mut held = Vec::new();
+    for i in &instances {
+        let Ok(endpoints) = client.api.endpoints(&domain, &i.key).await else {
+            continue;
+        };
+        held.extend(
+            endpoints
+                .iter()
+                .filter_map(|e| e.unavailable.as_deref())
+                .map(|why| format!("  {}: {why}", i.key)),
+        );
+    }
+    if held.is_empty() {
+        return Some(Check::ok(
+            "endpoints",
+            "berth listens on every host endpoint of this repository's instances",
+        ));
+    }
+    Some(Check::fail(
+        "endpoints",
+        format!(
+            "{} host endpoint(s) are held by another program:\n{}",
+            held.len(),
+            held.join("\n")
+        ),
+        "stop the program that holds the port (berth takes it back as soon as it is free), or archive the instance and up it again for another port",
+    ))
+}
+
 /// How branches and restores from a snapshot fill their volumes on the daemon's engine.
 fn volume_layers(daemon: &berth_client::DaemonView) -> Check {
     let said = match daemon.volume_layers {
@@ -598,6 +635,7 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
                     let asked = project.instances.iter().any(|i| i.template);
                     checks.extend(templates(client, &repo, asked).await);
                     checks.extend(lost_data(client, &repo).await);
+                    checks.extend(held_endpoints(client, &repo).await);
                 }
             }
             Err(e) => {

@@ -107,7 +107,23 @@ async fn open(conn: &Conn) -> anyhow::Result<(Repo, Client, Option<DomainId>)> {
 pub(super) fn endpoint_tuples(endpoints: Vec<EndpointView>) -> Vec<(u16, String, u16)> {
     endpoints
         .into_iter()
+        .filter(|e| e.unavailable.is_none())
         .map(|e| (e.port, e.host, e.host_port))
+        .collect()
+}
+
+/// The endpoints nothing listens on now (another program holds the port), each as a note:
+/// `127.0.0.1:PORT->port is held by another program`.
+fn unavailable_notes(endpoints: &[EndpointView]) -> Vec<String> {
+    endpoints
+        .iter()
+        .filter(|e| e.unavailable.is_some())
+        .map(|e| {
+            format!(
+                "{}:{}->{} is held by another program",
+                e.host, e.host_port, e.port
+            )
+        })
         .collect()
 }
 
@@ -264,28 +280,34 @@ pub async fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
             key_of(b),
         ))
     });
-    // Each live instance's host endpoints, as `berth up` shows them (an archived one has none).
-    let endpoints: Vec<Vec<(u16, String, u16)>> = match (&domain, args.archived) {
+    // Each live instance's host endpoints, as `berth up` shows them (an archived one has none),
+    // and those whose port another program holds.
+    let views: Vec<Vec<EndpointView>> = match (&domain, args.archived) {
         (Some(d), false) => {
             futures_util::future::join_all(items.iter().map(|i| client.api.endpoints(d, &i.key)))
                 .await
                 .into_iter()
-                .map(|e| endpoint_tuples(e.unwrap_or_default()))
+                .map(Result::unwrap_or_default)
                 .collect()
         }
         _ => vec![Vec::new(); items.len()],
     };
+    let held: Vec<Vec<String>> = views.iter().map(|v| unavailable_notes(v)).collect();
+    let endpoints: Vec<Vec<(u16, String, u16)>> = views.into_iter().map(endpoint_tuples).collect();
     if args.json {
         print_json(&Value::Array(
             items
                 .iter()
-                .zip(&endpoints)
-                .map(|(i, eps)| {
+                .zip(endpoints.iter().zip(&held))
+                .map(|(i, (eps, held))| {
                     let mut v = annotated(i, &repo);
                     if let Some(map) = v.as_object_mut()
                         && !args.archived
                     {
                         map.insert("endpoints".into(), endpoints_json(eps));
+                        if !held.is_empty() {
+                            map.insert("endpointsUnavailable".into(), json!(held));
+                        }
                     }
                     v
                 })
@@ -302,8 +324,13 @@ pub async fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
     }
     let rows: Vec<Vec<Cell>> = items
         .iter()
-        .zip(&endpoints)
-        .map(|(i, eps)| {
+        .zip(endpoints.iter().zip(&held))
+        .map(|(i, (eps, held))| {
+            let note = std::iter::once(detail_note(i))
+                .chain(held.iter().cloned())
+                .filter(|n| !n.is_empty())
+                .collect::<Vec<_>>()
+                .join("; ");
             vec![
                 Cell::plain(name_of_key(key_of(i))),
                 Cell::plain(scope_of(i, &repo)),
@@ -311,7 +338,7 @@ pub async fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
                 Cell::state(state_kind(i)),
                 Cell::plain(ago(state_time(i))),
                 Cell::plain(endpoints_text(eps)),
-                Cell::plain(detail_note(i)),
+                Cell::plain(note),
             ]
         })
         .collect();
@@ -588,8 +615,12 @@ pub async fn env(args: EnvArgs) -> anyhow::Result<ExitCode> {
                     def.name
                 );
             }
-            let endpoints =
-                endpoint_tuples(client.api.endpoints(&domain, &key).await.or_say(&client)?);
+            let views = client.api.endpoints(&domain, &key).await.or_say(&client)?;
+            // A port another program holds reaches something else: named, never exported.
+            if let Some(held) = views.iter().find_map(|e| e.unavailable.as_deref()) {
+                bail!("{} ({key}): {held}", def.name);
+            }
+            let endpoints = endpoint_tuples(views);
             vars.extend(def.connect_values(&endpoints).map_err(anyhow::Error::msg)?);
         }
     }

@@ -64,12 +64,16 @@ pub(crate) struct Listeners {
     tasks: HashMap<InstanceId, Vec<tokio::task::JoinHandle<()>>>,
     /// `(instance, container port)` of every endpoint berth listens on now.
     listening: HashSet<(InstanceId, u16)>,
+    /// `(instance, container port)` of every stored endpoint whose port another program holds:
+    /// berth binds it once it is free.
+    taken: HashSet<(InstanceId, u16)>,
 }
 
 impl Listeners {
     /// Stops every endpoint's listener.
     fn abort_all(&mut self) {
         self.listening.clear();
+        self.taken.clear();
         for (_, tasks) in self.tasks.drain() {
             tasks.iter().for_each(tokio::task::JoinHandle::abort);
         }
@@ -261,10 +265,12 @@ impl EndpointController {
                 Err(e) => {
                     tracing::warn!(instance = %id, host_port, error = %e,
                         "the host endpoint's port is taken by another program; it is not advertised, and berth binds it once it is free");
+                    self.listeners().taken.insert((id.clone(), port));
                     let this = self.clone();
                     let task_id = id.clone();
                     let handle = tokio::spawn(async move {
                         let listener = bind_when_free(address).await;
+                        this.listeners().taken.remove(&(task_id.clone(), port));
                         tracing::info!(instance = %task_id, host_port, "the host endpoint's port is free again; listening");
                         let listening = Listening::new(&this, &task_id, port);
                         this.accept_loop(task_id, port, listener, listening).await
@@ -294,13 +300,7 @@ impl EndpointController {
         Ok(ids
             .iter()
             .zip(stored)
-            .map(|(id, ports)| {
-                ports
-                    .into_iter()
-                    .filter(|e| listeners.listening.contains(&(id.clone(), e.port)))
-                    .map(view)
-                    .collect()
-            })
+            .map(|(id, ports)| advertised(&listeners, id, ports))
             .collect())
     }
 
@@ -309,11 +309,7 @@ impl EndpointController {
         let of = id.clone();
         let stored = self.ctx.store.read(move |tx| tx.endpoints(&of)).await?;
         let listeners = self.listeners();
-        Ok(stored
-            .into_iter()
-            .filter(|e| listeners.listening.contains(&(id.clone(), e.port)))
-            .map(view)
-            .collect())
+        Ok(advertised(&listeners, id, stored))
     }
 
     fn serve_endpoint(&self, id: InstanceId, port: u16, listener: TcpListener) {
@@ -363,6 +359,7 @@ impl EndpointController {
         let handles = {
             let mut listeners = self.listeners();
             listeners.listening.retain(|(of, _)| of != id);
+            listeners.taken.retain(|(of, _)| of != id);
             listeners.tasks.remove(id)
         };
         // Aborted outside the lock: a task's guard takes it as the task is dropped. Waited
@@ -580,7 +577,37 @@ fn view(endpoint: StoredEndpoint) -> EndpointView {
         host: ENDPOINT_HOST.to_string(),
         host_port: endpoint.host_port,
         previous_host_port: endpoint.wanted_host_port,
+        unavailable: None,
     }
+}
+
+/// The endpoints of `id` berth listens on, and those whose port another program holds (with
+/// the sentence saying so); one not opened yet is not shown.
+fn advertised(
+    listeners: &Listeners,
+    id: &InstanceId,
+    stored: Vec<StoredEndpoint>,
+) -> Vec<EndpointView> {
+    stored
+        .into_iter()
+        .filter_map(|e| {
+            let key = (id.clone(), e.port);
+            if listeners.listening.contains(&key) {
+                return Some(view(e));
+            }
+            if !listeners.taken.contains(&key) {
+                return None;
+            }
+            let mut shown = view(e);
+            shown.unavailable = Some(format!(
+                "another program holds {ENDPOINT_HOST}:{}, this endpoint's port: nothing \
+                 reaches the instance there until it lets go, and berth listens on it as soon \
+                 as it is free (`ss -ltnp 'sport = :{}'` names the program)",
+                shown.host_port, shown.host_port
+            ));
+            Some(shown)
+        })
+        .collect()
 }
 
 /// Binds `address` once no other program holds it, trying again with back-off.
