@@ -413,6 +413,13 @@ function endpointCell(entry) {
   const i = entry.instance;
   if (!entry.endpoints.length) return h('span', { class: 'muted' }, '—');
   return entry.endpoints.map((e) => {
+    // Another program holds the port: said, and nothing offered to copy.
+    if (e.unavailable) {
+      return h('div', { class: 'endpoint' },
+        h('code', {}, `${e.host}:${e.hostPort}`),
+        h('div', { class: 'small warn' }, e.unavailable),
+        h('div', { class: 'muted small' }, `→ container port ${e.port}`));
+    }
     const known = (entry.connect || []).find((c) => c.port === e.port);
     const connect = known ? known.url : `${e.host}:${e.hostPort}`;
     return h('div', { class: 'endpoint' },
