@@ -78,7 +78,7 @@ pub(crate) async fn hold_known(
     if held().contains(volume) {
         return Ok(());
     }
-    hold(docker, volume, labels).await
+    hold(docker, volume, labels).await.map(|_| ())
 }
 
 /// The name of the holder of `volume`.
@@ -86,12 +86,13 @@ pub fn name_of(volume: &str) -> String {
     format!("{volume}.held")
 }
 
-/// Gives `volume` (which exists, labelled `labels`) its holder; Ok when it has one.
+/// Gives `volume` (which exists, labelled `labels`) its holder; answers whether it made one
+/// (`false`: the volume had its holder already).
 pub(crate) async fn hold(
     docker: &Docker,
     volume: &str,
     labels: &Labels,
-) -> Result<(), RuntimeError> {
+) -> Result<bool, RuntimeError> {
     let name = name_of(volume);
     // A volume that is not there is not made by a holder's create (the engine would make it,
     // empty): the caller hears that it is gone.
@@ -132,16 +133,15 @@ pub(crate) async fn hold(
                 )));
             }
             self::held().insert(volume.to_owned());
-            return Ok(());
+            return Ok(false);
         }
         Err(e) => return Err(error::map(e, &format!("the holder of volume {volume}"))),
         Ok(()) => {}
     }
     // Creating a container on a volume that does not exist makes one, empty and unlabelled: a
-    // volume removed between its listing and this holder is not brought back that way.
-    // Only a volume with no label and no option at all can be the engine's own making here:
-    // a volume of berth's always carries its labels, and one of anybody else's is never
-    // removed.
+    // volume removed between the look above and this holder is not brought back that way. Only
+    // a volume with no label and no option at all can be the engine's own making here: a
+    // volume of berth's always carries its labels, and one of anybody else's is never removed.
     let made_here = match docker.inspect_volume(volume).await {
         Ok(v) => v.labels.is_empty() && v.options.is_empty(),
         Err(e) => return Err(error::map(e, &format!("volume {volume}"))),
@@ -155,7 +155,7 @@ pub(crate) async fn hold(
     }
     tracing::debug!(volume = %volume, holder = %name, "volume held");
     held().insert(volume.to_owned());
-    Ok(())
+    Ok(true)
 }
 
 async fn create(
@@ -280,8 +280,11 @@ pub(crate) async fn sweep(
         let labels: Labels = volume.labels.into_iter().collect();
         let _changing = changing(&volume.name).await;
         match hold(docker, &volume.name, &labels).await {
-            Ok(()) => {
-                holdings.made.push(volume.name.clone());
+            Ok(made) => {
+                // Not made: its maker held it between this sweep's two lists.
+                if made {
+                    holdings.made.push(volume.name.clone());
+                }
                 holdings
                     .held
                     .insert(volume.name.clone(), name_of(&volume.name));

@@ -163,7 +163,9 @@ async fn over_upper(
             .create_volume(request)
             .await
             .map_err(|e| error::map(e, &format!("overlay volume {}", plan.name)))?;
-        crate::holders::hold(docker, &plan.name, &plan.labels).await
+        crate::holders::hold(docker, &plan.name, &plan.labels)
+            .await
+            .map(|_| ())
     };
     let (removed, made) = tokio::join!(crate::containers::remove(docker, &helper), made);
     removed?;
