@@ -40,14 +40,18 @@ fn registry_log() -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(dir).join("registry.log"))
 }
 
-/// The HEADs of `repository`'s tags (not of digests) in the log's lines after `from` bytes.
+/// The reads (GET, or HEAD as berth once made them) of `repository`'s tags (not of digests) in
+/// the log's lines after `from` bytes.
 fn tag_heads(log: &std::path::Path, from: u64, repository: &str) -> anyhow::Result<u64> {
     let bytes = std::fs::read(log).with_context(|| format!("reading {}", log.display()))?;
     let start = usize::try_from(from).unwrap_or(usize::MAX).min(bytes.len());
-    let wanted = format!("\"HEAD /v2/{repository}/manifests/t");
+    let wanted = [
+        format!("\"GET /v2/{repository}/manifests/t"),
+        format!("\"HEAD /v2/{repository}/manifests/t"),
+    ];
     Ok(String::from_utf8_lossy(&bytes[start..])
         .lines()
-        .filter(|l| l.contains(&wanted))
+        .filter(|l| wanted.iter().any(|w| l.contains(w.as_str())))
         .count() as u64)
 }
 
@@ -181,11 +185,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Figure> {
             number(m.rss_end),
         ),
         format!(
-            "Requests to the registry, counted in its access log: {} HEADs of a tag's manifest \
+            "Requests to the registry, counted in its access log: {} reads of a tag's manifest \
              in {:.1} s, {} per instance per round (one per distinct tag: instances that share \
              a tag share its request). At the default interval that is {} requests per instance \
-             per hour; at this figure's 10 s, {}. A HEAD pulls nothing (Docker Hub does not \
-             count it against its pull limit).",
+             per hour; at this figure's 10 s, {}. Each is a GET, so that berth hashes the \
+             manifest it records (Docker Hub counts a GET against its pull limit; a HEAD it did \
+             not).",
             m.heads,
             m.seconds,
             number(per_instance_round),
