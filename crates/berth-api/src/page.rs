@@ -68,8 +68,9 @@ pub struct ConnectString {
     pub port: u16,
     /// `postgres://USER:PASSWORD@127.0.0.1:PORT/DATABASE` for a 5432, `redis://...` for a
     /// 6379 and so on, `host:port` otherwise. The user and database come from the spec's env
-    /// (`POSTGRES_USER`, `POSTGRES_DB`, ...); what the env does not say is an upper-case
-    /// placeholder, and a password is always the placeholder `PASSWORD`, never its value.
+    /// (`POSTGRES_USER`, `POSTGRES_DB`, ..., else the postgres image's defaults); what neither
+    /// says is an upper-case placeholder, and a password is always the placeholder `PASSWORD`,
+    /// never its value.
     pub url: String,
 }
 

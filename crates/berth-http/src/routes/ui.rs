@@ -59,7 +59,8 @@ pub fn connect_string(
     let var = |name: &str| env.get(name).filter(|v| !v.is_empty()).map(|v| url_part(v));
     match port {
         5432 => {
-            let user = var("POSTGRES_USER");
+            // The postgres image's own defaults: the user `postgres`, the database the user's.
+            let user = var("POSTGRES_USER").or_else(|| Some("postgres".to_owned()));
             let db = var("POSTGRES_DB").or_else(|| user.clone());
             let trust = env.get("POSTGRES_HOST_AUTH_METHOD").map(String::as_str) == Some("trust");
             format!(
@@ -290,14 +291,15 @@ mod tests {
         let url = connect_string(5432, "127.0.0.1", 40001, &e);
         assert_eq!(url, "postgres://app:PASSWORD@127.0.0.1:40001/shop%20db");
         assert!(!url.contains("hunter2"));
-        // The database defaults to the user, as the postgres image does; placeholders else.
+        // The database defaults to the user, and the user to `postgres`, as the postgres
+        // image does.
         assert_eq!(
             connect_string(5432, "127.0.0.1", 1, &env(&[("POSTGRES_USER", "u")])),
             "postgres://u:PASSWORD@127.0.0.1:1/u"
         );
         assert_eq!(
-            connect_string(5432, "127.0.0.1", 1, &env(&[])),
-            "postgres://USER:PASSWORD@127.0.0.1:1/DATABASE"
+            connect_string(5432, "127.0.0.1", 1, &env(&[("POSTGRES_PASSWORD", "x")])),
+            "postgres://postgres:PASSWORD@127.0.0.1:1/postgres"
         );
         assert_eq!(
             connect_string(
