@@ -920,14 +920,14 @@ fn while_the_engine_is_unreachable_requests_answer_from_the_store_and_berth_conv
 
 /// The engine's container events for one daemon's prefix, read as they happen from the moment
 /// the watch is made (`--since` that moment, so none is missed while the subscription starts).
-struct EngineEvents {
+pub(super) struct EngineEvents {
     child: std::process::Child,
     seen: std::sync::Arc<(std::sync::Mutex<Vec<String>>, std::sync::Condvar)>,
     reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl EngineEvents {
-    fn watch(prefix: &str) -> EngineEvents {
+    pub(super) fn watch(prefix: &str) -> EngineEvents {
         let since = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .expect("a clock after 1970");
@@ -976,7 +976,7 @@ impl EngineEvents {
     }
 
     /// How many events so far are one of `actions`.
-    fn count(&self, actions: &[&str]) -> usize {
+    pub(super) fn count(&self, actions: &[&str]) -> usize {
         self.all()
             .iter()
             .filter(|a| actions.contains(&a.as_str()))
@@ -984,7 +984,7 @@ impl EngineEvents {
     }
 
     /// Waits up to `bound` for any event after the first `after`; returns the new ones.
-    fn wait_past(&self, after: usize, bound: Duration) -> Vec<String> {
+    pub(super) fn wait_past(&self, after: usize, bound: Duration) -> Vec<String> {
         let (events, arrived) = &*self.seen;
         let guard = events.lock().unwrap();
         let (guard, _) = arrived

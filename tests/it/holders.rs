@@ -9,86 +9,28 @@
 use berth_testkit as support;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::{Client, Daemon, block_on, docker};
 
-const READY: Duration = Duration::from_secs(120);
-const COPY: Duration = Duration::from_secs(120);
+use super::faults::EngineEvents;
+use super::kept_volumes::{
+    self, read, settled_running as running, snapshot_ready, up_running, wait_ready, write,
+};
 
+const READY: Duration = Duration::from_secs(120);
+
+/// A busybox instance of worktree `worktree` mounting `volumes` (name, mount path).
 fn files_spec(worktree: &str, volumes: &[(&str, &str)]) -> Value {
-    let mut spec = support::spec(&support::busybox_image(), "files");
+    let mut spec = kept_volumes::files_spec(volumes);
     spec["worktreeKey"] = json!(worktree);
-    spec["volumes"] = volumes
-        .iter()
-        .map(|(name, path)| json!({"name": name, "mountPath": path}))
-        .collect();
     spec
 }
 
 fn data(worktree: &str) -> Value {
     files_spec(worktree, &[("data", "/srv/data")])
-}
-
-fn exec_ok(api: &Client, domain: &str, key: &str, script: &str) -> String {
-    let result = api
-        .exec(domain, key, &["sh", "-c", script], None, 60_000, b"")
-        .expect(200);
-    assert_eq!(result["exitCode"], 0, "{script}: {result}");
-    result["stdout"].as_str().unwrap().trim().to_owned()
-}
-
-fn write(api: &Client, domain: &str, key: &str, path: &str, text: &str) {
-    exec_ok(api, domain, key, &format!("echo {text} > {path}"));
-}
-
-fn read(api: &Client, domain: &str, key: &str, path: &str) -> String {
-    exec_ok(
-        api,
-        domain,
-        key,
-        &format!("if [ -e {path} ]; then cat {path}; else echo '<none>'; fi"),
-    )
-}
-
-fn running(api: &Client, domain: &str, key: &str) -> Value {
-    let instance = api.settled(domain, key, &["running", "failed"], READY);
-    assert_eq!(instance["state"]["kind"], "running", "{instance}");
-    instance
-}
-
-fn up_running(api: &Client, domain: &str, key: &str, spec: &Value) -> Value {
-    api.up(domain, key, spec, "person").expect(200);
-    running(api, domain, key)
-}
-
-/// Snapshot `key` as `name` and wait, on the domain's events, until it is ready.
-fn snapshot_ready(api: &Client, domain: &str, key: &str, name: &str) -> berth_client::SnapshotId {
-    let id = support::domain_id(domain);
-    let taken = block_on(api.api().snapshot(&id, key, name)).expect("a snapshot");
-    until_ready(api, domain, &taken.snapshot_id);
-    taken.snapshot_id
-}
-
-fn until_ready(api: &Client, domain: &str, snapshot: &berth_client::SnapshotId) {
-    use futures_util::StreamExt;
-    let id = support::domain_id(domain);
-    let mut events = Box::pin(api.api().events(&id, None));
-    loop {
-        let now = block_on(api.api().snapshot_by_id(&id, snapshot)).expect("the snapshot");
-        if now.state.as_str() != "copying" {
-            assert_eq!(now.state.as_str(), "ready", "{now:?}");
-            return;
-        }
-        block_on(async {
-            tokio::time::timeout(COPY, events.next())
-                .await
-                .expect("an event in time")
-        });
-    }
 }
 
 /// Every volume labelled with the daemon's prefix.
@@ -148,56 +90,17 @@ fn rm_refused(volume: &str) {
     assert!(said.contains("in use"), "{volume}: {said}");
 }
 
-/// `docker events` for the creation of container `name` from now on (`--since` replays what
-/// the engine had from this second, so nothing is missed while the command starts).
-struct CreatedWatch(std::process::Child);
-
-impl CreatedWatch {
-    fn of(name: &str) -> Self {
-        let since = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-            .to_string();
-        let child = Command::new("docker")
-            .args([
-                "events",
-                "--since",
-                &since,
-                "--filter",
-                &format!("container={name}"),
-                "--filter",
-                "event=create",
-                "--format",
-                "{{.Action}}",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("docker events");
-        Self(child)
-    }
-
-    /// Waits (up to a minute) for the creation.
-    fn wait(mut self) {
-        let out = self.0.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(out).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("the holder made again within a minute");
-        assert_eq!(line.trim(), "create");
-    }
-}
-
-impl Drop for CreatedWatch {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+/// Waits (up to a minute for each event) until the engine reports a container of `events`'
+/// prefix created.
+fn created(events: &EngineEvents) {
+    let mut seen = 0;
+    while events.count(&["create"]) == 0 {
+        let new = events.wait_past(seen, Duration::from_secs(60));
+        assert!(
+            !new.is_empty(),
+            "no container was made again within a minute"
+        );
+        seen += new.len();
     }
 }
 
@@ -213,7 +116,7 @@ fn no_prune_takes_a_volume_berth_keeps_and_the_engine_refuses_to_remove_a_layer(
     // lower), what it wrote since in its upper layer.
     up_running(&api, &domain, "files@main", &data("main"));
     write(&api, &domain, "files@main", "/srv/data/one", "before");
-    let base = snapshot_ready(&api, &domain, "files@main", "base");
+    let base = snapshot_ready(&api, &domain, "files@main", "base").snapshot_id;
     let main = running(&api, &domain, "files@main");
     write(&api, &domain, "files@main", "/srv/data/two", "after");
     let mounted = main["volumes"][0]["dockerName"]
@@ -323,9 +226,9 @@ fn no_prune_takes_a_volume_berth_keeps_and_the_engine_refuses_to_remove_a_layer(
     );
 
     // A holder removed by hand is made again at once, and the volume is held again.
-    let watch = CreatedWatch::of(&format!("{upper}.held"));
+    let events = EngineEvents::watch(&daemon.prefix);
     docker(&["rm", "-f", &format!("{upper}.held")]);
-    watch.wait();
+    created(&events);
     assert_held(&BTreeSet::from([upper.clone()]));
     rm_refused(&upper);
 
@@ -352,7 +255,7 @@ fn a_daemon_killed_while_a_snapshot_changes_the_holders_converges_with_every_vol
 
     daemon.start_again();
     let api = daemon.client();
-    until_ready(&api, &domain, &taken.snapshot_id);
+    wait_ready(&api, &domain, &taken.snapshot_id);
     running(&api, &domain, "files@main");
     assert_eq!(read(&api, &domain, "files@main", "/srv/data/one"), "before");
     let all = volumes(&daemon.prefix);

@@ -16,7 +16,7 @@ const READY: Duration = Duration::from_secs(120);
 const COPY: Duration = Duration::from_secs(120);
 
 /// A busybox instance of alias `files` mounting `volumes` (name, mount path).
-fn files_spec(volumes: &[(&str, &str)]) -> Value {
+pub(super) fn files_spec(volumes: &[(&str, &str)]) -> Value {
     let mut spec = support::spec(&support::busybox_image(), "files");
     spec["volumes"] = volumes
         .iter()
@@ -33,7 +33,7 @@ fn data_only() -> Value {
     files_spec(&[("data", "/srv/data")])
 }
 
-fn exec_ok(api: &Client, domain: &str, key: &str, script: &str) -> String {
+pub(super) fn exec_ok(api: &Client, domain: &str, key: &str, script: &str) -> String {
     let result = api
         .exec(domain, key, &["sh", "-c", script], None, 60_000, b"")
         .expect(200);
@@ -42,12 +42,12 @@ fn exec_ok(api: &Client, domain: &str, key: &str, script: &str) -> String {
 }
 
 /// Writes `text` into `path` in the instance's running container.
-fn write(api: &Client, domain: &str, key: &str, path: &str, text: &str) {
+pub(super) fn write(api: &Client, domain: &str, key: &str, path: &str, text: &str) {
     exec_ok(api, domain, key, &format!("echo {text} > {path}"));
 }
 
 /// What `path` holds in the instance's running container, or `<none>` when there is no such file.
-fn read(api: &Client, domain: &str, key: &str, path: &str) -> String {
+pub(super) fn read(api: &Client, domain: &str, key: &str, path: &str) -> String {
     exec_ok(
         api,
         domain,
@@ -57,12 +57,12 @@ fn read(api: &Client, domain: &str, key: &str, path: &str) -> String {
 }
 
 /// `up`, then what berth settled on: running.
-fn up_running(api: &Client, domain: &str, key: &str, spec: &Value) -> Value {
+pub(super) fn up_running(api: &Client, domain: &str, key: &str, spec: &Value) -> Value {
     api.up(domain, key, spec, "person").expect(200);
     settled_running(api, domain, key)
 }
 
-fn settled_running(api: &Client, domain: &str, key: &str) -> Value {
+pub(super) fn settled_running(api: &Client, domain: &str, key: &str) -> Value {
     let instance = api.settled(domain, key, &["running", "failed"], READY);
     assert_eq!(instance["state"]["kind"], "running", "{instance}");
     instance
@@ -123,7 +123,7 @@ fn pairs(expected: &[(&str, bool)]) -> Vec<(String, bool)> {
 
 /// Waits on the domain's event stream until snapshot `id` is no longer copying, and asserts it
 /// is `ready`. Each look at the snapshot comes after the stream is open, so no change is missed.
-fn wait_ready(
+pub(super) fn wait_ready(
     api: &Client,
     domain: &str,
     id: &berth_client::SnapshotId,
@@ -187,7 +187,12 @@ fn restore_done(
     answer
 }
 
-fn snapshot_ready(api: &Client, domain: &str, key: &str, name: &str) -> berth_client::SnapshotView {
+pub(super) fn snapshot_ready(
+    api: &Client,
+    domain: &str,
+    key: &str,
+    name: &str,
+) -> berth_client::SnapshotView {
     let snapshot =
         block_on(api.api().snapshot(&support::domain_id(domain), key, name)).expect("a snapshot");
     wait_ready(api, domain, &snapshot.snapshot_id)

@@ -2615,17 +2615,13 @@ async fn an_instance_whose_volume_was_removed_outside_berth_fails_naming_it_and_
  {
     let s = setup().await;
     let (id, volume) = running_source(&s).await;
+    let up_both = |cause| {
+        let spec = spec_with_volumes(&["data", "more"]);
+        let s = &s;
+        async move { s.berth.up("owner", &s.domain, "db", &spec, cause).await }
+    };
     // A spec change that adds a volume: listed before it is made, which is no loss.
-    s.berth
-        .up(
-            "owner",
-            &s.domain,
-            "db",
-            &spec_with_volumes(&["data", "more"]),
-            UpCause::Use,
-        )
-        .await
-        .unwrap();
+    up_both(UpCause::Use).await.unwrap();
     converge(&s, &id).await;
     assert!(
         matches!(state(&s, "db"), InstanceState::Running { .. }),
@@ -2641,16 +2637,7 @@ async fn an_instance_whose_volume_was_removed_outside_berth_fails_naming_it_and_
     };
     assert!(message.contains(&volume), "{message}");
     assert!(message.contains("removed outside berth"), "{message}");
-    s.berth
-        .up(
-            "owner",
-            &s.domain,
-            "db",
-            &spec_with_volumes(&["data", "more"]),
-            UpCause::Person,
-        )
-        .await
-        .unwrap();
+    up_both(UpCause::Person).await.unwrap();
     converge(&s, &id).await;
     assert!(matches!(state(&s, "db"), InstanceState::Failed { .. }));
     assert!(!s.fake.world().volumes.contains_key(&volume));

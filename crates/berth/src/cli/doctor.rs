@@ -331,12 +331,7 @@ fn holders(daemon: &berth_client::DaemonView) -> Check {
 
 /// The repository's instances whose data was removed outside berth (a `docker volume rm`, a
 /// prune of a volume no holder kept): failed, with the volume named.
-async fn lost_data(client: &Client, repo: &Repo) -> Option<Check> {
-    let domain = match super::find_domain(client, repo).await {
-        Ok(Some(d)) => d.resource_domain_id,
-        _ => return None,
-    };
-    let instances = client.api.instances(&domain, false).await.ok()?;
+fn lost_data(instances: &[berth_client::InstanceView]) -> Check {
     let lost: Vec<String> = instances
         .iter()
         .filter_map(|i| match &i.state {
@@ -349,12 +344,12 @@ async fn lost_data(client: &Client, repo: &Repo) -> Option<Check> {
         })
         .collect();
     if lost.is_empty() {
-        return Some(Check::ok(
+        return Check::ok(
             "data",
             "every volume of this repository's instances is on the engine",
-        ));
+        );
     }
-    Some(Check::fail(
+    Check::fail(
         "data",
         format!(
             "{} instance(s) lost data removed outside berth:\n{}",
@@ -362,20 +357,19 @@ async fn lost_data(client: &Client, repo: &Repo) -> Option<Check> {
             lost.join("\n")
         ),
         "restore a snapshot into each (berth restore NAME SNAPSHOT), or archive it and bring it up under another key",
-    ))
+    )
 }
 
 /// The repository's host endpoints whose port another program holds: nothing reaches the
 /// instance there until it lets go.
-async fn held_endpoints(client: &Client, repo: &Repo) -> Option<Check> {
-    let domain = match super::find_domain(client, repo).await {
-        Ok(Some(d)) => d.resource_domain_id,
-        _ => return None,
-    };
-    let instances = client.api.instances(&domain, false).await.ok()?;
+async fn held_endpoints(
+    client: &Client,
+    domain: &berth_client::DomainId,
+    instances: &[berth_client::InstanceView],
+) -> Check {
     let mut held = Vec::new();
-    for i in &instances {
-        let Ok(endpoints) = client.api.endpoints(&domain, &i.key).await else {
+    for i in instances {
+        let Ok(endpoints) = client.api.endpoints(domain, &i.key).await else {
             continue;
         };
         held.extend(
@@ -386,12 +380,12 @@ async fn held_endpoints(client: &Client, repo: &Repo) -> Option<Check> {
         );
     }
     if held.is_empty() {
-        return Some(Check::ok(
+        return Check::ok(
             "endpoints",
             "berth listens on every host endpoint of this repository's instances",
-        ));
+        );
     }
-    Some(Check::fail(
+    Check::fail(
         "endpoints",
         format!(
             "{} host endpoint(s) are held by another program:\n{}",
@@ -399,7 +393,7 @@ async fn held_endpoints(client: &Client, repo: &Repo) -> Option<Check> {
             held.join("\n")
         ),
         "stop the program that holds the port (berth takes it back as soon as it is free), or archive the instance and up it again for another port",
-    ))
+    )
 }
 
 /// How branches and restores from a snapshot fill their volumes on the daemon's engine.
@@ -634,8 +628,18 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
                     checks.extend(preflights(client, &repo, &project).await);
                     let asked = project.instances.iter().any(|i| i.template);
                     checks.extend(templates(client, &repo, asked).await);
-                    checks.extend(lost_data(client, &repo).await);
-                    checks.extend(held_endpoints(client, &repo).await);
+                    // The repository's live instances, read once for the checks on them.
+                    if let Ok(Some(domain)) = super::find_domain(client, &repo).await
+                        && let Ok(instances) = client
+                            .api
+                            .instances(&domain.resource_domain_id, false)
+                            .await
+                    {
+                        checks.push(lost_data(&instances));
+                        checks.push(
+                            held_endpoints(client, &domain.resource_domain_id, &instances).await,
+                        );
+                    }
                 }
             }
             Err(e) => {
