@@ -8,27 +8,18 @@
 //! Invariants: this crate knows nothing of Docker or HTTP. It never deletes a volume. A request
 //! that is refused writes nothing.
 
-pub use berth_api::{decode, exec, ids, image, spec, time};
+pub use berth_domain::{
+    consent, evidence, model, names, ownership, plan, rollouts, runtime, snapshots, templates,
+    watch, workspaces,
+};
+pub use berth_domain::{decode, exec, ids, image, spec, time};
+pub use berth_store as store;
 
-pub mod consent;
 pub mod controllers;
 pub mod error;
-pub mod evidence;
-pub mod model;
-pub mod names;
-pub mod ownership;
-pub mod plan;
 pub mod queue;
-pub mod rollouts;
-pub mod runtime;
+pub mod relay;
 pub mod service;
-pub mod snapshots;
-pub mod store;
-pub mod templates;
-#[cfg(test)]
-pub(crate) mod testing;
-pub mod watch;
-pub mod workspaces;
 
 pub use error::Error;
 pub use ids::{DomainId, InstanceId};

@@ -448,29 +448,38 @@ fn implemented(code: &[Token]) -> Vec<String> {
 }
 
 #[test]
-fn every_type_of_berth_core_is_implemented_in_one_place() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut places: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for module in modules(&src) {
-        // A top-level module is one place: its file, or its folder.
-        let place = module
-            .path
-            .first()
-            .cloned()
-            .unwrap_or_else(|| "lib.rs".to_owned());
-        for name in implemented(&module.code) {
-            places.entry(name).or_default().insert(place.clone());
+fn every_type_of_the_domain_the_store_and_core_is_implemented_in_one_place() {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut seen = BTreeSet::new();
+    let mut spread: Vec<String> = Vec::new();
+    for name in ["berth-core", "berth-domain", "berth-store"] {
+        let mut places: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for module in modules(&crates.join(name).join("src")) {
+            // A top-level module is one place: its file, or its folder. The store is one place
+            // whole: its transaction has a file of `impl Tx` per table group.
+            let place = match module.path.first() {
+                _ if name == "berth-store" => "the store".to_owned(),
+                Some(first) => first.clone(),
+                None => "lib.rs".to_owned(),
+            };
+            for ty in implemented(&module.code) {
+                places.entry(ty).or_default().insert(place.clone());
+            }
         }
+        seen.extend(places.keys().cloned());
+        spread.extend(
+            places
+                .iter()
+                .filter(|(_, at)| at.len() > 1)
+                .map(|(ty, at)| format!("{name}: {ty} in {at:?}")),
+        );
     }
     assert!(
-        places.contains_key("Berth") && places.contains_key("Tx"),
-        "{places:?}"
+        ["Berth", "Tx", "Instance"]
+            .iter()
+            .all(|t| seen.contains(*t)),
+        "{seen:?}"
     );
-    let spread: Vec<String> = places
-        .iter()
-        .filter(|(_, at)| at.len() > 1)
-        .map(|(name, at)| format!("{name} in {at:?}"))
-        .collect();
     assert!(
         spread.is_empty(),
         "types implemented in more than one place: {spread:?}"

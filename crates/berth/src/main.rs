@@ -5,6 +5,7 @@ mod cli;
 mod client;
 mod grants_file;
 mod project;
+mod relay;
 mod repo;
 mod serve;
 mod ui;

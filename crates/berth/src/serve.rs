@@ -22,6 +22,8 @@ use clap::{Args, ValueEnum};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::relay::HostRelay;
+
 /// The address the daemon listens on unless told otherwise.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:2378";
 /// The key file's name in the data directory.
@@ -310,8 +312,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 volume_layers: args.volume_layers == VolumeLayers::Auto,
                 flatten_at: usize::from(args.layers_flatten_at),
                 observe_every: args.observe_every.0,
-                endpoint_splice: args.endpoint_splice == EndpointSplice::Auto,
-                endpoint_spin: args.endpoint_spin,
+                relay: Arc::new(HostRelay(berth_relay::Options {
+                    splice: args.endpoint_splice == EndpointSplice::Auto,
+                    spin: args.endpoint_spin,
+                })),
                 preflight_step: args.preflight_step_timeout,
                 queue: QueueConfig {
                     workers: usize::from(args.workers),

@@ -10,6 +10,7 @@ use crate::model::Instance;
 use crate::names;
 use crate::ownership::{LABEL_STORE, Ownership, ownership, unlabelled_is_ours};
 use crate::queue::{Action, QueueConfig, WorkQueue};
+use crate::relay::{CopyRelay, Relay};
 use crate::runtime::{LABEL_MANAGED, LABEL_PREFIX, Labels, Runtime, RuntimeError};
 use crate::store::{Store, StoreError};
 
@@ -39,12 +40,9 @@ pub struct ReconcileConfig {
     /// How often the tags of live instances' images are read from their registries and a new
     /// digest recorded as an observed image release; `None` observes only on demand.
     pub observe_every: Option<Duration>,
-    /// Whether the host endpoints move bytes with splice(2) where the kernel allows it
-    /// (`--endpoint-splice auto`); `false` copies them through a buffer.
-    pub endpoint_splice: bool,
-    /// How long a host endpoint's relay keeps polling without sleeping after it moved bytes
-    /// (`--endpoint-spin`), so a quick answer is not delayed by a wake-up; zero never spins.
-    pub endpoint_spin: Duration,
+    /// What moves a host endpoint's proxied connections' bytes: the binary gives berth-relay's
+    /// (splice(2), `--endpoint-splice`, `--endpoint-spin`); the default copies through tokio.
+    pub relay: Arc<dyn Relay>,
     /// How long each step of a preflight (an `up --dry-run`, `doctor`) may wait on the engine
     /// or a registry before the preflight says which step stalled (`--preflight-step-timeout`).
     pub preflight_step: Duration,
@@ -63,8 +61,7 @@ impl Default for ReconcileConfig {
             volume_layers: true,
             flatten_at: 8,
             observe_every: Some(Duration::from_secs(6 * 3600)),
-            endpoint_splice: true,
-            endpoint_spin: Duration::from_micros(100),
+            relay: Arc::new(CopyRelay),
             preflight_step: Duration::from_secs(30),
         }
     }

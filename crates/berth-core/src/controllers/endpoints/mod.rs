@@ -29,7 +29,6 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 
 mod admission;
-mod relay;
 
 use super::context::{Context, InstanceQueue};
 pub use berth_api::instances::EndpointView;
@@ -395,17 +394,12 @@ impl EndpointController {
         };
         let _ = client.set_nodelay(true);
         let _ = upstream.set_nodelay(true);
-        let options = relay::Options {
-            splice: self.ctx.config.endpoint_splice,
-            spin: self.ctx.config.endpoint_spin,
-        };
-        match relay::relay(client, upstream, options).await {
+        match self.ctx.config.relay.relay(client, upstream).await {
             Ok(moved) => tracing::trace!(
                 instance = %id,
-                to_upstream = moved.to_upstream.bytes,
-                to_client = moved.to_client.bytes,
-                spliced = moved.to_upstream.path == relay::Path::Splice
-                    && moved.to_client.path == relay::Path::Splice,
+                to_upstream = moved.to_upstream,
+                to_client = moved.to_client,
+                spliced = moved.spliced,
                 "a proxied connection ended"
             ),
             Err(e) => {

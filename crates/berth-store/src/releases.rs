@@ -2,12 +2,12 @@
 
 use rusqlite::{OptionalExtension, Row, params};
 
-use super::error::StoreError;
-use super::tx::Tx;
-use crate::evidence::ImageEvidence;
-use crate::ids::InstanceId;
-use crate::model::{Release, ReleaseEnd};
-use crate::time::Timestamp;
+use crate::error::StoreError;
+use crate::tx::Tx;
+use berth_domain::evidence::ImageEvidence;
+use berth_domain::ids::InstanceId;
+use berth_domain::model::{Release, ReleaseEnd};
+use berth_domain::time::Timestamp;
 
 pub(super) fn release_from_row(row: &Row<'_>) -> rusqlite::Result<Release> {
     let ended: Option<String> = row.get(7)?;

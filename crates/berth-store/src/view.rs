@@ -6,12 +6,12 @@ use std::sync::RwLock;
 
 use rusqlite::Connection;
 
-use super::StoreError;
-use super::instances::{INSTANCE_COLUMNS, domain_from_row, instance_from_row};
-use super::tx::{Touched, Tx};
-use crate::ids::{DomainId, InstanceId};
-use crate::model::{Domain, Instance};
-use crate::watch::Watch;
+use crate::StoreError;
+use crate::instances::{INSTANCE_COLUMNS, domain_from_row, instance_from_row};
+use crate::tx::{Touched, Tx};
+use berth_domain::ids::{DomainId, InstanceId};
+use berth_domain::model::{Domain, Instance};
+use berth_domain::watch::Watch;
 
 /// Domains and instances as last committed, answered without SQLite. The writer updates it
 /// after each commit, before it answers the write, so a caller reads its own writes.

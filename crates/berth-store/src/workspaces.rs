@@ -2,11 +2,11 @@
 
 use rusqlite::{OptionalExtension, Row, params};
 
-use super::error::StoreError;
-use super::tx::{Tx, from_json, to_json};
-use crate::ids::DomainId;
-use crate::model::{Lease, Workspace};
-use crate::time::Timestamp;
+use crate::error::StoreError;
+use crate::tx::{Tx, from_json, to_json};
+use berth_domain::ids::DomainId;
+use berth_domain::model::{Lease, Workspace};
+use berth_domain::time::Timestamp;
 
 pub(super) fn workspace_from_row(row: &Row<'_>) -> rusqlite::Result<Workspace> {
     let containers: String = row.get(2)?;

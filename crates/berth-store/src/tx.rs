@@ -4,10 +4,10 @@ use std::cell::RefCell;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{LastFailure, StoreError};
-use crate::ids::{DomainId, InstanceId};
-use crate::model::{Instance, InstanceState, InstanceVolume};
-use crate::time::Timestamp;
+use crate::{LastFailure, StoreError};
+use berth_domain::ids::{DomainId, InstanceId};
+use berth_domain::model::{Instance, InstanceState, InstanceVolume};
+use berth_domain::time::Timestamp;
 
 /// What the reconciler writes after looking at an instance.
 #[derive(Debug, Clone)]

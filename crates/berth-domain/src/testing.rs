@@ -6,7 +6,7 @@ use crate::spec::Spec;
 use crate::time::Timestamp;
 
 /// An instance `db` of `domain_id`, not started, with one generation and no volumes.
-pub(crate) fn db_instance(domain_id: &DomainId) -> Instance {
+pub fn db_instance(domain_id: &DomainId) -> Instance {
     let spec: Spec = serde_json::from_value(serde_json::json!({
         "alias": "db", "worktreeKey": null,
         "image": format!("r/x@sha256:{}", "a".repeat(64)),

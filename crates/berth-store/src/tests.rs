@@ -1,9 +1,11 @@
 use super::*;
-use crate::ids::{DomainId, InstanceId};
-use crate::model::{Desired, Domain, DomainState, Instance, InstanceState, Workspace};
-use crate::spec::Spec;
-use crate::testing::db_instance;
-use crate::time::Timestamp;
+use crate::migrations::MIGRATIONS;
+use berth_domain::ids::{DomainId, InstanceId};
+use berth_domain::model::{Desired, Domain, DomainState, Instance, InstanceState, Workspace};
+use berth_domain::spec::Spec;
+use berth_domain::testing::db_instance;
+use berth_domain::time::Timestamp;
+use rusqlite::Connection;
 
 fn domain(owner: &str) -> Domain {
     Domain {
@@ -309,7 +311,7 @@ async fn a_held_observation_keeps_the_volumes_a_copy_switched_to() {
     let domain_id = d.resource_domain_id.clone();
     store.write(move |tx| tx.insert_domain(&d)).await.unwrap();
     let mut instance = db_instance(&domain_id);
-    let volume = |docker_name: &str| crate::model::InstanceVolume {
+    let volume = |docker_name: &str| berth_domain::model::InstanceVolume {
         name: "data".into(),
         docker_name: docker_name.into(),
         mount_path: "/data".into(),

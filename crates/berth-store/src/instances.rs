@@ -2,14 +2,14 @@
 
 use rusqlite::{OptionalExtension, Row, params};
 
-use super::error::StoreError;
-use super::tx::{StoredVolumes, Tx, from_json, to_json};
-use crate::ids::{DomainId, InstanceId};
-use crate::model::{
+use crate::error::StoreError;
+use crate::tx::{StoredVolumes, Tx, from_json, to_json};
+use berth_domain::ids::{DomainId, InstanceId};
+use berth_domain::model::{
     Desired, Domain, DomainState, Instance, InstanceState, InstanceVolume, ReleaseEnd, StopReason,
 };
-use crate::spec::Spec;
-use crate::time::Timestamp;
+use berth_domain::spec::Spec;
+use berth_domain::time::Timestamp;
 
 pub(super) const INSTANCE_COLUMNS: &str =
     "id, domain_id, key, spec, spec_digest, desired, stop_reason, state,

@@ -2,12 +2,12 @@
 
 use rusqlite::{OptionalExtension, Row, params};
 
-use super::{StoreError, Tx};
-use crate::ids::{CopyId, DomainId, InstanceId, SnapshotId};
-use crate::snapshots::{
+use crate::{StoreError, Tx};
+use berth_domain::ids::{CopyId, DomainId, InstanceId, SnapshotId};
+use berth_domain::snapshots::{
     BranchOrigin, CopyKind, CopyMethod, CopyOp, CopyState, Snapshot, SnapshotState, SnapshotVolume,
 };
-use crate::time::Timestamp;
+use berth_domain::time::Timestamp;
 
 const SNAPSHOT_COLUMNS: &str = "id, domain_id, instance_id, instance_key, name, spec_digest, image,
     created_at, state, message, volumes, source_paused_ms";

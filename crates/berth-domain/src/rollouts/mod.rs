@@ -47,7 +47,7 @@ pub enum Report<'a> {
 impl Report<'_> {
     /// Whether the report can change a rollout: a pending evidence, or a state other than
     /// running, failed or exited, says nothing of one.
-    pub(crate) fn says_something(&self) -> bool {
+    pub fn says_something(&self) -> bool {
         match self {
             Self::Acting => true,
             Self::Evidence(e) => e.verification_status != VerificationStatus::Pending,
@@ -248,7 +248,7 @@ pub fn node_name() -> String {
 }
 
 /// Whether two references name the same image (by repository and digest).
-pub(crate) fn same_image(a: &str, b: &str) -> bool {
+pub fn same_image(a: &str, b: &str) -> bool {
     match (PinnedImage::parse(a), PinnedImage::parse(b)) {
         (Ok(a), Ok(b)) => a.repo_digest() == b.repo_digest(),
         _ => a == b,

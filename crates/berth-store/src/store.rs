@@ -1,28 +1,5 @@
-//! The SQLite store: what was asked (domains, instances' specs and desired states) and what was
-//! last observed. One file in the data directory, WAL, versioned migrations; every change that
-//! touches more than one row runs in one transaction.
-//!
-//! Requests write desired fields ([`Tx::save_desired`]); the reconciler writes observed fields
-//! ([`Store::record_observation`]). Neither overwrites the other's columns, so a request that
-//! lands while a reconcile is under way is never lost.
-
-mod endpoints;
-mod error;
-mod instances;
-mod layers;
-mod migrations;
-mod releases;
-mod rollouts;
-mod snapshots;
-mod templates;
-mod tx;
-mod view;
-mod workspaces;
-
-pub use berth_api::page::LastFailure;
-pub use endpoints::StoredEndpoint;
-pub use error::StoreError;
-pub use tx::{Observation, Tx};
+//! The store's handle: opening the database (migrations, the integrity check, the store's
+//! identity), the writer thread every write goes through, the readers, and the reads.
 
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
@@ -30,19 +7,19 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::evidence::ImageEvidence;
-use crate::ids::{DomainId, InstanceId};
-use crate::model::{Desired, Domain, Instance, InstanceVolume, ReleaseEnd};
-use crate::ownership::StoreIdentity;
-use crate::rollouts::Report;
-use crate::rollouts::Reporter;
-use crate::runtime::RegistryManifest;
-use crate::time::Timestamp;
-use crate::watch::Watch;
-use error::classify_open_error;
-use migrations::{MIGRATIONS, quick_check};
-use tx::to_json;
-use view::{View, load_view, refresh};
+use crate::error::{StoreError, classify_open_error};
+use crate::migrations::{MIGRATIONS, quick_check};
+use crate::tx::{Observation, Tx, to_json};
+use crate::view::{View, load_view, refresh};
+use berth_domain::evidence::ImageEvidence;
+use berth_domain::ids::{DomainId, InstanceId};
+use berth_domain::model::{Desired, Domain, Instance, InstanceVolume, ReleaseEnd};
+use berth_domain::ownership::StoreIdentity;
+use berth_domain::rollouts::Report;
+use berth_domain::rollouts::Reporter;
+use berth_domain::runtime::RegistryManifest;
+use berth_domain::time::Timestamp;
+use berth_domain::watch::Watch;
 
 /// What a lookup of one instance by its domain and key found, the domain's owner checked.
 #[derive(Debug, PartialEq, Eq)]
@@ -166,7 +143,7 @@ impl Store {
         Self::init(Connection::open_in_memory()?, None)
     }
 
-    fn init(mut conn: Connection, path: Option<PathBuf>) -> Result<Self, StoreError> {
+    pub(crate) fn init(mut conn: Connection, path: Option<PathBuf>) -> Result<Self, StoreError> {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         let version: usize = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         if version < MIGRATIONS.len() {
@@ -449,7 +426,7 @@ impl Store {
 
     /// Where the runtime placed the instance, when it gave a placement ([`Runtime::place`]).
     ///
-    /// [`Runtime::place`]: crate::runtime::Runtime::place
+    /// [`Runtime::place`]: berth_domain::runtime::Runtime::place
     pub async fn placement(&self, id: &InstanceId) -> Result<Option<String>, StoreError> {
         let id = id.clone();
         self.read(move |tx| tx.placement(&id)).await
@@ -586,6 +563,3 @@ impl Store {
         .await
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -3,9 +3,9 @@
 
 use rusqlite::{OptionalExtension, params};
 
-use super::{StoreError, Tx};
-use crate::runtime::Layer;
-use crate::snapshots::LayeredVolume;
+use crate::{StoreError, Tx};
+use berth_domain::runtime::Layer;
+use berth_domain::snapshots::LayeredVolume;
 
 impl Tx<'_> {
     /// The overlay volume `volume`, when it is one berth made.
@@ -46,11 +46,11 @@ impl Tx<'_> {
     /// instance onto new layers.
     pub fn switch_onto_layers(
         &self,
-        id: &crate::ids::InstanceId,
+        id: &berth_domain::ids::InstanceId,
         layered: &[LayeredVolume],
         tag: &str,
-        volumes: &[crate::model::InstanceVolume],
-        kept: &[crate::model::InstanceVolume],
+        volumes: &[berth_domain::model::InstanceVolume],
+        kept: &[berth_domain::model::InstanceVolume],
     ) -> Result<(), StoreError> {
         for volume in layered {
             self.record_layered(volume)?;
@@ -75,7 +75,7 @@ impl Tx<'_> {
     pub fn record_made(&self, volume: &str) -> Result<(), StoreError> {
         self.conn().execute(
             "INSERT OR IGNORE INTO made_volumes (volume, made_at) VALUES (?1, ?2)",
-            params![volume, crate::time::Timestamp::now().millis()],
+            params![volume, berth_domain::time::Timestamp::now().millis()],
         )?;
         Ok(())
     }

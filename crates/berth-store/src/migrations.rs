@@ -2,8 +2,8 @@
 
 use rusqlite::Connection;
 
-use super::StoreError;
-use super::error::classify_open_error;
+use crate::StoreError;
+use crate::error::classify_open_error;
 
 pub(super) const MIGRATIONS: &[&str] = &[
     // 1: domains and instances.

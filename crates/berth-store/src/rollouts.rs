@@ -2,14 +2,14 @@
 
 use rusqlite::{OptionalExtension, Row, params};
 
-use super::{StoreError, Tx};
-use crate::evidence::MismatchReason;
-use crate::ids::InstanceId;
-use crate::image::PinnedImage;
-use crate::model::{Instance, InstanceState};
-use crate::rollouts::*;
-use crate::runtime::{RegistryManifest, TagObservation};
-use crate::time::Timestamp;
+use crate::{StoreError, Tx};
+use berth_domain::evidence::MismatchReason;
+use berth_domain::ids::InstanceId;
+use berth_domain::image::PinnedImage;
+use berth_domain::model::{Instance, InstanceState};
+use berth_domain::rollouts::*;
+use berth_domain::runtime::{RegistryManifest, TagObservation};
+use berth_domain::time::Timestamp;
 
 const ROLLOUT_COLUMNS: &str = "id, instance_id, generation, mode, rollback_of, release_id, image,
     spec_digest, created_at, status, mismatch_reason, observed, healthy, verified, failed,

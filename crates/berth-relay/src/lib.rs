@@ -1,4 +1,8 @@
-//! Moving a proxied connection's bytes both ways until both sides have closed.
+//! berth-relay: moving a proxied connection's bytes both ways until both sides have closed.
+//!
+//! berth's host endpoints hand each accepted connection here (through the relay trait berth-core
+//! owns, implemented by the binary over this crate), so the unsafe system calls that move bytes
+//! without copying them live apart from the domain.
 //!
 //! A connection is relayed by one thread of its own over non-blocking sockets: it waits in
 //! poll(2) for either side, moves what is ready, and waits again. On Linux a direction's bytes go
@@ -37,16 +41,16 @@ const THREAD_STACK: usize = 128 * 1024;
 
 /// How a connection's bytes are moved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Options {
+pub struct Options {
     /// splice(2) where the kernel allows it; `false` copies through a buffer only.
-    pub(crate) splice: bool,
+    pub splice: bool,
     /// How long the thread polls on without sleeping after it moved bytes; zero never spins.
-    pub(crate) spin: Duration,
+    pub spin: Duration,
 }
 
 /// How a direction moved its bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Path {
+pub enum Path {
     /// splice(2) through a pipe, from its first byte to its last.
     Splice,
     /// read and write through a buffer: asked for, or the kernel refused a splice.
@@ -55,21 +59,21 @@ pub(crate) enum Path {
 
 /// What one direction moved, and how.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Moved {
-    pub(crate) bytes: u64,
-    pub(crate) path: Path,
+pub struct Moved {
+    pub bytes: u64,
+    pub path: Path,
 }
 
 /// What a finished connection moved each way.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Relayed {
-    pub(crate) to_upstream: Moved,
-    pub(crate) to_client: Moved,
+pub struct Relayed {
+    pub to_upstream: Moved,
+    pub to_client: Moved,
 }
 
 /// Moves bytes between `client` and `upstream` both ways, on a thread of its own, until both
 /// directions have ended. An error is the first that either direction met.
-pub(crate) async fn relay(
+pub async fn relay(
     client: tokio::net::TcpStream,
     upstream: tokio::net::TcpStream,
     options: Options,

@@ -3,13 +3,13 @@
 
 use rusqlite::params;
 
-use super::error::StoreError;
-use super::instances::{INSTANCE_COLUMNS, instance_from_row};
-use super::tx::Tx;
-use crate::ids::{DomainId, InstanceId};
-use crate::model::{DomainState, Instance};
-use crate::names;
-use crate::time::Timestamp;
+use crate::error::StoreError;
+use crate::instances::{INSTANCE_COLUMNS, instance_from_row};
+use crate::tx::Tx;
+use berth_domain::ids::{DomainId, InstanceId};
+use berth_domain::model::{DomainState, Instance};
+use berth_domain::names;
+use berth_domain::time::Timestamp;
 
 /// An endpoint as stored: a container port, the host port berth listens on for it, and the
 /// host port its key's lineage had before when that one was taken by something else.

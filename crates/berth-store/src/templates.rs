@@ -2,10 +2,10 @@
 
 use rusqlite::{OptionalExtension, Row, params};
 
-use super::{StoreError, Tx};
-use crate::ids::DomainId;
-use crate::templates::{Template, TemplateState};
-use crate::time::Timestamp;
+use crate::{StoreError, Tx};
+use berth_domain::ids::DomainId;
+use berth_domain::templates::{Template, TemplateState};
+use berth_domain::time::Timestamp;
 
 const TEMPLATE_COLUMNS: &str =
     "id, domain_id, recipe, image, state, volumes, created_at, ready_at, build_ms";
