@@ -21,7 +21,7 @@ use futures_util::StreamExt;
 use tokio::process::Command;
 use tokio::time::Instant;
 
-use crate::Ctx;
+use crate::context::Ctx;
 use crate::engine::{self, Polling, labels};
 use crate::postgres::{DATA, MEMORY, MILLICORES, PASSWORD, pg_spec};
 use crate::progress;

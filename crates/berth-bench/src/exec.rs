@@ -6,7 +6,7 @@ use std::process::Stdio;
 use anyhow::{Context, bail};
 use tokio::time::Instant;
 
-use crate::Ctx;
+use crate::context::Ctx;
 use crate::engine;
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, number};

@@ -16,8 +16,8 @@ use berth_testkit::{SPEC_MOUNT, spec};
 use tokio::process::Command;
 use tokio::time::Instant;
 
-use crate::Ctx;
 use crate::api::Api;
+use crate::context::Ctx;
 use crate::engine;
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, number};

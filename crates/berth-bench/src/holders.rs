@@ -17,8 +17,8 @@ use bollard::query_parameters::{
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::Ctx;
 use crate::api::small_spec;
+use crate::context::Ctx;
 use crate::progress;
 use crate::report::{Figure, Row, Stat, number};
 use crate::stats::{median, ms};

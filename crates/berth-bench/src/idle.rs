@@ -15,8 +15,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::time::Instant;
 
-use crate::Ctx;
 use crate::api::{self as berth, Api, small_spec};
+use crate::context::Ctx;
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, number};
 use crate::stats::median;
@@ -396,7 +396,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Figure> {
     let docker_host = proxy
         .as_ref()
         .map(|_| format!("unix://{}", dir.path().join("docker.sock").display()));
-    let key = format!("bench-idle-{}", crate::random_hex(16)?);
+    let key = format!("bench-idle-{}", crate::context::random_hex(16)?);
     let mut launch = berth::launch(&ctx.berth_bin, &prefix, &[&key]);
     if let Some(host) = &docker_host {
         launch = launch.env("DOCKER_HOST", host);

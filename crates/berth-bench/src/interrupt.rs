@@ -32,7 +32,7 @@ use crate::api::{self as berth, Api};
 use crate::branch::{Floor, RawRestart, floor_once};
 use crate::report::{Figure, Row, Stat, Target, number};
 use crate::stats::{between, median, ms};
-use crate::{Ctx, engine, postgres::pg_spec, progress};
+use crate::{context::Ctx, engine, postgres::pg_spec, progress};
 
 pub const NAME: &str = "snapshot_source_interruption";
 pub const NAME_BRANCH: &str = "branch_running_postgres_to_running";
@@ -51,7 +51,7 @@ struct Side<'a> {
 
 pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figure> {
     let off_prefix = format!("{}-off", ctx.prefix);
-    let key = format!("bench-off-{}", crate::random_hex(16)?);
+    let key = format!("bench-off-{}", crate::context::random_hex(16)?);
     let dir = tempfile::Builder::new()
         .prefix("berth-bench-off-")
         .tempdir()

@@ -19,8 +19,8 @@ use berth_client::{BranchFrom, SnapshotId, SnapshotState, UpCause};
 use tokio::process::Command;
 use tokio::time::Instant;
 
-use crate::Ctx;
 use crate::branch::{Floor, data_bytes, floor_once, mb, psql};
+use crate::context::Ctx;
 use crate::engine;
 use crate::postgres::pg_spec;
 use crate::progress;

@@ -10,7 +10,7 @@ use berth_client::DomainId;
 use bollard::Docker;
 use tokio::time::Instant;
 
-use crate::Ctx;
+use crate::context::Ctx;
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, median_of, number};
 use crate::stats::{mean, ms, quantile};

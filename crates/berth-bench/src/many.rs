@@ -25,8 +25,8 @@ use futures_util::future::try_join_all;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::Ctx;
 use crate::api::{self as berth, Api, small_spec, timestamp};
+use crate::context::Ctx;
 use crate::idle::{CountingProxy, engine_socket};
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, number};
@@ -448,7 +448,7 @@ pub async fn run(ctx: &Ctx, restarts: usize) -> anyhow::Result<Figure> {
         .prefix("berth-bench-many-")
         .tempdir()
         .context("a temporary data directory")?;
-    let key = format!("bench-many-{}", crate::random_hex(16)?);
+    let key = format!("bench-many-{}", crate::context::random_hex(16)?);
     let outcome = measure(ctx, &prefix, &key, &dir.path().join("data"), restarts).await;
     progress::line(&format!("{NAME_LIST}: removing the {INSTANCES} instances"));
     let leftovers = berth::remove_everything(&prefix).await?;

@@ -11,8 +11,8 @@ use anyhow::{Context, anyhow, bail};
 use futures_util::future::try_join_all;
 use tokio::time::Instant;
 
-use crate::Ctx;
 use crate::api::{self as berth, Api, small_spec};
+use crate::context::Ctx;
 use crate::idle::{cpu_seconds, rss_mb};
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, number};
@@ -86,7 +86,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<Figure> {
     })
     .await
     .context("pushing the tags")?;
-    let key = format!("bench-observe-{}", crate::random_hex(16)?);
+    let key = format!("bench-observe-{}", crate::context::random_hex(16)?);
     let every = format!("{}s", EVERY.as_secs());
     let launch = berth::launch(&ctx.berth_bin, &prefix, &[&key]).args(&["--observe-every", &every]);
     let daemon = berth::start(launch).await?;

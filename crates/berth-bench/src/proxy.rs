@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, anyhow, bail};
 use serde_json::json;
 
-use crate::Ctx;
+use crate::context::Ctx;
 use crate::engine;
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, number};

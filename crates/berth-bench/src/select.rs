@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use crate::postgres::{DATA, MEMORY, MILLICORES, PASSWORD, pg_spec};
 use crate::report::{Row, Stat, Target, number};
-use crate::{Ctx, engine, progress};
+use crate::{context::Ctx, engine, progress};
 
 pub const NAME: &str = "proxy_select_latency";
 /// The instance's key, and the baseline container's name under the run's prefix.

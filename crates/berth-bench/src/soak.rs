@@ -13,8 +13,8 @@ use bollard::Docker;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::Ctx;
 use crate::api::{self as berth, Api};
+use crate::context::Ctx;
 use crate::engine;
 use crate::idle::rss_mb;
 use crate::progress;
@@ -313,7 +313,7 @@ async fn measure(
 /// The soak figure.
 pub async fn run(ctx: &Ctx, duration: Duration) -> anyhow::Result<Figure> {
     let prefix = format!("{}-soak", ctx.prefix);
-    let key = format!("bench-soak-{}", crate::random_hex(16)?);
+    let key = format!("bench-soak-{}", crate::context::random_hex(16)?);
     let daemon = berth::start(berth::launch(&ctx.berth_bin, &prefix, &[&key])).await?;
     let outcome = async {
         let api = Api::new(&daemon.base, &key)?;

@@ -23,8 +23,8 @@ use bollard::models::{
 use bollard::query_parameters::{LeaveSwarmOptions, ListContainersOptions, ListTasksOptions};
 use tokio::time::Instant;
 
-use crate::Ctx;
 use crate::api::{self as berth, Api, time_of};
+use crate::context::Ctx;
 use crate::engine::{Polling, connect_until_open};
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, median_of, number};
@@ -86,7 +86,7 @@ async fn measure(ctx: &Ctx, samples: usize) -> anyhow::Result<Figure> {
         .swarm
         .and_then(|s| s.node_id)
         .context("the swarm's node id")?;
-    let key = format!("swarm-{}", crate::random_hex(16)?);
+    let key = format!("swarm-{}", crate::context::random_hex(16)?);
     let prefix = format!("{}-sw", ctx.prefix);
     let daemon =
         berth::start(berth::launch(&ctx.berth_bin, &prefix, &[&key]).env("BERTH_RUNTIME", "swarm"))

@@ -21,8 +21,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::Instant;
 
-use crate::Ctx;
 use crate::api::small_spec;
+use crate::context::Ctx;
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, number};
 use crate::stats::median;

@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime};
 use berth_testkit::spec;
 use tokio::time::Instant;
 
-use crate::Ctx;
 use crate::api::time_of;
+use crate::context::Ctx;
 use crate::engine::{self, Polling, RawUp};
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, median_of, number};

@@ -15,7 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::Ctx;
+use crate::context::Ctx;
 use crate::engine::{self, Polling};
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, number};

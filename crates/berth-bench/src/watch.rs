@@ -23,8 +23,8 @@ use tokio::process::Command;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::Ctx;
 use crate::api::time_of;
+use crate::context::Ctx;
 use crate::progress;
 use crate::report::{Figure, Row, Stat, Target, number};
 use crate::stats::{between, median, ms};

@@ -16,7 +16,7 @@ use bollard::query_parameters::{
     StopContainerOptions,
 };
 
-use crate::DockerConfig;
+use crate::config::DockerConfig;
 use crate::error;
 use crate::images::create_reference;
 

@@ -38,6 +38,7 @@
 //! killed through the host's `/proc` (see the `exec` module), which needs the engine on this
 //! machine.
 
+mod config;
 mod containers;
 mod copy;
 mod credentials;
@@ -68,6 +69,7 @@ use berth_core::spec::Ready;
 use bollard::Docker;
 use tokio::sync::{Mutex, mpsc};
 
+pub use crate::config::DockerConfig;
 use crate::raw::RawClient;
 
 /// Where Docker listens when `DOCKER_HOST` is not set.
@@ -75,27 +77,6 @@ pub const DEFAULT_DOCKER_HOST: &str = "unix:///var/run/docker.sock";
 
 /// How long [`DockerRuntime::connect`] waits for the engine to answer.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// Settings of a [`DockerRuntime`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DockerConfig {
-    /// The longest one image pull may take, from the request to the last progress line.
-    /// Default: 10 minutes.
-    pub pull_timeout: Duration,
-    /// The stop timeout a container is created with when its plan gives none (a zero
-    /// [`ContainerPlan::stop_timeout`]): how long the engine waits after `SIGTERM` before it
-    /// kills. Default: 10 seconds.
-    pub stop_timeout: Duration,
-}
-
-impl Default for DockerConfig {
-    fn default() -> Self {
-        Self {
-            pull_timeout: Duration::from_secs(600),
-            stop_timeout: Duration::from_secs(10),
-        }
-    }
-}
 
 /// The [`Runtime`] on a Docker engine, reached through bollard.
 ///

@@ -7,6 +7,7 @@
 //! Invariants: the only crate that imports axum. No handler logs a header, a body, an exec argv
 //! or stdin; no refusal quotes the value it refuses.
 
+mod app;
 pub mod auth;
 pub mod capabilities;
 pub mod error;
@@ -34,37 +35,10 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 
+pub use app::{App, MAX_JSON_BODY, Shared};
 pub use auth::{AllowedHosts, ServiceKeys};
 use error::ApiError;
 pub use grants::{DomainRef, KeyConfig, KeyGrants};
-
-/// The largest JSON body a route accepts.
-pub const MAX_JSON_BODY: usize = 1024 * 1024;
-
-/// What every route shares, behind one `Arc`: each request's middleware and handler take it
-/// by value (axum's `State`), so a clone is one count, not a copy of berth's handles.
-#[derive(Clone)]
-pub struct App(std::sync::Arc<Shared>);
-
-/// The parts of [`App`], which reads as them (`app.berth`, `app.keys`, ...).
-pub struct Shared {
-    /// berth's operations.
-    pub berth: Berth,
-    /// The service keys, with the web page's sessions that act for them.
-    pub keys: ServiceKeys,
-    /// Cancelled when berth begins to stop: streaming handlers (exec, followed logs) end on it.
-    pub shutdown: CancellationToken,
-    /// This API's OpenAPI document, marked with each operation's capability.
-    pub doc: utoipa::openapi::OpenApi,
-}
-
-impl std::ops::Deref for App {
-    type Target = Shared;
-
-    fn deref(&self) -> &Shared {
-        &self.0
-    }
-}
 
 #[derive(OpenApi)]
 #[openapi(

@@ -1,11 +1,15 @@
 //! What a Postgres container's log says of its start: when it started, finished its first
 //! initialisation and took connections, and one sample of one way with those parts.
 
-use std::time::SystemTime;
-
-use bollard::Docker;
-
 use super::*;
+use crate::stats::between;
+use anyhow::{Context, anyhow};
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::query_parameters::{InspectContainerOptions, LogsOptions};
+use futures_util::StreamExt;
+use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
 
 /// When, by its container's log, Postgres started, finished its first-start initialisation and
 /// took connections.

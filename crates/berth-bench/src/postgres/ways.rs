@@ -5,6 +5,24 @@ use bollard::models::HostConfig;
 
 use super::timeline::{Sample, timeline};
 use super::*;
+use crate::api::time_of;
+use crate::context::Ctx;
+use crate::engine::{self, LABEL_BENCH};
+use crate::stats::ms;
+use anyhow::{Context, anyhow, bail};
+use berth_client::InstanceView;
+use bollard::Docker;
+use bollard::models::HealthStatusEnum;
+use bollard::query_parameters::{InspectContainerOptions, RemoveVolumeOptions};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::SystemTime;
+use testcontainers::core::{Mount, WaitFor};
+use testcontainers::runners::AsyncRunner;
+use testcontainers::{GenericImage, ImageExt};
+use tokio::process::Command;
+use tokio::time::{Instant, MissedTickBehavior};
 
 /// Waits on the wait route until instance `key` is running and berth has acted on the `up`
 /// (`observedGeneration == generation`): berth says so as it records it, with no polling.

@@ -2,6 +2,11 @@
 //! views answered from it.
 
 use super::*;
+use crate::evidence::{ImageEvidence, MismatchReason, VerificationStatus};
+use crate::ids::InstanceId;
+use crate::image::PinnedImage;
+use crate::model::InstanceState;
+use crate::time::Timestamp;
 
 impl Rollout {
     /// Its plan; `media_type` is its release's, when known.

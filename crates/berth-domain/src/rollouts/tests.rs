@@ -1,4 +1,8 @@
 use super::*;
+use crate::evidence::{ImageEvidence, MismatchReason, VerificationStatus};
+use crate::ids::InstanceId;
+use crate::model::InstanceState;
+use crate::time::Timestamp;
 
 const HEX: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 

@@ -2,6 +2,8 @@
 //! (`berth_api::rollouts::RolloutReportView`).
 
 use super::*;
+use crate::evidence::MismatchReason;
+use crate::time::Timestamp;
 
 /// One reporter's latest report on a rollout in one of its sessions, as stored
 /// ([`Tx::rollout_reports`]).

@@ -5,8 +5,12 @@ use std::collections::{HashMap, HashSet};
 
 use tokio::sync::oneshot;
 
-use super::COPIES_AT_ONCE;
 use crate::ids::{CopyId, DomainId, InstanceId};
+
+/// How many copies run at once. Each one streams a volume through a helper container: a few
+/// side by side keep a small instance's copy from waiting behind another key's large ones,
+/// without making every copy share the disk with many others.
+pub(crate) const COPIES_AT_ONCE: usize = 3;
 
 /// A copy waiting for its turn.
 pub(super) struct Waiting {
