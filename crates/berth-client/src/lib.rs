@@ -44,6 +44,7 @@ mod types;
 mod watch;
 mod workspaces;
 
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use std::fmt;
 use std::time::Duration;
 
@@ -148,6 +149,16 @@ fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
     cause.to_string()
 }
 
+/// What a path segment holds as it is (RFC 3986 unreserved, `:` and `@`); the rest is
+/// percent-encoded.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b':')
+    .remove(b'@');
+
 /// One path segment, percent-encoded beyond what a segment may hold as it is.
 ///
 /// A segment of dots alone (`.`, `..`) would be read as a step up the path however it is
@@ -156,15 +167,12 @@ fn seg(text: &str) -> String {
     if !text.is_empty() && text.bytes().all(|b| b == b'.') {
         return format!("{text}.");
     }
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~:@".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    utf8_percent_encode(text, SEGMENT).to_string()
+}
+
+/// A query parameter's value, percent-encoded.
+fn query_value(text: &str) -> String {
+    utf8_percent_encode(text, NON_ALPHANUMERIC).to_string()
 }
 
 fn domain_path(domain: &DomainId) -> String {

@@ -4,7 +4,7 @@ use reqwest::Method;
 use serde::Serialize;
 
 use crate::types::*;
-use crate::{Client, ClientError, domain_path, instance_path};
+use crate::{Client, ClientError, domain_path, instance_path, query_value};
 
 impl Client {
     /// `POST .../instances/{key}/snapshots`: answers at once with the snapshot `copying`.
@@ -30,8 +30,7 @@ impl Client {
         instance_key: Option<&str>,
     ) -> Result<Vec<SnapshotView>, ClientError> {
         let query = instance_key
-            // A key is letters, digits and `._@-`: nothing a query must escape.
-            .map(|k| format!("?instanceKey={k}"))
+            .map(|k| format!("?instanceKey={}", query_value(k)))
             .unwrap_or_default();
         let list: SnapshotList = self
             .get(&format!("{}/snapshots{query}", domain_path(domain)))

@@ -1,7 +1,7 @@
 //! berth-relay: moving a proxied connection's bytes both ways until both sides have closed.
 //!
 //! berth's host endpoints hand each accepted connection here (through the relay trait berth-core
-//! owns, implemented by the binary over this crate), so the unsafe system calls that move bytes
+//! owns, implemented by the binary over this crate), so the system calls that move bytes
 //! without copying them live apart from the domain.
 //!
 //! A connection is relayed by one thread of its own over non-blocking sockets: it waits in
@@ -27,11 +27,16 @@
 //! A side that closes its sending half has that half closed on the other side too (half-close
 //! is kept); an error on either direction shuts both sockets down and ends the relay.
 
+#![forbid(unsafe_code)]
+
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::io::retry_on_intr;
+use rustix::net::Shutdown;
 use tokio::sync::oneshot;
 
 /// The buffer of a direction that copies.
@@ -126,8 +131,8 @@ fn run(ways: &mut [Direction<'_>], spin: Duration) -> io::Result<()> {
     let result = run_until_error(ways, spin);
     if result.is_err() {
         for way in ways.iter() {
-            shut(way.from, libc::SHUT_RDWR);
-            shut(way.to, libc::SHUT_RDWR);
+            shut(way.from, Shutdown::Both);
+            shut(way.to, Shutdown::Both);
         }
     }
     result
@@ -136,29 +141,36 @@ fn run(ways: &mut [Direction<'_>], spin: Duration) -> io::Result<()> {
 fn run_until_error(ways: &mut [Direction<'_>], spin: Duration) -> io::Result<()> {
     let mut spinning = Spinning::default();
     let mut spin_until: Option<Instant> = None;
+    let mut wanted = Vec::with_capacity(4);
     let mut polled = Vec::with_capacity(4);
     loop {
-        polled.clear();
+        wanted.clear();
         for way in ways.iter() {
             let (read, write) = way.wants();
             if read {
-                interest(&mut polled, way.from, libc::POLLIN);
+                interest(&mut wanted, way.from, PollFlags::IN);
             }
             if write {
-                interest(&mut polled, way.to, libc::POLLOUT);
+                interest(&mut wanted, way.to, PollFlags::OUT);
             }
         }
-        if polled.is_empty() {
+        if wanted.is_empty() {
             return Ok(());
         }
         let timeout = match spin_until {
-            Some(until) if Instant::now() < until => 0,
+            Some(until) if Instant::now() < until => Some(&NO_WAIT),
             _ => {
                 spin_until = None;
                 spinning.stop();
-                -1
+                None
             }
         };
+        polled.clear();
+        polled.extend(
+            wanted
+                .iter()
+                .map(|&(fd, events)| PollFd::from_borrowed_fd(fd, events)),
+        );
         if poll(&mut polled, timeout)? == 0 {
             std::hint::spin_loop();
             continue;
@@ -175,46 +187,44 @@ fn run_until_error(ways: &mut [Direction<'_>], spin: Duration) -> io::Result<()>
     }
 }
 
+/// A poll that does not wait: the spin after moving bytes.
+const NO_WAIT: Timespec = Timespec {
+    tv_sec: 0,
+    tv_nsec: 0,
+};
+
 /// Adds `events` for `fd` to the poll set, merged with what is already asked of it.
-fn interest(polled: &mut Vec<libc::pollfd>, fd: BorrowedFd<'_>, events: libc::c_short) {
-    let fd = fd.as_raw_fd();
-    match polled.iter_mut().find(|p| p.fd == fd) {
-        Some(p) => p.events |= events,
-        None => polled.push(libc::pollfd {
-            fd,
-            events,
-            revents: 0,
-        }),
+fn interest<'fd>(
+    wanted: &mut Vec<(BorrowedFd<'fd>, PollFlags)>,
+    fd: BorrowedFd<'fd>,
+    events: PollFlags,
+) {
+    match wanted
+        .iter_mut()
+        .find(|(f, _)| f.as_raw_fd() == fd.as_raw_fd())
+    {
+        Some((_, asked)) => *asked |= events,
+        None => wanted.push((fd, events)),
     }
 }
 
 /// Whether poll reported anything for `fd` (readiness, an end, an error): the direction tries
 /// it and learns which.
-fn ready(polled: &[libc::pollfd], fd: BorrowedFd<'_>) -> bool {
-    let fd = fd.as_raw_fd();
-    polled.iter().any(|p| p.fd == fd && p.revents != 0)
+fn ready(polled: &[PollFd<'_>], fd: BorrowedFd<'_>) -> bool {
+    polled
+        .iter()
+        .any(|p| p.as_fd().as_raw_fd() == fd.as_raw_fd() && !p.revents().is_empty())
 }
 
-/// poll(2) over the set, again after an interrupt; how many descriptors are ready.
-fn poll(polled: &mut [libc::pollfd], timeout: libc::c_int) -> io::Result<usize> {
-    loop {
-        // SAFETY: `polled` is a live slice of pollfd of the length given, and every descriptor
-        // in it is borrowed open for the call.
-        let n = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, timeout) };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
+/// poll(2) over the set, again after an interrupt; how many descriptors are ready. `None`
+/// waits until one is.
+fn poll(polled: &mut [PollFd<'_>], timeout: Option<&Timespec>) -> io::Result<usize> {
+    Ok(retry_on_intr(|| rustix::event::poll(polled, timeout))?)
 }
 
 /// shutdown(2) of a socket's halves; an error (a socket already down, a file) changes nothing.
-fn shut(fd: BorrowedFd<'_>, how: libc::c_int) {
-    // SAFETY: the descriptor is borrowed open for the call; shutdown touches no memory.
-    let _ = unsafe { libc::shutdown(fd.as_raw_fd(), how) };
+fn shut(fd: BorrowedFd<'_>, how: Shutdown) {
+    let _ = rustix::net::shutdown(fd, how);
 }
 
 /// How many relay threads may spin at once: half the cores, at least one.
@@ -366,7 +376,7 @@ impl<'fd> Direction<'fd> {
         }
         if self.ended && self.held == 0 {
             // The other side learns the sender is done; the other direction goes on.
-            shut(self.to, libc::SHUT_WR);
+            shut(self.to, Shutdown::Write);
             self.done = true;
             moved = true;
         }
@@ -461,48 +471,31 @@ fn would_block(result: io::Result<usize>) -> io::Result<Option<usize>> {
 
 /// read(2), again after an interrupt.
 fn read(fd: BorrowedFd<'_>, buffer: &mut [u8]) -> io::Result<usize> {
-    retry(|| {
-        // SAFETY: the descriptor is borrowed open, and `buffer` is writable for its length.
-        unsafe { libc::read(fd.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len()) }
-    })
+    Ok(retry_on_intr(|| rustix::io::read(fd, &mut *buffer))?)
 }
 
 /// write(2), again after an interrupt.
 fn write(fd: BorrowedFd<'_>, buffer: &[u8]) -> io::Result<usize> {
-    retry(|| {
-        // SAFETY: the descriptor is borrowed open, and `buffer` is readable for its length.
-        unsafe { libc::write(fd.as_raw_fd(), buffer.as_ptr().cast(), buffer.len()) }
-    })
-}
-
-/// Calls a system call that answers a count or -1 until it is not interrupted.
-fn retry(mut call: impl FnMut() -> isize) -> io::Result<usize> {
-    loop {
-        let n = call();
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
+    Ok(retry_on_intr(|| rustix::io::write(fd, buffer))?)
 }
 
 #[cfg(target_os = "linux")]
 mod linux {
     use std::fs::File;
     use std::io;
-    use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+    use std::os::fd::BorrowedFd;
+
+    use rustix::io::{Errno, retry_on_intr};
+    use rustix::pipe::{PipeFlags, SpliceFlags};
 
     /// What the pipe is asked to hold: a bulk transfer moves this much per pair of splices.
-    const PIPE_SIZE: libc::c_int = 1 << 20;
+    const PIPE_SIZE: usize = 1 << 20;
 
     /// Whether an error is the kernel refusing the splice itself, not the connection failing.
     pub(super) fn refused(e: &io::Error) -> bool {
         matches!(
-            e.raw_os_error(),
-            Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP)
+            Errno::from_io_error(e),
+            Some(Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP)
         )
     }
 
@@ -515,48 +508,29 @@ mod linux {
 
     impl Pipe {
         pub(super) fn new() -> io::Result<Pipe> {
-            let mut fds = [0 as libc::c_int; 2];
-            // SAFETY: `fds` has room for the two descriptors pipe2 writes.
-            if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // SAFETY: pipe2 succeeded, so both descriptors are open and owned by nothing else.
-            let (read, write) =
-                unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+            let (read, write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
             // A larger pipe moves more per splice; a kernel that keeps it smaller is fine.
-            // SAFETY: F_SETPIPE_SZ and F_GETPIPE_SZ take an int and touch no memory.
-            let size = unsafe {
-                libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE);
-                libc::fcntl(write.as_raw_fd(), libc::F_GETPIPE_SZ)
-            };
+            let _ = rustix::pipe::fcntl_setpipe_size(&write, PIPE_SIZE);
+            let size = rustix::pipe::fcntl_getpipe_size(&write).unwrap_or(0);
             Ok(Pipe {
                 read: File::from(read),
                 write: File::from(write),
-                size: usize::try_from(size).unwrap_or(0).max(4096),
+                size: size.max(4096),
             })
         }
     }
 
-    /// One splice of up to `len` bytes that does not wait, again after an interrupt.
+    /// One splice of up to `len` bytes that does not wait, again after an interrupt. Neither end
+    /// is read at an offset.
     pub(super) fn splice(
         from: BorrowedFd<'_>,
         to: BorrowedFd<'_>,
         len: usize,
     ) -> io::Result<usize> {
-        super::retry(|| {
-            // SAFETY: both descriptors are borrowed open for the call, the offsets are null
-            // (neither end is read at an offset), and splice touches no memory of ours.
-            unsafe {
-                libc::splice(
-                    from.as_raw_fd(),
-                    std::ptr::null_mut(),
-                    to.as_raw_fd(),
-                    std::ptr::null_mut(),
-                    len,
-                    libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
-                )
-            }
-        })
+        let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
+        Ok(retry_on_intr(|| {
+            rustix::pipe::splice(from, None, to, None, len, flags)
+        })?)
     }
 }
 
@@ -785,21 +759,8 @@ mod tests {
     }
 
     fn socket_linger_zero(stream: &std::net::TcpStream) {
-        let linger = libc::linger {
-            l_onoff: 1,
-            l_linger: 0,
-        };
-        // SAFETY: the descriptor is open and `linger` is the option's type and size.
-        let rc = unsafe {
-            libc::setsockopt(
-                stream.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_LINGER,
-                (&raw const linger).cast(),
-                std::mem::size_of::<libc::linger>() as libc::socklen_t,
-            )
-        };
-        assert_eq!(rc, 0);
+        rustix::net::sockopt::set_socket_linger(stream, Some(Duration::ZERO))
+            .expect("SO_LINGER set");
     }
 
     /// The kernel refuses to splice into a file opened for appending (EINVAL): the direction

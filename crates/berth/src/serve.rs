@@ -226,10 +226,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     // Whatever the umask berth was started with, what it makes is readable by its user alone
     // (SQLite's -wal and -shm files included). Modes are also set explicitly below.
-    // SAFETY: umask only replaces the process's file mode mask; it cannot fail.
-    unsafe {
-        libc::umask(0o077);
-    }
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let data_dir = match &args.data_dir {
         Some(d) => d.clone(),
         None => default_data_dir()?,
@@ -397,43 +394,37 @@ const HARD_DEADLINE_SLACK: Duration = Duration::from_secs(4);
 /// (`controllers/endpoints`), so the soft limit many systems start a process with (1024) would
 /// cut that to about 130 connections for no reason.
 fn raise_descriptor_limit() {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    // `None` is unlimited.
+    let mut limit = getrlimit(Resource::Nofile);
+    let was = limit.current;
+    let below_hard = match (limit.current, limit.maximum) {
+        (Some(soft), Some(hard)) => soft < hard,
+        (Some(_), None) => true,
+        (None, _) => false,
     };
-    // SAFETY: getrlimit writes one rlimit into the live struct it is given.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        tracing::warn!(error = %std::io::Error::last_os_error(),
-            "could not read the limit on open descriptors");
-        return;
-    }
-    let was = limit.rlim_cur;
-    if limit.rlim_cur < limit.rlim_max {
-        let raised = libc::rlimit {
-            rlim_cur: limit.rlim_max,
-            rlim_max: limit.rlim_max,
+    if below_hard {
+        let raised = Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
         };
-        // SAFETY: setrlimit reads one rlimit from the live struct it is given.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
-            limit.rlim_cur = limit.rlim_max;
-        } else {
-            // macOS refuses a soft limit over OPEN_MAX when the hard one is unlimited.
-            tracing::warn!(soft = was, hard = limit.rlim_max,
-                error = %std::io::Error::last_os_error(),
-                "could not raise the soft limit on open descriptors to the hard one");
+        match setrlimit(Resource::Nofile, raised) {
+            Ok(()) => limit.current = limit.maximum,
+            Err(e) => {
+                // macOS refuses a soft limit over OPEN_MAX when the hard one is unlimited.
+                tracing::warn!(soft = ?was, hard = ?limit.maximum, error = %e,
+                    "could not raise the soft limit on open descriptors to the hard one");
+            }
         }
     }
-    let figure = |n: libc::rlim_t| {
-        if n == libc::RLIM_INFINITY {
-            "unlimited".to_owned()
-        } else {
-            n.to_string()
-        }
+    let figure = |n: Option<u64>| match n {
+        None => "unlimited".to_owned(),
+        Some(n) => n.to_string(),
     };
     tracing::info!(
-        open_descriptors_limit = %figure(limit.rlim_cur),
+        open_descriptors_limit = %figure(limit.current),
         was = %figure(was),
-        hard = %figure(limit.rlim_max),
+        hard = %figure(limit.maximum),
         "descriptor limit"
     );
 }
@@ -558,7 +549,6 @@ struct DataDirLock {
 impl DataDirLock {
     fn acquire(dir: &Path) -> anyhow::Result<Self> {
         use std::io::{Read, Seek};
-        use std::os::fd::AsRawFd;
         let path = dir.join(LOCK_FILE);
         let mut file = fs::OpenOptions::new()
             .read(true)
@@ -568,11 +558,8 @@ impl DataDirLock {
             .mode(FILE_MODE)
             .open(&path)
             .with_context(|| format!("could not open the lock file {}", path.display()))?;
-        // SAFETY: flock on a file descriptor this function owns.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
-            let err = std::io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        if let Err(locked) = file.try_lock() {
+            if matches!(locked, fs::TryLockError::WouldBlock) {
                 let mut text = String::new();
                 let _ = file.read_to_string(&mut text);
                 let pid = text
@@ -586,7 +573,7 @@ impl DataDirLock {
                     dir.display()
                 );
             }
-            return Err(err)
+            return Err(anyhow::Error::new(locked))
                 .with_context(|| format!("could not lock the lock file {}", path.display()));
         }
         file.set_len(0)?;

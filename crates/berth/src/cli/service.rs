@@ -95,8 +95,7 @@ fn systemctl(args: &[&str]) -> Result<String, String> {
 }
 
 fn launchctl_target() -> String {
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::getuid() };
+    let uid = rustix::process::getuid().as_raw();
     format!("gui/{uid}")
 }
 

@@ -180,17 +180,8 @@ impl Drop for Ticket {
 
 /// The process's soft `RLIMIT_NOFILE`; `None` when unlimited or unreadable.
 fn soft_descriptor_limit() -> Option<usize> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one rlimit into the live struct it is given.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0
-        || limit.rlim_cur == libc::RLIM_INFINITY
-    {
-        return None;
-    }
-    usize::try_from(limit.rlim_cur).ok()
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    usize::try_from(limit.current?).ok()
 }
 
 #[cfg(test)]
