@@ -49,28 +49,26 @@ impl Server {
         }
     }
 
-    /// The repository's domain; an error saying `berth up` makes it when there is none yet.
+    /// The repository's domain; an error saying the `up` tool makes it when there is none yet.
     pub async fn domain(&self) -> anyhow::Result<DomainId> {
-        if let Some(id) = self.domain.lock().ok().and_then(|d| d.clone()) {
-            return Ok(id);
-        }
-        match crate::cli::find_domain(&self.client, &self.repo).await? {
-            Some(d) => {
-                self.remember(&d.resource_domain_id);
-                Ok(d.resource_domain_id)
-            }
+        match self.find_domain().await? {
+            Some(id) => Ok(id),
             None => bail!("this repository has no instances yet: the `up` tool starts them"),
         }
     }
 
     /// The repository's domain, or `None` when it has none yet.
     pub async fn find_domain(&self) -> anyhow::Result<Option<DomainId>> {
-        match self.domain().await {
-            Ok(id) => Ok(Some(id)),
-            Err(_) => Ok(crate::cli::find_domain(&self.client, &self.repo)
-                .await?
-                .map(|d| d.resource_domain_id)),
+        if let Some(id) = self.domain.lock().ok().and_then(|d| d.clone()) {
+            return Ok(Some(id));
         }
+        let found = crate::cli::find_domain(&self.client, &self.repo)
+            .await?
+            .map(|d| d.resource_domain_id);
+        if let Some(id) = &found {
+            self.remember(id);
+        }
+        Ok(found)
     }
 
     /// The repository's domain, created on first use (as `berth up` does).

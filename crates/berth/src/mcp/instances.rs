@@ -146,14 +146,15 @@ impl Server {
     /// host endpoints) and the names in berth.toml with no live instance.
     pub async fn state(&self) -> anyhow::Result<Value> {
         let instances = self.instances().await?;
+        let domain = self.find_domain().await?;
         let mut items = Vec::new();
         for i in &instances {
             let mut v = instance_json(i, &self.repo);
-            if let Some(domain) = self.find_domain().await? {
+            if let Some(domain) = &domain {
                 let endpoints = self
                     .client
                     .api
-                    .endpoints(&domain, &i.key)
+                    .endpoints(domain, &i.key)
                     .await
                     .unwrap_or_default();
                 v["endpoints"] = json!(

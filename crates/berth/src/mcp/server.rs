@@ -25,6 +25,9 @@ use crate::repo::Repo;
 pub struct McpArgs {
     #[command(flatten)]
     conn: Conn,
+    /// The worktree to speak for [default: the one around the current directory].
+    #[arg(long, short = 'C', value_name = "DIR")]
+    dir: Option<std::path::PathBuf>,
 }
 
 /// What the server tells the agent's host about itself.
@@ -131,7 +134,10 @@ impl ServerHandler for Server {
 
 /// Runs the server until the host closes its stdin.
 pub async fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
-    let repo = Repo::discover()?;
+    let repo = match &args.dir {
+        Some(dir) => Repo::discover_in(dir)?,
+        None => Repo::discover()?,
+    };
     let client = args.conn.endpoint().connect().await?;
     let me = client.api.whoami().await.map_err(|e| client.explain(e))?;
     // A grant may name the domain by its id: known once the domain exists (and the key reads).
