@@ -25,6 +25,7 @@ const CALL: Duration = Duration::from_secs(300);
 const PASSWORD: &str = "dev-secret";
 const AGENT_KEY: &str = "test-key-agent-no-exec-eeeeeeee";
 const READER_KEY: &str = "test-key-agent-read-only-ffff";
+const WORKTREE_AGENT_KEY: &str = "test-key-worktree-agent-gggggg";
 
 /// One `berth mcp` session, through the Python client.
 struct Session {
@@ -528,4 +529,69 @@ fn a_server_in_one_worktree_cannot_reach_another_worktree_s_instances_but_branch
     assert!(!mine.to_string().contains(&second_key), "{mine}");
     let (text, _) = first.refused("logs", json!({"name": second_key}));
     assert!(text.contains("out of reach"), "{text}");
+}
+
+#[test]
+fn the_documented_agent_key_may_read_exec_and_snapshot_in_its_repository_and_nothing_else() {
+    // At first the agent's key (acting for the developer's) may only read.
+    let read_only = format!(
+        "[keys.{agent}]\nactsFor = \"{dev}\"\ncapabilities = [\"read\"]\n",
+        agent = key_id(WORKTREE_AGENT_KEY),
+        dev = key_id(KEY),
+    );
+    let mut daemon = Launch::new()
+        .keys(&[KEY, WORKTREE_AGENT_KEY])
+        .grants(&read_only)
+        .start();
+    let repo = repo(&busybox_project());
+    let mut developer = Session::start(&daemon, &repo.main, KEY);
+    let up = developer.ok("up", json!({}));
+    assert_eq!(up["instances"][0]["outcome"], "running", "{up}");
+    let domain_name = developer.ok("list_instances", json!({}))["repository"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    drop(developer);
+
+    // docs/mcp.md's key: read everywhere, exec and snapshot in this repository's domain, by name.
+    let documented = format!(
+        "{read_only}serviceDeploymentGrants = [\n  {{ serviceId = \"{domain_name}\", capabilities = [\"instances:exec\", \"data:snapshot\"] }},\n]\n"
+    );
+    daemon.rewrite_grants(&documented);
+    daemon.restart();
+    let mut agent = Session::start(&daemon, &repo.main, WORKTREE_AGENT_KEY);
+    assert_eq!(
+        agent.tool_names(),
+        [
+            "branch",
+            "environment",
+            "exec",
+            "list_instances",
+            "logs",
+            "restore",
+            "snapshot",
+            "wait_running"
+        ]
+    );
+    let listed = agent.ok("list_instances", json!({}));
+    assert_eq!(listed["instances"][0]["state"], "running", "{listed}");
+    let wrote = agent.ok(
+        "exec",
+        json!({"name": "db", "argv": ["sh", "-c", "echo kept > /srv/data/note"]}),
+    );
+    assert_eq!(wrote["exitCode"], 0, "{wrote}");
+    let snap = agent.ok("snapshot", json!({"name": "db", "label": "agent"}));
+    assert!(
+        snap["snapshot"]["snapshotId"]
+            .as_str()
+            .unwrap()
+            .starts_with("snp:"),
+        "{snap}"
+    );
+    let (_, refusal) = agent.refused("up", json!({}));
+    assert_eq!(
+        refusal["capability"], "deployment:create-greenfield",
+        "{refusal}"
+    );
+    agent.never_showed(WORKTREE_AGENT_KEY);
 }
