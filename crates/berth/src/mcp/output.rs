@@ -208,18 +208,16 @@ impl Server {
         let (stdout, out_cut) = last_bytes(&result.stdout, OUTPUT_CAP);
         let (stderr, err_cut) = last_bytes(&result.stderr, OUTPUT_CAP);
         let truncated = result.truncated || out_cut || err_cut;
+        // The command is the agent's own: it is not said back (argv may carry secrets).
         let summary = if result.timed_out {
             format!(
-                "{} in {} was killed after {timeout}s",
-                frame.argv[0], instance.key
+                "the command in {} was killed after {timeout}s",
+                instance.key
             )
         } else {
             match result.exit_code {
-                Some(code) => format!("{} in {} exited {code}", frame.argv[0], instance.key),
-                None => format!(
-                    "{} in {} ended with no exit code",
-                    frame.argv[0], instance.key
-                ),
+                Some(code) => format!("the command in {} exited {code}", instance.key),
+                None => format!("the command in {} ended with no exit code", instance.key),
             }
         };
         Ok((
