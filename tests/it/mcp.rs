@@ -4,7 +4,7 @@
 //! environment, runs SQL through exec, snapshots, breaks it and restores it, all through MCP
 //! calls; a key without `exec` is offered no exec tool and refused one by the capability's
 //! name; a server started in one worktree cannot reach another worktree's instances, and
-//! branches from them.
+//! branches from them; the agent key docs/mcp.md shows gets the tools it says.
 
 use berth_testkit as support;
 
