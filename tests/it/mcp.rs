@@ -250,6 +250,13 @@ fn an_agent_brings_up_a_postgres_and_restores_it_after_a_bad_migration_through_m
             "wait_running"
         ]
     );
+    for tool in &tools {
+        assert_eq!(
+            tool["inputSchema"]["additionalProperties"],
+            json!(false),
+            "an exact schema: {tool}"
+        );
+    }
     let exec = tools.iter().find(|t| t["name"] == "exec").unwrap();
     let schema = &exec["inputSchema"];
     assert_eq!(schema["additionalProperties"], json!(false), "{schema}");
@@ -399,6 +406,8 @@ fn an_agent_brings_up_a_postgres_and_restores_it_after_a_bad_migration_through_m
         unknown.to_string().contains("shell"),
         "an unknown field is named: {unknown}"
     );
+    let (text, _) = agent.refused("list_instances", json!({"all": true}));
+    assert!(text.contains("`all`"), "{text}");
 
     agent.never_showed(KEY);
 }

@@ -41,8 +41,7 @@ pub struct BranchInput {
     /// The instance's name in berth.toml: this worktree's instance of that name is made.
     #[schemars(length(min = 1, max = 200))]
     pub name: String,
-    /// Where its data comes from: the branch another worktree of this repository is on (its
-    /// live instance of the same name), a snapshot id (`snp:...`) or a snapshot's name.
+    /// Another worktree's branch (its instance of that name), a snapshot id (snp:...) or name.
     #[schemars(length(min = 1, max = 200))]
     pub from: String,
 }

@@ -17,6 +17,11 @@ use crate::cli::up::{Outcome, SETTLED, send_up, settle};
 const WAIT_MAX_SECONDS: u64 = 900;
 const WAIT_DEFAULT_SECONDS: u64 = 300;
 
+/// A tool that takes nothing: `{}`, and no other field.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoInput {}
+
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct UpInput {
@@ -79,7 +84,10 @@ impl Server {
         description = "List this worktree's instances and the repository's shared ones: name, key, scope, state and host endpoints, and the names in berth.toml that are not up. Changes nothing.",
         annotations(read_only_hint = true)
     )]
-    pub async fn list_instances(&self) -> Result<CallToolResult, ErrorData> {
+    pub async fn list_instances(
+        &self,
+        Parameters(_): Parameters<NoInput>,
+    ) -> Result<CallToolResult, ErrorData> {
         Ok(match self.state().await {
             Ok(state) => {
                 let items = state["instances"].as_array().map_or(0, Vec::len);

@@ -44,8 +44,7 @@ pub struct ExecInput {
     /// The instance's name in berth.toml.
     #[schemars(length(min = 1, max = 200))]
     pub name: String,
-    /// The program and its arguments, run inside the instance's container as they are (no
-    /// shell: name one, e.g. ["sh", "-c", "..."], to have one inside the container).
+    /// The program and its arguments, run in the instance's container as given: no host shell.
     #[schemars(length(min = 1, max = 256))]
     pub argv: Vec<String>,
     /// The user to run as inside the container: a name, uid or uid:gid (default: the image's).
