@@ -16,13 +16,13 @@ use serde_json::Value;
 use support::{Daemon, KEY, busybox_image};
 
 /// A git repository with a main worktree `shop` and a second worktree `shop-feature`.
-struct Repo {
+pub(crate) struct Repo {
     _tmp: tempfile::TempDir,
-    main: PathBuf,
-    second: PathBuf,
+    pub(crate) main: PathBuf,
+    pub(crate) second: PathBuf,
 }
 
-fn git(dir: &Path, args: &[&str]) {
+pub(crate) fn git(dir: &Path, args: &[&str]) {
     let out = Command::new("git")
         .args([
             "-c",
@@ -44,7 +44,7 @@ fn git(dir: &Path, args: &[&str]) {
 }
 
 /// A repository whose berth.toml is `toml`, committed, with a second worktree.
-fn repo(toml: &str) -> Repo {
+pub(crate) fn repo(toml: &str) -> Repo {
     let tmp = tempfile::tempdir().expect("a temporary directory");
     let main = tmp.path().join("shop");
     std::fs::create_dir(&main).unwrap();

@@ -18,6 +18,7 @@ mod holders;
 mod hostile;
 mod instances;
 mod kept_volumes;
+mod mcp;
 mod pins;
 mod postgres;
 mod preflight;

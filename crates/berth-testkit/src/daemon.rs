@@ -457,6 +457,19 @@ impl Daemon {
         self.spawn();
     }
 
+    /// Rewrites the grants file the daemon was started with ([`Launch::grants`]): the daemon
+    /// reads it at its next start ([`Daemon::restart`]).
+    pub fn rewrite_grants(&self, text: &str) {
+        let path = self
+            .launch
+            .args
+            .iter()
+            .skip_while(|a| *a != "--grants")
+            .nth(1)
+            .expect("the daemon was started with a grants file");
+        std::fs::write(path, text).expect("the grants file is written");
+    }
+
     /// Starts the daemon after a [`Daemon::kill9`].
     pub fn start_again(&mut self) {
         assert!(self.child.is_none());

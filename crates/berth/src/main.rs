@@ -4,6 +4,7 @@ mod autostart;
 mod cli;
 mod client;
 mod grants_file;
+mod mcp;
 mod project;
 mod relay;
 mod repo;
@@ -31,6 +32,9 @@ enum Command {
     Serve(serve::ServeArgs),
     #[command(flatten)]
     Client(cli::Command),
+    /// Serve this worktree's instances to a coding agent over the Model Context Protocol
+    /// (stdio), with the tools the service key's capabilities allow (see docs/mcp.md).
+    Mcp(mcp::McpArgs),
     /// Print a completion script for a shell (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell.
@@ -49,6 +53,25 @@ fn main() -> ExitCode {
                 .build()
             {
                 Ok(rt) => rt.block_on(cli::run(command)),
+                Err(e) => {
+                    eprintln!("berth: could not start the async runtime: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        Command::Mcp(args) => {
+            return match tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => match rt.block_on(mcp::run(args)) {
+                    Ok(code) => code,
+                    Err(e) => {
+                        cli::report(&e);
+                        ExitCode::FAILURE
+                    }
+                },
                 Err(e) => {
                     eprintln!("berth: could not start the async runtime: {e}");
                     ExitCode::FAILURE

@@ -99,7 +99,7 @@ pub struct BranchArgs {
     from: String,
 }
 
-pub(super) async fn domain(client: &Client, repo: &Repo) -> anyhow::Result<DomainId> {
+pub(crate) async fn domain(client: &Client, repo: &Repo) -> anyhow::Result<DomainId> {
     match find_domain(client, repo).await? {
         Some(d) => Ok(d.resource_domain_id),
         None => bail!("this repository has no instances yet; run `berth up` first"),
@@ -107,7 +107,7 @@ pub(super) async fn domain(client: &Client, repo: &Repo) -> anyhow::Result<Domai
 }
 
 /// A snapshot named by id or by name (the newest of that name).
-async fn find_snapshot(
+pub(crate) async fn find_snapshot(
     client: &Client,
     domain: &DomainId,
     wanted: &str,
@@ -206,6 +206,33 @@ fn finish_bar(bar: Option<ProgressBar>, copy: &CopyEvent) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// Takes a snapshot named `label` of the instance `key` and follows its copy to its end (with a
+/// progress bar titled `bar` when there is one); answers the snapshot as it stands then and the
+/// copy's last event.
+pub(crate) async fn take_snapshot(
+    client: &Client,
+    domain: &DomainId,
+    key: &str,
+    label: &str,
+    bar_title: Option<&str>,
+) -> anyhow::Result<(SnapshotView, CopyEvent)> {
+    let mut events = subscribe(client, domain).await?;
+    let made = client
+        .api
+        .snapshot(domain, key, label)
+        .await
+        .or_say(client)?;
+    let bar = bar_title.and_then(|title| bar(true, title));
+    let copy = follow_copy(&mut events, client, "snapshot", key, bar.as_ref()).await?;
+    finish_bar(bar, &copy)?;
+    let done = client
+        .api
+        .snapshot_by_id(domain, &made.snapshot_id)
+        .await
+        .or_say(client)?;
+    Ok((done, copy))
+}
+
 pub async fn snapshot(args: SnapshotArgs) -> anyhow::Result<ExitCode> {
     let ui = ui(args.json);
     let repo = Repo::discover()?;
@@ -220,27 +247,14 @@ pub async fn snapshot(args: SnapshotArgs) -> anyhow::Result<ExitCode> {
             humantime::format_rfc3339_seconds(std::time::SystemTime::now())
         )
     });
-    let mut events = subscribe(&client, &domain).await?;
-    let made = client
-        .api
-        .snapshot(&domain, &instance.key, &label)
-        .await
-        .or_say(&client)?;
-    let bar = bar(ui.live, &args.name);
-    let copy = follow_copy(
-        &mut events,
+    let (done, copy) = take_snapshot(
         &client,
-        "snapshot",
+        &domain,
         &instance.key,
-        bar.as_ref(),
+        &label,
+        ui.live.then_some(args.name.as_str()),
     )
     .await?;
-    finish_bar(bar, &copy)?;
-    let done = client
-        .api
-        .snapshot_by_id(&domain, &made.snapshot_id)
-        .await
-        .or_say(&client)?;
     if args.json {
         print_json(&serde_json::to_value(&done)?);
     } else {
@@ -343,10 +357,10 @@ async fn restore_source(
     client: &Client,
     domain: &DomainId,
     repo: &Repo,
-    args: &RestoreArgs,
+    (snapshot, from): (Option<&str>, Option<&str>),
     target: &str,
 ) -> anyhow::Result<RestoreSource> {
-    let wanted = match (&args.snapshot, &args.from) {
+    let wanted = match (snapshot, from) {
         (Some(snapshot), _) => {
             return Ok(RestoreSource::Snapshot(
                 find_snapshot(client, domain, snapshot).await?,
@@ -405,52 +419,68 @@ async fn live_on_branch(
     Ok(Some(source))
 }
 
-pub async fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
-    let ui = ui(args.json);
-    let repo = Repo::discover()?;
-    let client = args.conn.endpoint().connect().await?;
-    let domain = domain(&client, &repo).await?;
-    let instance = resolve(&client, &domain, &repo, std::slice::from_ref(&args.name))
-        .await?
-        .remove(0);
-    let source = restore_source(&client, &domain, &repo, &args, &instance.key).await?;
-    let mut events = subscribe(&client, &domain).await?;
+/// What a restore did.
+pub(crate) struct RestoreDone {
+    /// The daemon's answer: the before-restore snapshot among it.
+    pub restored: berth_client::RestoreResponse,
+    /// The restore copy's last event.
+    pub copy: CopyEvent,
+    /// The instance once running or failed after it.
+    pub settled: berth_client::Settled,
+    /// The snapshot restored from.
+    pub from: SnapshotView,
+    /// Whether that snapshot was taken of another worktree's instance for this restore.
+    pub from_instance: bool,
+}
+
+/// Restores the instance `key` from a snapshot (by id or name) or, with `from`, from the live
+/// instance of the same name in the worktree on that branch; follows the copies (with progress
+/// bars when `bar_title` is given) and waits until the instance is running or failed.
+pub(crate) async fn restore_into(
+    client: &Client,
+    domain: &DomainId,
+    repo: &Repo,
+    key: &str,
+    wanted: (Option<&str>, Option<&str>),
+    bar_title: Option<&str>,
+) -> anyhow::Result<RestoreDone> {
+    let source = restore_source(client, domain, repo, wanted, key).await?;
+    let mut events = subscribe(client, domain).await?;
     let restored = match &source {
         RestoreSource::Snapshot(snapshot) => client
             .api
-            .restore(&domain, &instance.key, &snapshot.snapshot_id)
+            .restore(domain, key, &snapshot.snapshot_id)
             .await
-            .or_say(&client)?,
-        RestoreSource::Instance(key) => {
+            .or_say(client)?,
+        RestoreSource::Instance(source_key) => {
             // One request: the daemon takes a snapshot of the source, then restores from it.
             let restored = client
                 .api
-                .restore_from_instance(&domain, &instance.key, key)
+                .restore_from_instance(domain, key, source_key)
                 .await
-                .or_say(&client)?;
-            let bar = bar(ui.live, key);
-            let copy = follow_copy(&mut events, &client, "snapshot", key, bar.as_ref()).await?;
+                .or_say(client)?;
+            let bar = bar_title.and_then(|_| bar(true, source_key));
+            let copy =
+                follow_copy(&mut events, client, "snapshot", source_key, bar.as_ref()).await?;
             finish_bar(bar, &copy)?;
             restored
         }
     };
-    let bar = bar(ui.live, &args.name);
-    let copy = follow_copy(&mut events, &client, "restore", &instance.key, bar.as_ref()).await?;
+    let bar = bar_title.and_then(|title| bar(true, title));
+    let copy = follow_copy(&mut events, client, "restore", key, bar.as_ref()).await?;
     finish_bar(bar, &copy)?;
     let settled = client
         .api
-        .wait_for_state(&domain, &instance.key, &["running", "failed"], WAIT, |_| {
-            true
-        })
+        .wait_for_state(domain, key, &["running", "failed"], WAIT, |_| true)
         .await
-        .or_say(&client)?;
+        .or_say(client)?;
     let from_instance = matches!(source, RestoreSource::Instance(_));
     let from = match &restored.source {
         Some(s) => client
             .api
-            .snapshot_by_id(&domain, &s.snapshot_id)
+            .snapshot_by_id(domain, &s.snapshot_id)
             .await
-            .or_say(&client)?,
+            .or_say(client)?,
         None => match source {
             RestoreSource::Snapshot(snapshot) => snapshot,
             RestoreSource::Instance(key) => bail!(
@@ -459,6 +489,39 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
             ),
         },
     };
+    Ok(RestoreDone {
+        restored,
+        copy,
+        settled,
+        from,
+        from_instance,
+    })
+}
+
+pub async fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
+    let ui = ui(args.json);
+    let repo = Repo::discover()?;
+    let client = args.conn.endpoint().connect().await?;
+    let domain = domain(&client, &repo).await?;
+    let instance = resolve(&client, &domain, &repo, std::slice::from_ref(&args.name))
+        .await?
+        .remove(0);
+    let done = restore_into(
+        &client,
+        &domain,
+        &repo,
+        &instance.key,
+        (args.snapshot.as_deref(), args.from.as_deref()),
+        ui.live.then_some(args.name.as_str()),
+    )
+    .await?;
+    let RestoreDone {
+        restored,
+        copy,
+        settled,
+        from,
+        from_instance,
+    } = done;
     if args.json {
         print_json(&serde_json::json!({
             "instance": settled.instance,
@@ -566,6 +629,59 @@ fn worktree_on_branch(repo: &Repo, branch: &str) -> anyhow::Result<Option<std::p
     Ok(None)
 }
 
+/// Makes this worktree's instance of `def` with the data of `from`: the branch of another
+/// worktree (its live instance of that name), a snapshot id or a snapshot's name; follows the
+/// copy (with a progress bar when `bar_title` is given) and waits until the new instance is
+/// running or failed. Answers its key, where it settled and the copy's last event.
+pub(crate) async fn branch_into(
+    client: &Client,
+    domain: &DomainId,
+    repo: &Repo,
+    def: &crate::project::InstanceDef,
+    from: &str,
+    bar_title: Option<&str>,
+) -> anyhow::Result<(String, berth_client::Settled, CopyEvent)> {
+    let (key, live) = current_keys(client, domain, repo, &[def]).await?.remove(0);
+    if live {
+        bail!(
+            "{} ({key}) exists in this worktree already, and a branch makes a new instance: \
+             `berth restore {} --from {}` gives this one that data, keeping what it holds now \
+             as a snapshot",
+            def.name,
+            def.name,
+            from
+        );
+    }
+    let from = if from.starts_with("snp:") {
+        BranchFrom::Snapshot(find_snapshot(client, domain, from).await?.snapshot_id)
+    } else if let Some(source) = live_on_branch(client, domain, repo, &def.name, from).await? {
+        BranchFrom::Instance(source)
+    } else if let Ok(snapshot) = find_snapshot(client, domain, from).await {
+        BranchFrom::Snapshot(snapshot.snapshot_id)
+    } else {
+        bail!(
+            "no worktree is on the branch {} (see `git worktree list`), and no snapshot has that name",
+            from
+        );
+    };
+    let spec = def.spec(Some(&repo.worktree_key));
+    let mut events = subscribe(client, domain).await?;
+    client
+        .api
+        .branch(domain, &key, &from, &spec, UpCause::Person)
+        .await
+        .or_say(client)?;
+    let bar = bar_title.and_then(|title| bar(true, title));
+    let copy = follow_copy(&mut events, client, "branch", &key, bar.as_ref()).await?;
+    finish_bar(bar, &copy)?;
+    let settled = client
+        .api
+        .wait_for_state(domain, &key, &["running", "failed"], WAIT, |_| true)
+        .await
+        .or_say(client)?;
+    Ok((key, settled, copy))
+}
+
 pub async fn branch(args: BranchArgs) -> anyhow::Result<ExitCode> {
     let ui = ui(args.json);
     let repo = Repo::discover()?;
@@ -573,52 +689,15 @@ pub async fn branch(args: BranchArgs) -> anyhow::Result<ExitCode> {
     let def = project.select(std::slice::from_ref(&args.name))?.remove(0);
     let client = args.conn.endpoint().connect().await?;
     let domain = ensure_domain(&client, &repo).await?.resource_domain_id;
-    let (key, live) = current_keys(&client, &domain, &repo, &[def])
-        .await?
-        .remove(0);
-    if live {
-        bail!(
-            "{} ({key}) exists in this worktree already, and a branch makes a new instance: \
-             `berth restore {} --from {}` gives this one that data, keeping what it holds now \
-             as a snapshot",
-            args.name,
-            args.name,
-            args.from
-        );
-    }
-    let from = if args.from.starts_with("snp:") {
-        BranchFrom::Snapshot(
-            find_snapshot(&client, &domain, &args.from)
-                .await?
-                .snapshot_id,
-        )
-    } else if let Some(source) =
-        live_on_branch(&client, &domain, &repo, &def.name, &args.from).await?
-    {
-        BranchFrom::Instance(source)
-    } else if let Ok(snapshot) = find_snapshot(&client, &domain, &args.from).await {
-        BranchFrom::Snapshot(snapshot.snapshot_id)
-    } else {
-        bail!(
-            "no worktree is on the branch {} (see `git worktree list`), and no snapshot has that name",
-            args.from
-        );
-    };
-    let spec = def.spec(Some(&repo.worktree_key));
-    let mut events = subscribe(&client, &domain).await?;
-    client
-        .api
-        .branch(&domain, &key, &from, &spec, UpCause::Person)
-        .await
-        .or_say(&client)?;
-    let bar = bar(ui.live, &args.name);
-    let copy = follow_copy(&mut events, &client, "branch", &key, bar.as_ref()).await?;
-    finish_bar(bar, &copy)?;
-    let settled = client
-        .api
-        .wait_for_state(&domain, &key, &["running", "failed"], WAIT, |_| true)
-        .await
-        .or_say(&client)?;
+    let (key, settled, copy) = branch_into(
+        &client,
+        &domain,
+        &repo,
+        def,
+        &args.from,
+        ui.live.then_some(args.name.as_str()),
+    )
+    .await?;
     if let Ok(endpoints) = client.api.endpoints(&domain, &key).await {
         say_moved_ports(&key, &endpoints);
     }

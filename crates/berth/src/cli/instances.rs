@@ -104,7 +104,7 @@ async fn open(conn: &Conn) -> anyhow::Result<(Repo, Client, Option<DomainId>)> {
 
 /// Endpoints as `(container port, host, host port)`, as the project file's connect tables
 /// take them.
-pub(super) fn endpoint_tuples(endpoints: Vec<EndpointView>) -> Vec<(u16, String, u16)> {
+pub(crate) fn endpoint_tuples(endpoints: Vec<EndpointView>) -> Vec<(u16, String, u16)> {
     endpoints
         .into_iter()
         .filter(|e| e.unavailable.is_none())
@@ -145,7 +145,7 @@ pub(super) fn say_moved_ports(key: &str, endpoints: &[EndpointView]) {
 /// The live instances `names` mean in this worktree: for each name, this worktree's instance of
 /// that name, else the shared one; a name with `@` is a full key. No names: this worktree's
 /// instances and the shared ones.
-pub(super) async fn resolve(
+pub(crate) async fn resolve(
     client: &Client,
     domain: &DomainId,
     repo: &Repo,
@@ -583,6 +583,50 @@ pub fn shell_quote(value: &str) -> String {
     format!("'{}'", value.replace('\'', r"'\''"))
 }
 
+/// The variables the connect tables of `selected` (in berth.toml) give, from their live
+/// instances' host endpoints in this worktree: what `berth env` prints. An instance that is not
+/// up, or whose host port another program holds, is an error naming it.
+pub(crate) async fn connect_env(
+    client: &Client,
+    repo: &Repo,
+    selected: &[&crate::project::InstanceDef],
+) -> anyhow::Result<Vec<(String, String)>> {
+    let mut vars: Vec<(String, String)> = Vec::new();
+    if selected.is_empty() {
+        return Ok(vars);
+    }
+    let Some(domain) = find_domain(client, repo).await? else {
+        bail!(
+            "this repository has no instances yet: `berth up` starts them and gives them their host endpoints"
+        );
+    };
+    let domain = domain.resource_domain_id;
+    let keys = current_keys(client, &domain, repo, selected).await?;
+    for (def, (key, live)) in selected.iter().zip(keys) {
+        if !live {
+            let archived = client.api.instances(&domain, true).await.or_say(client)?;
+            let base = repo.instance_key(&def.name, def.scope == crate::project::Scope::Shared);
+            if let Some(gone) = newest_archived(&base, &archived) {
+                bail!("{}", archived_note(&def.name, &gone));
+            }
+            bail!(
+                "{} is not up in this worktree (it will be {key}): `berth up {}` starts it \
+                 and gives it its host endpoints",
+                def.name,
+                def.name
+            );
+        }
+        let views = client.api.endpoints(&domain, &key).await.or_say(client)?;
+        // A port another program holds reaches something else: named, never exported.
+        if let Some(held) = views.iter().find_map(|e| e.unavailable.as_deref()) {
+            bail!("{} ({key}): {held}", def.name);
+        }
+        let endpoints = endpoint_tuples(views);
+        vars.extend(def.connect_values(&endpoints).map_err(anyhow::Error::msg)?);
+    }
+    Ok(vars)
+}
+
 pub async fn env(args: EnvArgs) -> anyhow::Result<ExitCode> {
     let repo = Repo::discover()?;
     let project = load_project(&repo)?;
@@ -591,39 +635,12 @@ pub async fn env(args: EnvArgs) -> anyhow::Result<ExitCode> {
         .into_iter()
         .filter(|d| !d.connect.is_empty())
         .collect();
-    let mut vars: Vec<(String, String)> = Vec::new();
-    if !selected.is_empty() {
+    let vars = if selected.is_empty() {
+        Vec::new()
+    } else {
         let client = args.conn.endpoint().connect().await?;
-        let Some(domain) = find_domain(&client, &repo).await? else {
-            bail!(
-                "this repository has no instances yet: `berth up` starts them and gives them their host endpoints"
-            );
-        };
-        let domain = domain.resource_domain_id;
-        let keys = current_keys(&client, &domain, &repo, &selected).await?;
-        for (def, (key, live)) in selected.iter().zip(keys) {
-            if !live {
-                let archived = client.api.instances(&domain, true).await.or_say(&client)?;
-                let base = repo.instance_key(&def.name, def.scope == crate::project::Scope::Shared);
-                if let Some(gone) = newest_archived(&base, &archived) {
-                    bail!("{}", archived_note(&def.name, &gone));
-                }
-                bail!(
-                    "{} is not up in this worktree (it will be {key}): `berth up {}` starts it \
-                     and gives it its host endpoints",
-                    def.name,
-                    def.name
-                );
-            }
-            let views = client.api.endpoints(&domain, &key).await.or_say(&client)?;
-            // A port another program holds reaches something else: named, never exported.
-            if let Some(held) = views.iter().find_map(|e| e.unavailable.as_deref()) {
-                bail!("{} ({key}): {held}", def.name);
-            }
-            let endpoints = endpoint_tuples(views);
-            vars.extend(def.connect_values(&endpoints).map_err(anyhow::Error::msg)?);
-        }
-    }
+        connect_env(&client, &repo, &selected).await?
+    };
     if args.json {
         let map: serde_json::Map<String, Value> =
             vars.into_iter().map(|(k, v)| (k, Value::from(v))).collect();

@@ -6,12 +6,12 @@
 //! the worktree gives the worktree key, and `berth.toml` at the worktree's top level says what
 //! runs. See docs/cli.md.
 
-mod branching;
+pub(crate) mod branching;
 mod compose;
 mod doctor;
 mod endpoints;
-mod exec;
-mod instances;
+pub(crate) mod exec;
+pub(crate) mod instances;
 mod logs;
 mod page;
 mod pins;
@@ -20,7 +20,7 @@ mod promote;
 mod rollouts;
 mod service;
 mod templates;
-mod up;
+pub(crate) mod up;
 mod whoami;
 mod writes;
 
@@ -51,7 +51,7 @@ pub struct Conn {
 }
 
 impl Conn {
-    fn endpoint(&self) -> Endpoint {
+    pub(crate) fn endpoint(&self) -> Endpoint {
         Endpoint {
             url: self.url.clone(),
             data_dir: self.data_dir.clone(),
@@ -212,14 +212,17 @@ fn shown_path(file: &Path) -> String {
 }
 
 /// Reads and checks this worktree's berth.toml.
-fn load_project(repo: &Repo) -> anyhow::Result<Project> {
+pub(crate) fn load_project(repo: &Repo) -> anyhow::Result<Project> {
     let file = repo.project_file();
     Project::load(&file, &shown_path(&file))
 }
 
 /// The repository's domain: the oldest of the caller's domains with the repository's name that
 /// is not archived.
-async fn find_domain(client: &Client, repo: &Repo) -> anyhow::Result<Option<DomainView>> {
+pub(crate) async fn find_domain(
+    client: &Client,
+    repo: &Repo,
+) -> anyhow::Result<Option<DomainView>> {
     Ok(client
         .api
         .domains()
@@ -230,7 +233,7 @@ async fn find_domain(client: &Client, repo: &Repo) -> anyhow::Result<Option<Doma
 }
 
 /// The repository's domain, created on first use.
-async fn ensure_domain(client: &Client, repo: &Repo) -> anyhow::Result<DomainView> {
+pub(crate) async fn ensure_domain(client: &Client, repo: &Repo) -> anyhow::Result<DomainView> {
     if let Some(d) = find_domain(client, repo).await? {
         return Ok(d);
     }
@@ -253,7 +256,7 @@ async fn ensure_domain(client: &Client, repo: &Repo) -> anyhow::Result<DomainVie
 
 /// The key each of `defs` has now in this worktree (see [`crate::repo::current_key`]), and
 /// whether an instance with that key is live.
-async fn current_keys(
+pub(crate) async fn current_keys(
     client: &Client,
     domain: &DomainId,
     repo: &Repo,
@@ -279,7 +282,7 @@ async fn current_keys(
 }
 
 /// An instance with the project-file name and scope it was made from, for `--json`.
-fn annotated(instance: &InstanceView, repo: &Repo) -> Value {
+pub(crate) fn annotated(instance: &InstanceView, repo: &Repo) -> Value {
     let mut out = serde_json::to_value(instance).unwrap_or(Value::Null);
     if let Some(map) = out.as_object_mut() {
         map.insert(
@@ -292,7 +295,7 @@ fn annotated(instance: &InstanceView, repo: &Repo) -> Value {
 }
 
 /// `shared`, `worktree` (this one's), or `worktree <key>` (another one's).
-fn scope_of(instance: &InstanceView, repo: &Repo) -> String {
+pub(crate) fn scope_of(instance: &InstanceView, repo: &Repo) -> String {
     match instance.worktree_key.as_deref() {
         None => "shared".to_owned(),
         Some(k) if k == repo.worktree_key => "worktree".to_owned(),

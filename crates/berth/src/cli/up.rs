@@ -46,7 +46,7 @@ pub struct UpArgs {
 
 /// How an instance's wait ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Outcome {
+pub(crate) enum Outcome {
     Waiting,
     Running,
     Failed(String),
@@ -77,7 +77,7 @@ fn now_millis() -> u128 {
 }
 
 /// Whether the instance has settled since `sent_at` (or, when `steady`, is running at all).
-fn settle(instance: &InstanceView, sent_at: u128, steady: bool) -> Outcome {
+pub(crate) fn settle(instance: &InstanceView, sent_at: u128, steady: bool) -> Outcome {
     let fresh = state_time(instance)
         .and_then(millis)
         .is_some_and(|t| t >= sent_at);
@@ -101,7 +101,7 @@ fn settle(instance: &InstanceView, sent_at: u128, steady: bool) -> Outcome {
 }
 
 /// The state kinds an `up` waits for.
-const SETTLED: [&str; 4] = ["running", "failed", "exited", "archived"];
+pub(crate) const SETTLED: [&str; 4] = ["running", "failed", "exited", "archived"];
 
 /// What the instance is doing, for the progress line. A state from before the `up` is one the
 /// daemon has not moved on from yet.
@@ -144,7 +144,6 @@ pub async fn run(args: UpArgs, verb: &str) -> anyhow::Result<ExitCode> {
 
     let mut tracked: Vec<Tracked> = Vec::new();
     for (def, (key, _)) in selected.into_iter().zip(keys) {
-        let spec = def.spec(Some(&repo.worktree_key));
         let bar = multi.as_ref().map(|m| {
             let bar = m.add(ProgressBar::new_spinner());
             bar.set_style(style.clone());
@@ -164,65 +163,17 @@ pub async fn run(args: UpArgs, verb: &str) -> anyhow::Result<ExitCode> {
             bar,
             endpoints: Vec::new(),
         };
-        let before = match client.api.instance(&domain, &key).await {
-            Ok(b) => Some(b),
-            Err(e) if e.is("ResourceInstanceNotFoundError") => None,
-            Err(e) => {
-                let e = client.explain(e);
-                finish(&ui, &mut t, Outcome::Failed(format!("{e:#}")));
-                tracked.push(t);
-                continue;
+        let message = |line: String| {
+            if let Some(bar) = &t.bar {
+                bar.set_message(line);
             }
         };
-        // A new instance whose table says `branch-from` starts with that worktree's data.
-        let source = if before.is_none() {
-            match super::branching::branch_source(&client, &domain, &repo, t.def).await {
-                Ok(source) => source,
-                Err(e) => {
-                    finish(&ui, &mut t, Outcome::Failed(format!("{e:#}")));
-                    tracked.push(t);
-                    continue;
-                }
-            }
-        } else {
-            None
-        };
-        t.sent_at = now_millis();
-        let sent = match &source {
-            Some(from) => {
-                if let Some(bar) = &t.bar {
-                    bar.set_message(format!("branching from {from}"));
-                }
-                client
-                    .api
-                    .branch(
-                        &domain,
-                        &key,
-                        &berth_client::BranchFrom::Instance(from.clone()),
-                        &spec,
-                        UpCause::Person,
-                    )
-                    .await
-            }
-            None => {
-                let request = berth_client::UpRequest {
-                    spec: spec.clone(),
-                    cause: UpCause::Person,
-                    template: t.def.template,
-                };
-                client.api.up_request(&domain, &key, &request).await
-            }
-        };
-        match sent.or_say(&client) {
-            Ok(after) => {
-                // The same spec on an instance already meant to run changes nothing: if it
-                // runs (now, or once a start under way ends), it is there.
-                t.steady = before.as_ref().is_some_and(|b| {
-                    b.spec_digest == after.spec_digest
-                        && b.desired == berth_client::Desired::Running
-                });
-                let outcome = settle(&after, t.sent_at, t.steady);
-                t.instance = Some(after);
+        match send_up(&client, &domain, &repo, t.def, &key, message).await {
+            Ok(sent) => {
+                t.sent_at = sent.sent_at;
+                t.steady = sent.steady;
+                let outcome = settle(&sent.instance, t.sent_at, t.steady);
+                t.instance = Some(sent.instance);
                 match outcome {
                     Outcome::Running => finish(&ui, &mut t, Outcome::Running),
                     _ => progress(&mut t),
@@ -296,6 +247,76 @@ pub async fn run(args: UpArgs, verb: &str) -> anyhow::Result<ExitCode> {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    })
+}
+
+/// What the daemon answered to an instance's `up`.
+pub(crate) struct Sent {
+    /// The instance as the `up` left it.
+    pub instance: InstanceView,
+    /// Milliseconds since the epoch just before the `up` was sent (see [`settle`]).
+    pub sent_at: u128,
+    /// The `up` changed nothing the daemon acts on (see [`settle`]).
+    pub steady: bool,
+}
+
+/// Sends `def`'s spec for this worktree under `key` with cause `person`: a new instance whose
+/// table says `branch-from` is branched from that worktree's (`message` hears of it), any other
+/// is an `up`.
+pub(crate) async fn send_up(
+    client: &Client,
+    domain: &DomainId,
+    repo: &Repo,
+    def: &InstanceDef,
+    key: &str,
+    message: impl Fn(String),
+) -> anyhow::Result<Sent> {
+    let spec = def.spec(Some(&repo.worktree_key));
+    let before = match client.api.instance(domain, key).await {
+        Ok(b) => Some(b),
+        Err(e) if e.is("ResourceInstanceNotFoundError") => None,
+        Err(e) => return Err(client.explain(e)),
+    };
+    // A new instance whose table says `branch-from` starts with that worktree's data.
+    let source = if before.is_none() {
+        super::branching::branch_source(client, domain, repo, def).await?
+    } else {
+        None
+    };
+    let sent_at = now_millis();
+    let sent = match &source {
+        Some(from) => {
+            message(format!("branching from {from}"));
+            client
+                .api
+                .branch(
+                    domain,
+                    key,
+                    &berth_client::BranchFrom::Instance(from.clone()),
+                    &spec,
+                    UpCause::Person,
+                )
+                .await
+        }
+        None => {
+            let request = berth_client::UpRequest {
+                spec,
+                cause: UpCause::Person,
+                template: def.template,
+            };
+            client.api.up_request(domain, key, &request).await
+        }
+    };
+    let after = sent.or_say(client)?;
+    // The same spec on an instance already meant to run changes nothing: if it runs (now, or
+    // once a start under way ends), it is there.
+    let steady = before.as_ref().is_some_and(|b| {
+        b.spec_digest == after.spec_digest && b.desired == berth_client::Desired::Running
+    });
+    Ok(Sent {
+        instance: after,
+        sent_at,
+        steady,
     })
 }
 
