@@ -21,14 +21,35 @@ pub const MAX_SAFE_INTEGER: i64 = 9_007_199_254_740_991;
 /// answer.
 const MAX_LISTED: usize = 20;
 
-/// Every problem found while decoding one value, in the order they were found.
+/// One thing wrong with a decoded value: where (`spec.limits.cpuMillicores`, a path of field
+/// names and `[index]`es from the value's root) and what was expected there. Never the value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The place, from the value's root (`spec`, `body`, ...).
+    pub place: String,
+    /// What was expected there (`must be an integer between 10 and 256000`).
+    pub expected: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.place, self.expected)
+    }
+}
+
+/// Every problem found while decoding one value, in the order they were found. They are values
+/// until an edge renders them: the daemon into its error bodies' sentences, the CLI onto the
+/// lines of berth.toml.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Problems(Vec<String>);
+pub struct Problems(Vec<Problem>);
 
 impl Problems {
     /// Records that `place` is not what was expected.
     pub fn push(&mut self, place: &str, expected: &str) {
-        self.0.push(format!("{place} {expected}"));
+        self.0.push(Problem {
+            place: place.to_owned(),
+            expected: expected.to_owned(),
+        });
     }
 
     /// True when nothing was wrong.
@@ -36,19 +57,30 @@ impl Problems {
         self.0.is_empty()
     }
 
+    /// The problems, as found.
+    pub fn list(&self) -> &[Problem] {
+        &self.0
+    }
+
     /// The problems, each a sentence naming its place.
     pub fn into_vec(self) -> Vec<String> {
-        self.0
+        self.0.iter().map(Problem::to_string).collect()
     }
 
     /// All problems joined into one sentence-list.
     pub fn joined(&self) -> String {
+        let listed: Vec<String> = self
+            .0
+            .iter()
+            .take(MAX_LISTED)
+            .map(Problem::to_string)
+            .collect();
         if self.0.len() <= MAX_LISTED {
-            return self.0.join("; ");
+            return listed.join("; ");
         }
         format!(
             "{}; and {} more problems",
-            self.0[..MAX_LISTED].join("; "),
+            listed.join("; "),
             self.0.len() - MAX_LISTED
         )
     }

@@ -235,31 +235,51 @@ pub fn canonical_json(value: &Value) -> String {
 /// Decodes a spec from outside: each forbidden field refused by name with its sentence, then a
 /// strict decode (no excess key) whose problems are all reported under `spec`.
 pub fn decode_spec(input: &Value) -> Result<Spec, Vec<Refusal>> {
+    decode_spec_problems(input).map_err(|refused| match refused {
+        SpecRefused::Forbidden(fields) => fields
+            .into_iter()
+            .map(|(name, reason)| Refusal {
+                field: name.to_owned(),
+                reason: reason.to_owned(),
+            })
+            .collect(),
+        SpecRefused::Problems(problems) => vec![Refusal {
+            field: "spec".to_owned(),
+            reason: problems.joined(),
+        }],
+    })
+}
+
+/// Why a spec was refused, as values: the forbidden fields it names (each with the sentence
+/// why), or else every problem of its decode. [`decode_spec`] renders these into the contract's
+/// refusals; the CLI maps each problem's place onto berth.toml.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpecRefused {
+    /// Fields that would weaken isolation, refused by name before anything is decoded.
+    Forbidden(Vec<(&'static str, &'static str)>),
+    /// What the strict decode found wrong, each at its place.
+    Problems(Problems),
+}
+
+/// [`decode_spec`], answering its refusal as values.
+pub fn decode_spec_problems(input: &Value) -> Result<Spec, SpecRefused> {
     if let Some(map) = input.as_object() {
-        let forbidden: Vec<Refusal> = map
+        let forbidden: Vec<(&'static str, &'static str)> = map
             .keys()
             .filter_map(|field| {
                 FORBIDDEN_SPEC_FIELDS
                     .iter()
                     .find(|(name, _)| name == field)
-                    .map(|(name, reason)| Refusal {
-                        field: (*name).to_owned(),
-                        reason: (*reason).to_owned(),
-                    })
+                    .copied()
             })
             .collect();
         if !forbidden.is_empty() {
-            return Err(forbidden);
+            return Err(SpecRefused::Forbidden(forbidden));
         }
     }
     let mut problems = Problems::default();
     let spec = decode_fields(input, &mut problems);
-    problems.finish(spec).map_err(|problems| {
-        vec![Refusal {
-            field: "spec".to_owned(),
-            reason: problems.joined(),
-        }]
-    })
+    problems.finish(spec).map_err(SpecRefused::Problems)
 }
 
 fn decode_fields(input: &Value, p: &mut Problems) -> Option<Spec> {

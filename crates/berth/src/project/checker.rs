@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use berth_core::image::PinnedImage;
 use berth_core::spec::{
-    FORBIDDEN_SPEC_FIELDS, MAX_IDLE_SECONDS, MAX_VOLUMES, decode_spec, mount_path_problem,
+    FORBIDDEN_SPEC_FIELDS, MAX_IDLE_SECONDS, MAX_VOLUMES, SpecRefused, decode_spec_problems,
+    mount_path_problem,
 };
 use regex::Regex;
 use toml::Spanned;
@@ -18,7 +19,7 @@ use toml::de::{DeTable, DeValue};
 
 use super::definition::{
     DEFAULT_CPU_MILLICORES, DEFAULT_IDLE_STOP_SECONDS, DEFAULT_MEMORY_BYTES, FIELDS, InstanceDef,
-    ReadyDef, Scope, field_of_problem,
+    ReadyDef, Scope, field_of_place,
 };
 use super::template::{Placeholder, Wanted, expand, placeholder};
 use super::units::{cores_to_millis, parse_cpu, parse_size};
@@ -344,10 +345,23 @@ impl Checker<'_> {
         };
         // The daemon's own decoder, so that nothing it would refuse gets past here.
         let placeholder_key = (parsed.def.scope == Scope::Worktree).then_some("worktree-00000000");
-        if let Err(refusals) = decode_spec(&parsed.def.spec(placeholder_key)) {
-            for refusal in refusals {
-                for problem in refusal.reason.split("; ") {
-                    let (field, rest) = field_of_problem(problem);
+        match decode_spec_problems(&parsed.def.spec(placeholder_key)) {
+            Ok(_) => {}
+            Err(SpecRefused::Forbidden(fields)) => {
+                // The file's fields never write these; a spec the CLI built with one is refused
+                // where the instance starts.
+                for (field, reason) in fields {
+                    let place = format!("{base}.{field}");
+                    self.problem(
+                        parsed.header.clone(),
+                        format!("{place} is refused: {reason}"),
+                    );
+                }
+                return None;
+            }
+            Err(SpecRefused::Problems(problems)) => {
+                for problem in problems.list() {
+                    let field = field_of_place(&problem.place);
                     let span = field
                         .as_deref()
                         .map_or_else(|| parsed.header.clone(), |f| parsed.span_of(f));
@@ -355,10 +369,13 @@ impl Checker<'_> {
                         Some(f) => format!("{base}.{f}"),
                         None => base.clone(),
                     };
-                    self.problem(span, format!("{place}: the daemon would refuse it: {rest}"));
+                    self.problem(
+                        span,
+                        format!("{place}: the daemon would refuse it: {problem}"),
+                    );
                 }
+                return None;
             }
-            return None;
         }
         Some(parsed)
     }
@@ -832,7 +849,7 @@ ready = {{ tcp = 6379 }}
                 "idleStopAfterSeconds": 1800
             })
         );
-        assert!(decode_spec(&spec).is_ok());
+        assert!(berth_core::spec::decode_spec(&spec).is_ok());
         let cache = defs[1].spec(Some("ignored"));
         assert_eq!(cache["worktreeKey"], Value::Null);
         assert_eq!(

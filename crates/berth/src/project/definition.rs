@@ -174,35 +174,33 @@ impl InstanceDef {
     }
 }
 
-/// Maps a problem of the contract's decoder (`spec.limits.cpuMillicores must ...`) to the
-/// project file's field and the rest of the sentence: the way back from [`InstanceDef::spec`].
-pub(super) fn field_of_problem(problem: &str) -> (Option<String>, &str) {
-    let Some(rest) = problem.strip_prefix("spec.") else {
-        return (None, problem);
-    };
-    let place = rest.split_whitespace().next().unwrap_or("");
-    let field = if let Some(var) = place.strip_prefix("env.") {
-        Some(format!("env.{var}"))
-    } else if place.starts_with("alias") {
-        Some("alias".into())
-    } else if place.starts_with("image") {
-        Some("image".into())
-    } else if place.starts_with("command") {
-        Some("command".into())
-    } else if place.starts_with("volumes") {
-        Some("volumes".into())
-    } else if place.starts_with("limits.cpu") {
-        Some("cpu".into())
-    } else if place.starts_with("limits.memory") {
-        Some("memory".into())
-    } else if place.starts_with("ready") {
-        Some("ready".into())
-    } else if place.starts_with("idleStop") {
-        Some("idle-stop".into())
-    } else {
-        None
-    };
-    (field, problem)
+/// The project file's field a place of the contract's decoder stands for
+/// (`spec.limits.cpuMillicores` is `cpu`): the way back from [`InstanceDef::spec`]. `None` for a
+/// place no field of the file writes (`spec.worktreeKey`, the spec itself).
+pub(super) fn field_of_place(place: &str) -> Option<String> {
+    let place = place.strip_prefix("spec.")?;
+    if let Some(var) = place.strip_prefix("env.") {
+        return Some(format!("env.{var}"));
+    }
+    let field = [
+        ("alias", "alias"),
+        ("image", "image"),
+        ("command", "command"),
+        ("volumes", "volumes"),
+        ("limits.cpuMillicores", "cpu"),
+        ("limits.memoryBytes", "memory"),
+        ("ready", "ready"),
+        ("idleStopAfterSeconds", "idle-stop"),
+    ]
+    .iter()
+    .find(|(spec, _)| {
+        place == *spec
+            || place
+                .strip_prefix(spec)
+                .is_some_and(|rest| rest.starts_with(['.', '[']))
+    })?
+    .1;
+    Some(field.to_owned())
 }
 
 #[cfg(test)]
@@ -280,27 +278,16 @@ mod tests {
     }
 
     #[test]
-    fn decoder_problems_map_to_the_file_field() {
-        let field = |p: &str| field_of_problem(p).0;
-        assert_eq!(
-            field("spec.limits.cpuMillicores must be at most 256000"),
-            Some("cpu".into())
-        );
-        assert_eq!(
-            field("spec.limits.memoryBytes must be a number"),
-            Some("memory".into())
-        );
-        assert_eq!(
-            field("spec.env.A must not contain a NUL byte"),
-            Some("env.A".into())
-        );
-        assert_eq!(
-            field("spec.idleStopAfterSeconds is too large"),
-            Some("idle-stop".into())
-        );
-        assert_eq!(field("spec.volumes[0].name is bad"), Some("volumes".into()));
-        assert_eq!(field("spec.worktreeKey is bad"), None);
-        assert_eq!(field("something else"), None);
-        assert_eq!(field_of_problem("spec.image is bad").1, "spec.image is bad");
+    fn decoder_places_map_to_the_file_field() {
+        let field = field_of_place;
+        assert_eq!(field("spec.limits.cpuMillicores"), Some("cpu".into()));
+        assert_eq!(field("spec.limits.memoryBytes"), Some("memory".into()));
+        assert_eq!(field("spec.env.A"), Some("env.A".into()));
+        assert_eq!(field("spec.idleStopAfterSeconds"), Some("idle-stop".into()));
+        assert_eq!(field("spec.volumes[0].name"), Some("volumes".into()));
+        assert_eq!(field("spec.ready.port"), Some("ready".into()));
+        assert_eq!(field("spec.imageX"), None);
+        assert_eq!(field("spec.worktreeKey"), None);
+        assert_eq!(field("spec"), None);
     }
 }
