@@ -63,19 +63,19 @@ pub(crate) fn repo(toml: &str) -> Repo {
 
 /// What a run of the CLI gave.
 #[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
+pub(super) struct Run {
+    pub(super) code: i32,
+    pub(super) stdout: String,
+    pub(super) stderr: String,
 }
 
 impl Run {
-    fn ok(self) -> Run {
+    pub(super) fn ok(self) -> Run {
         assert_eq!(self.code, 0, "berth failed: {self:?}");
         self
     }
 
-    fn json(&self) -> Value {
+    pub(super) fn json(&self) -> Value {
         serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {self:?}"))
     }
 }
@@ -124,7 +124,7 @@ fn berth_at(base: &str, dir: &Path, args: &[&str], stdin: Option<&[u8]>) -> Run 
     run
 }
 
-fn berth(daemon: &Daemon, dir: &Path, args: &[&str]) -> Run {
+pub(super) fn berth(daemon: &Daemon, dir: &Path, args: &[&str]) -> Run {
     berth_at(&daemon.base, dir, args, None)
 }
 

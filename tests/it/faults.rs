@@ -820,71 +820,10 @@ fn volumes_made_just_before_a_crash_are_still_listed_after_an_archive() {
     assert!(networks.is_empty(), "networks left: {networks:?}");
 }
 
-/// A Unix socket in front of the engine's that can be cut: while down it refuses new
-/// connections and has shut every open one, as an engine that stopped would.
-struct EngineGate {
-    path: std::path::PathBuf,
-    up: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    open: std::sync::Arc<std::sync::Mutex<Vec<std::os::unix::net::UnixStream>>>,
-    _dir: tempfile::TempDir,
-}
-
-impl EngineGate {
-    fn new() -> EngineGate {
-        use std::os::unix::net::{UnixListener, UnixStream};
-        use std::sync::atomic::Ordering;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("docker.sock");
-        let listener = UnixListener::bind(&path).unwrap();
-        let up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-        let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::<UnixStream>::new()));
-        let (up2, open2) = (up.clone(), open.clone());
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { continue };
-                if !up2.load(Ordering::SeqCst) {
-                    continue; // dropped: refused
-                }
-                let Ok(engine) = UnixStream::connect("/var/run/docker.sock") else {
-                    continue;
-                };
-                for s in [&client, &engine] {
-                    open2.lock().unwrap().push(s.try_clone().unwrap());
-                }
-                let (mut c1, mut e1) = (client.try_clone().unwrap(), engine.try_clone().unwrap());
-                let (mut c2, mut e2) = (client, engine);
-                std::thread::spawn(move || {
-                    let _ = std::io::copy(&mut c1, &mut e1);
-                    let _ = e1.shutdown(std::net::Shutdown::Write);
-                });
-                std::thread::spawn(move || {
-                    let _ = std::io::copy(&mut e2, &mut c2);
-                    let _ = c2.shutdown(std::net::Shutdown::Write);
-                });
-            }
-        });
-        EngineGate {
-            path,
-            up,
-            open,
-            _dir: dir,
-        }
-    }
-
-    fn set_up(&self, up: bool) {
-        self.up.store(up, std::sync::atomic::Ordering::SeqCst);
-        if !up {
-            for s in self.open.lock().unwrap().drain(..) {
-                let _ = s.shutdown(std::net::Shutdown::Both);
-            }
-        }
-    }
-}
-
 #[test]
 fn while_the_engine_is_unreachable_requests_answer_from_the_store_and_berth_converges_after() {
-    let gate = EngineGate::new();
-    let host = format!("unix://{}", gate.path.display());
+    let gate = support::EngineGate::new();
+    let host = gate.host();
     let daemon = Daemon::start_with_env(&[("DOCKER_HOST", host.as_str())]);
     let api = daemon.client();
     let domain = api.create_domain("outage");

@@ -10,6 +10,7 @@ mod compose;
 mod concurrency;
 mod domains;
 mod endpoints;
+mod engine_health;
 mod events;
 mod evidence;
 mod exec;

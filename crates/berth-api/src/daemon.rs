@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::instances::EngineUnreachable;
 use crate::snapshots::CopyMethod;
 use crate::time::Timestamp;
 
@@ -30,6 +31,24 @@ pub struct DaemonView {
     /// daemon's last look; null before its first look, or without a container runtime.
     #[serde(default)]
     pub holders: Option<HoldersView>,
+    /// Whether the daemon's container engine answers, as the daemon last found (its event
+    /// stream and pings); null without a container runtime (or from an older daemon).
+    #[serde(default)]
+    pub engine: Option<EngineView>,
+}
+
+/// The daemon's container engine, as the daemon sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct EngineView {
+    /// The runtime (`docker`, `swarm`).
+    pub runtime: String,
+    /// Whether it answers.
+    pub reachable: bool,
+    /// While it does not answer: since when, and what the last try met. Null while it answers.
+    #[serde(default)]
+    pub unreachable: Option<EngineUnreachable>,
 }
 
 /// The holders of a store's volumes: containers berth creates and never starts, one per

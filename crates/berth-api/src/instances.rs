@@ -198,6 +198,23 @@ pub struct InstanceView {
     pub last_reached_at: Option<Timestamp>,
     /// The Docker volumes it mounts, which outlive it.
     pub volumes: Vec<InstanceVolume>,
+    /// Present while the daemon's container engine does not answer: then `state` is the last
+    /// one berth saw, and nothing changes until the engine answers again (berth then converges
+    /// by itself). Absent while the engine answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<EngineUnreachable>,
+}
+
+/// The daemon's container engine does not answer: since when, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct EngineUnreachable {
+    /// When berth found it gone.
+    pub since: Timestamp,
+    /// A sentence naming the engine and what the last try met; berth acts again by itself
+    /// once it answers.
+    pub message: String,
 }
 
 /// A volume kept when its instance was archived (`resourceInstanceArchivedVolumeSchema`).

@@ -8,7 +8,8 @@
 
 pub use berth_api::capabilities::{Capability, ServiceDeploymentGrant};
 pub use berth_api::daemon::{
-    DaemonView, Health, HeldVolume, HoldersView, OtherStoreView, SignInLink, UnheldVolume,
+    DaemonView, EngineUnreachable, EngineView, Health, HeldVolume, HoldersView, OtherStoreView,
+    SignInLink, UnheldVolume,
 };
 pub use berth_api::domains::{
     ArchiveDomainResponse, CreateDomainRequest, DomainList, DomainState, DomainView,

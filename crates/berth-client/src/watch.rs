@@ -46,7 +46,10 @@ impl Client {
     /// [`POLL_EVERY`](crate::POLL_EVERY) or as the builder set. `seen` is called with each view of the instance seen while waiting (for
     /// progress); when polling, a state whose kind is in `kinds` ends the wait only when `seen`
     /// returns true for it, which is how a caller tells a state from before its request from
-    /// the answer to it (the wait route does that itself with its generations).
+    /// the answer to it (the wait route does that itself with its generations). A view whose
+    /// `engine` says the daemon's engine does not answer ends the wait (not timed out) when
+    /// `seen` returns true for it: nothing settles until the engine is back, and the caller
+    /// reads `engine`.
     pub async fn wait_for_state(
         &self,
         domain: &DomainId,
@@ -66,8 +69,10 @@ impl Client {
             }
             match self.wait(domain, key, kinds, left.min(SLICE)).await {
                 Ok(w) => {
-                    seen(&w.instance);
-                    if !w.timed_out {
+                    let done = seen(&w.instance);
+                    // The daemon's engine is away: nothing settles until it answers, and the
+                    // caller may take that as the end (the view carries `engine`).
+                    if !w.timed_out || (done && w.instance.engine.is_some()) {
                         return Ok(Settled {
                             instance: w.instance,
                             timed_out: false,

@@ -249,6 +249,17 @@ pub enum Error {
         /// What it runs instead.
         runtime: String,
     },
+    /// The daemon's container engine does not answer, so what needs it cannot be done now.
+    #[error(
+        "berth's container engine does not answer (since {since}): {message}; nothing was \
+         done, and berth acts again by itself once it answers"
+    )]
+    EngineUnreachable {
+        /// When berth found it away.
+        since: crate::time::Timestamp,
+        /// What the last try met, naming the engine.
+        message: String,
+    },
     /// The container engine failed in a way the caller must hear of now.
     #[error("{0}")]
     Runtime(String),

@@ -14,7 +14,9 @@ use tokio::time::Instant;
 /// Room for events the receiver has not read yet; the watcher waits when it is full.
 const CHANNEL: usize = 256;
 const BACKOFF_MIN: Duration = Duration::from_millis(250);
-const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// The longest wait between two tries while the engine is away: a ping every few seconds
+/// costs nothing, and berth notices the engine's return within this.
+const BACKOFF_MAX: Duration = Duration::from_secs(4);
 /// A connection that lasted this long was healthy: the next one starts over at the shortest
 /// back-off.
 const HEALTHY: Duration = Duration::from_secs(5);
@@ -22,7 +24,7 @@ const HEALTHY: Duration = Duration::from_secs(5);
 /// `Resync` and the subscription is lost (a repeated event is harmless).
 const REPLAY: Duration = Duration::from_secs(1);
 /// How long one ping before a (re)connect may take.
-const PING_TIMEOUT: Duration = Duration::from_secs(10);
+const PING_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Attributes the engine adds to a container event's labels.
 const ENGINE_ATTRIBUTES: [&str; 7] = [
@@ -35,9 +37,11 @@ const ENGINE_ATTRIBUTES: [&str; 7] = [
     "oldName",
 ];
 
-pub(crate) fn watch(docker: Docker, prefix: String) -> mpsc::Receiver<RuntimeEvent> {
+/// Watches the engine at `host` (its address, which names it in `Reachable` and
+/// `Unreachable`).
+pub(crate) fn watch(docker: Docker, host: String, prefix: String) -> mpsc::Receiver<RuntimeEvent> {
     let (tx, rx) = mpsc::channel(CHANNEL);
-    tokio::spawn(run(docker, prefix, tx));
+    tokio::spawn(run(docker, host, prefix, tx));
     rx
 }
 
@@ -55,16 +59,26 @@ fn options(since: SystemTime) -> EventsOptions {
     }
 }
 
-async fn run(docker: Docker, prefix: String, tx: mpsc::Sender<RuntimeEvent>) {
+async fn run(docker: Docker, host: String, prefix: String, tx: mpsc::Sender<RuntimeEvent>) {
     let mut backoff = BACKOFF_MIN;
     loop {
         let since = SystemTime::now() - REPLAY;
-        let reachable = tokio::select! {
+        let pinged = tokio::select! {
             () = tx.closed() => return,
-            pinged = tokio::time::timeout(PING_TIMEOUT, docker.ping()) => matches!(pinged, Ok(Ok(_))),
+            pinged = tokio::time::timeout(PING_TIMEOUT, docker.ping()) => match pinged {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(format!("the Docker engine at {host} does not answer: {e}")),
+                Err(_) => Err(format!(
+                    "the Docker engine at {host} did not answer a ping within {} s",
+                    PING_TIMEOUT.as_secs()
+                )),
+            },
         };
-        if reachable {
-            if tx.send(RuntimeEvent::Resync).await.is_err() {
+        if pinged.is_ok() {
+            let reachable = RuntimeEvent::Reachable {
+                engine: host.clone(),
+            };
+            if tx.send(reachable).await.is_err() || tx.send(RuntimeEvent::Resync).await.is_err() {
                 return;
             }
             let connected = Instant::now();
@@ -96,8 +110,15 @@ async fn run(docker: Docker, prefix: String, tx: mpsc::Sender<RuntimeEvent>) {
             if delivered || connected.elapsed() >= HEALTHY {
                 backoff = BACKOFF_MIN;
             }
-        } else {
+        } else if let Err(message) = pinged {
             tracing::debug!(prefix = %prefix, wait = ?backoff, "the engine is unreachable; watching again later");
+            let away = RuntimeEvent::Unreachable {
+                engine: host.clone(),
+                message,
+            };
+            if tx.send(away).await.is_err() {
+                return;
+            }
         }
         tokio::select! {
             () = tx.closed() => return,

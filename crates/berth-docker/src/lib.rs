@@ -401,6 +401,6 @@ impl Runtime for DockerRuntime {
 
     /// Spawns the watcher on the current tokio runtime (so it must be called from within one).
     fn watch(&self, prefix: &str) -> mpsc::Receiver<RuntimeEvent> {
-        events::watch(self.docker.clone(), prefix.to_owned())
+        events::watch(self.docker.clone(), self.host.clone(), prefix.to_owned())
     }
 }

@@ -1,7 +1,10 @@
 //! The records berth keeps: domains, instances, releases, workspaces and leases, each with the
 //! wire view it answers with (defined once, in `berth_api`, and re-exported here).
 
-pub use berth_api::daemon::{DaemonView, HeldVolume, HoldersView, OtherStoreView, UnheldVolume};
+pub use berth_api::daemon::{
+    DaemonView, EngineUnreachable, EngineView, HeldVolume, HoldersView, OtherStoreView,
+    UnheldVolume,
+};
 pub use berth_api::domains::{DomainState, DomainView};
 pub use berth_api::instances::{
     ArchivedVolume, Desired, InstanceChange, InstanceState, InstanceView, InstanceVolume,
@@ -115,6 +118,7 @@ impl Instance {
             started_at: self.started_at,
             last_reached_at: self.last_reached_at,
             volumes: self.volumes.clone(),
+            engine: None,
         }
     }
 }

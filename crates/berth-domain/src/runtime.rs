@@ -349,6 +349,22 @@ pub enum RuntimeEvent {
     },
     /// Events may have been missed (the stream started or reconnected): look at everything.
     Resync,
+    /// The engine `engine` (its address, as the runtime names it) stopped answering: its event
+    /// stream failed or ended and a ping failed too. `message` says what the last try met.
+    /// Sent again on each failed try while it stays away; [`RuntimeEvent::Reachable`] and a
+    /// `Resync` follow once it answers.
+    Unreachable {
+        /// The engine, as the runtime names it.
+        engine: String,
+        /// What the last try met, for a person.
+        message: String,
+    },
+    /// The engine `engine` answers (sent on every (re)connect of its event stream, before the
+    /// `Resync`).
+    Reachable {
+        /// The engine, as the runtime names it.
+        engine: String,
+    },
 }
 
 /// A container's output, as it comes: stdout and stderr interleaved, in chunks.
@@ -614,7 +630,8 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// Starts watching the engine's container lifecycle events (create, start, die, destroy, ...;
     /// never exec events), for every container: berth's own, labelled with `prefix`, and the
-    /// workspaces' executors. The watcher reconnects by itself, sending `Resync` on every
-    /// (re)connect.
+    /// workspaces' executors. The watcher reconnects by itself, sending `Reachable` and
+    /// `Resync` on every (re)connect, and `Unreachable` on each try that finds the engine away
+    /// (no more often than once a second or two, backing off).
     fn watch(&self, prefix: &str) -> mpsc::Receiver<RuntimeEvent>;
 }

@@ -33,6 +33,10 @@ pub enum ApiError {
     },
     /// A route that declares no capability, called with a key the grants file limits.
     CapabilityUndeclared,
+    /// On one of berth's own routes (outside the contract, whose statuses are fixed): the
+    /// daemon's container engine does not answer. 503 `EngineUnreachableError`; the same
+    /// error on a route of the contract answers its `ResourceDomainInternalServerError`.
+    EngineUnreachable(Error),
 }
 
 impl From<Error> for ApiError {
@@ -42,6 +46,15 @@ impl From<Error> for ApiError {
 }
 
 impl ApiError {
+    /// For one of berth's own routes: the engine's absence answers 503
+    /// `EngineUnreachableError` there (see [`ApiError::EngineUnreachable`]).
+    pub fn own(e: impl Into<ApiError>) -> Self {
+        match e.into() {
+            ApiError::Core(e @ Error::EngineUnreachable { .. }) => ApiError::EngineUnreachable(e),
+            other => other,
+        }
+    }
+
     /// A refusal of the request itself: the message names the place.
     pub fn refused(message: impl Into<String>) -> Self {
         ApiError::Core(Error::RequestRefused(message.into()))
@@ -161,6 +174,12 @@ impl ApiError {
                          file does not limit may call it"
                             .to_owned(),
                     ),
+                );
+            }
+            ApiError::EngineUnreachable(e) => {
+                return (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    body("EngineUnreachableError", e.to_string()),
                 );
             }
             ApiError::Core(e) => e,
@@ -323,7 +342,7 @@ impl ApiError {
                     ..body("ResourceRuntimeUnsupportedError", message)
                 },
             ),
-            Error::Runtime(_) | Error::Internal(_) => (
+            Error::Runtime(_) | Error::Internal(_) | Error::EngineUnreachable { .. } => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 body("ResourceDomainInternalServerError", message),
             ),

@@ -434,6 +434,9 @@ function stateCell(i) {
   const s = i.state;
   return [
     badge(s.kind),
+    // The daemon's engine does not answer: the state is the last one seen.
+    i.engine ? h('div', { class: 'failure engine-away', title: i.engine.message },
+      'Engine unreachable since ', when(i.engine.since), '; last state seen') : null,
     h('div', { class: 'muted small' },
       s.kind === 'stopped' && stopReason(s) ? `${stopReason(s)}, ` : '',
       s.kind === 'exited' && s.exitCode !== null && s.exitCode !== undefined ? `code ${s.exitCode}, ` : '',

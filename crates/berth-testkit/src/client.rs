@@ -278,12 +278,14 @@ impl Client {
         kind: &str,
         timeout: Duration,
     ) -> berth_client::InstanceView {
-        let settled =
-            block_on(
-                self.api
-                    .wait_for_state(&domain_id(domain), key, &[kind], timeout, |_| true),
-            )
-            .unwrap_or_else(|e| panic!("waiting for {key} to be {kind}: {e}"));
+        let settled = block_on(self.api.wait_for_state(
+            &domain_id(domain),
+            key,
+            &[kind],
+            timeout,
+            |v| v.engine.is_none(),
+        ))
+        .unwrap_or_else(|e| panic!("waiting for {key} to be {kind}: {e}"));
         assert!(
             !settled.timed_out,
             "{key} did not become {kind} within {timeout:?}: {:?}",
@@ -305,6 +307,33 @@ pub struct Watch {
 }
 
 impl Watch {
+    /// Reads the domain's events until an instance event shows `wanted` (the instance as JSON),
+    /// and answers that instance; panics naming `what` when none has within `within`.
+    pub fn until(
+        &mut self,
+        within: Duration,
+        what: &str,
+        wanted: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = tokio::time::Instant::now() + within;
+        block_on(async {
+            loop {
+                match tokio::time::timeout_at(deadline, self.events.next()).await {
+                    Err(_) => panic!("no instance event showed that {what} within {within:?}"),
+                    Ok(Some(Ok(berth_client::DomainEvent::Instance { instance, .. }))) => {
+                        let instance = serde_json::to_value(instance).expect("an instance");
+                        if wanted(&instance) {
+                            return instance;
+                        }
+                    }
+                    Ok(Some(Ok(_))) => {}
+                    Ok(Some(Err(e))) => panic!("the event stream failed: {e}"),
+                    Ok(None) => panic!("the event stream ended before {what}"),
+                }
+            }
+        })
+    }
+
     /// The one bounded negative check: reads the domain's events for `within` (the first ones
     /// are every instance as it is now) and panics if any instance event shows `bad` (the
     /// instance as JSON). There is no positive signal for "this did not happen", so the check

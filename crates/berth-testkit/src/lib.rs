@@ -24,6 +24,7 @@ pub mod auth_registry;
 mod client;
 mod daemon;
 mod docker;
+mod engine_gate;
 pub mod registry;
 pub mod second_node;
 pub mod tagging;
@@ -43,6 +44,7 @@ pub use docker::{
     docker, docker_inspect, docker_objects, named_with, processes, remove_docker_objects,
     remove_local_images, who_from,
 };
+pub use engine_gate::EngineGate;
 
 /// The service key the test daemons accept first.
 pub const KEY: &str = "test-key-aaaaaaaaaaaaaaaa";

@@ -239,6 +239,27 @@ pub fn bytes(n: i64) -> String {
     format!("{v:.1} {}", UNITS[unit])
 }
 
+/// When the daemon's container engine does not answer: a sentence saying so, since when, and
+/// that the state shown is the last one seen.
+pub fn engine_note(instance: &InstanceView) -> Option<String> {
+    instance.engine.as_ref().map(|_| {
+        format!(
+            "engine unreachable: {} is the last state berth saw",
+            instance.state.kind()
+        )
+    })
+}
+
+/// The daemon's container engine does not answer: what it met, and what happens next.
+pub fn engine_away(away: &berth_client::EngineUnreachable) -> String {
+    format!(
+        "the daemon's container engine has not answered for {}: {}; berth acts again by \
+         itself once it answers (check that Docker runs, or what DOCKER_HOST points the daemon at)",
+        ago(Some(away.since)).trim_end_matches(" ago"),
+        escape(&away.message)
+    )
+}
+
 /// A word for the state with what it carries: `stopped (by ada)`, `failed: <message>`.
 pub fn state_detail(instance: &InstanceView) -> String {
     match &instance.state {

@@ -26,6 +26,7 @@
 mod context;
 mod copies;
 pub mod endpoints;
+mod engine;
 mod idle;
 mod instances;
 mod observe;
@@ -57,6 +58,7 @@ use crate::time::Timestamp;
 use context::Context;
 use copies::CopyController;
 use endpoints::{EndpointController, EndpointView};
+use engine::EngineHealth;
 use idle::IdleController;
 use instances::InstanceController;
 use observe::ObserveController;
@@ -71,6 +73,8 @@ struct Controllers {
     idle: IdleController,
     copies: Arc<CopyController>,
     observer: ObserveController,
+    /// Whether the engine answers, as the runtime's watch last said.
+    engine: EngineHealth,
     /// Other stores' containers under this prefix, at the last resync.
     other_stores: OtherStores,
     /// What held this store's volumes at the last look (`None` before the first).
@@ -130,6 +134,7 @@ impl Reconciler {
                 idle,
                 copies,
                 observer,
+                engine: EngineHealth::new(),
                 other_stores: OtherStores::default(),
                 holdings: Mutex::new(None),
                 holding: tokio::sync::Mutex::new(()),
@@ -283,6 +288,21 @@ impl Reconciler {
     async fn on_event(&self, event: RuntimeEvent) {
         match event {
             RuntimeEvent::Resync => self.resync().await,
+            RuntimeEvent::Unreachable { engine, message } => {
+                if self.inner.engine.away(&engine, message.clone()) {
+                    tracing::warn!(engine = %engine, error = %message,
+                        "the container engine does not answer; berth says so on every route that needs it and acts again once it answers");
+                }
+            }
+            RuntimeEvent::Reachable { engine } => {
+                if self.inner.engine.back(&engine) {
+                    tracing::info!(engine = %engine, "the container engine answers again; converging every instance");
+                    // Their reconciles failed while it was away: none waits out its back-off.
+                    for id in self.inner.ctx.store.live_instance_ids() {
+                        self.enqueue_now(&id);
+                    }
+                }
+            }
             // A holder of this store's: one made is counted at once; one that went (a `docker
             // rm`, a container prune, or berth's own removal of its volume) has every volume
             // looked at again, and held again where it must be.
@@ -504,6 +524,18 @@ impl Reconciler {
     /// it, it is archived, or its start failed).
     pub async fn ready_for_use(&self, id: &InstanceId) -> Option<Instance> {
         self.inner.endpoints.wait_ready(id).await
+    }
+
+    /// `None` while the engine answers; since when and why it does not, otherwise.
+    pub fn engine_unreachable(&self) -> Option<crate::model::EngineUnreachable> {
+        self.inner.engine.unreachable()
+    }
+
+    /// Sees each change of [`Reconciler::engine_unreachable`].
+    pub fn engine_changes(
+        &self,
+    ) -> tokio::sync::watch::Receiver<Option<crate::model::EngineUnreachable>> {
+        self.inner.engine.changes()
     }
 
     /// What held this store's volumes at the last look; `None` before the first.

@@ -7,8 +7,8 @@ use crate::error::Error;
 use crate::exec::{ExecFrame, ExecResult, MAX_OUTPUT_BYTES};
 use crate::ids::DomainId;
 use crate::model::{
-    DaemonView, Desired, HeldVolume, HoldersView, InstanceState, KeptVolume, OtherStoreView,
-    UnheldVolume,
+    DaemonView, Desired, EngineView, HeldVolume, HoldersView, InstanceState, KeptVolume,
+    OtherStoreView, UnheldVolume,
 };
 use crate::names;
 use crate::runtime::{ExecRequest, ExecStdin, RuntimeError};
@@ -108,6 +108,14 @@ impl Berth {
                         CopyMethod::Copy
                     }
                 }),
+            engine: self.reconciler.as_ref().map(|r| {
+                let unreachable = r.engine_unreachable();
+                EngineView {
+                    runtime: r.runtime().kind().to_owned(),
+                    reachable: unreachable.is_none(),
+                    unreachable,
+                }
+            }),
         }
     }
 
@@ -122,7 +130,7 @@ impl Berth {
         follow: bool,
     ) -> Result<crate::runtime::LogStream, Error> {
         let instance = self.instance(owner, domain_id, key)?;
-        let reconciler = self.require_runtime()?;
+        let reconciler = self.require_engine()?;
         let name = names::container(&reconciler.config().prefix, domain_id, key);
         let exists = reconciler
             .runtime()
@@ -153,7 +161,7 @@ impl Berth {
         cancel: tokio_util::sync::CancellationToken,
     ) -> Result<ExecResult, Error> {
         let instance = self.instance(owner, domain_id, key)?;
-        let reconciler = self.require_runtime()?;
+        let reconciler = self.require_engine()?;
         let not_running = |state: &str| Error::InstanceNotRunning {
             key: key.to_owned(),
             state: state.to_owned(),

@@ -135,12 +135,12 @@ impl Berth {
         // the domain's network views, so the others are looked at too.
         reconciler.enqueue_now(&instance.id);
         reconciler.enqueue_domain(domain_id);
-        Ok(instance.view())
+        Ok(self.with_engine(instance.view()))
     }
 
     /// One instance, archived or not.
     pub fn get(&self, owner: &str, domain_id: &DomainId, key: &str) -> Result<InstanceView, Error> {
-        Ok(self.instance(owner, domain_id, key)?.view())
+        Ok(self.with_engine(self.instance(owner, domain_id, key)?.view()))
     }
 
     pub(super) fn instance(
@@ -167,7 +167,10 @@ impl Berth {
     ) -> Result<Vec<InstanceView>, Error> {
         self.domain(owner, domain_id)?;
         let instances = self.store.instances(domain_id, archived);
-        Ok(instances.iter().map(Instance::view).collect())
+        Ok(instances
+            .iter()
+            .map(|i| self.with_engine(i.view()))
+            .collect())
     }
 
     /// A person's stop.
@@ -199,7 +202,7 @@ impl Berth {
             .await?;
         tracing::info!(instance = %instance.id, key = %instance.key, "stop");
         reconciler.enqueue_now(&instance.id);
-        Ok(instance.view())
+        Ok(self.with_engine(instance.view()))
     }
 
     /// Archives an instance: its container is removed, its volumes are kept and measured.
@@ -210,7 +213,7 @@ impl Berth {
         key: &str,
     ) -> Result<(InstanceView, Vec<ArchivedVolume>), Error> {
         let instance = self.instance(owner, domain_id, key)?;
-        let reconciler = self.require_runtime()?;
+        let reconciler = self.require_engine()?;
         let instance = self.archive_one(reconciler, instance).await?;
         let volumes = self
             .measure(reconciler, std::slice::from_ref(&instance))

@@ -125,6 +125,11 @@ impl Berth {
             holder,
         });
 
+        // The engine away: every step after this one would wait on it for nothing.
+        if let Err(e) = self.require_engine() {
+            report.checks.push(check("engine", false, e.to_string()));
+            return Ok(report);
+        }
         let facts = self.preflight_image(runtime, &spec, &mut report).await;
         let prefix = self.prefix().to_owned();
         let mut planned = next_instance(

@@ -56,6 +56,14 @@ impl Berth {
             Found::NotOwner => return Err(Error::DomainForbidden(domain_id.to_string())),
             Found::NoInstance => return Err(not_found()),
         };
+        // While the engine is away every view says so: made fresh, not kept.
+        if self.engine_unreachable().is_some() {
+            let view = self.get(owner, domain_id, key)?;
+            return serde_json::to_vec(&view).map(Bytes::from).map_err(|e| {
+                tracing::error!(error = %e, "an instance's view could not be serialized");
+                Error::Internal("an instance's view could not be serialized".to_owned())
+            });
+        }
         if let Some(bytes) = self.serialized.hit(&id, revision) {
             return Ok(bytes);
         }

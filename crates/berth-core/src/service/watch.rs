@@ -26,7 +26,13 @@ impl Berth {
                 let mut all = self.store.instances(domain_id, false);
                 all.extend(self.store.instances(domain_id, true));
                 all.sort_by(|a, b| a.key.cmp(&b.key));
-                all.iter().map(crate::model::Instance::change).collect()
+                all.iter()
+                    .map(|i| {
+                        let mut change = i.change();
+                        change.instance = self.with_engine(change.instance);
+                        change
+                    })
+                    .collect()
             }
         };
         Ok((Subscription { feed, resume, at }, snapshot))
@@ -44,14 +50,18 @@ impl Berth {
     ) -> Result<(InstanceChange, bool), Error> {
         let deadline = tokio::time::Instant::now() + timeout.min(MAX_WAIT);
         let (mut feed, _, _) = self.store.watch().subscribe(domain_id, None);
+        let with_engine = |mut change: InstanceChange| {
+            change.instance = self.with_engine(change.instance);
+            change
+        };
         loop {
-            let change = self.instance(owner, domain_id, key)?.change();
+            let change = with_engine(self.instance(owner, domain_id, key)?.change());
             if settled(&change, kinds) {
                 return Ok((change, false));
             }
             let id = change.instance.resource_instance_id.clone();
             if !Watch::next_change(&mut feed, &id, deadline).await {
-                let change = self.instance(owner, domain_id, key)?.change();
+                let change = with_engine(self.instance(owner, domain_id, key)?.change());
                 let done = settled(&change, kinds);
                 return Ok((change, !done));
             }

@@ -16,10 +16,18 @@ async fn watch_sends_resync_then_the_lifecycle_events_of_a_container() {
         .expect("the network is made");
 
     let mut events = rt.watch(common::prefix());
-    let first = tokio::time::timeout(Duration::from_secs(10), events.recv())
-        .await
-        .expect("the watcher speaks within 10 s");
-    assert_eq!(first, Some(RuntimeEvent::Resync));
+    let mut first = async || {
+        tokio::time::timeout(Duration::from_secs(10), events.recv())
+            .await
+            .expect("the watcher speaks within 10 s")
+    };
+    assert_eq!(
+        first().await,
+        Some(RuntimeEvent::Reachable {
+            engine: rt.host().to_owned()
+        })
+    );
+    assert_eq!(first().await, Some(RuntimeEvent::Resync));
 
     let plan = scope.plan("c", &image, &network);
     let id = rt

@@ -101,6 +101,7 @@ async fn domain_events(
         }
     };
     let state = Live {
+        engine: app.berth.engine_changes(),
         feed: subscription.feed,
         app: app.clone(),
         owner: caller.owner.clone(),
@@ -124,6 +125,8 @@ async fn domain_events(
 /// What a live stream reads from.
 struct Live {
     feed: broadcast::Receiver<Event>,
+    /// The engine's health: each change sends every instance again, with or without `engine`.
+    engine: Option<tokio::sync::watch::Receiver<Option<berth_core::model::EngineUnreachable>>>,
     app: App,
     owner: std::sync::Arc<str>,
     domain: berth_core::DomainId,
@@ -137,13 +140,30 @@ impl Live {
     /// The next events to send, or `None` when the stream ends.
     async fn next(&mut self) -> Option<Vec<SseEvent>> {
         loop {
-            match self.feed.recv().await {
+            let received = match &mut self.engine {
+                Some(engine) => tokio::select! {
+                    received = self.feed.recv() => received,
+                    changed = engine.changed() => {
+                        if changed.is_err() {
+                            self.engine = None;
+                            continue;
+                        }
+                        return Some(self.every_instance());
+                    }
+                },
+                None => self.feed.recv().await,
+            };
+            match received {
                 Ok(event) if event.seq <= self.after => {}
                 Ok(event) => {
                     self.after = event.seq;
+                    let mut change = event.change.clone();
+                    if let Change::Instance(c) = &mut change {
+                        c.instance = self.app.berth.with_engine(c.instance.clone());
+                    }
                     return Some(vec![change_event(
                         &self.watch.event_id(&self.domain, event.seq),
-                        &event.change,
+                        &change,
                     )]);
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => {
@@ -163,6 +183,18 @@ impl Live {
                 }
                 Err(broadcast::error::RecvError::Closed) => return None,
             }
+        }
+    }
+}
+
+impl Live {
+    /// Every instance of the domain as it is now, each an `instance` event under the last id
+    /// sent: after the engine went away or came back, so that each view says which.
+    fn every_instance(&self) -> Vec<SseEvent> {
+        let id = self.watch.event_id(&self.domain, self.after);
+        match self.app.berth.subscribe(&self.owner, &self.domain, None) {
+            Ok((_, all)) => all.iter().map(|c| instance_event(&id, c)).collect(),
+            Err(_) => Vec::new(),
         }
     }
 }

@@ -156,7 +156,8 @@ pub(crate) fn router() -> OpenApiRouter<App> {
 #[utoipa::path(get, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/logs", tag = "resource-instances",
     params(InstancePath, LogsQuery),
     responses((status = 200, description = "stdout and stderr, interleaved", content_type = "text/plain", body = String),
-        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 503, description = "the daemon's container engine does not answer (`EngineUnreachableError`)", body = ErrorBody)))]
 async fn instance_logs(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
@@ -167,7 +168,8 @@ async fn instance_logs(
     let stream = app
         .berth
         .logs(&caller.owner, &domain, key, tail, follow)
-        .await?;
+        .await
+        .map_err(ApiError::own)?;
     axum::response::Response::builder()
         .header(
             axum::http::header::CONTENT_TYPE,

@@ -249,6 +249,29 @@ async fn image_check(image: &str) -> Check {
 
 /// Whether other berth stores have containers under the daemon's prefix: not a fault (the
 /// daemon leaves them alone), but a person should know whose they are.
+/// The daemon's own engine, as the daemon finds it (the `docker` line is the engine this
+/// shell's `docker` reaches, which may be another).
+fn daemon_engine(daemon: &berth_client::DaemonView) -> Check {
+    match &daemon.engine {
+        None => Check::ok(
+            "engine",
+            "not asked: the daemon runs no container runtime, or is older than this berth",
+        ),
+        Some(engine) => match &engine.unreachable {
+            None => Check::ok(
+                "engine",
+                format!("the daemon's container engine ({}) answers", engine.runtime),
+            ),
+            Some(away) => Check::fail(
+                "engine",
+                crate::ui::engine_away(away),
+                "start Docker (or fix what DOCKER_HOST pointed the daemon at when it started); \
+                 the daemon reconnects and converges by itself",
+            ),
+        },
+    }
+}
+
 fn engine_sharing(daemon: &berth_client::DaemonView) -> Check {
     let prefix = daemon.prefix.as_deref().unwrap_or("berth");
     if daemon.other_stores.is_empty() {
@@ -557,6 +580,7 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
         if let Ok(c) = &connected
             && let Ok(daemon) = c.api.daemon().await
         {
+            checks.push(daemon_engine(&daemon));
             checks.push(engine_sharing(&daemon));
             checks.push(volume_layers(&daemon));
             checks.push(holders(&daemon));

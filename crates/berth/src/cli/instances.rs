@@ -293,6 +293,13 @@ pub async fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
         _ => vec![Vec::new(); items.len()],
     };
     let held: Vec<Vec<String>> = views.iter().map(|v| unavailable_notes(v)).collect();
+    // The daemon's engine away: said once, above everything (the states are the last seen).
+    if !args.json
+        && let Ok(daemon) = client.api.daemon().await
+        && let Some(away) = daemon.engine.and_then(|e| e.unreachable)
+    {
+        eprintln!("berth: {}", crate::ui::engine_away(&away));
+    }
     let endpoints: Vec<Vec<(u16, String, u16)>> = views.into_iter().map(endpoint_tuples).collect();
     if args.json {
         print_json(&Value::Array(
@@ -326,7 +333,9 @@ pub async fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .zip(endpoints.iter().zip(&held))
         .map(|(i, (eps, held))| {
-            let note = std::iter::once(detail_note(i))
+            let note = crate::ui::engine_note(i)
+                .into_iter()
+                .chain(std::iter::once(detail_note(i)))
                 .chain(held.iter().cloned())
                 .filter(|n| !n.is_empty())
                 .collect::<Vec<_>>()
@@ -495,11 +504,14 @@ async fn stop_targets(
             } else {
                 ui.fail_mark()
             };
-            println!(
-                "{mark} {} ({key}): {}",
-                name_of_key(key),
-                state_detail(&now)
-            );
+            let detail = match &now.engine {
+                Some(away) => format!(
+                    "not stopped: {}; the stop is recorded, and berth stops it then",
+                    crate::ui::engine_away(away)
+                ),
+                None => state_detail(&now),
+            };
+            println!("{mark} {} ({key}): {detail}", name_of_key(key));
         }
         stopped.push(annotated(&now, repo));
     }

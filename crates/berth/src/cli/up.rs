@@ -78,6 +78,12 @@ fn now_millis() -> u128 {
 
 /// Whether the instance has settled since `sent_at` (or, when `steady`, is running at all).
 pub(crate) fn settle(instance: &InstanceView, sent_at: u128, steady: bool) -> Outcome {
+    if let Some(away) = &instance.engine {
+        return Outcome::Failed(format!(
+            "{}; its spec is recorded, and it starts then",
+            crate::ui::engine_away(away)
+        ));
+    }
     let fresh = state_time(instance)
         .and_then(millis)
         .is_some_and(|t| t >= sent_at);
