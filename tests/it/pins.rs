@@ -118,10 +118,6 @@ fn add_pins_what_the_registry_serves_and_pin_follows_the_tag_keeping_the_file() 
             ],
             "has no tag nope",
         ),
-        (
-            vec!["add", "other", &format!("{registry}/{repository}:1")],
-            "give --port PORT",
-        ),
         // A misspelt image is said to be missing, not asked for a port.
         (
             vec!["add", "other", &format!("{registry}/{repository}:nope")],
@@ -143,6 +139,21 @@ fn add_pins_what_the_registry_serves_and_pin_follows_the_tag_keeping_the_file() 
         let after = std::fs::read_to_string(repo.path().join("berth.toml")).unwrap();
         assert_eq!(after, before, "{args:?} wrote to berth.toml");
     }
+
+    // No preset and no --port: the image's one EXPOSEd port (the echo fixture's 7000, read
+    // from its config in the registry) is its ready check, and berth says so.
+    let (code, out, err) = berth(
+        repo.path(),
+        &["add", "echo", &format!("{registry}/{repository}:1")],
+        None,
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(err.contains("exposes one tcp port, 7000"), "{err}");
+    let file = std::fs::read_to_string(repo.path().join("berth.toml")).unwrap();
+    let added = &file[file.find("[instances.echo]").expect("instances.echo added")..];
+    assert!(added.contains("ready = { tcp = 7000 }"), "{file}");
+    assert!(added.contains(&second), "{file}");
 }
 
 #[test]

@@ -157,6 +157,14 @@ impl TagReader {
     pub async fn read(&self, tag: &TagRef) -> Result<TagDigest, TagError> {
         read_tag(&self.registries, self.docker.as_ref(), tag).await
     }
+
+    /// The tcp ports the pinned image's config `EXPOSE`s, sorted; `None` when its registry
+    /// could not say (the config is read after the manifests, each checked against its digest).
+    pub async fn exposed_tcp_ports(&self, image: &PinnedImage) -> Option<Vec<u16>> {
+        self.registries
+            .exposed_tcp_ports(self.docker.as_ref(), image)
+            .await
+    }
 }
 
 /// What the registry serves under `tag` now, read through `registries` (see

@@ -158,17 +158,15 @@ pub async fn add(args: AddArgs) -> anyhow::Result<ExitCode> {
     let tag = TagRef::parse(&args.image).map_err(anyhow::Error::msg)?;
     // The image first: a name that is not there is said as such, before anything is asked of
     // its ports.
-    let image = pin(&TagReader::new(), &args.image).await?;
-    let preset = match args.port {
-        Some(_) => None,
-        None => Some(preset_for_repository(&tag.registry_repository()).ok_or_else(|| {
-            anyhow::anyhow!(
-                "berth has no preset for {}: give --port PORT, the port that answers when it is \
-                 ready (its presets are {})",
-                tag,
-                PRESETS.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
-            )
-        })?),
+    let reader = TagReader::new();
+    let image = pin(&reader, &args.image).await?;
+    let (preset, port) = match args.port {
+        Some(port) => (None, Some(port)),
+        None => match preset_for_repository(&tag.registry_repository()) {
+            Some(preset) => (Some(preset), None),
+            // No preset: the image's one `EXPOSE`d port is the one that answers when ready.
+            None => (None, Some(exposed_port(&reader, &image, &tag).await?)),
+        },
     };
     let mut text = existing.unwrap_or_else(|| HEADER.to_owned());
     if !text.is_empty() && !text.ends_with('\n') {
@@ -180,13 +178,55 @@ pub async fn add(args: AddArgs) -> anyhow::Result<ExitCode> {
             name: &args.name,
             image: image.as_str(),
             preset,
-            port: args.port,
+            port,
         }
         .table(),
     );
     write_checked(&path, &text)?;
     println!("added instances.{} to {PROJECT_FILE}: {image}", args.name);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The one tcp port the image's config exposes, for an image berth has no preset for; an
+/// error asking for `--port` (and naming what it exposes) otherwise.
+async fn exposed_port(
+    reader: &TagReader,
+    image: &PinnedImage,
+    tag: &TagRef,
+) -> anyhow::Result<u16> {
+    let presets = || {
+        PRESETS
+            .iter()
+            .map(|p| p.name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match reader.exposed_tcp_ports(image).await.as_deref() {
+        Some([port]) => {
+            eprintln!("berth: {tag} exposes one tcp port, {port}: its ready check is tcp {port}");
+            Ok(*port)
+        }
+        Some([]) => bail!(
+            "{tag} exposes no tcp port and berth has no preset for it: give --port PORT, the port \
+             that answers when it is ready (its presets are {})",
+            presets()
+        ),
+        Some(ports) => bail!(
+            "{tag} exposes the tcp ports {} and berth has no preset for it: give --port PORT, the \
+             one that answers when it is ready",
+            ports
+                .iter()
+                .map(u16::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        None => bail!(
+            "berth has no preset for {tag}, and could not read its config from the registry to \
+             find its port: give --port PORT, the port that answers when it is ready (its \
+             presets are {})",
+            presets()
+        ),
+    }
 }
 
 /// `berth pin [NAME...]`.
