@@ -760,8 +760,13 @@ struct Tmux {
 
 impl Tmux {
     fn new() -> Tmux {
+        Tmux::named("up")
+    }
+
+    /// A server of its own for each test (`what`), which its drop kills.
+    fn named(what: &str) -> Tmux {
         Tmux {
-            socket: format!("berth-cli-test-{}", std::process::id()),
+            socket: format!("berth-cli-test-{}-{what}", std::process::id()),
         }
     }
 
@@ -859,6 +864,79 @@ fn on_a_terminal_up_shows_progress_and_ends_in_the_table() {
             .any(|l| l.contains("db") && l.contains("✔ running")),
         "{screen}"
     );
+}
+
+#[test]
+fn exec_it_runs_an_interactive_shell_on_a_terminal_that_follows_its_size() {
+    let daemon = Daemon::start();
+    let repo = repo(&two_instances());
+    berth(&daemon, &repo.main, &["up", "db"]).ok();
+    let tmux = Tmux::named("exec");
+    let script = repo.main.join("run-exec.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "cd '{}' && BERTH_URL='{}' BERTH_SERVICE_KEYS='{KEY}' '{}' exec -it db -- sh; echo \"exit=$?\"; sleep 600\n",
+            repo.main.display(),
+            daemon.base,
+            env!("CARGO_BIN_EXE_berth")
+        ),
+    )
+    .unwrap();
+    tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "exec",
+        "-x",
+        "100",
+        "-y",
+        "30",
+        &format!("sh '{}'", script.display()),
+    ]);
+    // What the terminal shows has no event: the pane is looked at until it shows `wanted`.
+    let screen_shows = |wanted: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let screen = tmux.run(&["capture-pane", "-p", "-t", "exec"]);
+            if screen.contains(wanted) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the terminal did not show {wanted:?} within 60 s:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    // busybox sh's prompt, on the instance's terminal.
+    screen_shows("/ #");
+    tmux.run(&[
+        "send-keys",
+        "-t",
+        "exec",
+        "echo hello-$((6*7)); tty",
+        "Enter",
+    ]);
+    let screen = screen_shows("hello-42");
+    assert!(
+        screen.contains("/dev/pts/"),
+        "the shell has a terminal:\n{screen}"
+    );
+    // The terminal's size is this one's, and follows it.
+    tmux.run(&["send-keys", "-t", "exec", "stty size", "Enter"]);
+    screen_shows("30 100");
+    tmux.run(&["resize-window", "-t", "exec", "-x", "120", "-y", "40"]);
+    tmux.run(&["send-keys", "-t", "exec", "clear; stty size", "Enter"]);
+    screen_shows("40 120");
+    // A key the local terminal would take (Ctrl-C) goes to the shell, which stays.
+    tmux.run(&["send-keys", "-t", "exec", "sleep 100", "Enter"]);
+    tmux.run(&["send-keys", "-t", "exec", "C-c"]);
+    tmux.run(&["send-keys", "-t", "exec", "echo still-$((1+1))", "Enter"]);
+    screen_shows("still-2");
+    // The shell's exit status is berth's, and the terminal is itself again.
+    tmux.run(&["send-keys", "-t", "exec", "exit 7", "Enter"]);
+    screen_shows("exit=7");
 }
 
 #[test]

@@ -104,10 +104,116 @@ pub fn decode_frame(line: &[u8]) -> Result<ExecFrame, Problems> {
     p.finish(frame)
 }
 
+/// The `Upgrade` protocol of an exec on a terminal (`POST .../exec/tty`).
+pub const TTY_PROTOCOL: &str = "berth-tty";
+/// On the upgraded connection, each message is a kind (one byte), a length (four bytes, big
+/// endian) and that many bytes. From the client: keystrokes.
+pub const TTY_INPUT: u8 = 0;
+/// From the client: the terminal's new size, columns then rows (two bytes each, big endian).
+pub const TTY_RESIZE: u8 = 1;
+/// From the daemon: what the terminal shows.
+pub const TTY_OUTPUT: u8 = 0;
+/// From the daemon, last: how the command ended, as the JSON of a [`TtyExit`].
+pub const TTY_EXIT: u8 = 2;
+/// The longest message's bytes, either way.
+pub const MAX_TTY_MESSAGE: usize = 64 * 1024;
+
+/// What opens an exec on a terminal: the request's body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct TtyFrame {
+    /// The command and its arguments.
+    pub argv: Vec<String>,
+    /// The user (name, uid or uid:gid) to run as, or the image's.
+    pub user: Option<String>,
+    /// The terminal's columns (1 to 1000).
+    pub cols: u16,
+    /// The terminal's rows (1 to 1000).
+    pub rows: u16,
+}
+
+/// How a command on a terminal ended: the last message of the connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TtyExit {
+    /// Its exit code; null when the engine could not say.
+    pub exit_code: Option<i64>,
+}
+
+/// Decodes a terminal's frame (the body of `POST .../exec/tty`), as strictly as an exec frame.
+pub fn decode_tty_frame(body: &[u8]) -> Result<TtyFrame, Problems> {
+    let mut p = Problems::default();
+    let value: Value = match crate::decode::parse_json(body, "body") {
+        Ok(v) => v,
+        Err(crate::decode::ParseError::Syntax { line, column }) => {
+            p.push(
+                "body",
+                &format!("must be JSON (line {line}, column {column})"),
+            );
+            return Err(p);
+        }
+        Err(crate::decode::ParseError::DuplicateKey { place }) => {
+            p.push(&place, "has a duplicate key");
+            return Err(p);
+        }
+    };
+    let frame = (|| {
+        let mut fields = p.object(&value, "body")?;
+        let argv = fields.required(&mut p, "argv").and_then(|v| {
+            let items = p.array(v, "body.argv")?;
+            if items.is_empty() || items.len() > MAX_ARGS {
+                p.push("body.argv", &format!("must have 1 to {MAX_ARGS} items"));
+                return None;
+            }
+            let args: Vec<Option<String>> = items
+                .iter()
+                .enumerate()
+                .map(|(i, a)| p.argument(a, &format!("body.argv[{i}]")))
+                .collect();
+            args.into_iter().collect::<Option<Vec<_>>>()
+        });
+        let user = fields.required(&mut p, "user").and_then(|v| match v {
+            Value::Null => Some(None),
+            v => p
+                .matching(v, "body.user", &USER, "must be a user, or null")
+                .map(Some),
+        });
+        let cols = fields
+            .required(&mut p, "cols")
+            .and_then(|v| p.integer(v, "body.cols", 1, 1000));
+        let rows = fields
+            .required(&mut p, "rows")
+            .and_then(|v| p.integer(v, "body.rows", 1, 1000));
+        fields.finish(&mut p);
+        Some(TtyFrame {
+            argv: argv?,
+            user: user?,
+            cols: u16::try_from(cols?).ok()?,
+            rows: u16::try_from(rows?).ok()?,
+        })
+    })();
+    p.finish(frame)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_terminals_frame_decodes_and_its_size_is_bounded() {
+        let f = decode_tty_frame(br#"{"argv":["sh"],"user":null,"cols":80,"rows":24}"#).unwrap();
+        assert_eq!((f.argv, f.cols, f.rows), (vec!["sh".to_owned()], 80, 24));
+        let e = decode_tty_frame(br#"{"argv":["sh"],"user":null,"cols":0,"rows":24}"#)
+            .unwrap_err()
+            .joined();
+        assert!(e.contains("body.cols"), "{e}");
+        let e = decode_tty_frame(br#"{"argv":["s3cret"],"user":null,"rows":24}"#)
+            .unwrap_err()
+            .joined();
+        assert!(e.contains("body.cols") && !e.contains("s3cret"), "{e}");
+    }
 
     #[test]
     fn a_valid_frame_decodes() {

@@ -40,6 +40,7 @@ mod instances;
 mod rollouts;
 mod snapshots;
 pub mod sse;
+mod tty;
 mod types;
 mod watch;
 mod workspaces;
@@ -52,6 +53,7 @@ use reqwest::{Method, RequestBuilder, Response};
 use serde::de::DeserializeOwned;
 
 pub use error::{ApiError, ClientError, Refusal};
+pub use tty::{TtyMessage, TtyReader, TtyWriter};
 pub use types::*;
 pub use watch::{Settled, decode_events};
 

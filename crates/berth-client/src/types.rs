@@ -16,7 +16,7 @@ pub use berth_api::domains::{
 };
 pub use berth_api::errors::ErrorBody;
 pub use berth_api::evidence::{ImageEvidence, MismatchReason, VerificationStatus};
-pub use berth_api::exec::{ExecFrame, ExecResult};
+pub use berth_api::exec::{ExecFrame, ExecResult, TtyFrame};
 pub use berth_api::ids::{CopyId, DomainId, InstanceId, SnapshotId};
 pub use berth_api::instances::{
     ArchiveInstanceResponse, ArchivedVolume, Desired, EndpointList, EndpointView, InstanceChange,

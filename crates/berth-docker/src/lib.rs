@@ -53,6 +53,7 @@ mod probe;
 mod raw;
 mod registry;
 pub mod tags;
+mod tty;
 mod volumes;
 
 use std::collections::BTreeMap;
@@ -343,6 +344,14 @@ impl Runtime for DockerRuntime {
         stdin: ExecStdin,
     ) -> Result<ExecOutcome, RuntimeError> {
         exec::run(&self.docker, container_id, request, stdin).await
+    }
+
+    async fn exec_tty(
+        &self,
+        container_id: &str,
+        request: berth_core::runtime::TtyRequest,
+    ) -> Result<berth_core::runtime::TtySession, RuntimeError> {
+        tty::start(&self.docker, container_id, request).await
     }
 
     async fn pause_container(&self, id: &str) -> Result<(), RuntimeError> {

@@ -390,6 +390,36 @@ pub struct ExecRequest {
     pub cancel: tokio_util::sync::CancellationToken,
 }
 
+/// A command to run in a running container on a terminal (`exec -it`).
+#[derive(Debug, Clone)]
+pub struct TtyRequest {
+    /// The command and its arguments.
+    pub argv: Vec<String>,
+    /// The user to run as, or the image's.
+    pub user: Option<String>,
+    /// The terminal's size at start: columns and rows.
+    pub size: (u16, u16),
+}
+
+/// A command running on a terminal in a container: what it writes (one stream, as a terminal
+/// has it), where its keystrokes go, how its terminal is resized, and how it ended.
+pub struct TtySession {
+    /// The terminal's output, until the command ends.
+    pub output: Pin<Box<dyn AsyncRead + Send>>,
+    /// The terminal's input.
+    pub input: Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
+    /// Resizes the terminal (columns, rows); a closed sender ends nothing.
+    pub resize: mpsc::Sender<(u16, u16)>,
+    /// Its exit code once its output has ended; `None` when the engine cannot say.
+    pub exit: Pin<Box<dyn std::future::Future<Output = Option<i64>> + Send>>,
+}
+
+impl std::fmt::Debug for TtySession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TtySession").finish_non_exhaustive()
+    }
+}
+
 /// How an exec ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecOutcome {
@@ -627,6 +657,19 @@ pub trait Runtime: Send + Sync + 'static {
         request: ExecRequest,
         stdin: ExecStdin,
     ) -> Result<ExecOutcome, RuntimeError>;
+
+    /// Starts a command on a terminal in a running container (`exec -it`). A runtime without
+    /// terminals answers [`RuntimeError::Engine`] saying so.
+    async fn exec_tty(
+        &self,
+        _container_id: &str,
+        _request: TtyRequest,
+    ) -> Result<TtySession, RuntimeError> {
+        Err(RuntimeError::Engine(format!(
+            "the {} runtime runs no command on a terminal",
+            self.kind()
+        )))
+    }
 
     /// Starts watching the engine's container lifecycle events (create, start, die, destroy, ...;
     /// never exec events), for every container: berth's own, labelled with `prefix`, and the

@@ -127,6 +127,7 @@ const TABLE: &[(&str, &str, &str, Needs)] = &[
     ("POST", I, "/start", Needs::Capability(InstancesLifecycle)),
     ("POST", I, "/stop", Needs::Capability(InstancesLifecycle)),
     ("POST", I, "/exec", Needs::Capability(InstancesExec)),
+    ("POST", I, "/exec/tty", Needs::Capability(InstancesExec)),
     ("POST", I, "/snapshots", Needs::Capability(DataSnapshot)),
     ("POST", I, "/branch", Needs::Capability(DataSnapshot)),
     ("POST", I, "/restore", Needs::Capability(DataSnapshot)),

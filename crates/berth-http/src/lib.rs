@@ -26,7 +26,6 @@ use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Json};
 use berth_core::Berth;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -84,6 +83,7 @@ pub fn router(
         .merge(routes::snapshots::router())
         .merge(routes::templates::router())
         .merge(routes::exec::router())
+        .merge(routes::tty::router())
         .merge(routes::workspaces::router())
         .merge(routes::ui::router())
         .routes(utoipa_axum::routes!(openapi_json))
@@ -195,7 +195,10 @@ pub async fn serve_with(
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(options.header_read_timeout);
-    let graceful = GracefulShutdown::new();
+    // Graceful by hand (hyper-util's watcher does not take a connection with upgrades): each
+    // connection holds a sender; stopping asks each to finish, and the drain waits for them.
+    let stopping = tokio_util::sync::CancellationToken::new();
+    let (open, mut drained) = tokio::sync::mpsc::channel::<()>(1);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let stream = tokio::select! {
@@ -212,9 +215,22 @@ pub async fn serve_with(
         };
         let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(router.clone());
-        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        // With upgrades: an exec on a terminal turns its connection into the terminal's.
+        let connection = http
+            .serve_connection(TokioIo::new(stream), service)
+            .with_upgrades();
+        let (stop, held) = (stopping.clone(), open.clone());
         tokio::spawn(async move {
-            if let Err(e) = connection.await {
+            let _held = held;
+            let mut connection = std::pin::pin!(connection);
+            let ended = tokio::select! {
+                ended = connection.as_mut() => ended,
+                () = stop.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            };
+            if let Err(e) = ended {
                 tracing::debug!(error = %e, "a connection ended with an error");
             }
         });
@@ -222,7 +238,9 @@ pub async fn serve_with(
     // No new connection is accepted from here on; kept-alive idle ones are closed, and those
     // with a request in flight close once it is answered.
     drop(listener);
-    if tokio::time::timeout(options.drain_timeout, graceful.shutdown())
+    stopping.cancel();
+    drop(open);
+    if tokio::time::timeout(options.drain_timeout, drained.recv())
         .await
         .is_err()
     {

@@ -160,6 +160,81 @@ impl Berth {
         stdin: ExecStdin,
         cancel: tokio_util::sync::CancellationToken,
     ) -> Result<ExecResult, Error> {
+        let (runtime, container) = self.running_container(owner, domain_id, key).await?;
+        let not_running = |state: &str| Error::InstanceNotRunning {
+            key: key.to_owned(),
+            state: state.to_owned(),
+        };
+        let request = ExecRequest {
+            argv: frame.argv,
+            user: frame.user,
+            timeout: std::time::Duration::from_millis(frame.timeout_ms as u64),
+            max_output: MAX_OUTPUT_BYTES,
+            cancel,
+        };
+        let outcome = match runtime.exec(&container.id, request, stdin).await {
+            Ok(outcome) => outcome,
+            Err(RuntimeError::Cancelled(message)) => return Err(Error::Runtime(message)),
+            Err(e) => {
+                // The container may have stopped between the check above and the exec (a stop,
+                // an idle stop, an exit): the engine says so in several ways, so look again.
+                // Running now, but started again since: it stopped in between all the same.
+                let still_running = runtime
+                    .inspect_container(&container.id)
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|c| c.running && c.started_at == container.started_at);
+                return Err(if still_running {
+                    Error::Runtime(format!("the command could not be run: {e}"))
+                } else {
+                    not_running("it stopped as the command began")
+                });
+            }
+        };
+        Ok(ExecResult {
+            exit_code: outcome.exit_code,
+            stdout: String::from_utf8_lossy(&outcome.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&outcome.stderr).into_owned(),
+            truncated: outcome.truncated,
+            timed_out: outcome.timed_out,
+        })
+    }
+
+    /// Starts `argv` on a terminal of `size` (columns, rows) in a running instance, waking it
+    /// as an exec does. Nothing about the run is logged or stored.
+    pub async fn exec_tty(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+        argv: Vec<String>,
+        user: Option<String>,
+        size: (u16, u16),
+    ) -> Result<crate::runtime::TtySession, Error> {
+        let (runtime, container) = self.running_container(owner, domain_id, key).await?;
+        let request = crate::runtime::TtyRequest { argv, user, size };
+        runtime
+            .exec_tty(&container.id, request)
+            .await
+            .map_err(|e| Error::Runtime(format!("the command could not be run: {e}")))
+    }
+
+    /// The running container of an instance a command may run in: one idleness stopped is woken
+    /// and one starting waited for, as a connection to its endpoints does; a person's stop is
+    /// kept.
+    async fn running_container(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+    ) -> Result<
+        (
+            std::sync::Arc<dyn crate::runtime::Runtime>,
+            crate::runtime::ContainerFacts,
+        ),
+        Error,
+    > {
         let instance = self.instance(owner, domain_id, key)?;
         let reconciler = self.require_engine()?;
         let not_running = |state: &str| Error::InstanceNotRunning {
@@ -197,39 +272,6 @@ impl Berth {
             .map_err(|e| Error::Runtime(e.to_string()))?
             .filter(|c| c.running)
             .ok_or_else(|| not_running("its container is not running"))?;
-        let request = ExecRequest {
-            argv: frame.argv,
-            user: frame.user,
-            timeout: std::time::Duration::from_millis(frame.timeout_ms as u64),
-            max_output: MAX_OUTPUT_BYTES,
-            cancel,
-        };
-        let outcome = match runtime.exec(&container.id, request, stdin).await {
-            Ok(outcome) => outcome,
-            Err(RuntimeError::Cancelled(message)) => return Err(Error::Runtime(message)),
-            Err(e) => {
-                // The container may have stopped between the check above and the exec (a stop,
-                // an idle stop, an exit): the engine says so in several ways, so look again.
-                // Running now, but started again since: it stopped in between all the same.
-                let still_running = runtime
-                    .inspect_container(&container.id)
-                    .await
-                    .ok()
-                    .flatten()
-                    .is_some_and(|c| c.running && c.started_at == container.started_at);
-                return Err(if still_running {
-                    Error::Runtime(format!("the command could not be run: {e}"))
-                } else {
-                    not_running("it stopped as the command began")
-                });
-            }
-        };
-        Ok(ExecResult {
-            exit_code: outcome.exit_code,
-            stdout: String::from_utf8_lossy(&outcome.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&outcome.stderr).into_owned(),
-            truncated: outcome.truncated,
-            timed_out: outcome.timed_out,
-        })
+        Ok((runtime.clone(), container))
     }
 }

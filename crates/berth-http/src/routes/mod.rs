@@ -7,5 +7,6 @@ pub mod instances;
 pub mod promotions;
 pub mod snapshots;
 pub mod templates;
+pub mod tty;
 pub mod ui;
 pub mod workspaces;

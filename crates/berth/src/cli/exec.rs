@@ -35,6 +35,13 @@ pub struct ExecArgs {
     /// Send no stdin, even when stdin is not a terminal.
     #[arg(long, short = 'n')]
     no_stdin: bool,
+    /// Keep stdin open (with -t: the command's terminal takes every key).
+    #[arg(long, short = 'i')]
+    interactive: bool,
+    /// Run the command on a terminal of the instance's, this terminal in raw mode (as `docker
+    /// exec -it`); needs stdin to be a terminal. --timeout does not apply.
+    #[arg(long, short = 't')]
+    tty: bool,
     /// The instance's name in berth.toml (or its full key, `name@worktree`).
     name: String,
     /// The command and its arguments (after `--` when they start with `-`).
@@ -60,6 +67,12 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let domain = domain.resource_domain_id;
     let target = resolve(&client, &domain, &repo, std::slice::from_ref(&args.name)).await?;
     let key = target[0].key.clone();
+    if args.tty {
+        if !std::io::stdin().is_terminal() {
+            bail!("-t needs stdin to be a terminal; without -t, stdin is sent to the command");
+        }
+        return super::tty::run(&client, &domain, &key, args.command, args.user).await;
+    }
 
     let frame = ExecFrame {
         argv: args.command,

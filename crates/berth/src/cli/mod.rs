@@ -22,6 +22,7 @@ mod promote;
 mod rollouts;
 mod service;
 mod templates;
+mod tty;
 pub(crate) mod up;
 mod whoami;
 mod writes;

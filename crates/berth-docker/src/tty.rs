@@ -1,0 +1,114 @@
+//! A command on a terminal in a running container (`exec -it`): the engine allocates the
+//! pseudo-terminal, its output is one stream, keystrokes go to its input as they come, and its
+//! size follows the caller's. Nothing of the command (argv, input, output) is logged.
+
+use berth_core::runtime::{RuntimeError, TtyRequest, TtySession};
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, ResizeExecOptions, StartExecOptions, StartExecResults};
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+
+use crate::error;
+
+/// Resizes not yet applied; a newer one replaces what waits.
+const RESIZES: usize = 8;
+
+pub(crate) async fn start(
+    docker: &Docker,
+    container: &str,
+    request: TtyRequest,
+) -> Result<TtySession, RuntimeError> {
+    let what = format!("a terminal in container {container}");
+    let secrets: Vec<&str> = request.argv.iter().map(String::as_str).collect();
+    let options = CreateExecOptions::<String> {
+        attach_stdin: Some(true),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        tty: Some(true),
+        cmd: Some(request.argv.clone()),
+        user: request.user.clone().filter(|u| !u.is_empty()),
+        env: Some(vec!["TERM=xterm-256color".to_owned()]),
+        ..Default::default()
+    };
+    let created = docker
+        .create_exec(container, options)
+        .await
+        .map_err(|e| error::map_redacted(e, &format!("container {container}"), &secrets))?;
+    let exec_id = created.id;
+    let start = StartExecOptions {
+        detach: false,
+        tty: true,
+        output_capacity: None,
+    };
+    let (mut output, input) = match docker.start_exec(&exec_id, Some(start)).await {
+        Ok(StartExecResults::Attached { output, input }) => (output, input),
+        Ok(StartExecResults::Detached) => {
+            return Err(RuntimeError::Engine(format!(
+                "the engine started {what} detached, without its terminal"
+            )));
+        }
+        Err(e) => return Err(error::map_redacted(e, &what, &secrets)),
+    };
+    let (cols, rows) = request.size;
+    resize(docker, &exec_id, cols, rows).await;
+
+    // The output, as bytes, through a pipe the caller reads.
+    let (mut write, read) = tokio::io::duplex(64 * 1024);
+    let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        while let Some(Ok(frame)) = output.next().await {
+            let bytes = match frame {
+                LogOutput::StdOut { message }
+                | LogOutput::StdErr { message }
+                | LogOutput::Console { message } => message,
+                LogOutput::StdIn { .. } => continue,
+            };
+            if write.write_all(&bytes).await.is_err() {
+                break;
+            }
+        }
+        let _ = write.shutdown().await;
+        let _ = ended_tx.send(());
+    });
+
+    let (resize_tx, mut resize_rx) = mpsc::channel::<(u16, u16)>(RESIZES);
+    let resizer = docker.clone();
+    let id = exec_id.clone();
+    tokio::spawn(async move {
+        while let Some((cols, rows)) = resize_rx.recv().await {
+            resize(&resizer, &id, cols, rows).await;
+        }
+    });
+
+    let inspector = docker.clone();
+    let exit = Box::pin(async move {
+        let _ = ended_rx.await;
+        inspector
+            .inspect_exec(&exec_id)
+            .await
+            .ok()
+            .and_then(|i| i.exit_code)
+    });
+    Ok(TtySession {
+        output: Box::pin(read),
+        input,
+        resize: resize_tx,
+        exit,
+    })
+}
+
+/// The terminal's size; a failure (the command ended meanwhile) changes nothing.
+async fn resize(docker: &Docker, exec_id: &str, cols: u16, rows: u16) {
+    if cols == 0 || rows == 0 {
+        return;
+    }
+    let options = ResizeExecOptions {
+        height: rows,
+        width: cols,
+    };
+    if let Err(e) = docker.resize_exec(exec_id, options).await {
+        tracing::debug!(exec = %exec_id, error = %e, "a terminal could not be resized");
+    }
+}
