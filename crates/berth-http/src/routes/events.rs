@@ -157,14 +157,16 @@ impl Live {
                 Ok(event) if event.seq <= self.after => {}
                 Ok(event) => {
                     self.after = event.seq;
-                    let mut change = event.change.clone();
-                    if let Change::Instance(c) = &mut change {
-                        c.instance = self.app.berth.with_engine(c.instance.clone());
+                    let id = self.watch.event_id(&self.domain, event.seq);
+                    // While the engine is away, each view says so.
+                    if let (Change::Instance(c), Some(away)) =
+                        (&event.change, self.app.berth.engine_unreachable())
+                    {
+                        let mut c = c.clone();
+                        c.instance.engine = Some(away);
+                        return Some(vec![instance_event(&id, &c)]);
                     }
-                    return Some(vec![change_event(
-                        &self.watch.event_id(&self.domain, event.seq),
-                        &change,
-                    )]);
+                    return Some(vec![change_event(&id, &event.change)]);
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     // This client fell behind: it gets everything again rather than slowing

@@ -102,6 +102,23 @@ impl SwarmRuntime {
         }
     }
 
+    /// A command on a terminal in the service's running task, on whichever node runs it.
+    pub(super) async fn exec_tty_in_task(
+        &self,
+        container_id: &str,
+        request: berth_core::runtime::TtyRequest,
+    ) -> Result<berth_core::runtime::TtySession, RuntimeError> {
+        let Some(found) = self.service(container_id).await? else {
+            return self.node.exec_tty(container_id, request).await;
+        };
+        match self.running_container(&found).await? {
+            Some((engine, task_container)) => engine.exec_tty(&task_container, request).await,
+            None => Err(RuntimeError::Conflict(format!(
+                "service {container_id} has no running task"
+            ))),
+        }
+    }
+
     /// The service's logs: every task's output, from whichever node ran it.
     pub(super) fn service_logs(
         &self,

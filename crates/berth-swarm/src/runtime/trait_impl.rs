@@ -231,6 +231,14 @@ impl Runtime for SwarmRuntime {
         self.exec_in_task(container_id, request, stdin).await
     }
 
+    async fn exec_tty(
+        &self,
+        container_id: &str,
+        request: berth_core::runtime::TtyRequest,
+    ) -> Result<berth_core::runtime::TtySession, RuntimeError> {
+        self.exec_tty_in_task(container_id, request).await
+    }
+
     /// The engine's container events: a task's container carries its instance's labels, so
     /// core tells its instances' changes apart as on a single engine.
     /// Every node's engine berth has is watched, and their events merged; a change of a
