@@ -927,8 +927,21 @@ fn exec_it_runs_an_interactive_shell_on_a_terminal_that_follows_its_size() {
     tmux.run(&["send-keys", "-t", "exec", "stty size", "Enter"]);
     screen_shows("30 100");
     tmux.run(&["resize-window", "-t", "exec", "-x", "120", "-y", "40"]);
-    tmux.run(&["send-keys", "-t", "exec", "clear; stty size", "Enter"]);
-    screen_shows("40 120");
+    // The resize reaches the engine on its own path, which keystrokes may overtake: asked
+    // again until the terminal says the new size.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        tmux.run(&["send-keys", "-t", "exec", "clear; stty size", "Enter"]);
+        std::thread::sleep(Duration::from_millis(500));
+        let screen = tmux.run(&["capture-pane", "-p", "-t", "exec"]);
+        if screen.contains("40 120") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the terminal did not follow the window's size:\n{screen}"
+        );
+    }
     // A key the local terminal would take (Ctrl-C) goes to the shell, which stays.
     tmux.run(&["send-keys", "-t", "exec", "sleep 100", "Enter"]);
     tmux.run(&["send-keys", "-t", "exec", "C-c"]);
@@ -937,6 +950,44 @@ fn exec_it_runs_an_interactive_shell_on_a_terminal_that_follows_its_size() {
     // The shell's exit status is berth's, and the terminal is itself again.
     tmux.run(&["send-keys", "-t", "exec", "exit 7", "Enter"]);
     screen_shows("exit=7");
+
+    // A terminal whose berth goes away (its window closed) has its command killed in the
+    // container, as an exec's is.
+    let abandoned = repo.main.join("run-abandoned.sh");
+    std::fs::write(
+        &abandoned,
+        format!(
+            "cd '{}' && BERTH_URL='{}' BERTH_SERVICE_KEYS='{KEY}' exec '{}' exec -it db -- sleep 4242\n",
+            repo.main.display(),
+            daemon.base,
+            env!("CARGO_BIN_EXE_berth")
+        ),
+    )
+    .unwrap();
+    tmux.run(&[
+        "new-window",
+        "-t",
+        "exec",
+        "-n",
+        "gone",
+        &format!("sh '{}'", abandoned.display()),
+    ]);
+    let sleeping = || {
+        let ps = berth(&daemon, &repo.main, &["exec", "db", "--", "ps"]).ok();
+        ps.stdout.contains("sleep 4242")
+    };
+    // The container's processes have no event: they are looked at until the deadline.
+    support::wait_until(
+        Duration::from_secs(30),
+        "the terminal's command running",
+        sleeping,
+    );
+    tmux.run(&["kill-window", "-t", "exec:gone"]);
+    support::wait_until(
+        Duration::from_secs(30),
+        "the abandoned terminal's command killed",
+        || !sleeping(),
+    );
 }
 
 #[test]

@@ -308,7 +308,7 @@ pub(crate) async fn wait_exit(
 
 /// How a kill ended.
 #[derive(Debug)]
-enum Killed {
+pub(crate) enum Killed {
     /// The command's processes were killed.
     Yes,
     /// The command had ended by itself, with this exit code.
@@ -316,7 +316,7 @@ enum Killed {
 }
 
 /// Kills the exec's command and every process of its session or descended from it.
-async fn kill(docker: &Docker, exec_id: &str) -> Result<Killed, String> {
+pub(crate) async fn kill(docker: &Docker, exec_id: &str) -> Result<Killed, String> {
     let info = docker
         .inspect_exec(exec_id)
         .await

@@ -83,8 +83,17 @@ pub(crate) async fn start(
     });
 
     let inspector = docker.clone();
+    // Dropped before the command ended (its caller went away, berth is stopping): killed in
+    // its container, as an exec is.
+    let guard = KillUnlessEnded {
+        docker: docker.clone(),
+        exec_id: exec_id.clone(),
+        armed: true,
+    };
     let exit = Box::pin(async move {
+        let mut guard = guard;
         let _ = ended_rx.await;
+        guard.disarm();
         inspector
             .inspect_exec(&exec_id)
             .await
@@ -97,6 +106,36 @@ pub(crate) async fn start(
         resize: resize_tx,
         exit,
     })
+}
+
+/// Kills the command when dropped armed.
+struct KillUnlessEnded {
+    docker: Docker,
+    exec_id: String,
+    armed: bool,
+}
+
+impl KillUnlessEnded {
+    /// The command ended by itself: nothing to kill.
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for KillUnlessEnded {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (docker, exec_id) = (self.docker.clone(), std::mem::take(&mut self.exec_id));
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                if let Err(e) = crate::exec::kill(&docker, &exec_id).await {
+                    tracing::warn!(exec = %exec_id, error = %e, "could not kill an abandoned terminal's command");
+                }
+            });
+        }
+    }
 }
 
 /// The terminal's size; a failure (the command ended meanwhile) changes nothing.

@@ -36,7 +36,8 @@ pub(crate) fn router() -> OpenApiRouter<App> {
 /// a 4-byte big-endian length and that many bytes (at most 64 KiB). From the client, kind 0 is
 /// keystrokes and kind 1 a resize (columns then rows, 2 bytes each, big-endian); from the
 /// daemon, kind 0 is the terminal's output and kind 2, last, `{"exitCode": n|null}`. The
-/// command's end closes the connection; the client's closing ends the command's input.
+/// command's end closes the connection; the client's closing ends the command (it is killed
+/// in its container, as an exec's is).
 #[utoipa::path(post, path = "/v1/resource-domains/{resourceDomainId}/instances/{key}/exec/tty", tag = "resource-instances",
     params(InstancePath, ("Upgrade" = String, Header, description = "berth-tty")),
     request_body(content = TtyFrame, description = "The command and the terminal's size."),
@@ -101,8 +102,8 @@ async fn exec_tty(
     Ok(response)
 }
 
-/// Moves the terminal both ways until the command ends (or berth stops), then says how it
-/// ended and closes.
+/// Moves the terminal both ways until the command ends, then says how it ended and closes; or
+/// until the client goes or berth stops, which ends the command.
 async fn relay<C>(connection: C, session: TtySession, shutdown: CancellationToken)
 where
     C: AsyncRead + AsyncWrite + Send + 'static,
@@ -134,9 +135,9 @@ where
                 let _ = resize.try_send((cols, rows));
             }
         }
-        // The client is gone or done: the command's input ends.
+        // The client is gone: the command's input ends, and so does the relay (the command,
+        // dropped before it ended, is killed in its container, as an exec's is).
         let _ = input.shutdown().await;
-        std::future::pending::<()>().await;
     };
     let outbound = async move {
         let mut buf = vec![0u8; MAX_TTY_MESSAGE];
