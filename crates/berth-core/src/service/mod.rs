@@ -23,7 +23,7 @@ pub use snapshots::RestoreFrom;
 use crate::controllers::Reconciler;
 use crate::error::Error;
 use crate::ids::DomainId;
-use crate::model::{Domain, Instance, InstanceView};
+use crate::model::{Domain, Instance};
 use crate::rollouts::Site;
 use crate::store::{Store, Tx};
 
@@ -73,40 +73,6 @@ impl Berth {
             .ok_or_else(|| Error::RuntimeUnsupported {
                 runtime: self.runtime_name.clone(),
             })
-    }
-
-    /// The reconciler, when its engine answers now: what needs the engine (an exec, logs, an
-    /// archive) is refused at once while it does not, rather than waiting on it.
-    pub(crate) fn require_engine(&self) -> Result<&Reconciler, Error> {
-        let reconciler = self.require_runtime()?;
-        match reconciler.engine_unreachable() {
-            None => Ok(reconciler),
-            Some(away) => Err(Error::EngineUnreachable {
-                since: away.since,
-                message: away.message,
-            }),
-        }
-    }
-
-    /// `None` while the daemon's container engine answers (or it runs none); since when and
-    /// why it does not, otherwise.
-    pub fn engine_unreachable(&self) -> Option<crate::model::EngineUnreachable> {
-        self.reconciler
-            .as_ref()
-            .and_then(Reconciler::engine_unreachable)
-    }
-
-    /// Sees each change of [`Berth::engine_unreachable`]; `None` without a runtime.
-    pub fn engine_changes(
-        &self,
-    ) -> Option<tokio::sync::watch::Receiver<Option<crate::model::EngineUnreachable>>> {
-        self.reconciler.as_ref().map(Reconciler::engine_changes)
-    }
-
-    /// An instance's view as the API answers it: with the engine's absence while it lasts.
-    pub fn with_engine(&self, mut view: InstanceView) -> InstanceView {
-        view.engine = self.engine_unreachable();
-        view
     }
 
     fn prefix(&self) -> &str {
