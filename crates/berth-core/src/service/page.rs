@@ -2,10 +2,10 @@
 //! summary), its volumes' sizes (measured by the engine, reused a short while), and a person's
 //! start. Handlers call these; none of them reaches the store or the reconciler itself.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use super::size_cache::SIZE_CACHE_FOR;
 use super::{Berth, UpCause};
 use crate::controllers::endpoints::EndpointView;
 use crate::controllers::sizes::volume_sizes;
@@ -17,17 +17,6 @@ use crate::snapshots::BranchOrigin;
 use crate::time::Timestamp;
 use crate::watch::Watch;
 pub use berth_api::page::{InstanceVolumeUsage, LastFailure, VolumeSize, VolumeUsage};
-
-/// How long measured volume sizes are reused.
-const SIZE_CACHE_FOR: Duration = Duration::from_secs(10);
-
-/// The engine's volume sizes, measured on demand and kept for [`SIZE_CACHE_FOR`] when every one
-/// was measured: the engine walks every volume to measure them.
-#[derive(Clone, Default)]
-pub(crate) struct SizeCache(Arc<tokio::sync::Mutex<Option<Measured>>>);
-
-/// One measurement: when (for its age, and for the answer), and each volume's size.
-type Measured = (Instant, Timestamp, BTreeMap<String, Option<u64>>);
 
 /// One instance that is not archived, with what the page's summary shows of it.
 #[derive(Debug, Clone)]

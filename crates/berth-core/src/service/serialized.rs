@@ -6,41 +6,12 @@
 //! instance, replaced by the next revision's, so the cache holds at most what the store's view
 //! does.
 
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
-
 use bytes::Bytes;
 
 use super::Berth;
 use crate::error::Error;
-use crate::ids::{DomainId, InstanceId};
+use crate::ids::DomainId;
 use crate::store::Found;
-
-/// The serialized views last made, by instance, with the revision each was made from.
-#[derive(Clone, Default)]
-pub(super) struct SerializedViews {
-    views: Arc<RwLock<HashMap<InstanceId, (u64, Bytes)>>>,
-}
-
-impl SerializedViews {
-    /// The view made from exactly this revision, if one was.
-    fn hit(&self, id: &InstanceId, revision: u64) -> Option<Bytes> {
-        let views = self.views.read().unwrap_or_else(|e| e.into_inner());
-        views
-            .get(id)
-            .filter(|(made_from, _)| *made_from == revision)
-            .map(|(_, bytes)| bytes.clone())
-    }
-
-    /// Keeps a view unless one of a newer revision is kept already.
-    fn keep(&self, id: InstanceId, revision: u64, bytes: Bytes) {
-        let mut views = self.views.write().unwrap_or_else(|e| e.into_inner());
-        let entry = views.entry(id).or_insert((revision, bytes.clone()));
-        if entry.0 < revision {
-            *entry = (revision, bytes);
-        }
-    }
-}
 
 impl Berth {
     /// One instance, archived or not, as the JSON of its `InstanceView`: what
