@@ -30,7 +30,14 @@ const PAGE: Duration = Duration::from_secs(60);
 const HOOKS: &str = r#"
 (() => {
   const w = window;
-  w.__berthTest = { errors: [], csp: [], fetches: [] };
+  w.__berthTest = { errors: [], csp: [], fetches: [], copied: [] };
+  // What the page puts on the clipboard (headless Chromium's own asks for a permission).
+  if (navigator.clipboard) {
+    navigator.clipboard.writeText = (text) => {
+      w.__berthTest.copied.push(String(text));
+      return Promise.resolve();
+    };
+  }
   const error = console.error;
   console.error = function (...args) {
     w.__berthTest.errors.push(args.map(String).join(' '));
@@ -689,6 +696,17 @@ fn an_instance_page_shows_sizes_connect_string_last_failure_and_origin_and_resto
         json!(true),
         "a copy button for the connect string"
     );
+    // The password is masked on the screen and copied whole (this key may exec in the domain).
+    browser
+        .click("tr[data-key=\"db\"] button[aria-label=\"Copy connect string for db port 5432\"]");
+    browser.wait(
+        "window.__berthTest.copied.length > 0",
+        "the connect string copied",
+    );
+    let full = format!("postgres://app:not-on-the-page@127.0.0.1:{host_port}/shop");
+    assert_eq!(browser.recorded()["copied"], json!([full]));
+    let shown = browser.text("body");
+    assert!(!shown.contains("not-on-the-page"), "{shown}");
     let fetched: Vec<String> =
         serde_json::from_value(browser.recorded()["fetches"].clone()).expect("the fetches");
     assert_eq!(

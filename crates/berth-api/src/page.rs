@@ -70,8 +70,14 @@ pub struct ConnectString {
     /// 6379 and so on, `host:port` otherwise. The user and database come from the spec's env
     /// (`POSTGRES_USER`, `POSTGRES_DB`, ..., else the postgres image's defaults); what neither
     /// says is an upper-case placeholder, and a password is always the placeholder `PASSWORD`,
-    /// never its value.
+    /// never its value: this is what a screen shows.
     pub url: String,
+    /// The same string with the password's value from the spec's env, for a Copy button to put
+    /// on the clipboard, never on a screen. Only for a key that may exec in the domain (which
+    /// could read the container's environment anyway), and only where `url` has the placeholder
+    /// and the env says the password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full: Option<String>,
 }
 
 /// An instance's image, in short.

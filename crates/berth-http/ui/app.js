@@ -394,15 +394,17 @@ function actionButtons(model, entry, { withArchive = false } = {}) {
   return buttons;
 }
 
-function copyButton(text, label) {
+// Copies `text` (which may hold a password: it is never shown) and says what was copied by
+// `shown`, the string on the screen.
+function copyButton(text, label, shown = text) {
   const button = h('button', {
     type: 'button', class: 'icon', 'aria-label': label, title: label,
     onclick: async () => {
       try {
         await navigator.clipboard.writeText(text);
-        toast(`Copied ${text}`);
+        toast(`Copied ${shown}${text !== shown ? ' (with its password)' : ''}`);
       } catch {
-        toast(`Copy failed: select ${text} and copy it`);
+        toast(`Copy failed: select ${shown} and copy it`);
       }
     },
   }, 'Copy');
@@ -424,7 +426,7 @@ function endpointCell(entry) {
     const connect = known ? known.url : `${e.host}:${e.hostPort}`;
     return h('div', { class: 'endpoint' },
       h('code', {}, `${e.host}:${e.hostPort}`),
-      copyButton(connect, `Copy connect string for ${i.key} port ${e.port}`),
+      copyButton((known && known.full) || connect, `Copy connect string for ${i.key} port ${e.port}`, connect),
       connect !== `${e.host}:${e.hostPort}` ? h('div', { class: 'muted small mono connect' }, connect) : null,
       h('div', { class: 'muted small' }, `→ container port ${e.port}`));
   });

@@ -6,6 +6,7 @@ use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use axum::http::header::HOST;
 use axum::{Extension, Json};
+use berth_api::capabilities::Capability;
 use berth_api::page::{
     ConnectString, DomainSummary, ImageSummary, InstanceSummary, Session, SessionRequest,
 };
@@ -13,6 +14,7 @@ use berth_core::decode::Problems;
 use berth_core::evidence::ImageEvidence;
 use berth_core::model::InstanceView;
 use berth_core::service::{InstanceFacts, VolumeUsage};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -20,6 +22,7 @@ use crate::App;
 use crate::auth::{Caller, HostAuthority, SessionAuth};
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{Body, Decode, DomainPath, InstancePath, NoBody, Params};
+use crate::grants::DomainRef;
 use berth_api::daemon::SignInLink;
 
 impl Decode for SessionRequest {
@@ -33,17 +36,16 @@ impl Decode for SessionRequest {
     }
 }
 
-/// Percent-encodes a value for a URL's user or path.
+/// What a URL's user, password or path segment holds as it is (RFC 3986 unreserved).
+const URL_PART: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// Percent-encodes a value for a URL's user, password or path.
 fn url_part(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for b in value.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    utf8_percent_encode(value, URL_PART).to_string()
 }
 
 /// The connect string of a host endpoint: a URL for what the container port usually carries,
@@ -94,6 +96,27 @@ pub fn connect_string(
         11211 => format!("memcached://{at}"),
         _ => at,
     }
+}
+
+/// `url` (a [`connect_string`]) with its `PASSWORD` placeholder replaced by the password the
+/// env gives for the service on `port`; `None` where there is no placeholder or no password.
+pub fn with_password(
+    url: &str,
+    port: u16,
+    env: &std::collections::BTreeMap<String, String>,
+) -> Option<String> {
+    let names: &[&str] = match port {
+        5432 => &["POSTGRES_PASSWORD"],
+        6379 => &["REDIS_PASSWORD"],
+        3306 => &["MYSQL_PASSWORD", "MARIADB_PASSWORD"],
+        27017 => &["MONGO_INITDB_ROOT_PASSWORD"],
+        _ => &[],
+    };
+    let password = names
+        .iter()
+        .find_map(|n| env.get(*n).filter(|v| !v.is_empty()))?;
+    url.contains(":PASSWORD@")
+        .then(|| url.replacen(":PASSWORD@", &format!(":{}@", url_part(password)), 1))
 }
 
 pub(crate) fn router() -> OpenApiRouter<App> {
@@ -186,6 +209,15 @@ async fn domain_summary(
 ) -> Result<Json<DomainSummary>, ApiError> {
     let id = path.id()?;
     let (domain, facts) = app.berth.domain_facts(&caller.owner, &id).await?;
+    // A key that may exec in the domain could read a password from the container's
+    // environment: its Copy buttons copy the connect string whole.
+    let may_exec = caller
+        .grants
+        .allows(Capability::InstancesExec, Some(DomainRef::Id(id.as_str())))
+        || caller.grants.allows(
+            Capability::InstancesExec,
+            Some(DomainRef::Name(&domain.name)),
+        );
     let mut items = Vec::with_capacity(facts.len());
     for InstanceFacts {
         instance,
@@ -197,9 +229,16 @@ async fn domain_summary(
     {
         let connect = endpoints
             .iter()
-            .map(|e| ConnectString {
-                port: e.port,
-                url: connect_string(e.port, &e.host, e.host_port, &instance.spec.env),
+            .map(|e| {
+                let url = connect_string(e.port, &e.host, e.host_port, &instance.spec.env);
+                let full = may_exec
+                    .then(|| with_password(&url, e.port, &instance.spec.env))
+                    .flatten();
+                ConnectString {
+                    port: e.port,
+                    url,
+                    full,
+                }
             })
             .collect();
         let evidence = evidence
@@ -271,7 +310,7 @@ async fn start_instance(
 
 #[cfg(test)]
 mod tests {
-    use super::connect_string;
+    use super::{connect_string, with_password};
     use std::collections::BTreeMap;
 
     fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -326,5 +365,33 @@ mod tests {
             connect_string(5432, "127.0.0.1", 1, &env(&[("POSTGRES_USER", "a@b/c")])),
             "postgres://a%40b%2Fc:PASSWORD@127.0.0.1:1/a%40b%2Fc"
         );
+    }
+
+    #[test]
+    fn the_copied_string_has_the_password_the_env_gives_and_only_where_the_screen_has_its_placeholder()
+     {
+        let pg = env(&[("POSTGRES_USER", "app"), ("POSTGRES_PASSWORD", "p@ss w")]);
+        let url = connect_string(5432, "127.0.0.1", 1, &pg);
+        assert_eq!(
+            with_password(&url, 5432, &pg).as_deref(),
+            Some("postgres://app:p%40ss%20w@127.0.0.1:1/app")
+        );
+        // No password in the env, no placeholder, or a port berth knows no password of.
+        let no_password = env(&[("POSTGRES_USER", "app")]);
+        let url = connect_string(5432, "127.0.0.1", 1, &no_password);
+        assert_eq!(with_password(&url, 5432, &no_password), None);
+        let trust = env(&[
+            ("POSTGRES_HOST_AUTH_METHOD", "trust"),
+            ("POSTGRES_PASSWORD", "x"),
+        ]);
+        let url = connect_string(5432, "127.0.0.1", 1, &trust);
+        assert_eq!(with_password(&url, 5432, &trust), None);
+        let redis = env(&[("REDIS_PASSWORD", "r")]);
+        let url = connect_string(6379, "127.0.0.1", 2, &redis);
+        assert_eq!(
+            with_password(&url, 6379, &redis).as_deref(),
+            Some("redis://:r@127.0.0.1:2")
+        );
+        assert_eq!(with_password("127.0.0.1:3", 8080, &pg), None);
     }
 }
