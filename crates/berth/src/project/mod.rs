@@ -31,7 +31,9 @@
 mod checker;
 pub mod compose;
 mod definition;
+pub mod envfile;
 mod file;
+mod interpolate;
 pub mod presets;
 mod template;
 mod units;

@@ -38,12 +38,15 @@ impl Converted {
     pub fn table(&self, image: &str) -> String {
         let mut t = format!(
             "# From the Compose service {}.\n[instances.{}]\nimage = {}\n",
-            toml_str(&self.service),
+            toml_str(&super::super::envfile::printable(&self.service)),
             toml_key(&self.name),
             toml_str(image)
         );
         if let Some(command) = &self.command {
             t.push_str(&format!("command = {}\n", toml_list(command)));
+        }
+        if !self.env_file.is_empty() {
+            t.push_str(&format!("env_file = {}\n", toml_list(&self.env_file)));
         }
         if !self.env.is_empty() {
             t.push_str(&format!("env = {}\n", toml_inline(&self.env)));
