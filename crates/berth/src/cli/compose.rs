@@ -13,7 +13,7 @@ use berth_core::image::PinnedImage;
 use berth_docker::tags::TagReader;
 
 use super::writes::{HEADER, Mirror, pin, write_checked};
-use crate::project::compose::{COMPOSE_FILES, Inputs, LeftOut, convert};
+use crate::project::compose::{COMPOSE_FILES, Inputs, LeftOut, Ready, convert};
 use crate::project::envfile::{MAX_COMPOSE_BYTES, printable, read_capped};
 use crate::repo::{PROJECT_FILE, Repo};
 
@@ -104,21 +104,53 @@ async fn run(
     let reader = TagReader::new();
     let mut pinned = Vec::new();
     let mut unreadable = Vec::new();
+    let mut exposed_notes = Vec::new();
     for instance in &conversion.instances {
         let image = mirror.apply_to_hub(&instance.image);
         let found = match PinnedImage::parse(&image) {
             Ok(already) => Ok(already),
             Err(_) => pin(&reader, &image).await,
         };
-        match found {
-            Ok(image) => pinned.push((instance.clone(), image)),
-            Err(e) => unreadable.push(LeftOut {
-                place: format!("services.{}.image", instance.service),
-                why: format!("left out, its image cannot be read: {e:#}"),
-            }),
+        let image = match found {
+            Ok(image) => image,
+            Err(e) => {
+                unreadable.push(LeftOut {
+                    place: format!("services.{}.image", instance.service),
+                    why: format!("left out, its image cannot be read: {e:#}"),
+                });
+                continue;
+            }
+        };
+        let mut instance = instance.clone();
+        if let Ready::FromImage { unless } = &instance.ready {
+            // No healthcheck, no port, an image berth has no check for: the first port the
+            // image EXPOSEs, as `berth add --port` would be given it.
+            let exposed = reader.exposed_ports(&image).await;
+            let place = format!("services.{}", instance.service);
+            match exposed.first() {
+                Some(&port) => {
+                    exposed_notes.push(LeftOut {
+                        place,
+                        why: format!(
+                            "it has no healthcheck and no port: its ready check is a tcp connection to {port}, the first port its image EXPOSEs ({})",
+                            exposed.iter().map(u16::to_string).collect::<Vec<_>>().join(", ")
+                        ),
+                    });
+                    instance.ready = Ready::Tcp(port);
+                }
+                None => {
+                    unreadable.push(LeftOut {
+                        place,
+                        why: unless.clone(),
+                    });
+                    continue;
+                }
+            }
         }
+        pinned.push((instance, image));
     }
     conversion.left_out.splice(0..0, unreadable);
+    conversion.left_out.extend(exposed_notes);
     if pinned.is_empty() {
         let mut why = String::new();
         for l in &conversion.left_out {
@@ -155,10 +187,10 @@ async fn run(
         .collect();
     if !renamed.is_empty() {
         println!(
-            "renamed {} service(s): an instance's name is lower case, with '-' for '_' and every \
-             other character but a-z and 0-9, from its first letter (then -2, -3, ... to keep it \
-             unique); it is also the host name other instances reach it by, so the application's \
-             settings must follow:",
+            "renamed {} service(s): an instance's name is lower case, with one '-' for each run of \
+             '_' and other characters but a-z and 0-9, from its first letter (then -2, -3, ... to \
+             keep it unique); it is also the host name other instances reach it by, so the \
+             application's settings must follow:",
             renamed.len()
         );
         for (service, name) in renamed {

@@ -150,6 +150,40 @@ fn parse_at(text: &str, form: Form, depth: usize) -> Result<Vec<Part>, String> {
     Ok(parts)
 }
 
+/// The variables the text names, outermost first.
+pub fn names(parts: &[Part]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for p in parts {
+        if let Part::Var(v) = p {
+            for n in std::iter::once(v.name.clone()).chain(names(&v.word)) {
+                if !out.contains(&n) {
+                    out.push(n);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The text as berth.toml keeps it: with its references when a variable it names is set
+/// (`lookup`: the shell's, `.env`'s), so that no value of them is written, or when one it uses
+/// plainly is unset (it is for `berth up` to fill in); as its value when only defaults make it
+/// (the file's own text). Answers the text and the variables unset; an error is a `?`
+/// reference's.
+pub fn for_berth(
+    parts: &[Part],
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<(String, Vec<String>), String> {
+    let mut unset = Vec::new();
+    let value = substitute(parts, lookup, &mut unset)?;
+    let any_set = names(parts).iter().any(|n| lookup(n).is_some());
+    if any_set || !unset.is_empty() {
+        Ok((render(parts), unset))
+    } else {
+        Ok((value.replace('$', "$$"), unset))
+    }
+}
+
 /// The text with each reference replaced: `lookup` gives a variable's value; a variable used
 /// plainly and unset is added to `unset` and is empty. A `?` reference whose variable is unset is
 /// an error with its message.
@@ -291,6 +325,21 @@ mod tests {
         assert_eq!(render(&parts), "pre $$x ${A} ${B:-${C}} ${D?m}");
         let again = parse(&render(&parts), Form::Braces).unwrap();
         assert_eq!(render(&again), render(&parts));
+    }
+
+    #[test]
+    fn berth_keeps_references_to_what_is_set_and_the_files_own_defaults_as_values() {
+        let f = |t: &str| for_berth(&parse(t, Form::Compose).unwrap(), &vars).unwrap();
+        assert_eq!(f("${USER_SET:-x}"), ("${USER_SET:-x}".to_owned(), vec![]));
+        assert_eq!(f("${NOPE:-dev}$$"), ("dev$$".to_owned(), vec![]));
+        assert_eq!(
+            f("a${NOPE}"),
+            ("a${NOPE}".to_owned(), vec!["NOPE".to_owned()])
+        );
+        assert_eq!(
+            names(&parse("${A:-${B}}", Form::Compose).unwrap()),
+            ["A", "B"]
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use berth_core::spec::ENV_NAME_PATTERN;
 use serde_norway::{Mapping, Value};
 
 use super::super::envfile::{MAX_ENV_FILE_BYTES, inside, parse_env, read_capped};
-use super::super::interpolate::{Form, parse, render, substitute};
+use super::super::interpolate::{Form, for_berth, parse, substitute};
 use super::LeftOut;
 
 /// What the environment reads besides the service.
@@ -218,9 +218,11 @@ pub fn service_env(
             continue;
         };
         let parts = parse(&v, Form::Compose).map_err(|e| format!("environment.{k}: {e}"))?;
-        let mut unset = Vec::new();
-        let value = substitute(&parts, cx.lookup, &mut unset)
+        let mut ignored = Vec::new();
+        let value = substitute(&parts, cx.lookup, &mut ignored)
             .map_err(|e| format!("environment.{k}: {e}"))?;
+        let (written, unset) =
+            for_berth(&parts, cx.lookup).map_err(|e| format!("environment.{k}: {e}"))?;
         if let Some(base) = k.strip_suffix("_FILE")
             && let Some((_, secret)) = mounts.iter().find(|(p, _)| *p == value)
         {
@@ -268,7 +270,7 @@ pub fn service_env(
                 ),
             );
         }
-        out.set(k, render(&parts));
+        out.set(k, written);
     }
     if let Some(Value::Sequence(items)) = secrets
         && !items.is_empty()

@@ -78,6 +78,11 @@ pub enum Ready {
     Exec(Vec<String>),
     /// A known image's own check, as `berth add` writes it (berth.toml's inline table).
     Preset(&'static str),
+    /// A tcp check of the first port the image EXPOSEs, once its config is read; the service is
+    /// left out `unless` it exposes one.
+    FromImage {
+        unless: String,
+    },
 }
 
 /// Something left out: where in the Compose file, and why.
@@ -415,11 +420,11 @@ fn connect(out: &mut Conversion) {
             Some("postgres") => {
                 let user = literal("POSTGRES_USER");
                 let db = literal("POSTGRES_DB");
-                let password = literal("POSTGRES_PASSWORD");
+                let password = ("POSTGRES_PASSWORD", literal("POSTGRES_PASSWORD"));
                 match (user, db) {
                     (Some(None), _) | (_, Some(None)) => {
                         notes.push(LeftOut {
-                            place: format!("services.{}", instance.service),
+                            place: format!("services.{}.environment", instance.service),
                             why: "no DATABASE_URL: its user or database is a ${VAR} reference, \
                                   which a connect variable cannot read"
                                 .to_owned(),
@@ -438,8 +443,11 @@ fn connect(out: &mut Conversion) {
             }
             Some("mysql") => {
                 let (user, password) = match literal("MYSQL_USER") {
-                    Some(Some(u)) => (u, literal("MYSQL_PASSWORD")),
-                    _ => ("root".to_owned(), literal("MYSQL_ROOT_PASSWORD")),
+                    Some(Some(u)) => (u, ("MYSQL_PASSWORD", literal("MYSQL_PASSWORD"))),
+                    _ => (
+                        "root".to_owned(),
+                        ("MYSQL_ROOT_PASSWORD", literal("MYSQL_ROOT_PASSWORD")),
+                    ),
                 };
                 let db = literal("MYSQL_DATABASE").flatten().unwrap_or_default();
                 Some((
@@ -467,7 +475,7 @@ fn connect(out: &mut Conversion) {
 fn url(
     scheme: &str,
     user: &str,
-    password: Option<Option<String>>,
+    (password_var, password): (&str, Option<Option<String>>),
     port: u16,
     db: &str,
     instance: &Converted,
@@ -477,7 +485,7 @@ fn url(
         Some(Some(p)) => format!(":{}", percent(&p)),
         Some(None) => {
             notes.push(LeftOut {
-                place: format!("services.{}", instance.service),
+                place: format!("services.{}.environment.{password_var}", instance.service),
                 why: "its connection URL has no password: the password is a ${VAR} reference, \
                       kept out of berth.toml's connect variables"
                     .to_owned(),

@@ -2,21 +2,18 @@
 //! name other containers reach it by), a Compose volume's as berth's, and the rule that keeps
 //! both unique and the same from run to run.
 
-/// A service name as an instance name and alias (a DNS label): lower case, every character
-/// other than `a-z 0-9` (`_` included) as `-`, from its first letter, at most 63, not ending in
-/// `-`.
+/// A service name as an instance name and alias (a DNS label): lower case, each run of
+/// characters other than `a-z 0-9` (`_` included) as one `-`, from its first letter, at most
+/// 63, not ending in `-`.
 pub fn instance_name(service: &str) -> String {
-    let mapped: String = service
-        .to_lowercase()
-        .chars()
-        .map(|c| {
-            if c.is_ascii_lowercase() || c.is_ascii_digit() {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
+    let mut mapped = String::new();
+    for c in service.to_lowercase().chars() {
+        if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            mapped.push(c);
+        } else if !mapped.ends_with('-') {
+            mapped.push('-');
+        }
+    }
     let trimmed = mapped.trim_start_matches(|c: char| !c.is_ascii_lowercase());
     let name: String = trimmed.chars().take(63).collect();
     let name = name.trim_end_matches('-');
@@ -123,7 +120,7 @@ mod tests {
         assert_eq!(instance_name("My.Service"), "my-service");
         assert_eq!(instance_name("_db_"), "db");
         assert_eq!(instance_name("1st"), "st");
-        assert_eq!(instance_name("web\u{1b}]0;x\u{7}"), "web--0-x");
+        assert_eq!(instance_name("web\u{1b}]0;x\u{7}"), "web-0-x");
         assert_eq!(instance_name("___"), "service");
         assert_eq!(volume_name("postgres_data"), "postgres-data");
         assert_eq!(volume_name("1st.Volume"), "st-volume");

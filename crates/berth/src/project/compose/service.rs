@@ -7,7 +7,7 @@ use berth_core::spec::mount_path_problem;
 use docker_compose_types as dct;
 use serde_norway::{Mapping, Value};
 
-use super::super::interpolate::{Form, Part, Var, parse, render, substitute};
+use super::super::interpolate::{Form, Part, Var, for_berth, names, parse, render, substitute};
 use super::super::presets;
 use super::environment::{Context, Env, service_env};
 use super::names::{repository_of, unique, volume_name};
@@ -136,11 +136,22 @@ fn shell_text(parts: &[Part], needs: &mut Vec<String>) -> String {
     out
 }
 
-/// A healthcheck's test, with no value of the shell or .env in it.
-fn ready_of(test: &dct::HealthcheckTest, needs: &mut Vec<String>) -> Result<Option<Ready>, String> {
+/// A healthcheck's test, with no value of the shell or .env in it: where a variable it names
+/// is set, the reference is left for the container's shell; where none is, the file's own
+/// defaults are its text.
+fn ready_of(
+    test: &dct::HealthcheckTest,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    needs: &mut Vec<String>,
+) -> Result<Option<Ready>, String> {
+    let set = |parts: &[Part]| names(parts).iter().any(|n| lookup(n).is_some());
     let shell = |text: &str, needs: &mut Vec<String>| -> Result<String, String> {
         let parts = parse(text, Form::Compose)?;
-        Ok(shell_text(&parts, needs))
+        if set(&parts) {
+            Ok(shell_text(&parts, needs))
+        } else {
+            substitute(&parts, lookup, &mut Vec::new())
+        }
     };
     Ok(match test {
         dct::HealthcheckTest::Single(text) => Some(Ready::Exec(vec![
@@ -154,7 +165,7 @@ fn ready_of(test: &dct::HealthcheckTest, needs: &mut Vec<String>) -> Result<Opti
                 let mut any = false;
                 for arg in &test[1..] {
                     let parts = parse(arg, Form::Compose)?;
-                    any |= parts.iter().any(|p| matches!(p, Part::Var(_)));
+                    any |= set(&parts);
                     plain.push(parts);
                 }
                 if any {
@@ -171,8 +182,8 @@ fn ready_of(test: &dct::HealthcheckTest, needs: &mut Vec<String>) -> Result<Opti
                     Some(Ready::Exec(
                         plain
                             .iter()
-                            .map(|p| substitute(p, &|_| None, &mut Vec::new()).unwrap_or_default())
-                            .collect(),
+                            .map(|p| substitute(p, lookup, &mut Vec::new()))
+                            .collect::<Result<_, _>>()?,
                     ))
                 }
             }
@@ -320,11 +331,10 @@ pub fn convert_service(
                     Ok(p) => p,
                     Err(e) => return leave_service(here, left_out, format!("command[{i}]: {e}")),
                 };
-                let mut unset = Vec::new();
-                if let Err(e) = substitute(&parts, cx.lookup, &mut unset) {
-                    return leave_service(here, left_out, format!("command[{i}]: {e}"));
+                match for_berth(&parts, cx.lookup) {
+                    Ok((text, _)) => out.push(text),
+                    Err(e) => return leave_service(here, left_out, format!("command[{i}]: {e}")),
                 }
-                out.push(render(&parts));
             }
             Some(out)
         }
@@ -479,7 +489,7 @@ pub fn convert_service(
     let mut needs = Vec::new();
     let ready = match &service.healthcheck {
         Some(h) if !h.disable => match &h.test {
-            Some(test) => match ready_of(test, &mut needs) {
+            Some(test) => match ready_of(test, cx.lookup, &mut needs) {
                 Ok(Some(r)) => Some(r),
                 Ok(None) => {
                     leave(&mut here, "healthcheck", why_left_out("healthcheck"));
@@ -539,8 +549,11 @@ pub fn convert_service(
     {
         Some(ready) => ready,
         None => {
-            let mut why = "berth needs a ready check, and the service has no healthcheck and no \
-                           port: give it a healthcheck, or `berth add` its image with --port"
+            // The ports its image EXPOSEs are read once it is pinned; without one, it is left
+            // out with this.
+            let mut why = "berth needs a ready check, and the service has no healthcheck, no \
+                           port and an image that exposes none: give it a healthcheck, or `berth \
+                           add` its image with --port"
                 .to_owned();
             if !refused.is_empty() {
                 why.push_str(&format!(
@@ -548,7 +561,7 @@ pub fn convert_service(
                     refused.join(", ")
                 ));
             }
-            return leave_service(here, left_out, why);
+            Ready::FromImage { unless: why }
         }
     };
     let database = preset
@@ -595,16 +608,17 @@ mod tests {
             Value::Number(10.into())
         );
         let mut needs = Vec::new();
-        let r = ready_of(
-            &dct::HealthcheckTest::Multiple(vec![
-                "CMD".into(),
-                "pg_isready".into(),
-                "-U".into(),
-                "${POSTGRES_USER:-postgres}".into(),
-            ]),
-            &mut needs,
-        )
-        .unwrap();
+        let test = dct::HealthcheckTest::Multiple(vec![
+            "CMD".into(),
+            "pg_isready".into(),
+            "-U".into(),
+            "${POSTGRES_USER:-postgres}".into(),
+        ]);
+        let r = ready_of(&test, &|_| None, &mut needs).unwrap();
+        let plain = ["pg_isready", "-U", "postgres"].map(String::from).to_vec();
+        assert_eq!(r, Some(Ready::Exec(plain)));
+        assert!(needs.is_empty());
+        let r = ready_of(&test, &|_| Some("x".into()), &mut needs).unwrap();
         assert_eq!(
             r,
             Some(Ready::Exec(vec![

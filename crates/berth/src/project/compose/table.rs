@@ -60,6 +60,9 @@ impl Converted {
                 t.push_str(&format!("ready = {{ exec = {} }}\n", toml_list(argv)));
             }
             Ready::Preset(table) => t.push_str(&format!("ready = {table}\n")),
+            // Never written: the command reads the image's ports first (without one, the
+            // checker names the missing ready check).
+            Ready::FromImage { .. } => {}
         }
         if !self.connect.is_empty() {
             t.push_str(&format!("\n[instances.{}.connect]\n", toml_key(&self.name)));
