@@ -583,10 +583,9 @@ mod tests {
         };
         assert!(matches!(ready("db"), Some(Ready::Preset(r)) if r.contains("pg_isready")));
         assert!(matches!(ready("cache"), Some(Ready::Preset(r)) if r.contains("redis-cli")));
-        assert_eq!(
-            ready("app"),
-            None,
-            "an unknown image with no port is left out"
+        assert!(
+            matches!(ready("app"), Some(Ready::FromImage { unless }) if unless.starts_with("berth needs a ready check")),
+            "an unknown image with no port waits for the ports its image exposes"
         );
         let db = out.instances.iter().find(|i| i.name == "db").unwrap();
         assert_eq!(
