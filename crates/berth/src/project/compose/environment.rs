@@ -12,7 +12,7 @@ use serde_norway::{Mapping, Value};
 
 use super::super::envfile::{MAX_ENV_FILE_BYTES, inside, parse_env, read_capped};
 use super::super::interpolate::{Form, for_berth, parse, substitute};
-use super::LeftOut;
+use super::model::LeftOut;
 
 /// What the environment reads besides the service.
 pub struct Context<'a> {

@@ -10,9 +10,9 @@ use serde_norway::{Mapping, Value};
 use super::super::interpolate::{Form, Part, Var, for_berth, names, parse, render, substitute};
 use super::super::presets;
 use super::environment::{Context, Env, service_env};
+use super::model::{Converted, LeftOut, Ready, key_text};
 use super::names::{repository_of, unique, volume_name};
 use super::reasons::{CONTRACT_MOUNTS, contract, why_left_out};
-use super::{Converted, LeftOut, Ready, key_text};
 
 /// The keys read through docker-compose-types; every other key is named as left out.
 const MAPPED: [&str; 9] = [

@@ -1,6 +1,6 @@
 //! A converted service as its `[instances.NAME]` table.
 
-use super::{Converted, Ready};
+use super::model::{Converted, Ready};
 
 /// A TOML string.
 fn toml_str(text: &str) -> String {
