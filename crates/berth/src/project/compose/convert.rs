@@ -414,4 +414,64 @@ mod tests {
             "{places:?}"
         );
     }
+
+    #[test]
+    fn env_file_flag_profiles_from_dotenv_and_only() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(".env"),
+            "COMPOSE_PROFILES=tools\nTAG=from-dotenv\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("other.env"), "TAG=from-flag\n").unwrap();
+        let text = "services:\n  a:\n    image: x:${TAG}\n    ports: [\"80\"]\n  b:\n    image: y\n    ports: [\"80\"]\n    profiles: [tools]\n";
+        let run = |env_file: Option<&Path>, only: &[String]| {
+            convert(
+                text,
+                "compose.yaml",
+                &Inputs {
+                    dir: dir.path(),
+                    root: dir.path(),
+                    profiles: &[],
+                    only,
+                    env_file,
+                    env: &|_| None,
+                },
+            )
+            .unwrap()
+        };
+        let out = run(None, &[]);
+        let images: Vec<&str> = out.instances.iter().map(|i| i.image.as_str()).collect();
+        assert_eq!(images, ["x:from-dotenv", "y"], "COMPOSE_PROFILES from .env");
+        let other = dir.path().join("other.env");
+        let out = run(Some(&other), &["a".to_owned()]);
+        let images: Vec<&str> = out.instances.iter().map(|i| i.image.as_str()).collect();
+        assert_eq!(
+            images,
+            ["x:from-flag"],
+            "--env-file instead of .env, and --only"
+        );
+        assert!(
+            out.left_out
+                .iter()
+                .any(|l| l.place == "services.b" && l.why.starts_with("not asked for"))
+        );
+        let err = convert(
+            text,
+            "compose.yaml",
+            &Inputs {
+                dir: dir.path(),
+                root: dir.path(),
+                profiles: &[],
+                only: &["nope".to_owned()],
+                env_file: None,
+                env: &|_| None,
+            },
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--only \"nope\": compose.yaml has no such service; it has a, b"
+        );
+    }
 }
