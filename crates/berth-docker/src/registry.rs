@@ -39,6 +39,8 @@ const ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
 /// The largest manifest berth reads (the distribution registry's own limit is 4 MiB, and
 /// containerd's).
 pub(crate) const MAX_MANIFEST: usize = 4 << 20;
+/// The most of an image config read (a config is a few KiB).
+pub(crate) const MAX_CONFIG: usize = 1 << 20;
 /// The largest token answer berth reads from a realm (a token is a few KiB).
 const MAX_TOKEN_ANSWER: usize = 1 << 20;
 /// The largest challenge (`WWW-Authenticate` header) berth reads.
@@ -88,6 +90,18 @@ impl Registries {
             http,
             engine: OnceCell::new(),
         }
+    }
+
+    /// The engine's platform, linux/amd64 when it does not say.
+    pub(crate) async fn platform(&self, docker: Option<&Docker>) -> Platform {
+        let said = match docker {
+            Some(docker) => self.engine(docker).await.and_then(|e| e.platform.clone()),
+            None => None,
+        };
+        said.unwrap_or_else(|| Platform {
+            os: "linux".to_owned(),
+            architecture: "amd64".to_owned(),
+        })
     }
 
     /// The engine's view, asked once it answers both questions (an engine that did not
@@ -480,6 +494,30 @@ impl<'a> Reader<'a> {
             }
         }
         Ok(out.media_type.is_some().then_some(out))
+    }
+
+    /// The image config of the manifest `digest` (for an index, of `platform`'s manifest),
+    /// its bytes checked against its digest and capped at [`MAX_CONFIG`]; `None` when it
+    /// cannot be read.
+    pub(crate) async fn config(mut self, digest: &Digest, platform: &Platform) -> Option<Vec<u8>> {
+        let root = self.fetch(digest).await.ok()??;
+        let parsed: Manifest = serde_json::from_slice(&root.bytes).ok()?;
+        let manifest = if parsed.config.is_some() {
+            parsed
+        } else {
+            let entry = Digest::parse(&pick(&parsed, platform)?.digest)?;
+            let bytes = self.fetch(&entry).await.ok()??.bytes;
+            serde_json::from_slice(&bytes).ok()?
+        };
+        let config = Digest::parse(&manifest.config?.digest)?;
+        let url = format!("{}/v2/{}/blobs/{config}", self.base, self.repository);
+        let response = self.send(reqwest::Method::GET, &url).await.ok()?;
+        if !response.status().is_success() {
+            return None;
+        }
+        let what = format!("the image config {}@{config}", self.repository);
+        let bytes = read_capped(response, MAX_CONFIG, &what).await.ok()?;
+        (Digest::of(&bytes) == config).then_some(bytes)
     }
 
     /// The manifest with `digest`, its bytes checked against it: `Ok(None)` when the registry

@@ -167,6 +167,56 @@ impl TagReader {
     }
 }
 
+impl TagReader {
+    /// The tcp ports the image's config EXPOSEs (`EXPOSE 8123/tcp`), read from its registry
+    /// for the engine's platform; empty when it exposes none or cannot be read.
+    pub async fn exposed_ports(&self, image: &PinnedImage) -> Vec<u16> {
+        let host = registry_host(image);
+        let repository = registry_repository(image);
+        let platform = self.registries.platform(self.docker.as_ref()).await;
+        let Some(reader) = self
+            .registries
+            .reader(self.docker.as_ref(), &host, &repository)
+            .await
+        else {
+            return Vec::new();
+        };
+        let Some(bytes) = reader.config(image.digest(), &platform).await else {
+            return Vec::new();
+        };
+        exposed_in(&bytes)
+    }
+}
+
+/// The tcp ports an image config's `config.ExposedPorts` names, in order.
+fn exposed_in(config: &[u8]) -> Vec<u16> {
+    #[derive(serde::Deserialize)]
+    struct Config {
+        config: Option<Inner>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Inner {
+        #[serde(rename = "ExposedPorts")]
+        exposed_ports: Option<std::collections::BTreeMap<String, serde_json::Value>>,
+    }
+    let Ok(parsed) = serde_json::from_slice::<Config>(config) else {
+        return Vec::new();
+    };
+    let mut ports: Vec<u16> = parsed
+        .config
+        .and_then(|c| c.exposed_ports)
+        .unwrap_or_default()
+        .keys()
+        .filter_map(|k| {
+            let (port, protocol) = k.split_once('/').unwrap_or((k, "tcp"));
+            (protocol == "tcp").then(|| port.parse().ok()).flatten()
+        })
+        .collect();
+    ports.sort_unstable();
+    ports.dedup();
+    ports
+}
+
 /// What the registry serves under `tag` now, read through `registries` (see
 /// [`TagReader::read`]).
 pub(crate) async fn read_tag(
@@ -319,6 +369,14 @@ mod tests {
             .expect("a registry client")
             .with_credential(credential);
         read_with(reader, &tag).await
+    }
+
+    #[test]
+    fn exposed_ports_are_the_configs_tcp_ones() {
+        let config = br#"{"config":{"ExposedPorts":{"9000/tcp":{},"8123/tcp":{},"9009/udp":{}}}}"#;
+        assert_eq!(exposed_in(config), [8123, 9000]);
+        assert_eq!(exposed_in(br#"{"config":{}}"#), Vec::<u16>::new());
+        assert_eq!(exposed_in(b"not json"), Vec::<u16>::new());
     }
 
     #[tokio::test]

@@ -33,6 +33,17 @@ pub struct InitArgs {
         value_name = "PROFILE"
     )]
     profiles: Vec<String>,
+    /// With --from: convert only these Compose services (comma-separated).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "SERVICE,...",
+        requires = "from"
+    )]
+    only: Vec<String>,
+    /// With --from: read `${VAR}` from this file instead of the .env beside the Compose file.
+    #[arg(long, value_name = "FILE", requires = "from")]
+    env_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -92,7 +103,11 @@ pub async fn init(args: InitArgs) -> anyhow::Result<ExitCode> {
             &repo,
             &path,
             from.as_deref(),
-            &args.profiles,
+            &super::compose::Choices {
+                profiles: &args.profiles,
+                only: &args.only,
+                env_file: args.env_file.as_deref(),
+            },
             &args.mirror,
         )
         .await;

@@ -198,6 +198,7 @@ impl Checker<'_> {
         let mut alias = None;
         let mut command = None;
         let mut env = BTreeMap::new();
+        let mut env_file = Vec::new();
         let mut volumes = BTreeMap::new();
         let mut ready = None;
         let mut cpu = DEFAULT_CPU_MILLICORES;
@@ -242,6 +243,7 @@ impl Checker<'_> {
                         self.strings(value, &place, 0, "[\"postgres\", \"-c\", \"fsync=off\"]")
                 }
                 "env" => env = self.env(value, &place),
+                "env_file" => env_file = self.env_files(value, &place),
                 "volumes" => volumes = self.volumes(value, &place),
                 "ready" => ready = self.ready(value, &place),
                 "cpu" => cpu = self.cpu(value, &place).unwrap_or(cpu),
@@ -329,6 +331,7 @@ impl Checker<'_> {
             image,
             command,
             env,
+            env_file,
             volumes,
             ready,
             cpu_millicores: cpu,
@@ -510,6 +513,30 @@ impl Checker<'_> {
                 None
             }
         }
+    }
+
+    /// `env_file`: paths relative to berth.toml's folder, inside the repository, with no
+    /// reference in them (they are read at `berth up`, not here).
+    fn env_files(&mut self, value: &Item<'_>, place: &str) -> Vec<String> {
+        let Some(paths) = self.strings(value, place, 1, "[\".env\"]") else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (i, p) in paths.into_iter().enumerate() {
+            let path = std::path::Path::new(&p);
+            let outside = path.is_absolute()
+                || super::envfile::normalize(path).starts_with("..")
+                || p.is_empty();
+            if outside || p.chars().any(char::is_control) {
+                self.problem(
+                    value.span(),
+                    format!("{place}[{i}] must be a path inside the repository, relative to {} (such as \".env\")", self.shown),
+                );
+            } else {
+                out.push(p);
+            }
+        }
+        out
     }
 
     fn env(&mut self, value: &Item<'_>, place: &str) -> BTreeMap<String, String> {

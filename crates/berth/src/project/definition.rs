@@ -16,12 +16,13 @@ pub const DEFAULT_MEMORY_BYTES: i64 = 512 * 1024 * 1024;
 pub const DEFAULT_IDLE_STOP_SECONDS: i64 = 3600;
 
 /// Every field an instance table may have.
-pub const FIELDS: [&str; 13] = [
+pub const FIELDS: [&str; 14] = [
     "image",
     "scope",
     "alias",
     "command",
     "env",
+    "env_file",
     "volumes",
     "ready",
     "cpu",
@@ -71,6 +72,9 @@ pub struct InstanceDef {
     pub image: String,
     pub command: Option<Vec<String>>,
     pub env: BTreeMap<String, String>,
+    /// Env files (relative to berth.toml's folder) whose variables the instance gets under
+    /// `env`'s, read by the CLI at `berth up` (see `file`); never sent as such.
+    pub env_file: Vec<String>,
     /// Volume name to mount path.
     pub volumes: BTreeMap<String, String>,
     pub ready: ReadyDef,
@@ -215,6 +219,7 @@ mod tests {
             image: "img".into(),
             command: None,
             env: BTreeMap::new(),
+            env_file: Vec::new(),
             volumes: BTreeMap::new(),
             ready,
             cpu_millicores: DEFAULT_CPU_MILLICORES,

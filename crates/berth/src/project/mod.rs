@@ -8,20 +8,24 @@
 //!
 //! Layers, bottom up; a file uses only files below it, never one above:
 //!
-//! 1. `units` (CPU and memory as written: `parse_cpu`, `parse_size`) and `template` (the
-//!    `connect` templates: `expand` and the `{host}`/`{port}`/`{port:N}` placeholders), which
-//!    use neither each other nor anything else here; `presets` (the services `berth init
-//!    --with` knows, and the tables `berth add` writes), whose tests alone use `checker`;
+//! 1. `units` (CPU and memory as written: `parse_cpu`, `parse_size`), `template` (the
+//!    `connect` templates: `expand` and the `{host}`/`{port}`/`{port:N}` placeholders),
+//!    `interpolate` (`${VAR}` references, Compose's and berth.toml's) and `envfile` (the files a
+//!    project names, read as a hostile one could be written; text made safe to print), which
+//!    use nothing else here; `presets` (the services `berth init --with` knows, and the tables
+//!    `berth add` writes), whose tests alone use `checker`;
 //! 2. `definition`: `Scope`, `ReadyDef`, `InstanceDef`, the defaults and the field list, and what
 //!    an instance becomes (its spec, the field a decoder problem names, its `connect` values);
 //!    uses `template`;
 //! 3. `checker`: `parse`, the field-by-field checks and `ProjectErrors`; uses all of the above;
-//! 4. `file`: `Project`, loaded from disk and selected from by name; uses `checker` and
-//!    `definition`.
+//! 4. `file`: `Project`, loaded from disk, its `env_file` and `${VAR}` references resolved for
+//!    the spec, and selected from by name; uses `checker`, `definition`, `envfile` and
+//!    `interpolate`.
 //!
 //! Beside them, `compose` (a Compose file read as instances for `berth init --from`, with what
-//! it leaves out and why) uses only `presets` (a known image's ready check): what it writes is
-//! checked by `checker` as any berth.toml is, by the command that writes it.
+//! it leaves out and why) uses `presets` (a known image's ready check), `interpolate` and
+//! `envfile`: what it writes is checked by `checker` as any berth.toml is, by the command that
+//! writes it.
 //!
 //! This file only declares them and re-exports what the rest of the binary uses as
 //! `crate::project::...`; the other `pub` items (`parse`, `ReadyDef`, the defaults, `FIELDS`,
@@ -31,7 +35,9 @@
 mod checker;
 pub mod compose;
 mod definition;
+pub mod envfile;
 mod file;
+mod interpolate;
 pub mod presets;
 mod template;
 mod units;

@@ -15,8 +15,18 @@ pub fn contract(field: &str) -> String {
         .unwrap_or_else(|| format!("refused by berth's contract ({field})"))
 }
 
+/// Why a Compose file's own networks (top-level or a service's) are not made.
+pub fn networks_why() -> String {
+    "berth makes no network a Compose file names: it puts a project's instances on a network \
+     of its own, where each reaches the others by its instance name"
+        .to_owned()
+}
+
 /// Why a service key berth does not map is left out.
 pub fn why_left_out(key: &str) -> String {
+    if key == "networks" {
+        return networks_why();
+    }
     let contract_field = match key {
         "privileged" => Some("privileged"),
         "cap_add" => Some("cap_add"),
@@ -28,9 +38,7 @@ pub fn why_left_out(key: &str) -> String {
         "userns_mode" => Some("usernsMode"),
         "security_opt" => Some("security_opt"),
         "volumes_from" => Some("mounts"),
-        "networks" | "extra_hosts" | "dns" | "dns_opt" | "dns_search" | "mac_address" => {
-            Some("network")
-        }
+        "extra_hosts" | "dns" | "dns_opt" | "dns_search" | "mac_address" => Some("network"),
         _ => None,
     };
     if let Some(field) = contract_field {
@@ -54,7 +62,10 @@ pub fn why_left_out(key: &str) -> String {
         | "pids_limit" | "blkio_config" | "scale" => {
             "berth.toml sets limits with cpu and memory (1 core and 512MiB unless written)"
         }
-        "secrets" | "configs" => "berth.toml has no secrets or configs: give values in env",
+        "secrets" => {
+            "berth mounts no secret file: a *_FILE variable that read one becomes a reference to a variable"
+        }
+        "configs" => "berth.toml has no configs: an instance mounts named volumes only",
         "tmpfs" | "shm_size" => "berth.toml has no tmpfs: an instance writes to its own layer",
         "stop_signal" | "stop_grace_period" => "berth stops an instance with the image's signal",
         "pull_policy" | "platform" => "berth pulls the pinned digest for the engine's platform",

@@ -1,6 +1,6 @@
 //! A converted service as its `[instances.NAME]` table.
 
-use super::{Converted, Ready};
+use super::model::{Converted, Ready};
 
 /// A TOML string.
 fn toml_str(text: &str) -> String {
@@ -38,12 +38,15 @@ impl Converted {
     pub fn table(&self, image: &str) -> String {
         let mut t = format!(
             "# From the Compose service {}.\n[instances.{}]\nimage = {}\n",
-            toml_str(&self.service),
+            toml_str(&super::super::envfile::printable(&self.service)),
             toml_key(&self.name),
             toml_str(image)
         );
         if let Some(command) = &self.command {
             t.push_str(&format!("command = {}\n", toml_list(command)));
+        }
+        if !self.env_file.is_empty() {
+            t.push_str(&format!("env_file = {}\n", toml_list(&self.env_file)));
         }
         if !self.env.is_empty() {
             t.push_str(&format!("env = {}\n", toml_inline(&self.env)));
@@ -57,6 +60,9 @@ impl Converted {
                 t.push_str(&format!("ready = {{ exec = {} }}\n", toml_list(argv)));
             }
             Ready::Preset(table) => t.push_str(&format!("ready = {table}\n")),
+            // Never written: the command reads the image's ports first (without one, the
+            // checker names the missing ready check).
+            Ready::FromImage { .. } => {}
         }
         if !self.connect.is_empty() {
             t.push_str(&format!("\n[instances.{}.connect]\n", toml_key(&self.name)));
