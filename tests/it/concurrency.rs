@@ -167,6 +167,7 @@ fn one_workspace_linked_to_two_domains_at_once_is_linked_to_exactly_one() {
 
 #[test]
 fn a_domain_archive_keeps_every_volume_the_reconciler_recorded_while_it_ran() {
+    let since = unix_now();
     let daemon = Daemon::start();
     let api = daemon.client();
     let domain = api.create_domain("shop");
@@ -219,12 +220,41 @@ fn a_domain_archive_keeps_every_volume_the_reconciler_recorded_while_it_ran() {
         .map(|v| v["dockerName"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(recorded, listed);
+    // A volume is listed before it is made, so an archive that lands between the two lists one
+    // the engine never had; what was made is still there, and the engine removed none of them.
+    let destroyed: BTreeSet<String> = docker(&[
+        "events",
+        "--since",
+        &since,
+        "--until",
+        &unix_now(),
+        "--filter",
+        "type=volume",
+        "--filter",
+        "event=destroy",
+        "--format",
+        "{{.Actor.ID}}",
+    ])
+    .lines()
+    .map(str::to_owned)
+    .collect();
     for name in &recorded {
-        assert!(
-            support::docker_inspect("volume", name).is_some(),
-            "{name} is kept"
-        );
+        assert!(!destroyed.contains(name), "{name} was removed");
+        if made.contains(name) {
+            assert!(
+                support::docker_inspect("volume", name).is_some(),
+                "{name} is kept"
+            );
+        }
     }
+}
+
+/// Now, as `docker events --since` and `--until` take it.
+fn unix_now() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("a clock after 1970");
+    format!("{}.{:09}", now.as_secs(), now.subsec_nanos())
 }
 
 #[test]
