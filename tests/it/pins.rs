@@ -428,14 +428,18 @@ fn a_password_registry_is_pulled_observed_and_promoted_with_the_docker_configs_c
 }
 
 /// `berth args...` in `dir` as [`berth`] runs it, and the largest resident memory the process
-/// had, in KiB (its own `wait4` rusage: no other child counts).
-#[expect(
-    clippy::zombie_processes,
-    reason = "libc::wait4 reaps the child, for its rusage"
-)]
+/// had, in KiB (its parent's rusage of its children: berth is its only child).
 fn berth_measured(dir: &Path, args: &[&str], docker_config: &Path) -> (i32, String, u64) {
-    use std::io::Read;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_berth"))
+    // The peak is read by a small parent of berth's own (python3), not by this test process:
+    // Linux counts into a child's `ru_maxrss` the peak of the memory it was forked or spawned
+    // from, and this process is as large as every test running beside it has made it.
+    const MEASURE: &str = "import resource, subprocess, sys\n\
+        code = subprocess.run(sys.argv[1:]).returncode\n\
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n\
+        sys.stderr.write(f'\\nberth-peak-kib={peak}\\n')\n\
+        sys.exit(code if code >= 0 else 1)\n";
+    let out = Command::new("python3")
+        .args(["-c", MEASURE, env!("CARGO_BIN_EXE_berth")])
         .args(args)
         .current_dir(dir)
         .env("DOCKER_CONFIG", docker_config)
@@ -443,28 +447,14 @@ fn berth_measured(dir: &Path, args: &[&str], docker_config: &Path) -> (i32, Stri
         .env("BERTH_SERVICE_KEYS", KEY)
         .env_remove("BERTH_IMAGE_MIRROR")
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("berth runs");
-    let mut stderr = child.stderr.take().unwrap();
-    let reading = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text);
-        text
-    });
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: a zeroed rusage is valid, and `pid` is this test's own child, not waited yet.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(waited, pid, "wait4 of berth");
-    let code = if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else {
-        -1
-    };
-    // Linux gives ru_maxrss in KiB.
-    (code, reading.join().unwrap(), usage.ru_maxrss as u64)
+        .output()
+        .expect("python3 runs berth");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let (text, peak) = err
+        .rsplit_once("\nberth-peak-kib=")
+        .unwrap_or_else(|| panic!("no peak measured: {err}"));
+    let peak: u64 = peak.trim().parse().expect("a peak in KiB");
+    (out.status.code().unwrap_or(-1), text.to_owned(), peak)
 }
 
 /// The daemon's `observe` of an instance's tag.
