@@ -153,28 +153,6 @@ impl Registries {
         reader.read(image.digest(), engine.platform.as_ref()).await
     }
 
-    /// The tcp ports the image's config `EXPOSE`s (sorted, each once), for the engine's platform
-    /// (linux/amd64 where the engine does not say) when the image is an index; `None` when the
-    /// registry could not be read or did not serve what the digests name.
-    pub(crate) async fn exposed_tcp_ports(
-        &self,
-        docker: Option<&Docker>,
-        image: &PinnedImage,
-    ) -> Option<Vec<u16>> {
-        let platform = match docker {
-            Some(docker) => self.engine(docker).await.and_then(|e| e.platform.clone()),
-            None => None,
-        }
-        .unwrap_or_else(|| Platform {
-            os: "linux".to_owned(),
-            architecture: "amd64".to_owned(),
-        });
-        let host = berth_core::rollouts::registry_host(image);
-        let repository = berth_core::rollouts::registry_repository(image);
-        let reader = self.reader(docker, &host, &repository).await?;
-        reader.exposed_tcp_ports(image.digest(), &platform).await
-    }
-
     /// A reader of `host`'s `repository`, over http where the engine reads `host` insecurely
     /// (where the engine does not answer: loopback addresses only, its default).
     pub(crate) async fn reader(
@@ -272,18 +250,6 @@ struct Manifest {
     #[serde(default)]
     manifests: Vec<Descriptor>,
     config: Option<Descriptor>,
-}
-
-/// An image's config blob, as far as berth reads it.
-#[derive(Debug, Deserialize)]
-struct ImageConfig {
-    config: Option<ImageConfigConfig>,
-}
-
-#[derive(Debug, Deserialize)]
-struct ImageConfigConfig {
-    #[serde(rename = "ExposedPorts")]
-    exposed_ports: Option<HashMap<String, serde_json::Value>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -410,48 +376,6 @@ impl<'a> Reader<'a> {
             .and_then(|base| base.host_str().map(url_host_name));
         let theirs = realm.host_str().map(url_host_name);
         own.is_some() && own == theirs
-    }
-
-    /// The ports the config of the image `digest` names exposes (see
-    /// [`Registries::exposed_tcp_ports`]).
-    async fn exposed_tcp_ports(mut self, digest: &Digest, platform: &Platform) -> Option<Vec<u16>> {
-        let root = self.fetch(digest).await.ok()??;
-        let parsed: Manifest = serde_json::from_slice(&root.bytes).ok()?;
-        let manifest = if parsed.config.is_some() {
-            parsed
-        } else {
-            let entry = Digest::parse(&pick(&parsed, platform)?.digest)?;
-            let platform_manifest = self.fetch(&entry).await.ok()??;
-            serde_json::from_slice(&platform_manifest.bytes).ok()?
-        };
-        let config = Digest::parse(&manifest.config?.digest)?;
-        let url = format!("{}/v2/{}/blobs/{config}", self.base, self.repository);
-        let response = self.send(reqwest::Method::GET, &url).await.ok()?;
-        if !response.status().is_success() {
-            return None;
-        }
-        let what = format!("the image config {}@{config}", self.repository);
-        let bytes = read_capped(response, MAX_MANIFEST, &what).await.ok()?;
-        if Digest::of(&bytes) != config {
-            return None;
-        }
-        let config: ImageConfig = serde_json::from_slice(&bytes).ok()?;
-        let mut ports: Vec<u16> = config
-            .config
-            .and_then(|c| c.exposed_ports)
-            .unwrap_or_default()
-            .keys()
-            .filter_map(|exposed| {
-                let (port, protocol) = exposed.split_once('/').unwrap_or((exposed, "tcp"));
-                protocol
-                    .eq_ignore_ascii_case("tcp")
-                    .then(|| port.parse().ok())
-                    .flatten()
-            })
-            .collect();
-        ports.sort_unstable();
-        ports.dedup();
-        Some(ports)
     }
 
     /// The URL of a manifest (`reference` a tag or a digest).

@@ -158,38 +158,30 @@ impl TagReader {
         read_tag(&self.registries, self.docker.as_ref(), tag).await
     }
 
-    /// The tcp ports the pinned image's config `EXPOSE`s, sorted; `None` when its registry
+    /// The tcp ports the pinned image's config `EXPOSE`s (`EXPOSE 8123/tcp`), sorted, each
+    /// once, for the engine's platform when the image is an index; `None` when its registry
     /// could not say (the config is read after the manifests, each checked against its digest).
     pub async fn exposed_tcp_ports(&self, image: &PinnedImage) -> Option<Vec<u16>> {
-        self.registries
-            .exposed_tcp_ports(self.docker.as_ref(), image)
-            .await
-    }
-}
-
-impl TagReader {
-    /// The tcp ports the image's config EXPOSEs (`EXPOSE 8123/tcp`), read from its registry
-    /// for the engine's platform; empty when it exposes none or cannot be read.
-    pub async fn exposed_ports(&self, image: &PinnedImage) -> Vec<u16> {
         let host = registry_host(image);
         let repository = registry_repository(image);
         let platform = self.registries.platform(self.docker.as_ref()).await;
-        let Some(reader) = self
+        let reader = self
             .registries
             .reader(self.docker.as_ref(), &host, &repository)
-            .await
-        else {
-            return Vec::new();
-        };
-        let Some(bytes) = reader.config(image.digest(), &platform).await else {
-            return Vec::new();
-        };
+            .await?;
+        let bytes = reader.config(image.digest(), &platform).await?;
         exposed_in(&bytes)
+    }
+
+    /// [`TagReader::exposed_tcp_ports`], empty when the registry could not say.
+    pub async fn exposed_ports(&self, image: &PinnedImage) -> Vec<u16> {
+        self.exposed_tcp_ports(image).await.unwrap_or_default()
     }
 }
 
-/// The tcp ports an image config's `config.ExposedPorts` names, in order.
-fn exposed_in(config: &[u8]) -> Vec<u16> {
+/// The tcp ports an image config's `config.ExposedPorts` names, sorted, each once; `None` when
+/// it is not an image config.
+fn exposed_in(config: &[u8]) -> Option<Vec<u16>> {
     #[derive(serde::Deserialize)]
     struct Config {
         config: Option<Inner>,
@@ -199,9 +191,7 @@ fn exposed_in(config: &[u8]) -> Vec<u16> {
         #[serde(rename = "ExposedPorts")]
         exposed_ports: Option<std::collections::BTreeMap<String, serde_json::Value>>,
     }
-    let Ok(parsed) = serde_json::from_slice::<Config>(config) else {
-        return Vec::new();
-    };
+    let parsed = serde_json::from_slice::<Config>(config).ok()?;
     let mut ports: Vec<u16> = parsed
         .config
         .and_then(|c| c.exposed_ports)
@@ -209,12 +199,15 @@ fn exposed_in(config: &[u8]) -> Vec<u16> {
         .keys()
         .filter_map(|k| {
             let (port, protocol) = k.split_once('/').unwrap_or((k, "tcp"));
-            (protocol == "tcp").then(|| port.parse().ok()).flatten()
+            protocol
+                .eq_ignore_ascii_case("tcp")
+                .then(|| port.parse().ok())
+                .flatten()
         })
         .collect();
     ports.sort_unstable();
     ports.dedup();
-    ports
+    Some(ports)
 }
 
 /// What the registry serves under `tag` now, read through `registries` (see
@@ -374,9 +367,9 @@ mod tests {
     #[test]
     fn exposed_ports_are_the_configs_tcp_ones() {
         let config = br#"{"config":{"ExposedPorts":{"9000/tcp":{},"8123/tcp":{},"9009/udp":{}}}}"#;
-        assert_eq!(exposed_in(config), [8123, 9000]);
-        assert_eq!(exposed_in(br#"{"config":{}}"#), Vec::<u16>::new());
-        assert_eq!(exposed_in(b"not json"), Vec::<u16>::new());
+        assert_eq!(exposed_in(config), Some(vec![8123, 9000]));
+        assert_eq!(exposed_in(br#"{"config":{}}"#), Some(vec![]));
+        assert_eq!(exposed_in(b"not json"), None);
     }
 
     #[tokio::test]
