@@ -1,12 +1,14 @@
-//! berth-core: the domain of berth.
+//! berth-core: what berth does with what it keeps.
 //!
-//! It owns the resource-instance contract (ids, the spec and its strict decoder, `specDigest`,
-//! digest-pinned image references), the SQLite store of desired and observed state, the
-//! reconciler that converges the two, and the [`runtime::Runtime`] trait a container engine
-//! implements.
+//! The operations the API offers ([`Berth`], `service/`), the reconciler that converges what
+//! runs on the engine with what was asked (`controllers/`), the work queue they run on, and the
+//! [`relay::Relay`] trait the host endpoints move bytes through. The records and the
+//! [`runtime::Runtime`] trait come from berth-domain and the store from berth-store; both are
+//! re-exported here under the paths the rest of berth uses (`berth_core::model`,
+//! `berth_core::store`, ...).
 //!
-//! Invariants: this crate knows nothing of Docker or HTTP. It never deletes a volume. A request
-//! that is refused writes nothing.
+//! Invariants: this crate knows nothing of Docker or HTTP, nor of SQLite beyond the store's API.
+//! It never deletes a volume. A request that is refused writes nothing.
 
 pub use berth_domain::{
     consent, evidence, model, names, ownership, plan, rollouts, runtime, snapshots, templates,

@@ -1,7 +1,9 @@
 //! berth-docker: berth's [`Runtime`] on the Docker engine.
 //!
-//! This crate owns every word berth says to Docker. It is the only crate of berth that imports
-//! bollard; the rest of berth sees the engine through [`berth_core::runtime::Runtime`] alone.
+//! This crate owns every word berth says to a Docker engine; berth-swarm, which speaks to a swarm
+//! manager, is the only other crate of the product that imports bollard (berth-bench does too,
+//! for its baselines). The rest of berth sees the engine through
+//! [`berth_core::runtime::Runtime`] alone.
 //! [`DockerRuntime`] pulls and verifies digest-pinned images, creates the networks, volumes and
 //! containers the reconciler plans, probes readiness, runs commands in containers and watches
 //! the engine's events.
