@@ -736,21 +736,23 @@ fn env_values(dir: &Path) -> Vec<String> {
 #[test]
 fn a_corpus_of_real_projects_shapes_converts_and_up_runs_each_database() {
     let registry = registry();
-    let hub = format!("{registry}/hub");
+    // A mirror root of its own: another test removes what it pulled under `hub/` when it ends,
+    // which would take the local references this test's instances run on.
+    let hub = format!("{registry}/corpus-hub");
     let pg_image = fixture("BERTH_TEST_POSTGRES_IMAGE");
     let redis_image = fixture("BERTH_TEST_REDIS_IMAGE");
-    let pg = tag(&pg_image, "hub/postgres", "13");
+    let pg = tag(&pg_image, "corpus-hub/postgres", "13");
     for t in ["14-alpine", "15", "16", "16-alpine"] {
-        tag(&pg_image, "hub/postgres", t);
+        tag(&pg_image, "corpus-hub/postgres", t);
     }
     for t in ["6-alpine", "7", "7-alpine"] {
-        tag(&redis_image, "hub/redis", t);
+        tag(&redis_image, "corpus-hub/redis", t);
     }
     // The platform file's Postgres is only converted (its own test tags the stand-in too).
     for (name, t) in [
         ("postgres", "15-alpine"),
-        ("hub/memcached", "1.6-alpine"),
-        ("hub/clickhouse/clickhouse-server", "24.3-alpine"),
+        ("corpus-hub/memcached", "1.6-alpine"),
+        ("corpus-hub/clickhouse/clickhouse-server", "24.3-alpine"),
         ("plausible/community-edition", "v2"),
         ("workflow", "1"),
         ("tracker/web", "23"),
