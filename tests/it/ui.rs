@@ -1164,3 +1164,65 @@ fn a_page_signed_in_with_a_read_and_link_key_shows_no_button_its_key_may_not_use
     assert_eq!(api.instance(&domain, "web")["state"]["kind"], "running");
     browser.close();
 }
+
+#[test]
+fn worktrees_are_labelled_by_branch_and_a_removed_one_says_so() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    // Named as the CLI names a repository's domain: the hash of its path stays off the page.
+    let domain = api.create_domain("shop 1a2b3c4d");
+    let id = support::domain_id(&domain);
+    let worktree = tempfile::tempdir().expect("a worktree's directory");
+    std::fs::write(worktree.path().join(".git"), "gitdir: /elsewhere\n").expect("its .git");
+    let told = block_on(api.api().put_worktree(
+        &id,
+        "fix-login-9f8e7d6c",
+        &berth_client::WorktreeRequest {
+            path: worktree.path().to_string_lossy().into_owned(),
+            branch: Some("fix/login".to_owned()),
+        },
+    ))
+    .expect("the worktree told of");
+    assert!(told.watched && told.ended_at.is_none(), "{told:?}");
+    // A second generation's key, as the CLI makes after an archive.
+    let mut web = spec(&busybox_image(), "web");
+    web["worktreeKey"] = json!("fix-login-9f8e7d6c");
+    web["volumes"] = json!([]);
+    let key = "web.2@fix-login-9f8e7d6c";
+    api.up(&domain, key, &web, "person").expect(200);
+    api.wait_state(&domain, key, "running", READY);
+
+    let browser = Browser::start();
+    browser.goto(&sign_in_link(&api));
+    browser.wait("document.querySelector('a.card.domain')", "the domain card");
+    assert_eq!(browser.text("a.card.domain .name"), "shop");
+    browser.click("a.card.domain");
+    let row = format!("tr[data-key=\"{key}\"]");
+    browser.wait(
+        &format!("document.querySelector('{row} [data-state=\"running\"]')"),
+        "web running",
+    );
+    let page = browser.text("main");
+    assert!(page.contains("worktree fix/login"), "{page}");
+    assert_eq!(browser.text(&format!("{row} a.key")), "web");
+    for hash in ["1a2b3c4d", "9f8e7d6c", "web.2"] {
+        assert!(!page.contains(hash), "{hash} on the page: {page}");
+    }
+
+    // The worktree goes (as `git worktree remove` takes its directory): berth stops its
+    // instance, and the page says why, live.
+    drop(worktree);
+    let stopped = api.wait_state(&domain, key, "stopped", READY);
+    assert_eq!(
+        stopped["stopReason"]["by"], "berth: its worktree was removed",
+        "{stopped}"
+    );
+    assert!(stopped["worktree"]["endedAt"].is_string(), "{stopped}");
+    browser.wait(
+        "[...document.querySelectorAll('h2')].some((h) => h.textContent.includes('fix/login') && h.textContent.includes('removed'))",
+        "the removed worktree's heading",
+    );
+    let findings = browser.audit();
+    assert!(findings.is_empty(), "a removed worktree: {findings:#?}");
+    browser.close();
+}

@@ -203,6 +203,10 @@ pub struct InstanceView {
     /// by itself). Absent while the engine answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine: Option<EngineUnreachable>,
+    /// Its worktree's record (where it lives, its branch, whether it has ended), once the CLI
+    /// has told of it; absent for a shared instance and for a key no CLI told of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<Box<crate::worktrees::WorktreeView>>,
 }
 
 /// The daemon's container engine does not answer: since when, and why.

@@ -23,6 +23,7 @@ macro_rules! display_as_wire_name {
 pub mod capabilities;
 pub mod daemon;
 pub mod decode;
+pub mod disk;
 pub mod domains;
 pub mod errors;
 pub mod evidence;
@@ -40,3 +41,4 @@ pub mod spec;
 pub mod templates;
 pub mod time;
 pub mod workspaces;
+pub mod worktrees;

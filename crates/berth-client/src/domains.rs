@@ -1,7 +1,7 @@
-//! The daemon itself, the web page's sign-in and resource domains.
+//! The daemon itself, the web page's sign-in, resource domains and their worktrees.
 
 use crate::types::*;
-use crate::{Client, ClientError, domain_path};
+use crate::{Client, ClientError, domain_path, seg};
 
 impl Client {
     // Meta.
@@ -65,5 +65,45 @@ impl Client {
     ) -> Result<ArchiveDomainResponse, ClientError> {
         self.post(&format!("{}/archive", domain_path(domain)), None)
             .await
+    }
+
+    /// `PUT .../worktrees/{worktreeKey}`: where a worktree lives and its branch (the CLI's
+    /// `up` tells it, so that the daemon notices the worktree end).
+    pub async fn put_worktree(
+        &self,
+        domain: &DomainId,
+        worktree_key: &str,
+        request: &WorktreeRequest,
+    ) -> Result<WorktreeView, ClientError> {
+        let path = format!("{}/worktrees/{}", domain_path(domain), seg(worktree_key));
+        self.with_body(reqwest::Method::PUT, &path, Self::body(request))
+            .await
+    }
+
+    /// `GET .../worktrees`: the domain's worktree records, by key.
+    pub async fn worktrees(&self, domain: &DomainId) -> Result<Vec<WorktreeView>, ClientError> {
+        let list: WorktreeList = self
+            .get(&format!("{}/worktrees", domain_path(domain)))
+            .await?;
+        Ok(list.items)
+    }
+
+    /// `GET .../disk`: where the domain's disk goes, measured now.
+    pub async fn disk_usage(&self, domain: &DomainId) -> Result<DiskUsage, ClientError> {
+        self.get(&format!("{}/disk", domain_path(domain))).await
+    }
+
+    /// `POST .../prune`: gives back disk by the retention (or, with `dry_run`, says what it
+    /// would).
+    pub async fn prune(
+        &self,
+        domain: &DomainId,
+        request: &PruneRequest,
+    ) -> Result<PruneReport, ClientError> {
+        self.post(
+            &format!("{}/prune", domain_path(domain)),
+            Self::body(request),
+        )
+        .await
     }
 }

@@ -11,6 +11,10 @@ pub use berth_api::daemon::{
     DaemonView, EngineUnreachable, EngineView, Health, HeldVolume, HoldersView, OtherStoreView,
     SignInLink, UnheldVolume,
 };
+pub use berth_api::disk::{
+    DiskItem, DiskKind, DiskUsage, PruneAction, PruneReason, PruneReport, PruneRequest,
+    SharedVolume,
+};
 pub use berth_api::domains::{
     ArchiveDomainResponse, CreateDomainRequest, DomainList, DomainState, DomainView,
 };
@@ -51,6 +55,7 @@ pub use berth_api::workspaces::{
     ContainerRef, Executor, LeaseRequest, LeaseView, LinkRequest, LinkView, NotAttachedView,
     SelectorRequest, SelectorView, Whoami, WorkspaceList, WorkspaceRequest, WorkspaceView,
 };
+pub use berth_api::worktrees::{WorktreeList, WorktreeRequest, WorktreeView};
 
 /// One event of `GET /v1/resource-domains/{id}/events`, as the client parses its Server-Sent
 /// Events: the event's name picks the variant, its data is the wire type.

@@ -8,11 +8,12 @@
 //! `berth_core::store`, ...).
 //!
 //! Invariants: this crate knows nothing of Docker or HTTP, nor of SQLite beyond the store's API.
-//! It never deletes a volume. A request that is refused writes nothing.
+//! It never deletes a live instance's volume: only a person's snapshot delete and `prune` (of
+//! archived data, by its retention) remove data. A request that is refused writes nothing.
 
 pub use berth_domain::{
-    consent, evidence, model, names, ownership, plan, rollouts, runtime, snapshots, templates,
-    watch, workspaces,
+    consent, disk, evidence, model, names, ownership, plan, rollouts, runtime, snapshots,
+    templates, watch, workspaces, worktrees,
 };
 pub use berth_domain::{decode, exec, ids, image, spec, time};
 pub use berth_store as store;

@@ -13,6 +13,7 @@
 pub use berth_api::{decode, exec, ids, image, spec, time};
 
 pub mod consent;
+pub mod disk;
 pub mod evidence;
 pub mod model;
 pub mod names;
@@ -26,3 +27,4 @@ pub mod templates;
 pub mod testing;
 pub mod watch;
 pub mod workspaces;
+pub mod worktrees;

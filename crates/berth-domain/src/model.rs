@@ -119,6 +119,7 @@ impl Instance {
             last_reached_at: self.last_reached_at,
             volumes: self.volumes.clone(),
             engine: None,
+            worktree: None,
         }
     }
 }

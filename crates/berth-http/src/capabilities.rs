@@ -86,6 +86,17 @@ const TABLE: &[(&str, &str, &str, Needs)] = &[
         "/templates/{templateId}",
         Needs::Capability(DataSnapshot),
     ),
+    ("GET", D, "/worktrees", Needs::Capability(Read)),
+    ("GET", D, "/disk", Needs::Capability(Read)),
+    // Archives instances and removes archived data: an archive's capability.
+    ("POST", D, "/prune", Needs::Capability(InstancesArchive)),
+    // Part of an `up`: the CLI tells where the worktree it runs in lives.
+    (
+        "PUT",
+        D,
+        "/worktrees/{worktreeKey}",
+        Needs::Capability(CreateGreenfield),
+    ),
     (
         "PUT",
         D,

@@ -85,6 +85,8 @@ pub fn router(
         .merge(routes::exec::router())
         .merge(routes::tty::router())
         .merge(routes::workspaces::router())
+        .merge(routes::worktrees::router())
+        .merge(routes::disk::router())
         .merge(routes::ui::router())
         .routes(utoipa_axum::routes!(openapi_json))
         .routes(utoipa_axum::routes!(daemon))
@@ -265,6 +267,8 @@ mod tests {
             .merge(routes::templates::router())
             .merge(routes::exec::router())
             .merge(routes::workspaces::router())
+            .merge(routes::worktrees::router())
+            .merge(routes::disk::router())
             .merge(routes::ui::router())
             .merge(routes::ui::public_router())
             .split_for_parts();

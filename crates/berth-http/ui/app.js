@@ -127,6 +127,28 @@ function closeLive() {
 
 function groupKey(entry) { return entry.instance.worktreeKey; }
 
+// The names a person wrote, without what berth adds to keep them apart: a project's name
+// without the hash of its repository's path (kept in the title), an instance's name without
+// its worktree key or its generation (`redis.2@fix-1a2b3c4d` is `redis`).
+function projectName(d) { return d.name.replace(/ [0-9a-f]{8}$/, ''); }
+function instanceName(key) { return key.split('@')[0].replace(/\.[0-9]+$/, ''); }
+
+// A worktree's heading: the branch it has checked out (its key when the CLI never said, or on a
+// detached head), where it lives, and whether it was removed.
+function worktreeLabel(key, list) {
+  const tree = list.map((e) => e.instance.worktree).find((w) => w);
+  return tree && tree.branch ? tree.branch : key;
+}
+
+function worktreeHeading(id, key, list) {
+  const tree = list.map((e) => e.instance.worktree).find((w) => w);
+  const label = worktreeLabel(key, list);
+  return h('h2', { id, title: tree ? `${tree.path} (worktree key ${key})` : `worktree key ${key}` },
+    h('span', { class: 'muted' }, 'worktree '), h('code', {}, label),
+    tree && tree.endedAt ? [' ', badge('removed'),
+      h('span', { class: 'muted small' }, ' stopped by berth; ', h('code', {}, 'berth prune'), ' archives it')] : null);
+}
+
 async function openLive(id) {
   if (live && live.id === id) return live;
   closeLive();
@@ -267,6 +289,7 @@ function applyChange(model, change) {
   const kindBefore = before.instance.state.kind;
   const digestBefore = before.instance.specDigest;
   const worktreeBefore = before.instance.worktreeKey;
+  const treeBefore = JSON.stringify(before.instance.worktree || null);
   before.instance = next;
   before.generation = change.generation;
   before.observedGeneration = change.observedGeneration;
@@ -276,8 +299,14 @@ function applyChange(model, change) {
       || (kind === 'running' && before.endpoints.length === 0)))) {
     scheduleRefresh(model);
   }
-  // An instance that moved to another worktree moves to another group.
-  if (onChange) onChange({ key: next.key, full: worktreeBefore !== next.worktreeKey });
+  // An instance that moved to another worktree moves to another group; a worktree that was
+  // removed (or renamed its branch) changes its group's heading.
+  if (onChange) {
+    onChange({
+      key: next.key,
+      full: worktreeBefore !== next.worktreeKey || treeBefore !== JSON.stringify(next.worktree || null),
+    });
+  }
 }
 
 // ---- actions ----
@@ -469,7 +498,7 @@ async function showDomains() {
   const archived = items.filter((d) => d.state === 'archived');
   const card = (d) => h('li', {},
     h('a', { class: 'card domain', href: `#/d/${encodeURIComponent(d.resourceDomainId)}` },
-      h('span', { class: 'name' }, d.name),
+      h('span', { class: 'name', title: d.name }, projectName(d)),
       h('span', { class: 'muted small' }, d.state === 'active' ? '' : badge(d.state), ' created ', when(d.createdAt))));
   replace(main,
     h('h1', {}, 'Projects'),
@@ -494,7 +523,7 @@ function instanceRow(model, entry) {
   const href = `#/d/${encodeURIComponent(model.id)}/i/${encodeURIComponent(i.key)}`;
   return h('tr', { 'data-key': i.key, class: `state-${i.state.kind}` },
     h('th', { scope: 'row' },
-      h('a', { href, class: 'key' }, i.key),
+      h('a', { href, class: 'key', title: i.key }, instanceName(i.key)),
       i.alias !== i.key ? h('div', { class: 'muted small' }, 'alias ', h('code', {}, i.alias)) : null,
       entry.branchedFrom ? h('div', { class: 'muted small' }, origin(entry)) : null),
     h('td', { class: 'state' }, stateCell(i), lastFailure(entry)),
@@ -537,9 +566,9 @@ function renderDomain(model) {
   for (const [key, list] of [...worktrees.entries()].sort((a, b) => a[0].localeCompare(b[0]))) {
     const id = `wt-${sections.length}`;
     sections.push(h('section', { class: 'group', 'aria-labelledby': id },
-      h('h2', { id }, h('span', { class: 'muted' }, 'worktree '), h('code', {}, key)),
+      worktreeHeading(id, key, list),
       workspaceList(links(key)),
-      table(model, list, `Instances of worktree ${key}`)));
+      table(model, list, `Instances of worktree ${worktreeLabel(key, list)}`)));
   }
   if (shared.length) {
     sections.push(h('section', { class: 'group shared', 'aria-labelledby': 'shared' },
@@ -549,7 +578,7 @@ function renderDomain(model) {
   const d = model.domain;
   replace(main,
     h('div', { class: 'title-row' },
-      h('h1', {}, d.name),
+      h('h1', { title: d.name }, projectName(d)),
       d.state !== 'active' ? badge(d.state) : null,
       h('p', { class: 'muted summary', id: 'counts' },
         `${entries.length} instance${entries.length === 1 ? '' : 's'} · ${running} running`
@@ -557,7 +586,7 @@ function renderDomain(model) {
       entries.length ? sizesNote(model) : null),
     entries.length === 0
       ? h('div', { class: 'empty' },
-        h('p', { class: 'big' }, `No instances in ${d.name} yet.`),
+        h('p', { class: 'big' }, `No instances in ${projectName(d)} yet.`),
         h('p', {}, 'Add one to ', h('code', {}, 'berth.toml'), ' in the repository and run ',
           h('code', {}, 'berth up'), '. It appears here as it starts.'))
       : sections);
@@ -595,7 +624,7 @@ function updateRow(model, key) {
 
 async function showDomain(id) {
   const model = await openLive(id);
-  setCrumbs({ text: 'Projects', href: '#/' }, { text: model.domain.name });
+  setCrumbs({ text: 'Projects', href: '#/' }, { text: projectName(model.domain) });
   renderDomain(model);
   performance.mark('berth:domain-rendered');
   if (needsSizes(model)) loadSizes(model);
@@ -614,7 +643,7 @@ async function showInstance(id, key, focusLogs) {
   const abort = new AbortController();
   viewAbort = abort;
   const domainHref = `#/d/${encodeURIComponent(id)}`;
-  setCrumbs({ text: 'Projects', href: '#/' }, { text: model.domain.name, href: domainHref }, { text: key });
+  setCrumbs({ text: 'Projects', href: '#/' }, { text: projectName(model.domain), href: domainHref }, { text: key });
   const releasesBox = h('div', {}, h('p', { class: 'muted' }, 'Loading releases…'));
   const snapshotsBox = h('div', {}, h('p', { class: 'muted' }, 'Loading snapshots…'));
   const copyStatus = h('p', { class: 'muted small', id: 'copy-status', role: 'status' });
@@ -663,8 +692,8 @@ async function showInstance(id, key, focusLogs) {
   const render = () => {
     const entry = model.entries.get(key);
     if (!entry) {
-      replace(header, h('h1', {}, key), h('p', {}, `${key} is not in ${model.domain.name} (it may be archived). `,
-        h('a', { href: domainHref }, `Back to ${model.domain.name}`)));
+      replace(header, h('h1', {}, key), h('p', {}, `${key} is not in ${projectName(model.domain)} (it may be archived). `,
+        h('a', { href: domainHref }, `Back to ${projectName(model.domain)}`)));
       replace(detailsBox);
       return;
     }

@@ -303,6 +303,43 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Forgets the volumes `names` an archived instance kept (prune removed them), from what
+    /// it mounts and what it keeps; an instance that is not archived is left as it is.
+    pub fn forget_archived_volumes(
+        &self,
+        id: &InstanceId,
+        names: &[String],
+    ) -> Result<(), StoreError> {
+        let row: Option<(String, String, String)> = self
+            .conn
+            .query_row(
+                "SELECT desired, volumes, kept_volumes FROM instances WHERE id = ?1",
+                [id.as_str()],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?;
+        let Some((desired, volumes, kept)) = row else {
+            return Ok(());
+        };
+        if desired != "archived" {
+            return Ok(());
+        }
+        let keep = |json: &str| -> Result<String, StoreError> {
+            let left: Vec<InstanceVolume> = from_json::<StoredVolumes>(json)?
+                .into_volumes()
+                .into_iter()
+                .filter(|v| !names.contains(&v.docker_name))
+                .collect();
+            to_json(&StoredVolumes::from(&left[..]))
+        };
+        self.conn.execute(
+            "UPDATE instances SET volumes = ?2, kept_volumes = ?3 WHERE id = ?1",
+            params![id.as_str(), keep(&volumes)?, keep(&kept)?],
+        )?;
+        self.touch_instance(id);
+        Ok(())
+    }
+
     /// Switches an instance to the volumes a restore or branch filled: their tag, the volumes
     /// it mounts, and every volume it keeps (those and the ones no spec mounts now); what it
     /// kept before is in the before-restore snapshot.

@@ -22,6 +22,7 @@ mod templates;
 mod tx;
 mod view;
 mod workspaces;
+mod worktrees;
 
 pub use berth_api::page::LastFailure;
 pub use endpoints::StoredEndpoint;

@@ -294,6 +294,18 @@ pub(super) const MIGRATIONS: &[&str] = &[
         volume TEXT PRIMARY KEY,
         made_at INTEGER NOT NULL
     );",
+    // 19: worktrees: where each worktree key of a domain lives and its branch, as the CLI told
+    // at `up`; whether the daemon can see that path; when it found the worktree gone.
+    "CREATE TABLE worktrees (
+        domain_id TEXT NOT NULL REFERENCES domains(id),
+        key TEXT NOT NULL,
+        path TEXT NOT NULL,
+        branch TEXT,
+        watched INTEGER NOT NULL,
+        seen_at INTEGER NOT NULL,
+        ended_at INTEGER,
+        PRIMARY KEY (domain_id, key)
+    );",
 ];
 
 /// Runs `PRAGMA quick_check` (every page and index, without comparing index contents to their

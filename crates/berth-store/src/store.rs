@@ -20,6 +20,7 @@ use berth_domain::rollouts::Reporter;
 use berth_domain::runtime::RegistryManifest;
 use berth_domain::time::Timestamp;
 use berth_domain::watch::Watch;
+use berth_domain::worktrees::Worktree;
 
 /// What a lookup of one instance by its domain and key found, the domain's owner checked.
 #[derive(Debug, PartialEq, Eq)]
@@ -385,6 +386,43 @@ impl Store {
             .collect();
         instances.sort_by(|a, b| a.key.cmp(&b.key));
         instances
+    }
+
+    /// One worktree key's record, from memory.
+    pub fn worktree(&self, domain: &DomainId, key: &str) -> Option<Worktree> {
+        self.view().worktrees.get(domain)?.get(key).cloned()
+    }
+
+    /// The record of the worktree an instance belongs to, from memory; `None` for a shared
+    /// instance and a key no CLI told of.
+    pub fn worktree_of(&self, id: &InstanceId) -> Option<Worktree> {
+        let view = self.view();
+        let instance = view.instances.get(id)?;
+        let key = instance.spec.worktree_key.as_ref()?;
+        view.worktrees.get(&instance.domain_id)?.get(key).cloned()
+    }
+
+    /// A domain's worktree records by key, from memory.
+    pub fn worktrees(&self, domain: &DomainId) -> Vec<Worktree> {
+        let mut worktrees: Vec<Worktree> = self
+            .view()
+            .worktrees
+            .get(domain)
+            .map(|w| w.values().cloned().collect())
+            .unwrap_or_default();
+        worktrees.sort_by(|a, b| a.key.cmp(&b.key));
+        worktrees
+    }
+
+    /// Every worktree record the daemon watches that has not ended, across domains.
+    pub fn watched_worktrees(&self) -> Vec<Worktree> {
+        self.view()
+            .worktrees
+            .values()
+            .flat_map(|w| w.values())
+            .filter(|w| w.watched && w.ended_at.is_none())
+            .cloned()
+            .collect()
     }
 
     /// The ids of every instance that is not archived, across all domains, from memory.

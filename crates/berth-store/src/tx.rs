@@ -99,6 +99,8 @@ pub(super) fn from_json<T: serde::de::DeserializeOwned>(text: &str) -> rusqlite:
 pub(super) struct Touched {
     pub(super) domains: Vec<DomainId>,
     pub(super) instances: Vec<InstanceId>,
+    /// Worktree records, by domain and key.
+    pub(super) worktrees: Vec<(DomainId, String)>,
 }
 
 /// Typed queries inside a transaction (or a read).

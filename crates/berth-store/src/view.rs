@@ -9,9 +9,11 @@ use rusqlite::Connection;
 use crate::StoreError;
 use crate::instances::{INSTANCE_COLUMNS, domain_from_row, instance_from_row};
 use crate::tx::{Touched, Tx};
+use crate::worktrees::{WORKTREE_COLUMNS, worktree_from_row};
 use berth_domain::ids::{DomainId, InstanceId};
 use berth_domain::model::{Domain, Instance};
 use berth_domain::watch::Watch;
+use berth_domain::worktrees::Worktree;
 
 /// Domains and instances as last committed, answered without SQLite. The writer updates it
 /// after each commit, before it answers the write, so a caller reads its own writes.
@@ -26,6 +28,8 @@ pub(super) struct View {
     pub(super) revisions: HashMap<InstanceId, u64>,
     /// The last revision given.
     last_revision: u64,
+    /// Worktree records, by domain, then key.
+    pub(super) worktrees: HashMap<DomainId, HashMap<String, Worktree>>,
 }
 
 impl View {
@@ -58,6 +62,14 @@ pub(super) fn load_view(conn: &Connection) -> Result<View, StoreError> {
     for instance in stmt.query_map([], instance_from_row)? {
         view.put_instance(instance?);
     }
+    let mut stmt = conn.prepare(&format!("SELECT {WORKTREE_COLUMNS} FROM worktrees"))?;
+    for worktree in stmt.query_map([], worktree_from_row)? {
+        let worktree = worktree?;
+        view.worktrees
+            .entry(worktree.domain_id.clone())
+            .or_default()
+            .insert(worktree.key.clone(), worktree);
+    }
     Ok(view)
 }
 
@@ -65,10 +77,18 @@ pub(super) fn load_view(conn: &Connection) -> Result<View, StoreError> {
 /// whose view changed (apart from `observedAt`). A row that cannot be read back is logged and
 /// left as it was: the next write of it tries again.
 pub(super) fn refresh(conn: &Connection, view: &RwLock<View>, watch: &Watch, touched: Touched) {
-    if touched.domains.is_empty() && touched.instances.is_empty() {
+    if touched.domains.is_empty() && touched.instances.is_empty() && touched.worktrees.is_empty() {
         return;
     }
     let tx = Tx::new(conn);
+    let worktrees: Vec<(DomainId, String, Option<Worktree>)> = touched
+        .worktrees
+        .into_iter()
+        .map(|(domain, key)| {
+            let found = tx.worktree(&domain, &key).ok().flatten();
+            (domain, key, found)
+        })
+        .collect();
     let domains: Vec<Domain> = touched
         .domains
         .iter()
@@ -86,6 +106,14 @@ pub(super) fn refresh(conn: &Connection, view: &RwLock<View>, watch: &Watch, tou
         })
         .collect();
     let mut view = view.write().unwrap_or_else(|e| e.into_inner());
+    // Before the instances: a view published below carries its worktree's record.
+    for (domain, key, found) in worktrees {
+        let of_domain = view.worktrees.entry(domain).or_default();
+        match found {
+            Some(worktree) => of_domain.insert(key, worktree),
+            None => of_domain.remove(&key),
+        };
+    }
     for domain in domains {
         view.domains
             .insert(domain.resource_domain_id.clone(), domain);
@@ -97,7 +125,15 @@ pub(super) fn refresh(conn: &Connection, view: &RwLock<View>, watch: &Watch, tou
             old != instance
         });
         if changed {
-            watch.publish(&instance.domain_id, instance.change());
+            // Published as the API shows it: with its worktree's record.
+            let mut change = instance.change();
+            change.instance.worktree = instance
+                .spec
+                .worktree_key
+                .as_ref()
+                .and_then(|key| view.worktrees.get(&instance.domain_id)?.get(key))
+                .map(|w| Box::new(w.view()));
+            watch.publish(&instance.domain_id, change);
         }
         view.put_instance(instance);
     }

@@ -85,6 +85,20 @@ impl Repo {
         self.top_level.join(PROJECT_FILE)
     }
 
+    /// The branch this worktree has checked out; `None` on a detached head (or when git cannot
+    /// say).
+    pub fn branch(&self) -> Option<String> {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(&self.top_level)
+            .args(["symbolic-ref", "--quiet", "--short", "HEAD"])
+            .output()
+            .ok()?;
+        let branch = String::from_utf8(out.stdout).ok()?;
+        let branch = branch.trim();
+        (out.status.success() && !branch.is_empty()).then(|| branch.to_owned())
+    }
+
     /// The instance key of `name`: `name` when shared, `name@<worktree key>` otherwise.
     pub fn instance_key(&self, name: &str, shared: bool) -> String {
         instance_key(name, (!shared).then_some(self.worktree_key.as_str()))

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use berth_core::Berth;
-use berth_core::controllers::{ReconcileConfig, Reconciler};
+use berth_core::controllers::{ReconcileConfig, Reconciler, Retention};
 use berth_core::queue::QueueConfig;
 use berth_core::runtime::Runtime;
 use berth_core::store::{Store, StoreError};
@@ -115,6 +115,16 @@ pub struct ServeArgs {
     /// 0s to 10ms.
     #[arg(long, env = "BERTH_ENDPOINT_SPIN", default_value = "100us", value_parser = endpoint_spin)]
     endpoint_spin: Duration,
+
+    /// How many `before-restore` snapshots `berth prune` keeps per instance (newest first),
+    /// unless a prune asks for another count.
+    #[arg(long, env = "BERTH_KEEP_BEFORE_RESTORE", default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=1000))]
+    keep_before_restore: u32,
+
+    /// How many days `berth prune` keeps an archived instance's volumes, unless a prune asks
+    /// for another; 0 lets the next prune delete them.
+    #[arg(long, env = "BERTH_KEEP_ARCHIVED_DAYS", default_value_t = 7, value_parser = clap::value_parser!(u32).range(0..=36500))]
+    keep_archived_days: u32,
 
     /// How long each step of a preflight (`berth up --dry-run`, `berth doctor`) may wait on the
     /// engine or a registry; a step that takes longer is named in the report as stalled.
@@ -314,6 +324,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                     spin: args.endpoint_spin,
                 })),
                 preflight_step: args.preflight_step_timeout,
+                retention: Retention {
+                    before_restore: args.keep_before_restore,
+                    archived_days: args.keep_archived_days,
+                },
                 queue: QueueConfig {
                     workers: usize::from(args.workers),
                     ..QueueConfig::default()

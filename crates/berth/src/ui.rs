@@ -250,6 +250,18 @@ pub fn engine_note(instance: &InstanceView) -> Option<String> {
     })
 }
 
+/// The note of an instance whose worktree has ended: where it was, and what ends it for good.
+pub fn worktree_note(instance: &InstanceView) -> Option<String> {
+    let worktree = instance.worktree.as_ref()?;
+    worktree.ended_at.map(|at| {
+        format!(
+            "its worktree {} was removed {}: `berth prune` archives it",
+            escape(&worktree.path),
+            ago(Some(at))
+        )
+    })
+}
+
 /// The daemon's container engine does not answer: what it met, and what happens next.
 pub fn engine_away(away: &berth_client::EngineUnreachable) -> String {
     format!(

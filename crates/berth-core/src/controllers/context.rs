@@ -46,6 +46,26 @@ pub struct ReconcileConfig {
     /// How long each step of a preflight (an `up --dry-run`, `doctor`) may wait on the engine
     /// or a registry before the preflight says which step stalled (`--preflight-step-timeout`).
     pub preflight_step: Duration,
+    /// What `prune` keeps when its request does not say.
+    pub retention: Retention,
+}
+
+/// What `prune` keeps by default (`--keep-before-restore`, `--keep-archived-days`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// `before-restore` snapshots kept per instance, newest first.
+    pub before_restore: u32,
+    /// Days an archived instance's volumes stay.
+    pub archived_days: u32,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            before_restore: 3,
+            archived_days: 7,
+        }
+    }
 }
 
 impl Default for ReconcileConfig {
@@ -63,6 +83,7 @@ impl Default for ReconcileConfig {
             observe_every: Some(Duration::from_secs(6 * 3600)),
             relay: Arc::new(CopyRelay),
             preflight_step: Duration::from_secs(30),
+            retention: Retention::default(),
         }
     }
 }

@@ -11,6 +11,7 @@
 //!   worktree key) and the workspace containers attached to them.
 //! - [`endpoints`]: the host endpoints, their listeners and the connections proxied through.
 //! - [`idle`]: reach accounting and idle stop.
+//! - [`worktrees`]: ended worktrees noticed, their instances stopped.
 //!
 //! ```text
 //! request ─► service (one write) ─► queue ─► instances ─► runtime
@@ -35,9 +36,10 @@ pub mod sizes;
 mod storage;
 mod templates;
 mod views;
+pub mod worktrees;
 
 pub use crate::plan::{copy_targets, plan_volumes};
-pub use context::{Next, ReconcileConfig, ReconcileError};
+pub use context::{Next, ReconcileConfig, ReconcileError, Retention};
 pub use observe::{ObserveError, Observed};
 pub use reconciler::*;
 pub use views::Candidates;

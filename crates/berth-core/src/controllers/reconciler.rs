@@ -18,6 +18,7 @@ use super::instances::InstanceController;
 use super::observe::ObserveController;
 use super::templates::TemplateController;
 use super::views::ViewController;
+use super::worktrees::WorktreeController;
 use crate::ids::{DomainId, InstanceId};
 use crate::model::{Instance, Workspace};
 use crate::ownership::{OtherStores, Ownership};
@@ -35,6 +36,7 @@ struct Controllers {
     views: Arc<ViewController>,
     endpoints: Arc<EndpointController>,
     idle: IdleController,
+    worktrees: WorktreeController,
     copies: Arc<CopyController>,
     observer: ObserveController,
     /// Whether the engine answers, as the runtime's watch last said.
@@ -86,6 +88,7 @@ impl Reconciler {
             views.clone(),
             endpoints.clone(),
         );
+        let worktrees = WorktreeController::new(ctx.clone(), instances.queue().clone());
         let shutdown = CancellationToken::new();
         let copies = CopyController::new(ctx.clone(), instances.clone(), shutdown.clone());
         let observer = ObserveController::new(ctx.clone());
@@ -96,6 +99,7 @@ impl Reconciler {
                 views,
                 endpoints,
                 idle,
+                worktrees,
                 copies,
                 observer,
                 engine: EngineHealth::new(),
@@ -116,6 +120,11 @@ impl Reconciler {
     /// Its configuration.
     pub fn config(&self) -> &ReconcileConfig {
         &self.inner.ctx.config
+    }
+
+    /// Whether an engine object with `labels` is this store's to touch.
+    pub(crate) fn owns(&self, labels: &crate::runtime::Labels) -> bool {
+        self.inner.ctx.owns(labels)
     }
 
     /// Observes the tag of the instance's image now (see [`observe`]).
@@ -186,6 +195,15 @@ impl Reconciler {
             async move {
                 if let Some(inner) = weak.upgrade() {
                     inner.idle.run().await;
+                }
+            }
+        }));
+        let weak = Arc::downgrade(&self.inner);
+        tasks.push(supervise("worktrees", stop.clone(), move || {
+            let weak = weak.clone();
+            async move {
+                if let Some(inner) = weak.upgrade() {
+                    inner.worktrees.run().await;
                 }
             }
         }));
@@ -605,6 +623,11 @@ impl Reconciler {
         ids: &[InstanceId],
     ) -> Result<Vec<Vec<EndpointView>>, StoreError> {
         self.inner.endpoints.endpoints_of_all(ids).await
+    }
+
+    /// Looks at every watched worktree once, ending those that are gone.
+    pub async fn worktrees_tick(&self) -> Result<(), StoreError> {
+        self.inner.worktrees.look().await
     }
 
     /// Counts reach for every running instance once, stopping those idle too long.

@@ -44,12 +44,6 @@ impl Berth {
         self.reconciler.as_ref().map(Reconciler::engine_changes)
     }
 
-    /// An instance's view as the API answers it: with the engine's absence while it lasts.
-    pub fn with_engine(&self, mut view: crate::model::InstanceView) -> crate::model::InstanceView {
-        view.engine = self.engine_unreachable();
-        view
-    }
-
     /// An instance's host endpoints: a loopback port per service port, stable for its life.
     pub async fn endpoints(
         &self,

@@ -135,12 +135,12 @@ impl Berth {
         // the domain's network views, so the others are looked at too.
         reconciler.enqueue_now(&instance.id);
         reconciler.enqueue_domain(domain_id);
-        Ok(self.with_engine(instance.view()))
+        Ok(self.annotated(instance.view()))
     }
 
     /// One instance, archived or not.
     pub fn get(&self, owner: &str, domain_id: &DomainId, key: &str) -> Result<InstanceView, Error> {
-        Ok(self.with_engine(self.instance(owner, domain_id, key)?.view()))
+        Ok(self.annotated(self.instance(owner, domain_id, key)?.view()))
     }
 
     pub(super) fn instance(
@@ -167,10 +167,7 @@ impl Berth {
     ) -> Result<Vec<InstanceView>, Error> {
         self.domain(owner, domain_id)?;
         let instances = self.store.instances(domain_id, archived);
-        Ok(instances
-            .iter()
-            .map(|i| self.with_engine(i.view()))
-            .collect())
+        Ok(instances.iter().map(|i| self.annotated(i.view())).collect())
     }
 
     /// A person's stop.
@@ -202,7 +199,7 @@ impl Berth {
             .await?;
         tracing::info!(instance = %instance.id, key = %instance.key, "stop");
         reconciler.enqueue_now(&instance.id);
-        Ok(self.with_engine(instance.view()))
+        Ok(self.annotated(instance.view()))
     }
 
     /// Archives an instance: its container is removed, its volumes are kept and measured.

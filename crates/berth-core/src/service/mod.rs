@@ -2,11 +2,13 @@
 //! desired state in one transaction (or refuses and writes nothing), and wakes the reconciler.
 
 mod berth;
+mod disk;
 mod engine;
 mod instances;
 mod page;
 mod preflight;
 mod promotions;
+mod prune;
 mod rollouts;
 mod serialized;
 mod size_cache;
@@ -15,6 +17,7 @@ mod templates;
 mod view_cache;
 mod watch;
 mod workspaces;
+mod worktrees;
 
 pub use berth::*;
 pub use berth_api::instances::UpCause;

@@ -42,7 +42,7 @@ impl Berth {
             .store()
             .instance_at(domain_id, key)
             .ok_or_else(not_found)?;
-        let bytes = Bytes::from(serde_json::to_vec(&instance.view()).map_err(|e| {
+        let bytes = Bytes::from(serde_json::to_vec(&self.annotated(instance.view())).map_err(|e| {
             tracing::error!(instance = %instance.id, error = %e, "an instance's view could not be serialized");
             Error::Internal("an instance's view could not be serialized".to_owned())
         })?);

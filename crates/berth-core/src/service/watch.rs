@@ -29,7 +29,7 @@ impl Berth {
                 all.iter()
                     .map(|i| {
                         let mut change = i.change();
-                        change.instance = self.with_engine(change.instance);
+                        change.instance = self.annotated(change.instance);
                         change
                     })
                     .collect()
@@ -50,18 +50,18 @@ impl Berth {
     ) -> Result<(InstanceChange, bool), Error> {
         let deadline = tokio::time::Instant::now() + timeout.min(MAX_WAIT);
         let (mut feed, _, _) = self.store.watch().subscribe(domain_id, None);
-        let with_engine = |mut change: InstanceChange| {
-            change.instance = self.with_engine(change.instance);
+        let annotate = |mut change: InstanceChange| {
+            change.instance = self.annotated(change.instance);
             change
         };
         loop {
-            let change = with_engine(self.instance(owner, domain_id, key)?.change());
+            let change = annotate(self.instance(owner, domain_id, key)?.change());
             if settled(&change, kinds) {
                 return Ok((change, false));
             }
             let id = change.instance.resource_instance_id.clone();
             if !Watch::next_change(&mut feed, &id, deadline).await {
-                let change = with_engine(self.instance(owner, domain_id, key)?.change());
+                let change = annotate(self.instance(owner, domain_id, key)?.change());
                 let done = settled(&change, kinds);
                 return Ok((change, !done));
             }

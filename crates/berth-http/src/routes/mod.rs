@@ -1,5 +1,6 @@
 //! The route table: one module per resource.
 
+pub mod disk;
 pub mod domains;
 pub mod events;
 pub mod exec;
@@ -10,3 +11,4 @@ pub mod templates;
 pub mod tty;
 pub mod ui;
 pub mod workspaces;
+pub mod worktrees;

@@ -247,7 +247,7 @@ async fn domain_summary(
                 ImageEvidence::pending(&instance.spec_digest, instance.spec.image.as_str())
             });
         items.push(InstanceSummary {
-            instance: app.berth.with_engine(instance.view()),
+            instance: app.berth.annotated(instance.view()),
             generation: instance.generation,
             observed_generation: instance.observed_generation,
             restart_count: instance.restart_count,

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use super::{
-    branching, doctor, exec, instances, logs, page, pins, promote, rollouts, service, templates,
-    up, whoami,
+    branching, disk, doctor, exec, instances, logs, page, pins, promote, rollouts, service,
+    templates, up, whoami,
 };
 use crate::repo::PROJECT_FILE;
 
@@ -74,6 +74,13 @@ pub enum Command {
     Restore(branching::RestoreArgs),
     /// Make this worktree's instance with another worktree's data (or a snapshot's).
     Branch(branching::BranchArgs),
+    /// Show where the repository's disk goes: by worktree, instance, snapshot and template, what
+    /// each would free, and the layers they share.
+    Df(disk::DfArgs),
+    /// Give back disk: archive the instances of removed worktrees and remove their data, and
+    /// remove old archived data, surplus before-restore snapshots and unused templates.
+    /// `--dry-run` lists it; berth asks first unless `--yes`.
+    Prune(disk::PruneArgs),
     /// Open berth's web page in the browser, signed in by a link that works once, for two
     /// minutes (`--print` prints the link instead).
     Ui(page::UiArgs),
@@ -111,6 +118,8 @@ pub async fn run(command: Command) -> ExitCode {
         Command::Templates(args) => templates::run(args).await,
         Command::Restore(args) => branching::restore(args).await,
         Command::Branch(args) => branching::branch(args).await,
+        Command::Df(args) => disk::df(args).await,
+        Command::Prune(args) => disk::prune(args).await,
         Command::Ui(args) => page::run(args).await,
         Command::Service(args) => service::run(args).await,
     };

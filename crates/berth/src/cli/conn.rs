@@ -82,6 +82,29 @@ pub(crate) async fn find_domain(
 
 /// The repository's domain, created on first use.
 pub(crate) async fn ensure_domain(client: &Client, repo: &Repo) -> anyhow::Result<DomainView> {
+    let domain = find_or_create_domain(client, repo).await?;
+    tell_worktree(client, &domain.resource_domain_id, repo).await;
+    Ok(domain)
+}
+
+/// Tells the daemon where this worktree lives and its branch, so that it notices the worktree
+/// end (and the page labels it by branch). Bookkeeping beside the command: a key that may not
+/// (a read-only one) or a daemon that cannot does not stop the command.
+async fn tell_worktree(client: &Client, domain: &DomainId, repo: &Repo) {
+    let request = berth_client::WorktreeRequest {
+        path: repo.top_level.to_string_lossy().into_owned(),
+        branch: repo.branch(),
+    };
+    if let Err(e) = client
+        .api
+        .put_worktree(domain, &repo.worktree_key, &request)
+        .await
+    {
+        tracing::debug!(error = %e, "the daemon was not told of this worktree");
+    }
+}
+
+async fn find_or_create_domain(client: &Client, repo: &Repo) -> anyhow::Result<DomainView> {
     if let Some(d) = find_domain(client, repo).await? {
         return Ok(d);
     }
@@ -142,12 +165,17 @@ pub(crate) fn annotated(instance: &InstanceView, repo: &Repo) -> Value {
     out
 }
 
-/// `shared`, `worktree` (this one's), or `worktree <key>` (another one's).
+/// `shared`, `worktree` (this one's), or `worktree <branch>` (another one's, by the branch it
+/// had checked out when the CLI last told the daemon; by its key when it never told or the head
+/// was detached).
 pub(crate) fn scope_of(instance: &InstanceView, repo: &Repo) -> String {
     match instance.worktree_key.as_deref() {
         None => "shared".to_owned(),
         Some(k) if k == repo.worktree_key => "worktree".to_owned(),
-        Some(k) => format!("worktree {k}"),
+        Some(k) => {
+            let branch = instance.worktree.as_ref().and_then(|w| w.branch.as_deref());
+            format!("worktree {}", crate::ui::escape(branch.unwrap_or(k)))
+        }
     }
 }
 

@@ -383,6 +383,40 @@ fn lost_data(instances: &[berth_client::InstanceView]) -> Check {
     )
 }
 
+/// The repository's instances whose worktree was removed (`git worktree remove`, or its
+/// directory deleted): stopped by berth, kept until `berth prune` archives them.
+fn ended_worktrees(instances: &[berth_client::InstanceView]) -> Check {
+    let ended: Vec<String> = instances
+        .iter()
+        .filter_map(|i| {
+            let worktree = i.worktree.as_ref()?;
+            worktree.ended_at?;
+            Some(format!(
+                "  {}: its worktree {} ({}) was removed",
+                i.key,
+                crate::ui::escape(&worktree.path),
+                crate::ui::escape(worktree.branch.as_deref().unwrap_or("detached head"))
+            ))
+        })
+        .collect();
+    if ended.is_empty() {
+        return Check::ok(
+            "worktrees",
+            "every worktree this repository's instances belong to is there",
+        );
+    }
+    Check::fail(
+        "worktrees",
+        format!(
+            "{} instance(s) belong to a removed worktree (berth stopped them):
+{}",
+            ended.len(),
+            ended.join("\n")
+        ),
+        "berth prune archives them and frees their disk (berth prune --dry-run lists what it would free)",
+    )
+}
+
 /// The repository's host endpoints whose port another program holds: nothing reaches the
 /// instance there until it lets go.
 async fn held_endpoints(
@@ -660,6 +694,7 @@ pub async fn run(args: DoctorArgs) -> anyhow::Result<ExitCode> {
                             .await
                     {
                         checks.push(lost_data(&instances));
+                        checks.push(ended_worktrees(&instances));
                         checks.push(
                             held_endpoints(client, &domain.resource_domain_id, &instances).await,
                         );

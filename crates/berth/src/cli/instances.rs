@@ -333,9 +333,16 @@ pub async fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .zip(endpoints.iter().zip(&held))
         .map(|(i, (eps, held))| {
+            let ended = crate::ui::worktree_note(i);
             let note = crate::ui::engine_note(i)
                 .into_iter()
-                .chain(std::iter::once(detail_note(i)))
+                // An ended worktree's note says who stopped it, and why.
+                .chain(std::iter::once(if ended.is_some() {
+                    String::new()
+                } else {
+                    detail_note(i)
+                }))
+                .chain(ended)
                 .chain(held.iter().cloned())
                 .filter(|n| !n.is_empty())
                 .collect::<Vec<_>>()

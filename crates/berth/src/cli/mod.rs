@@ -1,6 +1,6 @@
 //! The commands people run, over the daemon's HTTP API: `up`, `ps`, `stop`, `start`,
 //! `archive`, `exec`, `logs`, `link`, `env`, `domains`, `rollouts`, `releases`, `rollback`,
-//! `doctor`, `whoami`, `ui` and `service`.
+//! `doctor`, `whoami`, `df`, `prune`, `ui` and `service`.
 //!
 //! Each runs in a git worktree: the repository is the resource domain (created on first use),
 //! the worktree gives the worktree key, and `berth.toml` at the worktree's top level says what
@@ -10,6 +10,7 @@ pub(crate) mod branching;
 mod command;
 mod compose;
 mod conn;
+mod disk;
 mod doctor;
 mod endpoints;
 pub(crate) mod exec;

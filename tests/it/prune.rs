@@ -1,0 +1,346 @@
+//! `berth df` and `berth prune`: where a repository's disk goes, and giving it back. Worktrees
+//! are made with `git worktree add`, branch main's data, write and restore, and are removed with
+//! `git worktree remove`; prune then frees what they took, while main's data and snapshots, and
+//! every layer a kept unit stands on, stay.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+use support::Daemon;
+
+use crate::cli::{Run, berth, git, repo};
+use berth_testkit as support;
+
+const READY: Duration = Duration::from_secs(120);
+
+/// A worktree-scoped `db` with a volume, and a shared `cache` with one: the fixture busybox.
+fn project() -> String {
+    let image = support::busybox_image();
+    format!(
+        r#"[instances.db]
+image = "{image}"
+scope = "worktree"
+volumes = {{ data = "/srv/data" }}
+ready = {{ tcp = 8080 }}
+
+[instances.cache]
+image = "{image}"
+scope = "shared"
+volumes = {{ data = "/srv/data" }}
+ready = {{ tcp = 8080 }}
+"#
+    )
+}
+
+/// Writes `mib` MiB of random bytes, and `text` in `/srv/data/x`, into `name` of `dir`'s
+/// worktree.
+fn write(daemon: &Daemon, dir: &Path, name: &str, mib: u32, text: &str) {
+    let script = format!(
+        "head -c {} /dev/urandom > /srv/data/blob-{text} && echo {text} > /srv/data/x && sync",
+        mib * 1024 * 1024
+    );
+    berth(daemon, dir, &["exec", name, "--", "sh", "-c", &script]).ok();
+}
+
+fn read(daemon: &Daemon, dir: &Path) -> String {
+    berth(daemon, dir, &["exec", "db", "--", "cat", "/srv/data/x"])
+        .ok()
+        .stdout
+        .trim()
+        .to_owned()
+}
+
+fn volume_exists(name: &str) -> bool {
+    std::process::Command::new("docker")
+        .args(["volume", "inspect", name])
+        .output()
+        .expect("docker runs")
+        .status
+        .success()
+}
+
+fn domain_of(daemon: &Daemon) -> String {
+    daemon.client().get("/v1/resource-domains").expect(200)["items"][0]["resourceDomainId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn items_of<'a>(df: &'a Value, worktree: &str) -> Vec<&'a Value> {
+    df["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["worktreeKey"] == worktree)
+        .collect()
+}
+
+fn key_of_db(run: &Run) -> String {
+    run.json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == "db")
+        .and_then(|i| i["key"].as_str())
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn prune_frees_what_removed_worktrees_took_and_keeps_main_and_all_it_stands_on() {
+    let daemon = Daemon::start();
+    let repo = repo(&project());
+    let api = daemon.client();
+    let main_key = key_of_db(&berth(&daemon, &repo.main, &["up", "--json"]).ok());
+    write(&daemon, &repo.main, "db", 1, "main");
+    berth(&daemon, &repo.main, &["snapshot", "db", "main-snap"]).ok();
+
+    // The second worktree branches main's data, writes, and restores main's snapshot once
+    // (which keeps what it replaced as a before-restore snapshot).
+    berth(&daemon, &repo.second, &["branch", "db", "--from", "main"]).ok();
+    write(&daemon, &repo.second, "db", 2, "second");
+    berth(&daemon, &repo.second, &["restore", "db", "main-snap"]).ok();
+    assert_eq!(read(&daemon, &repo.second), "main");
+    // A third starts empty and writes.
+    let third = repo.main.parent().unwrap().join("shop-third");
+    git(
+        &repo.main,
+        &["worktree", "add", "-q", third.to_str().unwrap()],
+    );
+    let third = third.canonicalize().unwrap();
+    berth(&daemon, &third, &["up", "db"]).ok();
+    write(&daemon, &third, "db", 2, "third");
+
+    let domain = domain_of(&daemon);
+    let trees = support::block_on(api.api().worktrees(&support::domain_id(&domain))).unwrap();
+    let key_at = |dir: &Path| {
+        trees
+            .iter()
+            .find(|t| t.path == dir.to_string_lossy())
+            .map(|t| t.worktree_key.clone())
+            .unwrap_or_else(|| panic!("no worktree at {}: {trees:#?}", dir.display()))
+    };
+    let (second_key, third_key) = (key_at(&repo.second), key_at(&third));
+    let before = berth(&daemon, &repo.main, &["df", "--json"]).ok().json();
+    let gone_units: Vec<&Value> = items_of(&before, &second_key)
+        .into_iter()
+        .chain(items_of(&before, &third_key))
+        .collect();
+    // Two instances and the second's before-restore snapshot.
+    assert_eq!(gone_units.len(), 3, "{before:#}");
+    let their_volumes: BTreeSet<String> = gone_units
+        .iter()
+        .flat_map(|i| i["volumes"].as_array().unwrap())
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    let their_bytes: u64 = gone_units
+        .iter()
+        .map(|i| i["bytes"].as_u64().expect("measured"))
+        .sum();
+    assert!(their_bytes >= 4 * 1024 * 1024, "{their_bytes}: {before:#}");
+    // The table for people: by worktree, by unit, with the layers they share.
+    let table = berth(&daemon, &repo.main, &["df"]).ok();
+    assert!(
+        table.stdout.contains("WORKTREE") && table.stdout.contains("main (this)"),
+        "{table:?}"
+    );
+
+    // Both worktrees go; berth notices each and stops its instance.
+    for dir in [&repo.second, &third] {
+        git(
+            &repo.main,
+            &["worktree", "remove", "--force", dir.to_str().unwrap()],
+        );
+    }
+    for key in [&second_key, &third_key] {
+        let db = format!("db@{}", key.to_lowercase());
+        api.wait_state(&domain, &db, "stopped", READY);
+    }
+
+    // Without a terminal to ask on, prune lists what it would do and refuses.
+    let asked = berth(&daemon, &repo.main, &["prune"]);
+    assert_eq!(asked.code, 1, "{asked:?}");
+    assert!(
+        asked.stdout.contains("its worktree was removed") && asked.stderr.contains("--yes"),
+        "{asked:?}"
+    );
+    // A dry run lists the same and removes nothing.
+    let plan = berth(&daemon, &repo.main, &["prune", "--dry-run", "--json"])
+        .ok()
+        .json();
+    assert_eq!(plan["dryRun"], true);
+    let reasons: BTreeSet<&str> = plan["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(reasons, BTreeSet::from(["worktree-ended"]), "{plan:#}");
+    assert_eq!(plan["actions"].as_array().unwrap().len(), 3, "{plan:#}");
+    assert!(their_volumes.iter().all(|v| volume_exists(v)));
+
+    let done = berth(&daemon, &repo.main, &["prune", "--yes", "--json"])
+        .ok()
+        .json();
+    assert_eq!(done["dryRun"], false);
+    let freed = done["freedBytes"].as_u64().expect("measured");
+    // At least 95% of what the removed worktrees held (and what only they stood on).
+    assert!(
+        freed * 100 >= their_bytes * 95,
+        "freed {freed} of {their_bytes}: {done:#}"
+    );
+    for volume in their_volumes {
+        assert!(!volume_exists(&volume), "{volume} is still there");
+    }
+
+    // Main's data and snapshot are untouched, and every volume a kept unit holds is there.
+    assert_eq!(read(&daemon, &repo.main), "main");
+    let main = api.instance(&domain, &main_key);
+    assert_eq!(main["state"]["kind"], "running", "{main:#}");
+    let after = berth(&daemon, &repo.main, &["df", "--json"]).ok().json();
+    assert!(
+        items_of(&after, &second_key)
+            .iter()
+            .all(|i| i["volumes"] == serde_json::json!([]))
+    );
+    let snap = after["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["kind"] == "snapshot" && i["name"] == "main-snap")
+        .unwrap_or_else(|| panic!("main's snapshot is gone: {after:#}"));
+    for item in after["items"].as_array().unwrap() {
+        assert!(
+            item["bytes"].is_u64(),
+            "an unmeasured unit (gone?): {item:#}"
+        );
+        for v in item["volumes"].as_array().unwrap() {
+            assert!(volume_exists(v.as_str().unwrap()), "{v} of {item:#}");
+        }
+    }
+    assert!(snap["bytes"].as_u64().unwrap() >= 1024 * 1024, "{snap:#}");
+    let restored = berth(
+        &daemon,
+        &repo.main,
+        &["restore", "db", "main-snap", "--json"],
+    )
+    .ok();
+    assert_eq!(restored.json()["instance"]["state"]["kind"], "running");
+    assert_eq!(read(&daemon, &repo.main), "main");
+
+    // Nothing is left to prune of those worktrees.
+    let again = berth(&daemon, &repo.main, &["prune", "--dry-run", "--json"])
+        .ok()
+        .json();
+    assert!(
+        again["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["reason"] != "worktree-ended"),
+        "{again:#}"
+    );
+}
+
+#[test]
+fn retention_keeps_the_newest_before_restore_snapshots_and_archived_data_its_days() {
+    let daemon = Daemon::start();
+    let repo = repo(&project());
+    berth(&daemon, &repo.main, &["up"]).ok();
+    write(&daemon, &repo.main, "db", 1, "v1");
+    berth(&daemon, &repo.main, &["snapshot", "db", "base"]).ok();
+    for n in 0..3 {
+        write(&daemon, &repo.main, "db", 1, &format!("r{n}"));
+        berth(&daemon, &repo.main, &["restore", "db", "base"]).ok();
+    }
+    let snapshots = || -> Vec<String> {
+        berth(&daemon, &repo.main, &["snapshots", "--json"])
+            .ok()
+            .json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let listed = snapshots();
+    let before_restore: Vec<&String> = listed
+        .iter()
+        .filter(|n| n.starts_with("before-restore-"))
+        .collect();
+    assert_eq!(before_restore.len(), 3, "{listed:?}");
+    let newest = before_restore[0].clone();
+
+    let report = berth(
+        &daemon,
+        &repo.main,
+        &["prune", "--yes", "--keep-before-restore", "1", "--json"],
+    )
+    .ok()
+    .json();
+    let pruned: Vec<&str> = report["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(pruned, ["before-restore-past-count"; 2], "{report:#}");
+    let left = snapshots();
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(
+        left.contains(&newest) && left.contains(&"base".to_owned()),
+        "{left:?}"
+    );
+    assert_eq!(read(&daemon, &repo.main), "v1");
+
+    // An archived instance's data stays its days, then goes with the next prune.
+    write(&daemon, &repo.main, "cache", 1, "cached");
+    let archived = berth(&daemon, &repo.main, &["archive", "cache", "--json"]).ok();
+    let volume = archived.json()[0]["volumes"][0]["dockerName"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{archived:?}"))
+        .to_owned();
+    let young = berth(
+        &daemon,
+        &repo.main,
+        &["prune", "--yes", "--keep-archived-days", "1", "--json"],
+    )
+    .ok()
+    .json();
+    assert!(young["actions"].as_array().unwrap().is_empty(), "{young:#}");
+    assert!(volume_exists(&volume));
+    let plan = berth(
+        &daemon,
+        &repo.main,
+        &["prune", "--dry-run", "--keep-archived-days", "0"],
+    )
+    .ok();
+    assert!(
+        plan.stdout.contains("archived longer than kept") && plan.stdout.contains("would free"),
+        "{plan:?}"
+    );
+    berth(
+        &daemon,
+        &repo.main,
+        &["prune", "--yes", "--keep-archived-days", "0"],
+    )
+    .ok();
+    assert!(!volume_exists(&volume), "{volume} is still there");
+    let domain = domain_of(&daemon);
+    let gone = daemon
+        .client()
+        .get(&format!(
+            "/v1/resource-domains/{domain}/instances?archived=true"
+        ))
+        .expect(200);
+    let cache = gone["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["key"] == "cache")
+        .unwrap_or_else(|| panic!("{gone:#}"));
+    assert_eq!(cache["volumes"], serde_json::json!([]), "{cache:#}");
+    assert_eq!(read(&daemon, &repo.main), "v1");
+}
