@@ -344,3 +344,99 @@ fn retention_keeps_the_newest_before_restore_snapshots_and_archived_data_its_day
     assert_eq!(cache["volumes"], serde_json::json!([]), "{cache:#}");
     assert_eq!(read(&daemon, &repo.main), "v1");
 }
+
+#[test]
+fn a_prune_killed_in_the_middle_is_finished_by_the_next_and_loses_nothing_kept() {
+    let mut daemon = Daemon::start();
+    let repo = repo(&project());
+    berth(&daemon, &repo.main, &["up", "db"]).ok();
+    write(&daemon, &repo.main, "db", 1, "v1");
+    berth(&daemon, &repo.main, &["snapshot", "db", "base"]).ok();
+    for n in 0..4 {
+        write(&daemon, &repo.main, "db", 1, &format!("r{n}"));
+        berth(&daemon, &repo.main, &["restore", "db", "base"]).ok();
+    }
+    let plan = berth(
+        &daemon,
+        &repo.main,
+        &["prune", "--dry-run", "--keep-before-restore", "0", "--json"],
+    )
+    .ok()
+    .json();
+    let doomed: Vec<String> = plan["removedVolumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(plan["actions"].as_array().unwrap().len(), 4, "{plan:#}");
+    assert!(!doomed.is_empty(), "{plan:#}");
+
+    // The daemon dies (SIGKILL) as soon as the prune has removed its first volume, or after
+    // it ended, whichever the race gives: the next prune must finish either way.
+    let base = daemon.base.clone();
+    let pruning = std::thread::spawn(move || {
+        let client = support::Client::new(&base, Some(support::KEY));
+        support::block_on(client.api().prune(
+            &support::domain_id(&domain_of_at(&client)),
+            &berth_client::PruneRequest {
+                dry_run: false,
+                keep_before_restore: Some(0),
+                keep_archived_days: None,
+            },
+        ))
+    });
+    support::wait_until(READY, "the prune's first removal", || {
+        doomed.iter().any(|v| !volume_exists(v)) || pruning.is_finished()
+    });
+    daemon.kill9();
+    let _ = pruning.join();
+    daemon.start_again();
+
+    berth(
+        &daemon,
+        &repo.main,
+        &["prune", "--yes", "--keep-before-restore", "0"],
+    )
+    .ok();
+    for volume in &doomed {
+        assert!(!volume_exists(volume), "{volume} is still there");
+    }
+    let names: Vec<String> = berth(&daemon, &repo.main, &["snapshots", "--json"])
+        .ok()
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["base"], "{names:?}");
+    let after = berth(&daemon, &repo.main, &["df", "--json"]).ok().json();
+    for item in after["items"].as_array().unwrap() {
+        assert!(
+            item["bytes"].is_u64(),
+            "an unmeasured unit (gone?): {item:#}"
+        );
+    }
+    let domain = domain_of(&daemon);
+    daemon.client().settled(
+        &domain,
+        &key_of_main(&daemon, &repo.main),
+        &["running"],
+        READY,
+    );
+    assert_eq!(read(&daemon, &repo.main), "v1");
+    berth(&daemon, &repo.main, &["restore", "db", "base"]).ok();
+    assert_eq!(read(&daemon, &repo.main), "v1");
+}
+
+fn domain_of_at(client: &support::Client) -> String {
+    client.get("/v1/resource-domains").expect(200)["items"][0]["resourceDomainId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn key_of_main(daemon: &Daemon, dir: &Path) -> String {
+    key_of_db(&berth(daemon, dir, &["ps", "--json"]).ok())
+}
