@@ -14,6 +14,8 @@ use crate::cli::{Run, berth, git, repo};
 use berth_testkit as support;
 
 const READY: Duration = Duration::from_secs(120);
+/// The worktrees made and removed around main's.
+const WORKTREES: usize = 10;
 
 /// A worktree-scoped `db` with a volume, and a shared `cache` with one: the fixture busybox.
 fn project() -> String {
@@ -97,21 +99,29 @@ fn prune_frees_what_removed_worktrees_took_and_keeps_main_and_all_it_stands_on()
     write(&daemon, &repo.main, "db", 1, "main");
     berth(&daemon, &repo.main, &["snapshot", "db", "main-snap"]).ok();
 
-    // The second worktree branches main's data, writes, and restores main's snapshot once
-    // (which keeps what it replaced as a before-restore snapshot).
-    berth(&daemon, &repo.second, &["branch", "db", "--from", "main"]).ok();
-    write(&daemon, &repo.second, "db", 2, "second");
-    berth(&daemon, &repo.second, &["restore", "db", "main-snap"]).ok();
-    assert_eq!(read(&daemon, &repo.second), "main");
-    // A third starts empty and writes.
-    let third = repo.main.parent().unwrap().join("shop-third");
-    git(
-        &repo.main,
-        &["worktree", "add", "-q", third.to_str().unwrap()],
-    );
-    let third = third.canonicalize().unwrap();
-    berth(&daemon, &third, &["up", "db"]).ok();
-    write(&daemon, &third, "db", 2, "third");
+    // Ten worktrees, each made with `git worktree add`: each branches main's data, writes, and
+    // restores main's snapshot once (which keeps what it replaced as a before-restore
+    // snapshot). Every other one starts empty instead, and writes.
+    let worktrees: Vec<std::path::PathBuf> = (1..=WORKTREES)
+        .map(|n| {
+            let dir = repo.main.parent().unwrap().join(format!("shop-task-{n}"));
+            git(
+                &repo.main,
+                &["worktree", "add", "-q", dir.to_str().unwrap()],
+            );
+            let dir = dir.canonicalize().unwrap();
+            if n % 2 == 1 {
+                berth(&daemon, &dir, &["branch", "db", "--from", "main"]).ok();
+                write(&daemon, &dir, "db", 1, &format!("task-{n}"));
+                berth(&daemon, &dir, &["restore", "db", "main-snap"]).ok();
+                assert_eq!(read(&daemon, &dir), "main");
+            } else {
+                berth(&daemon, &dir, &["up", "db"]).ok();
+                write(&daemon, &dir, "db", 1, &format!("task-{n}"));
+            }
+            dir
+        })
+        .collect();
 
     let domain = domain_of(&daemon);
     let trees = support::block_on(api.api().worktrees(&support::domain_id(&domain))).unwrap();
@@ -122,14 +132,11 @@ fn prune_frees_what_removed_worktrees_took_and_keeps_main_and_all_it_stands_on()
             .map(|t| t.worktree_key.clone())
             .unwrap_or_else(|| panic!("no worktree at {}: {trees:#?}", dir.display()))
     };
-    let (second_key, third_key) = (key_at(&repo.second), key_at(&third));
+    let keys: Vec<String> = worktrees.iter().map(|d| key_at(d)).collect();
     let before = berth(&daemon, &repo.main, &["df", "--json"]).ok().json();
-    let gone_units: Vec<&Value> = items_of(&before, &second_key)
-        .into_iter()
-        .chain(items_of(&before, &third_key))
-        .collect();
-    // Two instances and the second's before-restore snapshot.
-    assert_eq!(gone_units.len(), 3, "{before:#}");
+    let gone_units: Vec<&Value> = keys.iter().flat_map(|k| items_of(&before, k)).collect();
+    // Ten instances and the before-restore snapshots of the half that restored.
+    assert_eq!(gone_units.len(), 15, "{before:#}");
     let their_volumes: BTreeSet<String> = gone_units
         .iter()
         .flat_map(|i| i["volumes"].as_array().unwrap())
@@ -139,7 +146,20 @@ fn prune_frees_what_removed_worktrees_took_and_keeps_main_and_all_it_stands_on()
         .iter()
         .map(|i| i["bytes"].as_u64().expect("measured"))
         .sum();
-    assert!(their_bytes >= 4 * 1024 * 1024, "{their_bytes}: {before:#}");
+    assert!(their_bytes >= 10 * 1024 * 1024, "{their_bytes}: {before:#}");
+    // Its total agrees with the engine's own figures (`docker system df -v`) for the domain's
+    // volumes that hold data (not an overlay's mount, whose data is its `.up` and layers).
+    let engine = engine_volume_bytes(&domain);
+    let storage: u64 = engine
+        .iter()
+        .filter(|(name, _)| !engine.contains_key(&format!("{name}.up")))
+        .map(|(_, bytes)| bytes)
+        .sum();
+    let total = before["totalBytes"].as_u64().expect("measured");
+    assert!(
+        storage.abs_diff(total) * 20 <= total.max(1),
+        "berth df says {total}, the engine {storage}: {engine:#?}"
+    );
     // The table for people: by worktree, by unit, with the layers they share.
     let table = berth(&daemon, &repo.main, &["df"]).ok();
     assert!(
@@ -147,14 +167,14 @@ fn prune_frees_what_removed_worktrees_took_and_keeps_main_and_all_it_stands_on()
         "{table:?}"
     );
 
-    // Both worktrees go; berth notices each and stops its instance.
-    for dir in [&repo.second, &third] {
+    // Every one goes with `git worktree remove`; berth notices each and stops its instance.
+    for dir in &worktrees {
         git(
             &repo.main,
             &["worktree", "remove", "--force", dir.to_str().unwrap()],
         );
     }
-    for key in [&second_key, &third_key] {
+    for key in &keys {
         let db = format!("db@{}", key.to_lowercase());
         api.wait_state(&domain, &db, "stopped", READY);
     }
@@ -178,7 +198,7 @@ fn prune_frees_what_removed_worktrees_took_and_keeps_main_and_all_it_stands_on()
         .map(|a| a["reason"].as_str().unwrap())
         .collect();
     assert_eq!(reasons, BTreeSet::from(["worktree-ended"]), "{plan:#}");
-    assert_eq!(plan["actions"].as_array().unwrap().len(), 3, "{plan:#}");
+    assert_eq!(plan["actions"].as_array().unwrap().len(), 15, "{plan:#}");
     assert!(their_volumes.iter().all(|v| volume_exists(v)));
 
     let done = berth(&daemon, &repo.main, &["prune", "--yes", "--json"])
@@ -200,11 +220,14 @@ fn prune_frees_what_removed_worktrees_took_and_keeps_main_and_all_it_stands_on()
     let main = api.instance(&domain, &main_key);
     assert_eq!(main["state"]["kind"], "running", "{main:#}");
     let after = berth(&daemon, &repo.main, &["df", "--json"]).ok().json();
-    assert!(
-        items_of(&after, &second_key)
-            .iter()
-            .all(|i| i["volumes"] == serde_json::json!([]))
-    );
+    for key in &keys {
+        assert!(
+            items_of(&after, key)
+                .iter()
+                .all(|i| i["kind"] == "archived" && i["volumes"] == serde_json::json!([])),
+            "{after:#}"
+        );
+    }
     let snap = after["items"]
         .as_array()
         .unwrap()
@@ -428,6 +451,42 @@ fn a_prune_killed_in_the_middle_is_finished_by_the_next_and_loses_nothing_kept()
     assert_eq!(read(&daemon, &repo.main), "v1");
     berth(&daemon, &repo.main, &["restore", "db", "base"]).ok();
     assert_eq!(read(&daemon, &repo.main), "v1");
+}
+
+/// The engine's size of each volume of `domain` (by its `berth.domain` label), from
+/// `docker system df -v`, whose sizes are decimal and rounded to four digits.
+fn engine_volume_bytes(domain: &str) -> std::collections::BTreeMap<String, u64> {
+    let out = std::process::Command::new("docker")
+        .args(["system", "df", "-v", "--format", "{{json .Volumes}}"])
+        .output()
+        .expect("docker runs");
+    let volumes: Vec<Value> = serde_json::from_slice(&out.stdout).expect("the engine's JSON");
+    let label = format!("berth.domain={domain}");
+    volumes
+        .iter()
+        .filter(|v| {
+            v["Labels"]
+                .as_str()
+                .unwrap_or("")
+                .split(',')
+                .any(|l| l == label)
+        })
+        .map(|v| {
+            let size = v["Size"].as_str().unwrap_or("0B");
+            let digits = size.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+            let unit = &size[digits.len()..];
+            let scale = match unit {
+                "B" => 1.0,
+                "kB" => 1e3,
+                "MB" => 1e6,
+                "GB" => 1e9,
+                "TB" => 1e12,
+                other => panic!("a size unit {other:?} in {size:?}"),
+            };
+            let bytes = digits.parse::<f64>().expect("a size") * scale;
+            (v["Name"].as_str().unwrap().to_owned(), bytes as u64)
+        })
+        .collect()
 }
 
 fn domain_of_at(client: &support::Client) -> String {
