@@ -276,19 +276,43 @@ fn a_branch_of_a_running_postgres_has_every_row_and_writes_stay_apart_both_ways(
     );
 
     // A branch onto a key that exists is refused and writes nothing.
-    let again = api.post(
-        &format!("/v1/resource-domains/{domain}/instances/db@fix/branch"),
-        json!({"from": {"instanceKey": "db@main"}, "spec": pg_spec("fix"), "cause": "person"}),
+    let did = support::domain_id(&domain);
+    let from_main = berth_client::BranchFrom::Instance("db@main".into());
+    let fix_spec = pg_spec("fix");
+    support::refused(
+        api.call(|c| {
+            c.branch(
+                &did,
+                "db@fix",
+                &from_main,
+                &fix_spec,
+                berth_client::UpCause::Person,
+            )
+        }),
+        409,
+        "ResourceInstanceExistsError",
     );
-    again.expect_error(409, "ResourceInstanceExistsError");
     // An unknown source is the contract's 404.
-    api.post(
-        &format!("/v1/resource-domains/{domain}/instances/db@other/branch"),
-        json!({"from": {"instanceKey": "db@nobody"}, "spec": pg_spec("other"), "cause": "person"}),
-    )
-    .expect_error(404, "ResourceInstanceNotFoundError");
-    let none = api.get(&format!("/v1/resource-domains/{domain}/instances/db@other"));
-    none.expect_error(404, "ResourceInstanceNotFoundError");
+    let from_nobody = berth_client::BranchFrom::Instance("db@nobody".into());
+    let other_spec = pg_spec("other");
+    support::refused(
+        api.call(|c| {
+            c.branch(
+                &did,
+                "db@other",
+                &from_nobody,
+                &other_spec,
+                berth_client::UpCause::Person,
+            )
+        }),
+        404,
+        "ResourceInstanceNotFoundError",
+    );
+    support::refused(
+        api.call(|c| c.instance(&did, "db@other")),
+        404,
+        "ResourceInstanceNotFoundError",
+    );
 }
 
 #[test]
@@ -379,12 +403,12 @@ fn a_postgres_restore_brings_the_rows_back_and_keeps_the_migrated_state_as_a_sna
     // Snapshots belong to their domain: another domain's id is unknown there. One an instance
     // stands on (the restore's volumes are layers on it) is kept; one nothing stands on goes
     // with its storage.
-    let other = api.create_domain("other");
-    api.get(&format!(
-        "/v1/resource-domains/{other}/snapshots/{}",
-        snapshot.snapshot_id
-    ))
-    .expect_error(404, "ResourceSnapshotNotFoundError");
+    let other = support::domain_id(&api.create_domain("other"));
+    support::refused(
+        api.call(|c| c.snapshot_by_id(&other, &snapshot.snapshot_id)),
+        404,
+        "ResourceSnapshotNotFoundError",
+    );
     let volume_count = |id: &berth_client::SnapshotId| {
         docker(&[
             "volume",
@@ -413,11 +437,11 @@ fn a_postgres_restore_brings_the_rows_back_and_keeps_the_migrated_state_as_a_sna
         sql(&api, &domain, "db@main", "SELECT count(*) FROM t"),
         "20000"
     );
-    api.get(&format!(
-        "/v1/resource-domains/{domain}/snapshots/{}",
-        spare.snapshot_id
-    ))
-    .expect_error(404, "ResourceSnapshotNotFoundError");
+    support::refused(
+        api.call(|c| c.snapshot_by_id(&domain_id, &spare.snapshot_id)),
+        404,
+        "ResourceSnapshotNotFoundError",
+    );
 }
 
 #[test]
@@ -576,15 +600,22 @@ fn owners_modes_links_and_empty_directories_survive_a_copy_with_the_image_s_cp_a
     let snapshot = snapshot_ready(&api, &domain, "files@b", "no-shell");
 
     // The instance it was taken of is archived; the snapshot outlives it.
-    api.post_empty(&format!(
-        "/v1/resource-domains/{domain}/instances/files@b/archive"
-    ))
-    .expect(200);
-    api.post(
-        &format!("/v1/resource-domains/{domain}/instances/files@b/branch"),
-        json!({"from": {"snapshotId": snapshot.snapshot_id}, "spec": no_shell, "cause": "person"}),
-    )
-    .expect_error(409, "ResourceInstanceArchivedError");
+    api.call(|c| c.archive(&domain_id, "files@b"))
+        .expect("an archive");
+    let from_snapshot = berth_client::BranchFrom::Snapshot(snapshot.snapshot_id.clone());
+    support::refused(
+        api.call(|c| {
+            c.branch(
+                &domain_id,
+                "files@b",
+                &from_snapshot,
+                &no_shell,
+                berth_client::UpCause::Person,
+            )
+        }),
+        409,
+        "ResourceInstanceArchivedError",
+    );
     block_on(api.api().branch(
         &domain_id,
         "files@c",
@@ -701,15 +732,21 @@ fn bad_snapshot_branch_and_restore_requests_are_refused_and_write_nothing() {
         json!({"instanceKey": "files@a", "snapshotId": "snp:00000000-0000-4000-8000-000000000000"}),
     )
     .expect_error(400, "RequestRefusedError");
-    api.get(&format!("{base}/files@b"))
-        .expect_error(404, "ResourceInstanceNotFoundError");
-    let list = block_on(api.api().snapshots(&support::domain_id(&domain), None)).expect("a list");
+    let did = support::domain_id(&domain);
+    support::refused(
+        api.call(|c| c.instance(&did, "files@b")),
+        404,
+        "ResourceInstanceNotFoundError",
+    );
+    let list = block_on(api.api().snapshots(&did, None)).expect("a list");
     assert!(list.is_empty(), "{list:?}");
     // Another key sees no snapshot of this domain.
     let other = daemon.client_with(Some(support::OTHER_KEY));
-    other
-        .get(&format!("/v1/resource-domains/{domain}/snapshots"))
-        .expect_error(403, "ResourceDomainForbiddenError");
+    support::refused(
+        other.call(|c| c.snapshots(&did, None)),
+        403,
+        "ResourceDomainForbiddenError",
+    );
 }
 
 #[test]
@@ -874,7 +911,10 @@ fn a_branch_and_a_restore_from_a_snapshot_stand_on_its_layers_and_the_snapshot_i
         root("db@main"),
         "the root's owner and mode"
     );
-    assert_eq!(api.get("/v1/daemon").expect(200)["volumeLayers"], "overlay");
+    assert_eq!(
+        api.answer(|c| c.daemon()).expect(200)["volumeLayers"],
+        "overlay"
+    );
 
     // Writes stay on their side, both ways.
     sql(
@@ -894,17 +934,11 @@ fn a_branch_and_a_restore_from_a_snapshot_stand_on_its_layers_and_the_snapshot_i
     );
 
     // The snapshot holds the branch's layer: its delete is refused, naming the volume.
-    let refused = api
-        .raw(
-            "DELETE",
-            &format!(
-                "/v1/resource-domains/{domain}/snapshots/{}",
-                snapshot.snapshot_id
-            ),
-            None,
-            &[],
-        )
-        .expect_error(409, "ResourceSnapshotInUseError");
+    let refused = support::refused(
+        api.call(|c| c.delete_snapshot(&domain_id, &snapshot.snapshot_id)),
+        409,
+        "ResourceSnapshotInUseError",
+    );
     assert!(
         refused["message"].as_str().unwrap().contains(&volume),
         "{refused}"
@@ -1006,7 +1040,10 @@ fn with_volume_layers_off_a_branch_from_a_snapshot_copies_every_byte() {
         exec_ok(&api, &domain, "files@copy", &["cat", "/srv/data/f"]),
         "kept"
     );
-    assert_eq!(api.get("/v1/daemon").expect(200)["volumeLayers"], "copy");
+    assert_eq!(
+        api.answer(|c| c.daemon()).expect(200)["volumeLayers"],
+        "copy"
+    );
 }
 
 #[test]
