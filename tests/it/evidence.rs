@@ -21,16 +21,14 @@ fn instance_path(domain: &str, key: &str) -> String {
 }
 
 fn evidence(api: &Client, domain: &str, key: &str) -> Value {
-    api.get(&format!("{}/image", instance_path(domain, key)))
-        .expect(200)
+    let domain = support::domain_id(domain);
+    api.answer(|c| c.image(&domain, key)).expect(200)
 }
 
 fn releases(api: &Client, domain: &str, key: &str) -> Vec<Value> {
-    api.get(&format!("{}/releases", instance_path(domain, key)))
-        .expect(200)["items"]
-        .as_array()
-        .expect("items")
-        .clone()
+    let domain = support::domain_id(domain);
+    let releases = api.call(|c| c.releases(&domain, key)).expect("releases");
+    releases.iter().map(support::json_of).collect()
 }
 
 fn rollback(api: &Client, domain: &str, key: &str, body: Value) -> support::Answer {
@@ -136,7 +134,7 @@ fn a_pinned_instance_is_verified_with_every_piece_of_evidence() {
     );
 
     // The three routes are in the OpenAPI document.
-    let doc = api.get("/v1/openapi.json").expect(200);
+    let doc = api.call(|c| c.openapi()).expect("the document");
     let base = "/v1/resource-domains/{resourceDomainId}/instances/{key}";
     assert!(doc["paths"][format!("{base}/image")]["get"].is_object());
     assert!(doc["paths"][format!("{base}/releases")]["get"].is_object());
@@ -160,11 +158,8 @@ fn a_container_swapped_behind_berths_back_is_mismatched_and_never_running() {
 
     // Stop berth's container, remove it, and create one with the same name and labels from
     // another image.
-    api.post(
-        &format!("{}/stop", instance_path(&domain, "web")),
-        json!({"by": "Ada"}),
-    )
-    .expect(200);
+    let did = support::domain_id(&domain);
+    api.call(|c| c.stop(&did, "web", "Ada")).expect("a stop");
     api.wait_state(&domain, "web", "stopped", READY);
     let echo = echo_image();
     docker(&["pull", "-q", &echo]);
@@ -353,8 +348,8 @@ fn an_upgrade_rolls_back_to_the_first_digest_with_its_volume_intact() {
     assert_eq!(history[1]["image"], second_image.as_str());
 
     // Archive ends the current release.
-    api.post_empty(&format!("{}/archive", instance_path(&domain, "web")))
-        .expect(200);
+    let did = support::domain_id(&domain);
+    api.call(|c| c.archive(&did, "web")).expect("an archive");
     assert_eq!(releases(&api, &domain, "web")[0]["ended"], "archived");
 }
 
