@@ -488,6 +488,37 @@ impl Setup {
             .unwrap()
     }
 
+    /// A snapshot of `key` named `name`, as taken (its copy under way).
+    async fn snapshot(&self, key: &str, name: &str) -> berth_core::snapshots::SnapshotView {
+        self.berth
+            .snapshot("owner", &self.domain, key, name.into())
+            .await
+            .unwrap()
+    }
+
+    /// The snapshot `id` as the owner reads it.
+    async fn get_snapshot(
+        &self,
+        id: &berth_core::ids::SnapshotId,
+    ) -> berth_core::snapshots::SnapshotView {
+        self.berth
+            .get_snapshot("owner", &self.domain, id)
+            .await
+            .unwrap()
+    }
+
+    /// A restore of `key` from snapshot `id`: the instance and the snapshot of what it replaces.
+    async fn restore(
+        &self,
+        key: &str,
+        id: &berth_core::ids::SnapshotId,
+    ) -> (InstanceView, berth_core::snapshots::SnapshotView) {
+        self.berth
+            .restore("owner", &self.domain, key, id)
+            .await
+            .unwrap()
+    }
+
     /// The image evidence of `key`.
     async fn evidence(&self, key: &str) -> berth_core::evidence::ImageEvidence {
         self.berth
@@ -1480,29 +1511,17 @@ async fn a_restore_keeps_the_replaced_volumes_as_a_snapshot_and_mounts_the_copie
     let s = setup().await;
     let (id, volume) = running_source(&s).await;
     let (mut feed, _, _) = s.berth.watch().subscribe(&s.domain, None);
-    let snapshot = s
-        .berth
-        .snapshot("owner", &s.domain, "db", "before-migration".into())
-        .await
-        .unwrap();
+    let snapshot = s.snapshot("db", "before-migration").await;
     assert_eq!(snapshot.state, SnapshotState::Copying);
     assert_eq!(copy_settled(&mut feed).await.state, CopyState::Done);
-    let ready = s
-        .berth
-        .get_snapshot("owner", &s.domain, &snapshot.snapshot_id)
-        .await
-        .unwrap();
+    let ready = s.get_snapshot(&snapshot.snapshot_id).await;
     assert_eq!(ready.state, SnapshotState::Ready);
     assert!(ready.source_paused_ms.is_some());
     s.fake
         .world()
         .contents
         .insert(volume.clone(), "migrated".into());
-    let (instance, backup) = s
-        .berth
-        .restore("owner", &s.domain, "db", &snapshot.snapshot_id)
-        .await
-        .unwrap();
+    let (instance, backup) = s.restore("db", &snapshot.snapshot_id).await;
     assert!(matches!(instance.state, InstanceState::Starting { .. }));
     assert!(backup.name.starts_with("before-restore-"));
     assert_eq!(copy_settled(&mut feed).await.state, CopyState::Done);
@@ -1517,11 +1536,7 @@ async fn a_restore_keeps_the_replaced_volumes_as_a_snapshot_and_mounts_the_copie
             Some("migrated")
         );
     }
-    let backup = s
-        .berth
-        .get_snapshot("owner", &s.domain, &backup.snapshot_id)
-        .await
-        .unwrap();
+    let backup = s.get_snapshot(&backup.snapshot_id).await;
     assert_eq!(backup.state, SnapshotState::Ready);
     converge(&s, &id).await;
     assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
@@ -1614,7 +1629,7 @@ async fn a_restore_from_another_instance_snapshots_it_first_then_restores_and_ke
         assert_eq!(w.contents.get(&before).map(String::as_str), Some("mine"));
     }
     for id in [&source.snapshot_id, &backup.snapshot_id] {
-        let got = s.berth.get_snapshot("owner", &s.domain, id).await.unwrap();
+        let got = s.get_snapshot(id).await;
         assert_eq!(got.state, SnapshotState::Ready, "{got:?}");
     }
     assert!(matches!(state(&s, "db-fix"), InstanceState::Running { .. }));
@@ -1948,16 +1963,9 @@ fn mounted(view: &berth_core::model::InstanceView, name: &str) -> String {
 async fn snapshot_and_restore(s: &Setup) {
     use berth_core::snapshots::CopyState;
     let (mut feed, _, _) = s.berth.watch().subscribe(&s.domain, None);
-    let snapshot = s
-        .berth
-        .snapshot("owner", &s.domain, "db", "kept".into())
-        .await
-        .unwrap();
+    let snapshot = s.snapshot("db", "kept").await;
     assert_eq!(copy_settled(&mut feed).await.state, CopyState::Done);
-    s.berth
-        .restore("owner", &s.domain, "db", &snapshot.snapshot_id)
-        .await
-        .unwrap();
+    s.restore("db", &snapshot.snapshot_id).await;
     assert_eq!(copy_settled(&mut feed).await.state, CopyState::Done);
 }
 
@@ -2121,11 +2129,7 @@ async fn a_held_copy_of_one_instance_leaves_another_domains_copy_free_to_run_and
     let gate = gate_copies_from(&s, &[&x]);
     let (mut feed_x, _, _) = s.berth.watch().subscribe(&s.domain, None);
     let (mut feed_y, _, _) = s.berth.watch().subscribe(&other, None);
-    let held = s
-        .berth
-        .snapshot("owner", &s.domain, "db", "held".into())
-        .await
-        .unwrap();
+    let held = s.snapshot("db", "held").await;
     until(&s, |w| w.entered.contains(&x.volume)).await;
     let free = s
         .berth
@@ -2135,11 +2139,7 @@ async fn a_held_copy_of_one_instance_leaves_another_domains_copy_free_to_run_and
     let done = copy_settled(&mut feed_y).await;
     assert_eq!(done.state, CopyState::Done);
     assert_eq!(done.snapshot_id, Some(free.snapshot_id));
-    let still = s
-        .berth
-        .get_snapshot("owner", &s.domain, &held.snapshot_id)
-        .await
-        .unwrap();
+    let still = s.get_snapshot(&held.snapshot_id).await;
     assert_eq!(
         still.state,
         SnapshotState::Copying,
@@ -2160,20 +2160,12 @@ async fn a_restore_in_a_quiet_domain_begins_as_soon_as_a_slot_frees_before_a_bus
     let s = setup().await;
     let small = running_in(&s, "owner", &s.domain, "db").await;
     let (mut feed, _, _) = s.berth.watch().subscribe(&s.domain, None);
-    let snapshot = s
-        .berth
-        .snapshot("owner", &s.domain, "db", "small".into())
-        .await
-        .unwrap();
+    let snapshot = s.snapshot("db", "small").await;
     assert_eq!(copy_settled(&mut feed).await.state, CopyState::Done);
     s.fake.world().entered.clear();
     // The busy domain fills the three slots and queues two more.
     let (large, gate) = busy_domain(&s, 2).await;
-    let (instance, _) = s
-        .berth
-        .restore("owner", &s.domain, "db", &snapshot.snapshot_id)
-        .await
-        .unwrap();
+    let (instance, _) = s.restore("db", &snapshot.snapshot_id).await;
     assert!(
         matches!(instance.state, InstanceState::Running { .. }),
         "it waits for its turn: {:?}",
@@ -2218,20 +2210,13 @@ async fn a_restore_waiting_for_its_turn_leaves_its_instance_running_until_its_co
     let s = setup().await;
     let small = running_in(&s, "owner", &s.domain, "db").await;
     let (mut feed, _, _) = s.berth.watch().subscribe(&s.domain, None);
-    let snapshot = s
-        .berth
-        .snapshot("owner", &s.domain, "db", "small".into())
-        .await
-        .unwrap();
+    let snapshot = s.snapshot("db", "small").await;
     assert_eq!(copy_settled(&mut feed).await.state, CopyState::Done);
     s.fake.world().entered.clear();
     let (large, gate) = busy_domain(&s, 0).await;
     s.fake.world().calls.clear();
     let stop = format!("stop {}", small.container);
-    s.berth
-        .restore("owner", &s.domain, "db", &snapshot.snapshot_id)
-        .await
-        .unwrap();
+    s.restore("db", &snapshot.snapshot_id).await;
     // Whatever looks at it meanwhile, it runs on.
     converge(&s, &small.id).await;
     s.reconciler.resync().await;
@@ -2274,17 +2259,9 @@ async fn copies_of_one_instance_never_overlap_and_run_in_the_order_asked() {
     let x = running_in(&s, "owner", &s.domain, "db").await;
     let gate = gate_copies_from(&s, &[&x]);
     let (mut feed, _, _) = s.berth.watch().subscribe(&s.domain, None);
-    let first = s
-        .berth
-        .snapshot("owner", &s.domain, "db", "one".into())
-        .await
-        .unwrap();
+    let first = s.snapshot("db", "one").await;
     until(&s, |w| w.entered.len() == 1).await;
-    let second = s
-        .berth
-        .snapshot("owner", &s.domain, "db", "two".into())
-        .await
-        .unwrap();
+    let second = s.snapshot("db", "two").await;
     let mut spec = branch_spec();
     spec["alias"] = json!("db");
     s.berth
@@ -2336,29 +2313,14 @@ async fn a_snapshot_whose_storage_was_removed_outside_berth_fails_and_refuses_a_
     let s = setup().await;
     running_source(&s).await;
     let (mut feed, _, _) = s.berth.watch().subscribe(&s.domain, None);
-    let first = s
-        .berth
-        .snapshot("owner", &s.domain, "db", "one".into())
-        .await
-        .unwrap();
+    let first = s.snapshot("db", "one").await;
     assert_eq!(copy_settled(&mut feed).await.state, CopyState::Done);
-    let second = s
-        .berth
-        .snapshot("owner", &s.domain, "db", "two".into())
-        .await
-        .unwrap();
+    let second = s.snapshot("db", "two").await;
     assert_eq!(copy_settled(&mut feed).await.state, CopyState::Done);
     // Someone runs `docker volume rm` on each snapshot's storage.
     let storage = |id| {
         let s = &s;
-        async move {
-            s.berth
-                .get_snapshot("owner", &s.domain, id)
-                .await
-                .unwrap()
-                .volumes
-                .len()
-        }
+        async move { s.get_snapshot(id).await.volumes.len() }
     };
     assert_eq!(storage(&first.snapshot_id).await, 1);
     let gone: Vec<String> = s
@@ -2379,11 +2341,7 @@ async fn a_snapshot_whose_storage_was_removed_outside_berth_fails_and_refuses_a_
 
     // The periodic resync notices the first.
     s.reconciler.resync().await;
-    let failed = s
-        .berth
-        .get_snapshot("owner", &s.domain, &first.snapshot_id)
-        .await
-        .unwrap();
+    let failed = s.get_snapshot(&first.snapshot_id).await;
     assert_eq!(failed.state, SnapshotState::Failed);
     assert!(
         failed
