@@ -214,6 +214,16 @@ impl Client {
             .unwrap_or_else(|e| panic!("get of {key}: {e}"))
     }
 
+    /// `up` with a spec and cause as raw JSON, for the wire tests that check the answer's exact
+    /// bytes against the contract (a typed answer encoded back would hide a key it does not
+    /// name).
+    pub fn up_raw(&self, domain: &str, key: &str, spec: &Value, cause: &str) -> Answer {
+        self.post(
+            &format!("/v1/resource-domains/{domain}/instances/{key}/up"),
+            json!({"spec": spec, "cause": cause}),
+        )
+    }
+
     /// `up` with a spec and cause through the typed client, as an [`Answer`]: see
     /// [`Answer::of`].
     pub fn up(&self, domain: &str, key: &str, spec: &Value, cause: &str) -> Answer {
