@@ -8,6 +8,7 @@ use berth_testkit as support;
 
 use std::time::Duration;
 
+use berth_client::{BranchFrom, UpCause};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use support::{Client, Daemon, block_on, docker, fixture, wait_until};
@@ -93,6 +94,27 @@ fn fill(api: &Client, domain: &str, key: &str, rows: u32) {
              INSERT INTO t SELECT g, repeat(md5(g::text), 10) FROM generate_series(1, {rows}) g"
         ),
     );
+}
+
+/// Waits until `key` settles, and asserts that it runs: the instance.
+fn running(api: &Client, domain: &str, key: &str) -> Value {
+    let instance = api.settled(domain, key, &["running", "failed"], READY);
+    assert_eq!(instance["state"]["kind"], "running", "{instance}");
+    instance
+}
+
+/// A person's branch of `key` from `from` with `spec`: the instance as stored (it runs once
+/// the copy is done).
+fn branch_into(
+    api: &Client,
+    domain: &str,
+    key: &str,
+    from: BranchFrom,
+    spec: &Value,
+) -> berth_client::InstanceView {
+    let domain = support::domain_id(domain);
+    api.call(|c| c.branch(&domain, key, &from, spec, UpCause::Person))
+        .unwrap_or_else(|e| panic!("a branch into {key}: {e}"))
 }
 
 fn up_running(api: &Client, domain: &str, key: &str, spec: &Value) -> Value {
@@ -198,20 +220,18 @@ fn a_branch_of_a_running_postgres_has_every_row_and_writes_stay_apart_both_ways(
     assert_eq!(before, "999 999 700");
 
     let (branch, copied) = copy_of(&api, &domain, "branch", "db@fix", || {
-        block_on(api.api().branch(
-            &support::domain_id(&domain),
+        branch_into(
+            &api,
+            &domain,
             "db@fix",
-            &berth_client::BranchFrom::Instance("db@main".into()),
+            BranchFrom::Instance("db@main".into()),
             &pg_spec("fix"),
-            berth_client::UpCause::Person,
-        ))
-        .expect("a branch")
+        )
     });
     assert_eq!(branch.key, "db@fix");
     assert_eq!(copied.state.as_str(), "done", "{copied:?}");
     assert!(copied.bytes_total.unwrap_or(0) > 15_000_000, "{copied:?}");
-    let fix = api.settled(&domain, "db@fix", &["running", "failed"], READY);
-    assert_eq!(fix["state"]["kind"], "running", "{fix}");
+    running(&api, &domain, "db@fix");
 
     // Every row; Postgres started on the copy, which it refuses with the wrong owner or mode.
     assert_eq!(
@@ -276,19 +296,43 @@ fn a_branch_of_a_running_postgres_has_every_row_and_writes_stay_apart_both_ways(
     );
 
     // A branch onto a key that exists is refused and writes nothing.
-    let again = api.post(
-        &format!("/v1/resource-domains/{domain}/instances/db@fix/branch"),
-        json!({"from": {"instanceKey": "db@main"}, "spec": pg_spec("fix"), "cause": "person"}),
+    let did = support::domain_id(&domain);
+    let from_main = berth_client::BranchFrom::Instance("db@main".into());
+    let fix_spec = pg_spec("fix");
+    support::refused(
+        api.call(|c| {
+            c.branch(
+                &did,
+                "db@fix",
+                &from_main,
+                &fix_spec,
+                berth_client::UpCause::Person,
+            )
+        }),
+        409,
+        "ResourceInstanceExistsError",
     );
-    again.expect_error(409, "ResourceInstanceExistsError");
     // An unknown source is the contract's 404.
-    api.post(
-        &format!("/v1/resource-domains/{domain}/instances/db@other/branch"),
-        json!({"from": {"instanceKey": "db@nobody"}, "spec": pg_spec("other"), "cause": "person"}),
-    )
-    .expect_error(404, "ResourceInstanceNotFoundError");
-    let none = api.get(&format!("/v1/resource-domains/{domain}/instances/db@other"));
-    none.expect_error(404, "ResourceInstanceNotFoundError");
+    let from_nobody = berth_client::BranchFrom::Instance("db@nobody".into());
+    let other_spec = pg_spec("other");
+    support::refused(
+        api.call(|c| {
+            c.branch(
+                &did,
+                "db@other",
+                &from_nobody,
+                &other_spec,
+                berth_client::UpCause::Person,
+            )
+        }),
+        404,
+        "ResourceInstanceNotFoundError",
+    );
+    support::refused(
+        api.call(|c| c.instance(&did, "db@other")),
+        404,
+        "ResourceInstanceNotFoundError",
+    );
 }
 
 #[test]
@@ -309,8 +353,7 @@ fn a_postgres_restore_brings_the_rows_back_and_keeps_the_migrated_state_as_a_sna
         "{snapshot:?}"
     );
     // On layers, the source went on after a restart, on a new layer over the snapshot's.
-    let main = api.settled(&domain, "db@main", &["running", "failed"], READY);
-    assert_eq!(main["state"]["kind"], "running", "{main}");
+    running(&api, &domain, "db@main");
 
     // A destructive migration.
     sql(
@@ -333,8 +376,7 @@ fn a_postgres_restore_brings_the_rows_back_and_keeps_the_migrated_state_as_a_sna
         "{restored:?}"
     );
     assert_eq!(copied.state.as_str(), "done", "{copied:?}");
-    let back = api.settled(&domain, "db@main", &["running", "failed"], READY);
-    assert_eq!(back["state"]["kind"], "running", "{back}");
+    running(&api, &domain, "db@main");
     assert_eq!(
         sql(&api, &domain, "db@main", "SELECT count(*) FROM t"),
         "20000"
@@ -357,16 +399,14 @@ fn a_postgres_restore_brings_the_rows_back_and_keeps_the_migrated_state_as_a_sna
         "newest first"
     );
     assert_eq!(list[0].state.as_str(), "ready");
-    block_on(api.api().branch(
-        &domain_id,
+    branch_into(
+        &api,
+        &domain,
         "db@check",
-        &berth_client::BranchFrom::Snapshot(restored.before_restore.snapshot_id.clone()),
+        BranchFrom::Snapshot(restored.before_restore.snapshot_id.clone()),
         &pg_spec("check"),
-        berth_client::UpCause::Person,
-    ))
-    .expect("a branch of the before-restore snapshot");
-    let check = api.settled(&domain, "db@check", &["running", "failed"], READY);
-    assert_eq!(check["state"]["kind"], "running", "{check}");
+    );
+    running(&api, &domain, "db@check");
     assert_eq!(
         sql(&api, &domain, "db@check", "SELECT x FROM migrated"),
         "7"
@@ -379,12 +419,12 @@ fn a_postgres_restore_brings_the_rows_back_and_keeps_the_migrated_state_as_a_sna
     // Snapshots belong to their domain: another domain's id is unknown there. One an instance
     // stands on (the restore's volumes are layers on it) is kept; one nothing stands on goes
     // with its storage.
-    let other = api.create_domain("other");
-    api.get(&format!(
-        "/v1/resource-domains/{other}/snapshots/{}",
-        snapshot.snapshot_id
-    ))
-    .expect_error(404, "ResourceSnapshotNotFoundError");
+    let other = support::domain_id(&api.create_domain("other"));
+    support::refused(
+        api.call(|c| c.snapshot_by_id(&other, &snapshot.snapshot_id)),
+        404,
+        "ResourceSnapshotNotFoundError",
+    );
     let volume_count = |id: &berth_client::SnapshotId| {
         docker(&[
             "volume",
@@ -407,17 +447,16 @@ fn a_postgres_restore_brings_the_rows_back_and_keeps_the_migrated_state_as_a_sna
     let spare = snapshot_ready(&api, &domain, "db@main", "spare");
     assert_eq!(volume_count(&spare.snapshot_id), 0);
     block_on(api.api().delete_snapshot(&domain_id, &spare.snapshot_id)).expect("a delete");
-    let main = api.settled(&domain, "db@main", &["running", "failed"], READY);
-    assert_eq!(main["state"]["kind"], "running", "{main}");
+    running(&api, &domain, "db@main");
     assert_eq!(
         sql(&api, &domain, "db@main", "SELECT count(*) FROM t"),
         "20000"
     );
-    api.get(&format!(
-        "/v1/resource-domains/{domain}/snapshots/{}",
-        spare.snapshot_id
-    ))
-    .expect_error(404, "ResourceSnapshotNotFoundError");
+    support::refused(
+        api.call(|c| c.snapshot_by_id(&domain_id, &spare.snapshot_id)),
+        404,
+        "ResourceSnapshotNotFoundError",
+    );
 }
 
 #[test]
@@ -438,16 +477,14 @@ fn a_redis_restore_brings_the_keys_back_with_appendonly_always() {
     let snapshot = snapshot_ready(&api, &domain, "cache@main", "before-flush");
 
     // A branch has every key, and its writes stay apart.
-    block_on(api.api().branch(
-        &domain_id,
+    branch_into(
+        &api,
+        &domain,
         "cache@fix",
-        &berth_client::BranchFrom::Instance("cache@main".into()),
+        BranchFrom::Instance("cache@main".into()),
         &redis_spec("fix"),
-        berth_client::UpCause::Person,
-    ))
-    .expect("a branch");
-    let fix = api.settled(&domain, "cache@fix", &["running", "failed"], READY);
-    assert_eq!(fix["state"]["kind"], "running", "{fix}");
+    );
+    running(&api, &domain, "cache@fix");
     assert_eq!(
         redis(&api, &domain, "cache@fix", &["get", "greeting"]),
         "hello"
@@ -468,8 +505,7 @@ fn a_redis_restore_brings_the_keys_back_with_appendonly_always() {
         .expect("a restore")
     });
     assert_eq!(copied.state.as_str(), "done", "{copied:?}");
-    let back = api.settled(&domain, "cache@main", &["running", "failed"], READY);
-    assert_eq!(back["state"]["kind"], "running", "{back}");
+    running(&api, &domain, "cache@main");
     assert_eq!(
         redis(&api, &domain, "cache@main", &["get", "greeting"]),
         "hello"
@@ -481,16 +517,14 @@ fn a_redis_restore_brings_the_keys_back_with_appendonly_always() {
     );
 
     // What the restore replaced is in the before-restore snapshot.
-    block_on(api.api().branch(
-        &domain_id,
+    branch_into(
+        &api,
+        &domain,
         "cache@check",
-        &berth_client::BranchFrom::Snapshot(restored.before_restore.snapshot_id),
+        BranchFrom::Snapshot(restored.before_restore.snapshot_id),
         &redis_spec("check"),
-        berth_client::UpCause::Person,
-    ))
-    .expect("a branch");
-    let check = api.settled(&domain, "cache@check", &["running", "failed"], READY);
-    assert_eq!(check["state"]["kind"], "running", "{check}");
+    );
+    running(&api, &domain, "cache@check");
     assert_eq!(
         redis(&api, &domain, "cache@check", &["get", "after"]),
         "flush"
@@ -554,8 +588,7 @@ fn owners_modes_links_and_empty_directories_survive_a_copy_with_the_image_s_cp_a
         berth_client::UpCause::Person,
     ))
     .expect("a branch into an image with cp");
-    let d = api.settled(&domain, "files@d", &["running", "failed"], READY);
-    assert_eq!(d["state"]["kind"], "running", "{d}");
+    running(&api, &domain, "files@d");
     assert_eq!(listing("files@d"), expected);
 
     // Through the bare image, which has no shell, no `cp` and no tools: a branch (its helper
@@ -563,28 +596,33 @@ fn owners_modes_links_and_empty_directories_survive_a_copy_with_the_image_s_cp_a
     let bare = support::bare_image();
     let mut no_shell = files_spec(&bare, "b");
     no_shell["ready"] = json!({"kind": "tcp", "port": 7000});
-    block_on(api.api().branch(
-        &domain_id,
+    branch_into(
+        &api,
+        &domain,
         "files@b",
-        &berth_client::BranchFrom::Instance("files@a".into()),
+        BranchFrom::Instance("files@a".into()),
         &no_shell,
-        berth_client::UpCause::Person,
-    ))
-    .expect("a branch into the image without a shell");
-    let b = api.settled(&domain, "files@b", &["running", "failed"], READY);
-    assert_eq!(b["state"]["kind"], "running", "{b}");
+    );
+    running(&api, &domain, "files@b");
     let snapshot = snapshot_ready(&api, &domain, "files@b", "no-shell");
 
     // The instance it was taken of is archived; the snapshot outlives it.
-    api.post_empty(&format!(
-        "/v1/resource-domains/{domain}/instances/files@b/archive"
-    ))
-    .expect(200);
-    api.post(
-        &format!("/v1/resource-domains/{domain}/instances/files@b/branch"),
-        json!({"from": {"snapshotId": snapshot.snapshot_id}, "spec": no_shell, "cause": "person"}),
-    )
-    .expect_error(409, "ResourceInstanceArchivedError");
+    api.call(|c| c.archive(&domain_id, "files@b"))
+        .expect("an archive");
+    let from_snapshot = berth_client::BranchFrom::Snapshot(snapshot.snapshot_id.clone());
+    support::refused(
+        api.call(|c| {
+            c.branch(
+                &domain_id,
+                "files@b",
+                &from_snapshot,
+                &no_shell,
+                berth_client::UpCause::Person,
+            )
+        }),
+        409,
+        "ResourceInstanceArchivedError",
+    );
     block_on(api.api().branch(
         &domain_id,
         "files@c",
@@ -593,8 +631,7 @@ fn owners_modes_links_and_empty_directories_survive_a_copy_with_the_image_s_cp_a
         berth_client::UpCause::Person,
     ))
     .expect("a branch from a snapshot of an archived instance");
-    let c = api.settled(&domain, "files@c", &["running", "failed"], READY);
-    assert_eq!(c["state"]["kind"], "running", "{c}");
+    running(&api, &domain, "files@c");
     assert_eq!(listing("files@c"), expected);
 }
 
@@ -701,15 +738,21 @@ fn bad_snapshot_branch_and_restore_requests_are_refused_and_write_nothing() {
         json!({"instanceKey": "files@a", "snapshotId": "snp:00000000-0000-4000-8000-000000000000"}),
     )
     .expect_error(400, "RequestRefusedError");
-    api.get(&format!("{base}/files@b"))
-        .expect_error(404, "ResourceInstanceNotFoundError");
-    let list = block_on(api.api().snapshots(&support::domain_id(&domain), None)).expect("a list");
+    let did = support::domain_id(&domain);
+    support::refused(
+        api.call(|c| c.instance(&did, "files@b")),
+        404,
+        "ResourceInstanceNotFoundError",
+    );
+    let list = block_on(api.api().snapshots(&did, None)).expect("a list");
     assert!(list.is_empty(), "{list:?}");
     // Another key sees no snapshot of this domain.
     let other = daemon.client_with(Some(support::OTHER_KEY));
-    other
-        .get(&format!("/v1/resource-domains/{domain}/snapshots"))
-        .expect_error(403, "ResourceDomainForbiddenError");
+    support::refused(
+        other.call(|c| c.snapshots(&did, None)),
+        403,
+        "ResourceDomainForbiddenError",
+    );
 }
 
 #[test]
@@ -738,14 +781,13 @@ fn a_daemon_killed_in_the_middle_of_a_copy_never_uses_the_half_written_volume_an
         .lines()
         .count()
     };
-    let branch = block_on(api.api().branch(
-        &support::domain_id(&domain),
+    let branch = branch_into(
+        &api,
+        &domain,
         "db@fix",
-        &berth_client::BranchFrom::Instance("db@main".into()),
+        BranchFrom::Instance("db@main".into()),
         &pg_spec("fix"),
-        berth_client::UpCause::Person,
-    ))
-    .expect("a branch");
+    );
     wait_until(COPY, "the copy's helper appears", || helpers() > 0);
     daemon.kill9();
     // Nothing runs on the half-written volume, and the source is left frozen or running, never
@@ -824,7 +866,7 @@ fn volume_options(name: &str) -> Value {
 #[test]
 fn a_branch_and_a_restore_from_a_snapshot_stand_on_its_layers_and_the_snapshot_is_kept_while_they_do()
  {
-    use berth_client::{BranchFrom, CopyMethod, CopyState, UpCause};
+    use berth_client::{CopyMethod, CopyState};
     let daemon = Daemon::start();
     let api = daemon.client();
     let domain = api.create_domain("layers");
@@ -838,20 +880,18 @@ fn a_branch_and_a_restore_from_a_snapshot_stand_on_its_layers_and_the_snapshot_i
 
     // A branch from the snapshot: an overlay volume on its layer, no byte moved.
     let (_, copy) = copy_of(&api, &domain, "branch", "db@layered", || {
-        block_on(api.api().branch(
-            &domain_id,
+        branch_into(
+            &api,
+            &domain,
             "db@layered",
-            &BranchFrom::Snapshot(snapshot.snapshot_id.clone()),
+            BranchFrom::Snapshot(snapshot.snapshot_id.clone()),
             &pg_spec("layered"),
-            UpCause::Person,
-        ))
-        .expect("a branch")
+        )
     });
     assert_eq!(copy.state, CopyState::Done, "{copy:?}");
     assert_eq!(copy.method, CopyMethod::Overlay, "{copy:?}");
     assert_eq!(copy.bytes_done, 0, "{copy:?}");
-    let branch = api.settled(&domain, "db@layered", &["running", "failed"], READY);
-    assert_eq!(branch["state"]["kind"], "running", "{branch}");
+    let branch = running(&api, &domain, "db@layered");
     let volume = branch["volumes"][0]["dockerName"]
         .as_str()
         .unwrap()
@@ -874,7 +914,10 @@ fn a_branch_and_a_restore_from_a_snapshot_stand_on_its_layers_and_the_snapshot_i
         root("db@main"),
         "the root's owner and mode"
     );
-    assert_eq!(api.get("/v1/daemon").expect(200)["volumeLayers"], "overlay");
+    assert_eq!(
+        api.answer(|c| c.daemon()).expect(200)["volumeLayers"],
+        "overlay"
+    );
 
     // Writes stay on their side, both ways.
     sql(
@@ -894,17 +937,11 @@ fn a_branch_and_a_restore_from_a_snapshot_stand_on_its_layers_and_the_snapshot_i
     );
 
     // The snapshot holds the branch's layer: its delete is refused, naming the volume.
-    let refused = api
-        .raw(
-            "DELETE",
-            &format!(
-                "/v1/resource-domains/{domain}/snapshots/{}",
-                snapshot.snapshot_id
-            ),
-            None,
-            &[],
-        )
-        .expect_error(409, "ResourceSnapshotInUseError");
+    let refused = support::refused(
+        api.call(|c| c.delete_snapshot(&domain_id, &snapshot.snapshot_id)),
+        409,
+        "ResourceSnapshotInUseError",
+    );
     assert!(
         refused["message"].as_str().unwrap().contains(&volume),
         "{refused}"
@@ -920,17 +957,15 @@ fn a_branch_and_a_restore_from_a_snapshot_stand_on_its_layers_and_the_snapshot_i
     // The before-restore snapshot holds the migrated state: a branch from it has no table.
     let before = restored.before_restore.snapshot_id.clone();
     copy_of(&api, &domain, "branch", "db@before", || {
-        block_on(api.api().branch(
-            &domain_id,
+        branch_into(
+            &api,
+            &domain,
             "db@before",
-            &BranchFrom::Snapshot(before.clone()),
+            BranchFrom::Snapshot(before.clone()),
             &pg_spec("before"),
-            UpCause::Person,
-        ))
-        .expect("a branch")
+        )
     });
-    let from_before = api.settled(&domain, "db@before", &["running", "failed"], READY);
-    assert_eq!(from_before["state"]["kind"], "running", "{from_before}");
+    running(&api, &domain, "db@before");
     assert_eq!(
         sql(
             &api,
@@ -944,18 +979,16 @@ fn a_branch_and_a_restore_from_a_snapshot_stand_on_its_layers_and_the_snapshot_i
     // A branch of a branch: a snapshot of the layered one, and a branch from that.
     let second = snapshot_ready(&api, &domain, "db@layered", "layered");
     let (_, copy) = copy_of(&api, &domain, "branch", "db@second", || {
-        block_on(api.api().branch(
-            &domain_id,
+        branch_into(
+            &api,
+            &domain,
             "db@second",
-            &BranchFrom::Snapshot(second.snapshot_id.clone()),
+            BranchFrom::Snapshot(second.snapshot_id.clone()),
             &pg_spec("second"),
-            UpCause::Person,
-        ))
-        .expect("a branch")
+        )
     });
     assert_eq!(copy.method, CopyMethod::Overlay, "{copy:?}");
-    let grandchild = api.settled(&domain, "db@second", &["running", "failed"], READY);
-    assert_eq!(grandchild["state"]["kind"], "running", "{grandchild}");
+    running(&api, &domain, "db@second");
     assert_eq!(
         sql(&api, &domain, "db@second", "SELECT count(*) FROM t"),
         "20001"
@@ -990,8 +1023,7 @@ fn with_volume_layers_off_a_branch_from_a_snapshot_copies_every_byte() {
         .expect("a branch")
     });
     assert_eq!(copy.method, CopyMethod::Copy, "{copy:?}");
-    let branch = api.settled(&domain, "files@copy", &["running", "failed"], READY);
-    assert_eq!(branch["state"]["kind"], "running", "{branch}");
+    let branch = running(&api, &domain, "files@copy");
     let volume = branch["volumes"][0]["dockerName"]
         .as_str()
         .unwrap()
@@ -1006,12 +1038,14 @@ fn with_volume_layers_off_a_branch_from_a_snapshot_copies_every_byte() {
         exec_ok(&api, &domain, "files@copy", &["cat", "/srv/data/f"]),
         "kept"
     );
-    assert_eq!(api.get("/v1/daemon").expect(200)["volumeLayers"], "copy");
+    assert_eq!(
+        api.answer(|c| c.daemon()).expect(200)["volumeLayers"],
+        "copy"
+    );
 }
 
 #[test]
 fn a_daemon_killed_as_a_branch_stands_on_layers_converges_on_whole_overlay_volumes() {
-    use berth_client::{BranchFrom, UpCause};
     let mut daemon = Daemon::start();
     let api = daemon.client();
     let domain = api.create_domain("layers-kill");
@@ -1020,14 +1054,13 @@ fn a_daemon_killed_as_a_branch_stands_on_layers_converges_on_whole_overlay_volum
     fill(&api, &domain, "db@main", 10_000);
     let snapshot = snapshot_ready(&api, &domain, "db@main", "base");
     // Killed the moment the branch is accepted: its layers are being made (or not begun).
-    let branch = block_on(api.api().branch(
-        &support::domain_id(&domain),
+    let branch = branch_into(
+        &api,
+        &domain,
         "db@fix",
-        &BranchFrom::Snapshot(snapshot.snapshot_id.clone()),
+        BranchFrom::Snapshot(snapshot.snapshot_id.clone()),
         &pg_spec("fix"),
-        UpCause::Person,
-    ))
-    .expect("a branch");
+    );
     daemon.kill9();
     let branch_json = serde_json::to_value(&branch).unwrap();
     assert!(support::containers_of(&branch_json).is_empty());
@@ -1074,7 +1107,7 @@ fn a_daemon_killed_as_a_branch_stands_on_layers_converges_on_whole_overlay_volum
 #[test]
 fn a_snapshot_and_a_branch_of_a_running_postgres_on_layers_copy_nothing_and_stand_on_a_clean_stop()
 {
-    use berth_client::{BranchFrom, CopyMethod, CopyState, UpCause};
+    use berth_client::{CopyMethod, CopyState};
     let daemon = Daemon::start();
     let api = daemon.client();
     let domain = api.create_domain("moves");
@@ -1106,8 +1139,7 @@ fn a_snapshot_and_a_branch_of_a_running_postgres_on_layers_copy_nothing_and_stan
         snapshot.volumes[0].bytes.unwrap_or(0) > 5_000_000,
         "{snapshot:?}"
     );
-    let moved = api.settled(&domain, "db@main", &["running", "failed"], READY);
-    assert_eq!(moved["state"]["kind"], "running", "{moved}");
+    let moved = running(&api, &domain, "db@main");
     assert_ne!(moved["startedAt"], main["startedAt"], "it restarted");
     let upper = moved["volumes"][0]["dockerName"]
         .as_str()
@@ -1124,20 +1156,18 @@ fn a_snapshot_and_a_branch_of_a_running_postgres_on_layers_copy_nothing_and_stan
 
     // A branch of the running source copies nothing either, and has every row up to now.
     let (_, copy) = copy_of(&api, &domain, "branch", "db@fix", || {
-        block_on(api.api().branch(
-            &domain_id,
+        branch_into(
+            &api,
+            &domain,
             "db@fix",
-            &BranchFrom::Instance("db@main".into()),
+            BranchFrom::Instance("db@main".into()),
             &pg_spec("fix"),
-            UpCause::Person,
-        ))
-        .expect("a branch")
+        )
     });
     assert_eq!(copy.state, CopyState::Done, "{copy:?}");
     assert_eq!(copy.method, CopyMethod::Overlay, "{copy:?}");
     assert_eq!(copy.bytes_done, 0, "{copy:?}");
-    let fix = api.settled(&domain, "db@fix", &["running", "failed"], READY);
-    assert_eq!(fix["state"]["kind"], "running", "{fix}");
+    let fix = running(&api, &domain, "db@fix");
     assert_eq!(
         sql(&api, &domain, "db@fix", "SELECT count(*) FROM t"),
         "20001"
@@ -1151,8 +1181,7 @@ fn a_snapshot_and_a_branch_of_a_running_postgres_on_layers_copy_nothing_and_stan
         String::from_utf8_lossy(&logs.stderr).into_owned() + &String::from_utf8_lossy(&logs.stdout);
     assert!(logs.contains("was shut down at"), "{logs}");
     assert!(!logs.contains("not properly shut down"), "{logs}");
-    let main_now = api.settled(&domain, "db@main", &["running", "failed"], READY);
-    assert_eq!(main_now["state"]["kind"], "running", "{main_now}");
+    running(&api, &domain, "db@main");
 
     // Writes stay apart both ways.
     sql(&api, &domain, "db@fix", "INSERT INTO t VALUES (-2, 'fix')");
@@ -1198,8 +1227,7 @@ fn a_snapshot_and_a_branch_of_a_running_postgres_on_layers_copy_nothing_and_stan
     });
     let own = copy.snapshot_id.expect("the copy's snapshot");
     block_on(api.api().delete_snapshot(&domain_id, &own)).expect("a delete");
-    let fix_again = api.settled(&domain, "db@fix", &["running", "failed"], READY);
-    assert_eq!(fix_again["state"]["kind"], "running", "{fix_again}");
+    running(&api, &domain, "db@fix");
     assert_eq!(
         sql(&api, &domain, "db@fix", "SELECT count(*) FROM t"),
         "20002"
@@ -1316,8 +1344,7 @@ fn layers_past_the_flatten_limit_are_copied_into_one_in_the_background_and_every
     );
     assert!(flattened.bytes_done > 1_000_000, "{flattened:?}");
     until_ready(&api, &domain, &third.snapshot_id);
-    let now = api.settled(&domain, "db@main", &["running", "failed"], READY);
-    assert_eq!(now["state"]["kind"], "running", "{now}");
+    let now = running(&api, &domain, "db@main");
     assert_eq!(lowers(&now), 2, "{now}");
     assert_eq!(
         sql(&api, &domain, "db@main", "SELECT count(*) FROM t"),
@@ -1332,17 +1359,15 @@ fn layers_past_the_flatten_limit_are_copied_into_one_in_the_background_and_every
 
     // Every snapshot still holds what it held: a branch of the second, a restore of the first.
     copy_of(&api, &domain, "branch", "db@second", || {
-        block_on(api.api().branch(
-            &domain_id,
+        branch_into(
+            &api,
+            &domain,
             "db@second",
-            &berth_client::BranchFrom::Snapshot(second.snapshot_id.clone()),
+            BranchFrom::Snapshot(second.snapshot_id.clone()),
             &pg_spec("second"),
-            berth_client::UpCause::Person,
-        ))
-        .expect("a branch")
+        )
     });
-    let branch = api.settled(&domain, "db@second", &["running", "failed"], READY);
-    assert_eq!(branch["state"]["kind"], "running", "{branch}");
+    running(&api, &domain, "db@second");
     assert_eq!(
         sql(&api, &domain, "db@second", "SELECT count(*) FROM t"),
         "1001"

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use serde_json::{Value, json};
+use serde_json::json;
 use support::{
     Client, Daemon, KEY, Launch, OTHER_KEY, block_on, busybox_image, domain_id, key_id as id, spec,
 };
@@ -67,7 +67,7 @@ fn a_read_and_link_key_lists_watches_and_links_and_is_refused_every_other_route_
     dev.wait_state(&domain, "db", "running", READY);
 
     // Who the plugin is: the developer's key id (it acts for that key), read and link only.
-    let me = ide.get("/v1/whoami").expect(200);
+    let me = ide.answer(|c| c.whoami()).expect(200);
     assert_eq!(me["keyId"], json!(id(KEY)), "{me}");
     assert_eq!(me["restricted"], json!(true), "{me}");
     assert_eq!(
@@ -75,7 +75,7 @@ fn a_read_and_link_key_lists_watches_and_links_and_is_refused_every_other_route_
         json!(["read", "workspaces:link"]),
         "{me}"
     );
-    let everything = dev.get("/v1/whoami").expect(200);
+    let everything = dev.answer(|c| c.whoami()).expect(200);
     assert_eq!(everything["restricted"], json!(false), "{everything}");
     assert_eq!(
         everything["capabilities"].as_array().map(Vec::len),
@@ -83,8 +83,13 @@ fn a_read_and_link_key_lists_watches_and_links_and_is_refused_every_other_route_
     );
 
     // It lists, gets and watches the developer's instances...
-    let domains = ide.get("/v1/resource-domains").expect(200);
-    assert!(domains.to_string().contains(&domain), "{domains}");
+    let domains = ide.call(|c| c.domains()).expect("the domains");
+    assert!(
+        domains
+            .iter()
+            .any(|d| d.resource_domain_id.as_str() == domain),
+        "{domains:?}"
+    );
     assert_eq!(ide.instance(&domain, "db")["state"]["kind"], "running");
     let first = block_on(async {
         Box::pin(ide.api().events(&domain_id(&domain), None))
@@ -98,28 +103,19 @@ fn a_read_and_link_key_lists_watches_and_links_and_is_refused_every_other_route_
         "the stream starts with the instances: {first:?}"
     );
     // ...and links its workspace.
-    ide.raw(
-        "PUT",
-        "/v1/workspaces/ide-1",
-        Some(
-            json!({"containers": [], "selector": null})
-                .to_string()
-                .into_bytes(),
-        ),
-        &[],
-    )
-    .expect(200);
-    ide.raw(
-        "PUT",
-        &format!("/v1/resource-domains/{domain}/workspace-links/ide-1"),
-        Some(json!({"worktreeKey": "feature-x"}).to_string().into_bytes()),
-        &[],
-    )
-    .expect(200);
+    let workspace = berth_client::WorkspaceRequest {
+        containers: vec![],
+        selector: None,
+    };
+    ide.call(|c| c.put_workspace("ide-1", &workspace))
+        .expect("a workspace");
+    let did = domain_id(&domain);
+    ide.call(|c| c.link(&did, "ide-1", "feature-x"))
+        .expect("a link");
 
     // Every route of the document declares what it needs; each one the plugin lacks answers
     // 403 naming it, for the domain that exists and for one that does not alike.
-    let doc = dev.get("/v1/openapi.json").expect(200);
+    let doc = dev.call(|c| c.openapi()).expect("the document");
     let allowed = ["none", "read", "workspaces:link"];
     let nowhere = "rdm:00000000-0000-4000-8000-0000000000ff";
     let mut refused = Vec::new();
@@ -175,9 +171,9 @@ fn a_read_and_link_key_lists_watches_and_links_and_is_refused_every_other_route_
     let db = dev.instance(&domain, "db");
     assert_eq!(db["state"]["kind"], "running", "{db}");
     assert_eq!(
-        dev.get(&format!("/v1/resource-domains/{domain}/snapshots"))
-            .expect(200)["items"],
-        json!([])
+        dev.call(|c| c.snapshots(&did, None))
+            .expect("the snapshots"),
+        vec![]
     );
 }
 
@@ -192,24 +188,22 @@ fn a_grant_for_one_domain_allows_there_and_nowhere_else() {
         dev.up_ok(domain, "db", &spec(&busybox_image(), "db"), "use");
         dev.wait_state(domain, "db", "running", READY);
     }
-    let me = tool.get("/v1/whoami").expect(200);
+    let me = tool.answer(|c| c.whoami()).expect(200);
     assert_eq!(
         me["serviceDeploymentGrants"],
         json!([{"serviceId": "shop", "capabilities": ["instances:lifecycle"]}]),
         "{me}"
     );
     let stop = |domain: &str| {
-        tool.post(
-            &format!("/v1/resource-domains/{domain}/instances/db/stop"),
-            json!({"by": "the teammate's tool"}),
-        )
+        let domain = domain_id(domain);
+        tool.call(|c| c.stop(&domain, "db", "the teammate's tool"))
     };
-    let refused = stop(&blog).expect_error(403, "ServiceKeyCapabilityMissingError");
+    let refused = support::refused(stop(&blog), 403, "ServiceKeyCapabilityMissingError");
     assert_eq!(refused["capability"], "instances:lifecycle");
     assert_eq!(dev.instance(&blog, "db")["state"]["kind"], "running");
-    stop(&shop).expect(200);
+    stop(&shop).expect("a stop");
     dev.wait_state(&shop, "db", "stopped", READY);
-    // Exec is granted nowhere.
+    // Exec is granted nowhere (raw: the point is the route's capability, before any frame).
     tool.post(
         &format!("/v1/resource-domains/{shop}/instances/db/exec"),
         json!({"argv": ["true"]}),
@@ -244,12 +238,7 @@ fn a_grant_by_id_matches_that_domain_and_never_a_domain_named_like_the_id() {
     let tool = daemon.client_with(Some(TOOL_KEY));
 
     // A domain *named* like the granted id: the tool may make it, and gains nothing there.
-    let lookalike = tool
-        .post("/v1/resource-domains", json!({"name": granted}))
-        .expect(200)["resourceDomainId"]
-        .as_str()
-        .expect("the new domain's id")
-        .to_owned();
+    let lookalike = tool.create_domain(&granted);
     assert_ne!(lookalike, granted);
     let refused = tool
         .up(&lookalike, "db", &spec(&busybox_image(), "db"), "use")
@@ -359,9 +348,9 @@ fn the_cli_names_the_missing_capability_and_where_it_is_granted() {
         "{said}"
     );
     let client: Client = daemon.client();
-    let domains: Value = client.get("/v1/resource-domains").expect(200);
+    let domains = client.call(|c| c.domains()).expect("the domains");
     assert!(
-        !domains.to_string().contains("agent"),
-        "nothing was created: {domains}"
+        !domains.iter().any(|d| d.name.contains("agent")),
+        "nothing was created: {domains:?}"
     );
 }

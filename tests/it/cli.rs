@@ -13,7 +13,17 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{Daemon, KEY, busybox_image};
+use support::{Daemon, KEY, busybox_image, domain_id};
+
+/// The daemon's domains, through the typed client.
+fn domains(api: &support::Client) -> Vec<berth_client::DomainView> {
+    api.call(|c| c.domains()).expect("the domains")
+}
+
+/// The id of the first domain (the one a repository's `berth` made).
+fn the_domain(api: &support::Client) -> String {
+    domains(api)[0].resource_domain_id.to_string()
+}
 
 /// A git repository with a main worktree `shop` and a second worktree `shop-feature`.
 pub(crate) struct Repo {
@@ -218,8 +228,8 @@ fn each_worktree_gets_its_own_instance_and_both_share_one() {
 
     // One domain for the repository; three instances: a db per worktree and one shared web.
     let api = daemon.client();
-    let domains = api.get("/v1/resource-domains").expect(200);
-    assert_eq!(domains["items"].as_array().unwrap().len(), 1, "{domains:#}");
+    assert_eq!(domains(&api).len(), 1, "{:#?}", domains(&api));
+    let domain = the_domain(&api);
 
     let from_main = berth(&daemon, &repo.main, &["ps", "--json"]).ok().json();
     let from_second = berth(&daemon, &repo.second, &["ps", "--json"]).ok().json();
@@ -330,19 +340,15 @@ fn each_worktree_gets_its_own_instance_and_both_share_one() {
 
     // `berth env` fills {host} and {port} with the alias and the ready port.
     let env = berth(&daemon, &repo.second, &["env"]).ok();
-    let domain = domains["items"][0]["resourceDomainId"].as_str().unwrap();
+    let did = domain_id(&domain);
     let endpoints = api
-        .get(&format!(
-            "/v1/resource-domains/{domain}/instances/{second_db}/endpoints"
-        ))
-        .expect(200);
-    let host_port = endpoints["items"]
-        .as_array()
-        .unwrap()
+        .call(|c| c.endpoints(&did, &second_db))
+        .expect("the endpoints");
+    let host_port = endpoints
         .iter()
-        .find(|e| e["port"] == 8080)
-        .and_then(|e| e["hostPort"].as_u64())
-        .unwrap_or_else(|| panic!("no endpoint for 8080: {endpoints:#}"));
+        .find(|e| e.port == 8080)
+        .map(|e| e.host_port)
+        .unwrap_or_else(|| panic!("no endpoint for 8080: {endpoints:#?}"));
     assert_eq!(
         env.stdout,
         format!("export DATABASE_URL='http://127.0.0.1:{host_port}/db'\n")
@@ -350,7 +356,7 @@ fn each_worktree_gets_its_own_instance_and_both_share_one() {
     let up_endpoints = &by_key(&first_items, &main_db)["endpoints"];
     assert_eq!(up_endpoints[0]["port"], 8080, "{first_items:#}");
     // And it reaches the worktree's db from the host.
-    let mut conn = std::net::TcpStream::connect(("127.0.0.1", host_port as u16)).unwrap();
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", host_port)).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     conn.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
@@ -412,11 +418,7 @@ fn stop_start_and_archive_do_what_they_say() {
         archived.stdout.contains("4.9 KiB"),
         "the kept volume is measured: {archived:?}"
     );
-    let domain =
-        daemon.client().get("/v1/resource-domains").expect(200)["items"][0]["resourceDomainId"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+    let domain = the_domain(&daemon.client());
     let instance = daemon.client().instance(&domain, &key);
     assert_eq!(instance["state"]["kind"], "archived", "{instance:#}");
     assert!(
@@ -585,8 +587,7 @@ fn project_file_errors_name_their_line_and_field_and_create_nothing() {
     );
 
     // Nothing reached the daemon: no domain, no container.
-    let domains = daemon.client().get("/v1/resource-domains").expect(200);
-    assert_eq!(domains["items"], serde_json::json!([]));
+    assert_eq!(domains(&daemon.client()), vec![]);
     assert!(support::containers_named(&daemon.prefix).is_empty());
 
     // `env` and `doctor` read the same file and refuse it the same way.
@@ -703,17 +704,10 @@ fn up_dry_run_and_doctor_say_what_each_up_would_do_and_change_nothing() {
     // No domain yet: said, and none is made.
     let first = berth(&daemon, dir, &["up", "--dry-run"]).ok();
     assert!(first.stdout.contains("does not exist yet"), "{first:?}");
-    let domains = api.get("/v1/resource-domains").expect(200);
-    assert_eq!(
-        domains["items"],
-        serde_json::json!([]),
-        "no domain was made"
-    );
+    assert_eq!(domains(&api), vec![], "no domain was made");
 
     berth(&daemon, dir, &["up", "db"]).ok();
-    let domains = api.get("/v1/resource-domains").expect(200);
-    let domain = domains["items"][0]["resourceDomainId"].as_str().unwrap();
-    let instances = format!("/v1/resource-domains/{domain}/instances");
+    let domain = domain_id(&the_domain(&api));
 
     let reports = berth(&daemon, dir, &["up", "--dry-run", "--json"])
         .ok()
@@ -749,8 +743,8 @@ fn up_dry_run_and_doctor_say_what_each_up_would_do_and_change_nothing() {
         );
     }
     // Only the instance `berth up` made exists.
-    let listed = api.get(&instances).expect(200);
-    assert_eq!(listed["items"].as_array().unwrap().len(), 1, "{listed:#}");
+    let listed = api.call(|c| c.instances(&domain, false)).expect("a list");
+    assert_eq!(listed.len(), 1, "{listed:#?}");
 }
 
 /// A tmux server of this test's own, removed when dropped.
@@ -1102,11 +1096,8 @@ fn who_stopped_an_instance_is_a_name_refused_with_control_characters_and_shown_a
     let items = berth(&daemon, dir, &["up", "db", "--json"]).ok().json();
     let key = items[0]["key"].as_str().unwrap().to_owned();
     let api = daemon.client();
-    let domain = api.get("/v1/resource-domains").expect(200)["items"][0]["resourceDomainId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let stop = format!("/v1/resource-domains/{domain}/instances/{key}/stop");
+    let domain = the_domain(&api);
+    let did = domain_id(&domain);
     // `by` is a name: terminal escapes (C0 or C1) in it are refused by its place, and nothing
     // is stopped. (What a table shows is escaped all the same: `crates/berth/src/ui.rs`.)
     for by in [
@@ -1114,9 +1105,11 @@ fn who_stopped_an_instance_is_a_name_refused_with_control_characters_and_shown_a
         "mallory\nnext",
         "\u{9b}1Amallory",
     ] {
-        let err = api
-            .post(&stop, serde_json::json!({ "by": by }))
-            .expect_error(400, "RequestRefusedError");
+        let err = support::refused(
+            api.call(|c| c.stop(&did, &key, by)),
+            400,
+            "RequestRefusedError",
+        );
         assert_eq!(
             err["message"],
             "body.by must not contain control characters (U+0000 to U+001F, U+007F to U+009F)"
@@ -1125,7 +1118,7 @@ fn who_stopped_an_instance_is_a_name_refused_with_control_characters_and_shown_a
     assert_eq!(api.instance(&domain, &key)["desired"], "running");
     // Any other text is shown as it was sent.
     let by = "Zo\u{eb} \u{1F6A2} \u{5e9}\u{5dc}\u{5d5}\u{5dd}";
-    api.post(&stop, serde_json::json!({ "by": by })).expect(200);
+    api.call(|c| c.stop(&did, &key, by)).expect("a stop");
     api.wait_state(&domain, &key, "stopped", Duration::from_secs(30));
     // `berth_at` asserts that no escape reaches the output.
     let table = berth(&daemon, dir, &["ps"]).ok();
@@ -1706,10 +1699,7 @@ fn ps_shows_each_instances_endpoints_and_ui_opens_the_repositorys_project() {
 
     // In the repository, `berth ui` opens its project's page; the code still signs in once.
     let api = daemon.client();
-    let domain = api.get("/v1/resource-domains").expect(200)["items"][0]["resourceDomainId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let domain = the_domain(&api);
     let link = berth(&daemon, dir, &["ui", "--print"]).ok();
     let link = link.stdout.trim();
     assert!(
@@ -1725,8 +1715,8 @@ fn ps_shows_each_instances_endpoints_and_ui_opens_the_repositorys_project() {
         .next()
         .unwrap();
     support::Client::new(&daemon.base, None)
-        .post("/v1/ui/sessions", serde_json::json!({ "code": code }))
-        .expect(200);
+        .call(|c| c.create_session(code))
+        .expect("a session");
     // Outside any repository, the list.
     let elsewhere = tempfile::tempdir().expect("a directory");
     let outside = berth(&daemon, elsewhere.path(), &["ui", "--print"]).ok();
@@ -1778,10 +1768,7 @@ fn ps_and_doctor_name_an_instance_whose_volume_was_removed_outside_berth() {
     daemon.start_again();
 
     let client = daemon.client();
-    let domain = client.get("/v1/resource-domains").expect(200)["items"][0]["resourceDomainId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let domain = the_domain(&client);
     let failed = client.settled(&domain, &key, &["failed"], Duration::from_secs(120));
     assert!(
         failed["state"]["message"]

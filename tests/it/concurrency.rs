@@ -9,15 +9,15 @@ use std::sync::Barrier;
 use std::time::Duration;
 
 use serde_json::json;
-use support::{Answer, Client, Daemon, busybox_image, containers_of, docker, spec, volume_image};
+use support::{Client, Daemon, busybox_image, containers_of, docker, spec, volume_image};
 
 const READY: Duration = Duration::from_secs(60);
 
 /// Runs `n` calls of `f` at once (released together by a barrier) and returns their answers in
 /// call order.
-fn all_at_once<F>(n: usize, f: F) -> Vec<Answer>
+fn all_at_once<T: Send, F>(n: usize, f: F) -> Vec<T>
 where
-    F: Fn(usize) -> Answer + Sync,
+    F: Fn(usize) -> T + Sync,
 {
     let barrier = Barrier::new(n);
     std::thread::scope(|s| {
@@ -37,13 +37,21 @@ where
     })
 }
 
-fn link(api: &Client, domain: &str, workspace: &str, key: &str) -> Answer {
-    api.raw(
-        "PUT",
-        &format!("/v1/resource-domains/{domain}/workspace-links/{workspace}"),
-        Some(json!({"worktreeKey": key}).to_string().into_bytes()),
-        &[],
-    )
+fn link(
+    api: &Client,
+    domain: &str,
+    workspace: &str,
+    key: &str,
+) -> Result<berth_client::LinkView, berth_client::ClientError> {
+    let domain = support::domain_id(domain);
+    api.call(|c| c.link(&domain, workspace, key))
+}
+
+/// The domain's live instances through the typed client, as JSON for the assertions.
+fn instances(api: &Client, domain: &str) -> Vec<serde_json::Value> {
+    let domain = support::domain_id(domain);
+    let list = api.call(|c| c.instances(&domain, false)).expect("a list");
+    list.iter().map(support::json_of).collect()
 }
 
 #[test]
@@ -85,10 +93,7 @@ fn a_hundred_concurrent_ups_of_one_key_make_one_instance_and_one_container() {
         1,
         "one container under the daemon's prefix"
     );
-    let listed = api
-        .get(&format!("/v1/resource-domains/{domain}/instances"))
-        .expect(200);
-    assert_eq!(listed["items"].as_array().unwrap().len(), 1);
+    assert_eq!(instances(&api, &domain).len(), 1);
 }
 
 #[test]
@@ -114,11 +119,8 @@ fn fifty_keys_racing_for_one_alias_give_one_winner_and_forty_nine_conflicts() {
     }
     assert_eq!(winners.len(), 1, "exactly one up wins the alias");
     let (i, winner) = &winners[0];
-    let listed = api
-        .get(&format!("/v1/resource-domains/{domain}/instances"))
-        .expect(200);
-    let items = listed["items"].as_array().unwrap();
-    assert_eq!(items.len(), 1, "only the winner was written: {listed}");
+    let items = instances(&api, &domain);
+    assert_eq!(items.len(), 1, "only the winner was written: {items:?}");
     assert_eq!(items[0]["key"], format!("db-{i}"));
     assert_eq!(items[0]["resourceInstanceId"], winner["resourceInstanceId"]);
 
@@ -134,28 +136,27 @@ fn one_workspace_linked_to_two_domains_at_once_is_linked_to_exactly_one() {
     let domains = [api.create_domain("one"), api.create_domain("two")];
     for round in 0..8 {
         let workspace = format!("ws-{round}");
-        api.raw(
-            "PUT",
-            &format!("/v1/workspaces/{workspace}"),
-            Some(br#"{"containers": [], "selector": null}"#.to_vec()),
-            &[],
-        )
-        .expect(200);
+        let request = berth_client::WorkspaceRequest {
+            containers: vec![],
+            selector: None,
+        };
+        api.call(|c| c.put_workspace(&workspace, &request))
+            .expect("a workspace");
         let answers = all_at_once(2, |i| link(&api, &domains[i], &workspace, "main"));
         let mut linked_to = None;
         let mut refused = 0;
         for (i, answer) in answers.into_iter().enumerate() {
-            if answer.status == 200 {
+            if answer.is_ok() {
                 assert!(linked_to.is_none(), "round {round}: both links succeeded");
                 linked_to = Some(&domains[i]);
             } else {
-                let err = answer.expect_error(409, "ResourceWorkspaceLinkedElsewhereError");
+                let err = support::refused(answer, 409, "ResourceWorkspaceLinkedElsewhereError");
                 assert_eq!(err["resourceDomainId"], domains[1 - i].as_str());
                 refused += 1;
             }
         }
         assert_eq!(refused, 1, "round {round}: one link is refused");
-        let ws = api.get(&format!("/v1/workspaces/{workspace}")).expect(200);
+        let ws = api.answer(|c| c.workspace(&workspace)).expect(200);
         assert_eq!(
             ws["resourceDomainId"].as_str(),
             linked_to.map(String::as_str),
@@ -181,9 +182,8 @@ fn a_domain_archive_keeps_every_volume_the_reconciler_recorded_while_it_ran() {
     let b = api
         .up(&domain, "b", &spec(&volume_image(), "b"), "use")
         .expect(200);
-    let archived = api
-        .post_empty(&format!("/v1/resource-domains/{domain}/archive"))
-        .expect(200);
+    let did = support::domain_id(&domain);
+    let archived = api.answer(|c| c.archive_domain(&did)).expect(200);
     let listed: BTreeSet<String> = archived["volumes"]
         .as_array()
         .unwrap()

@@ -2,8 +2,9 @@
 
 use berth_testkit as support;
 
+use berth_client::DomainState;
 use serde_json::{Value, json};
-use support::{Daemon, OTHER_KEY};
+use support::{Daemon, OTHER_KEY, block_on, domain_id, refused};
 
 const UNKNOWN_DOMAIN: &str = "rdm:00000000-0000-4000-8000-000000000000";
 
@@ -11,6 +12,7 @@ const UNKNOWN_DOMAIN: &str = "rdm:00000000-0000-4000-8000-000000000000";
 fn domains_are_created_listed_fetched_fenced_and_unfenced() {
     let daemon = Daemon::start_with(&["--runtime", "none"]);
     let api = daemon.client();
+    // Raw on purpose: the point is exactly the contract's fields in the created answer.
     let created = api
         .post("/v1/resource-domains", json!({"name": "shop"}))
         .expect(200);
@@ -30,31 +32,23 @@ fn domains_are_created_listed_fetched_fenced_and_unfenced() {
     );
 
     let second = api.create_domain("billing");
-    let list = api.get("/v1/resource-domains").expect(200);
-    let ids: Vec<&str> = list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["resourceDomainId"].as_str().unwrap())
-        .collect();
+    let list = block_on(api.api().domains()).expect("the domains");
+    let ids: Vec<&str> = list.iter().map(|d| d.resource_domain_id.as_str()).collect();
     assert_eq!(ids, vec![id.as_str(), second.as_str()]);
 
+    let did = domain_id(&id);
     assert_eq!(
-        api.get(&format!("/v1/resource-domains/{id}")).expect(200),
+        support::json_of(&block_on(api.api().domain(&did)).expect("the domain")),
         created
     );
-    let fenced = api
-        .post_empty(&format!("/v1/resource-domains/{id}/fence"))
-        .expect(200);
-    assert_eq!(fenced["state"], "fenced");
+    let fenced = block_on(api.api().fence(&did)).expect("a fence");
+    assert_eq!(fenced.state, DomainState::Fenced);
     assert_eq!(
-        api.get(&format!("/v1/resource-domains/{id}")).expect(200)["state"],
-        "fenced"
+        block_on(api.api().domain(&did)).expect("the domain").state,
+        DomainState::Fenced
     );
-    let active = api
-        .post(&format!("/v1/resource-domains/{id}/unfence"), json!({}))
-        .expect(200);
-    assert_eq!(active["state"], "active");
+    let active = block_on(api.api().unfence(&did)).expect("an unfence");
+    assert_eq!(active.state, DomainState::Active);
 }
 
 #[test]
@@ -65,22 +59,21 @@ fn every_v1_route_needs_a_known_service_key() {
         daemon.client_with(None),
         daemon.client_with(Some("not-a-key-xxxxxxxxxxxx")),
     ] {
-        client
-            .get("/v1/resource-domains")
-            .expect_error(401, "UnauthorizedError");
-        client
-            .get(&format!("/v1/resource-domains/{id}"))
-            .expect_error(401, "UnauthorizedError");
-        client
-            .post("/v1/resource-domains", json!({"name": "x"}))
-            .expect_error(401, "UnauthorizedError");
-        client
-            .get("/v1/openapi.json")
-            .expect_error(401, "UnauthorizedError");
+        let api = client.api();
+        refused(block_on(api.domains()), 401, "UnauthorizedError");
+        refused(
+            block_on(api.domain(&domain_id(&id))),
+            401,
+            "UnauthorizedError",
+        );
+        refused(block_on(api.create_domain("x")), 401, "UnauthorizedError");
+        refused(block_on(api.openapi()), 401, "UnauthorizedError");
     }
     // Health needs no key.
     assert_eq!(
-        daemon.client_with(None).get("/healthz").expect(200)["status"],
+        block_on(daemon.client_with(None).api().healthz())
+            .expect("health")
+            .status,
         "ok"
     );
 }
@@ -89,27 +82,31 @@ fn every_v1_route_needs_a_known_service_key() {
 fn a_domain_belongs_to_the_key_that_created_it() {
     let daemon = Daemon::start_with(&["--runtime", "none"]);
     let id = daemon.client().create_domain("mine");
+    let did = domain_id(&id);
     let other = daemon.client_with(Some(OTHER_KEY));
-    other
-        .get(&format!("/v1/resource-domains/{id}"))
-        .expect_error(403, "ResourceDomainForbiddenError");
-    other
-        .post_empty(&format!("/v1/resource-domains/{id}/fence"))
-        .expect_error(403, "ResourceDomainForbiddenError");
-    other
-        .get(&format!("/v1/resource-domains/{id}/instances"))
-        .expect_error(403, "ResourceDomainForbiddenError");
-    assert_eq!(
-        other.get("/v1/resource-domains").expect(200)["items"],
-        json!([])
+    let other = other.api();
+    refused(
+        block_on(other.domain(&did)),
+        403,
+        "ResourceDomainForbiddenError",
     );
+    refused(
+        block_on(other.fence(&did)),
+        403,
+        "ResourceDomainForbiddenError",
+    );
+    refused(
+        block_on(other.instances(&did, false)),
+        403,
+        "ResourceDomainForbiddenError",
+    );
+    assert_eq!(block_on(other.domains()).expect("the domains"), vec![]);
     // Nothing the other key did changed the domain.
     assert_eq!(
-        daemon
-            .client()
-            .get(&format!("/v1/resource-domains/{id}"))
-            .expect(200)["state"],
-        "active"
+        block_on(daemon.client().api().domain(&did))
+            .expect("the domain")
+            .state,
+        DomainState::Active
     );
 }
 
@@ -117,14 +114,23 @@ fn a_domain_belongs_to_the_key_that_created_it() {
 fn unknown_domains_are_not_found() {
     let daemon = Daemon::start_with(&["--runtime", "none"]);
     let api = daemon.client();
-    api.get(&format!("/v1/resource-domains/{UNKNOWN_DOMAIN}"))
-        .expect_error(404, "ResourceDomainNotFoundError");
-    api.post_empty(&format!("/v1/resource-domains/{UNKNOWN_DOMAIN}/fence"))
-        .expect_error(404, "ResourceDomainNotFoundError");
-    api.get(&format!(
-        "/v1/resource-domains/{UNKNOWN_DOMAIN}/instances/db"
-    ))
-    .expect_error(404, "ResourceDomainNotFoundError");
+    let unknown = domain_id(UNKNOWN_DOMAIN);
+    let api = api.api();
+    refused(
+        block_on(api.domain(&unknown)),
+        404,
+        "ResourceDomainNotFoundError",
+    );
+    refused(
+        block_on(api.fence(&unknown)),
+        404,
+        "ResourceDomainNotFoundError",
+    );
+    refused(
+        block_on(api.instance(&unknown, "db")),
+        404,
+        "ResourceDomainNotFoundError",
+    );
 }
 
 #[test]
@@ -235,13 +241,7 @@ fn requests_that_do_not_decode_are_refused_naming_the_place_and_write_nothing() 
     );
     assert!(!answer.body.to_string().contains("hunter3"));
     // Only the one valid create happened.
-    assert_eq!(
-        api.get("/v1/resource-domains").expect(200)["items"]
-            .as_array()
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(block_on(api.api().domains()).expect("the domains").len(), 1);
 }
 
 #[test]
@@ -270,27 +270,18 @@ fn a_request_naming_a_foreign_host_is_refused() {
         &[("host", "localhost:2378")],
     )
     .expect(200);
-    assert_eq!(
-        api.get("/v1/resource-domains").expect(200)["items"],
-        json!([])
-    );
+    assert_eq!(block_on(api.api().domains()).expect("the domains"), vec![]);
 }
 
 #[test]
 fn domains_survive_a_daemon_restart() {
     let mut daemon = Daemon::start_with(&["--runtime", "none"]);
-    let id = daemon.client().create_domain("kept");
-    daemon
-        .client()
-        .post_empty(&format!("/v1/resource-domains/{id}/fence"))
-        .expect(200);
+    let id = domain_id(&daemon.client().create_domain("kept"));
+    block_on(daemon.client().api().fence(&id)).expect("a fence");
     daemon.restart();
-    let domain = daemon
-        .client()
-        .get(&format!("/v1/resource-domains/{id}"))
-        .expect(200);
-    assert_eq!(domain["name"], "kept");
-    assert_eq!(domain["state"], "fenced");
+    let domain = block_on(daemon.client().api().domain(&id)).expect("the domain");
+    assert_eq!(domain.name, "kept");
+    assert_eq!(domain.state, DomainState::Fenced);
 }
 
 #[test]
@@ -299,21 +290,28 @@ fn instance_routes_say_when_no_runtime_is_configured() {
     let api = daemon.client();
     let id = api.create_domain("shop");
     let image = format!("127.0.0.1:5000/x/busybox@sha256:{}", "0".repeat(64));
-    let err = api
-        .up(&id, "db", &support::spec(&image, "db"), "use")
-        .expect_error(409, "ResourceRuntimeUnsupportedError");
+    let did = domain_id(&id);
+    let err = refused(
+        block_on(api.api().up(
+            &did,
+            "db",
+            &support::spec(&image, "db"),
+            berth_client::UpCause::Use,
+        )),
+        409,
+        "ResourceRuntimeUnsupportedError",
+    );
     assert_eq!(err["runtime"], "no container runtime");
     assert_eq!(
-        api.get(&format!("/v1/resource-domains/{id}/instances"))
-            .expect(200)["items"],
-        json!([])
+        block_on(api.api().instances(&did, false)).expect("the instances"),
+        vec![]
     );
 }
 
 #[test]
 fn the_openapi_document_lists_every_route() {
     let daemon = Daemon::start_with(&["--runtime", "none"]);
-    let doc = daemon.client().get("/v1/openapi.json").expect(200);
+    let doc = block_on(daemon.client().api().openapi()).expect("the document");
     let paths: &serde_json::Map<String, Value> = doc["paths"].as_object().unwrap();
     for (path, method) in [
         ("/healthz", "get"),

@@ -13,11 +13,14 @@ use support::{Client, Daemon, Launch, busybox_image, echo_image, spec};
 const READY: Duration = Duration::from_secs(60);
 
 fn endpoints(api: &Client, domain: &str, key: &str) -> Value {
-    api.get(&format!(
-        "/v1/resource-domains/{domain}/instances/{key}/endpoints"
-    ))
-    .expect(200)["items"]
-        .clone()
+    let domain = support::domain_id(domain);
+    api.answer(|c| c.endpoints(&domain, key)).expect(200)
+}
+
+/// A person's stop, by Ada, through the typed client.
+fn stop(api: &Client, domain: &str, key: &str) {
+    let domain = support::domain_id(domain);
+    api.call(|c| c.stop(&domain, key, "Ada")).expect("a stop");
 }
 
 fn host_port(api: &Client, domain: &str, key: &str, port: u16) -> u16 {
@@ -64,11 +67,7 @@ fn an_instance_keeps_its_host_port_across_stop_spec_change_and_restart() {
     let port = host_port(&api, &domain, "web", 8080);
     assert!(http_get(port).0.contains("berth fixture"));
 
-    api.post(
-        &format!("/v1/resource-domains/{domain}/instances/web/stop"),
-        json!({"by": "Ada"}),
-    )
-    .expect(200);
+    stop(&api, &domain, "web");
     api.wait_state(&domain, "web", "stopped", READY);
     api.up(&domain, "web", &s, "person").expect(200);
     api.wait_state(&domain, "web", "running", READY);
@@ -113,10 +112,8 @@ fn an_instance_keeps_its_host_port_across_stop_spec_change_and_restart() {
 }
 
 fn archive(api: &Client, domain: &str, key: &str) {
-    api.post_empty(&format!(
-        "/v1/resource-domains/{domain}/instances/{key}/archive"
-    ))
-    .expect(200);
+    let domain = support::domain_id(domain);
+    api.call(|c| c.archive(&domain, key)).expect("an archive");
 }
 
 fn endpoint_of(api: &Client, domain: &str, key: &str, port: u16) -> Value {
@@ -231,11 +228,7 @@ fn an_exec_wakes_an_idle_stopped_instance_and_a_persons_stop_is_kept() {
     assert_eq!(instance["state"]["kind"], "running");
 
     // A person's stop is theirs: the exec is refused, naming the state, and wakes nothing.
-    api.post(
-        &format!("/v1/resource-domains/{domain}/instances/web/stop"),
-        json!({"by": "Ada"}),
-    )
-    .expect(200);
+    stop(&api, &domain, "web");
     api.wait_state(&domain, "web", "stopped", READY);
     api.exec(&domain, "web", &["true"], None, 60_000, b"")
         .expect_error(409, "ResourceInstanceNotRunningError");
@@ -252,11 +245,7 @@ fn a_person_stopped_instance_closes_connections_promptly_and_stays_stopped() {
         .expect(200);
     api.wait_state(&domain, "web", "running", READY);
     let port = host_port(&api, &domain, "web", 8080);
-    api.post(
-        &format!("/v1/resource-domains/{domain}/instances/web/stop"),
-        json!({"by": "Ada"}),
-    )
-    .expect(200);
+    stop(&api, &domain, "web");
     api.wait_state(&domain, "web", "stopped", READY);
 
     let started = Instant::now();

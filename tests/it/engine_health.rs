@@ -60,12 +60,13 @@ fn a_daemon_whose_engine_goes_away_says_so_fails_what_needs_it_and_converges_whe
     let repo = repo(&one_instance());
     berth(&daemon, &repo.main, &["up"]).ok();
     let api = daemon.client();
-    let domains = api.get("/v1/resource-domains").expect(200);
-    let domain = domains["items"][0]["resourceDomainId"]
-        .as_str()
+    let domains = api.call(|c| c.domains()).expect("the domains");
+    let domain = domains
+        .first()
         .expect("the repository's domain")
-        .to_owned();
-    let daemon_view = api.get("/v1/daemon").expect(200);
+        .resource_domain_id
+        .to_string();
+    let daemon_view = api.answer(|c| c.daemon()).expect(200);
     assert_eq!(daemon_view["engine"]["reachable"], true, "{daemon_view:#}");
     assert_eq!(daemon_view["engine"]["runtime"], "docker");
     let doctor = berth(&daemon, &repo.main, &["doctor"]);
@@ -89,7 +90,7 @@ fn a_daemon_whose_engine_goes_away_says_so_fails_what_needs_it_and_converges_whe
     let key = seen["key"].as_str().expect("a key").to_owned();
     let got = api.instance(&domain, &key);
     assert!(!got["engine"]["since"].is_null(), "{got:#}");
-    let daemon_view = api.get("/v1/daemon").expect(200);
+    let daemon_view = api.answer(|c| c.daemon()).expect(200);
     assert_eq!(daemon_view["engine"]["reachable"], false, "{daemon_view:#}");
 
     // berth ps shows it: a sentence above the table, and a note on the instance.
@@ -138,10 +139,12 @@ fn a_daemon_whose_engine_goes_away_says_so_fails_what_needs_it_and_converges_whe
         exec["message"].as_str().is_some_and(|m| m.contains(&host)),
         "{exec:#}"
     );
-    api.get(&format!(
-        "/v1/resource-domains/{domain}/instances/{key}/logs"
-    ))
-    .expect_error(503, "EngineUnreachableError");
+    let did = support::domain_id(&domain);
+    support::refused(
+        api.call(|c| c.logs(&did, &key, None, false)).map(|_| ()),
+        503,
+        "EngineUnreachableError",
+    );
 
     // Back: the views lose `engine`, and the up after the stop has it running, by itself.
     gate.set_up(true);
@@ -152,7 +155,7 @@ fn a_daemon_whose_engine_goes_away_says_so_fails_what_needs_it_and_converges_whe
     );
     let settled = api.wait_state(&domain, &key, "running", Duration::from_secs(60));
     assert_eq!(settled["desired"], "running");
-    let daemon_view = api.get("/v1/daemon").expect(200);
+    let daemon_view = api.answer(|c| c.daemon()).expect(200);
     assert_eq!(daemon_view["engine"]["reachable"], true, "{daemon_view:#}");
     assert_eq!(daemon_view["engine"]["unreachable"], Value::Null);
     let ps = berth(&daemon, &repo.main, &["ps"]).ok();

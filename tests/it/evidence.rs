@@ -21,18 +21,29 @@ fn instance_path(domain: &str, key: &str) -> String {
 }
 
 fn evidence(api: &Client, domain: &str, key: &str) -> Value {
-    api.get(&format!("{}/image", instance_path(domain, key)))
-        .expect(200)
+    let domain = support::domain_id(domain);
+    api.answer(|c| c.image(&domain, key)).expect(200)
 }
 
 fn releases(api: &Client, domain: &str, key: &str) -> Vec<Value> {
-    api.get(&format!("{}/releases", instance_path(domain, key)))
-        .expect(200)["items"]
-        .as_array()
-        .expect("items")
-        .clone()
+    let domain = support::domain_id(domain);
+    let releases = api.call(|c| c.releases(&domain, key)).expect("releases");
+    releases.iter().map(support::json_of).collect()
 }
 
+/// A rollback through the typed client, expecting `expected` to be the spec digest now.
+fn rollback_from(
+    api: &Client,
+    domain: &str,
+    key: &str,
+    idempotency_key: &str,
+    expected: &str,
+) -> Result<berth_client::RollbackView, berth_client::ClientError> {
+    let domain = support::domain_id(domain);
+    api.call(|c| c.rollback(&domain, key, idempotency_key, expected))
+}
+
+/// A rollback with a raw body, for the bodies no client would send.
 fn rollback(api: &Client, domain: &str, key: &str, body: Value) -> support::Answer {
     api.post(&format!("{}/rollback", instance_path(domain, key)), body)
 }
@@ -121,13 +132,17 @@ fn a_pinned_instance_is_verified_with_every_piece_of_evidence() {
     assert_eq!(history[0]["ended"], Value::Null);
 
     // Nothing ran before, so there is nothing to roll back to.
-    let err = rollback(
-        &api,
-        &domain,
-        "web",
-        json!({"idempotencyKey": "first", "expectedSpecDigest": up["specDigest"]}),
-    )
-    .expect_error(409, "ResourceInstanceNoPreviousReleaseError");
+    let err = support::refused(
+        rollback_from(
+            &api,
+            &domain,
+            "web",
+            "first",
+            up["specDigest"].as_str().unwrap(),
+        ),
+        409,
+        "ResourceInstanceNoPreviousReleaseError",
+    );
     assert!(
         err["message"]
             .as_str()
@@ -136,7 +151,7 @@ fn a_pinned_instance_is_verified_with_every_piece_of_evidence() {
     );
 
     // The three routes are in the OpenAPI document.
-    let doc = api.get("/v1/openapi.json").expect(200);
+    let doc = api.call(|c| c.openapi()).expect("the document");
     let base = "/v1/resource-domains/{resourceDomainId}/instances/{key}";
     assert!(doc["paths"][format!("{base}/image")]["get"].is_object());
     assert!(doc["paths"][format!("{base}/releases")]["get"].is_object());
@@ -160,11 +175,8 @@ fn a_container_swapped_behind_berths_back_is_mismatched_and_never_running() {
 
     // Stop berth's container, remove it, and create one with the same name and labels from
     // another image.
-    api.post(
-        &format!("{}/stop", instance_path(&domain, "web")),
-        json!({"by": "Ada"}),
-    )
-    .expect(200);
+    let did = support::domain_id(&domain);
+    api.call(|c| c.stop(&did, "web", "Ada")).expect("a stop");
     api.wait_state(&domain, "web", "stopped", READY);
     let echo = echo_image();
     docker(&["pull", "-q", &echo]);
@@ -281,33 +293,30 @@ fn an_upgrade_rolls_back_to_the_first_digest_with_its_volume_intact() {
     .expect_error(400, "RequestRefusedError");
 
     // A stale expectation is a conflict naming the current digest.
-    let err = rollback(
-        &api,
-        &domain,
-        "web",
-        json!({"idempotencyKey": "stale", "expectedSpecDigest": d1}),
-    )
-    .expect_error(409, "ResourceInstanceReleaseConflictError");
+    let err = support::refused(
+        rollback_from(&api, &domain, "web", "stale", &d1),
+        409,
+        "ResourceInstanceReleaseConflictError",
+    );
     assert_eq!(err["currentSpecDigest"], d2.as_str());
     assert!(err["message"].as_str().unwrap().contains(&d2), "{err}");
 
-    let body = json!({"idempotencyKey": "rollback-1", "expectedSpecDigest": d2});
-    let rolled = rollback(&api, &domain, "web", body.clone()).expect(200);
+    let rolled =
+        support::Answer::of(rollback_from(&api, &domain, "web", "rollback-1", &d2)).expect(200);
     assert_eq!(rolled["fromSpecDigest"], d2.as_str());
     assert_eq!(rolled["toSpecDigest"], d1.as_str());
     assert_eq!(rolled["instance"]["specDigest"], d1.as_str());
     assert_eq!(rolled["instance"]["desired"], "running");
     // The same key answers the same result, though the current digest has moved on.
-    let replayed = rollback(&api, &domain, "web", body).expect(200);
+    let replayed =
+        support::Answer::of(rollback_from(&api, &domain, "web", "rollback-1", &d2)).expect(200);
     assert_eq!(replayed, rolled);
     // The same key for another rollback is refused.
-    rollback(
-        &api,
-        &domain,
-        "web",
-        json!({"idempotencyKey": "rollback-1", "expectedSpecDigest": d1}),
-    )
-    .expect_error(409, "RequestIdempotencyKeyReusedError");
+    support::refused(
+        rollback_from(&api, &domain, "web", "rollback-1", &d1),
+        409,
+        "RequestIdempotencyKeyReusedError",
+    );
 
     let back = api.wait_for(
         &domain,
@@ -353,8 +362,8 @@ fn an_upgrade_rolls_back_to_the_first_digest_with_its_volume_intact() {
     assert_eq!(history[1]["image"], second_image.as_str());
 
     // Archive ends the current release.
-    api.post_empty(&format!("{}/archive", instance_path(&domain, "web")))
-        .expect(200);
+    let did = support::domain_id(&domain);
+    api.call(|c| c.archive(&did, "web")).expect("an archive");
     assert_eq!(releases(&api, &domain, "web")[0]["ended"], "archived");
 }
 

@@ -49,25 +49,17 @@ fn stdin_goes_in_and_stdout_stderr_and_the_exit_code_come_back() {
     );
 }
 
-/// A body of the frame line then `n` bytes of stdin, produced as it is read.
-struct StreamedBody {
-    head: Vec<u8>,
-    remaining: u64,
-}
-
-impl Read for StreamedBody {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if !self.head.is_empty() {
-            let n = self.head.len().min(buf.len());
-            buf[..n].copy_from_slice(&self.head[..n]);
-            self.head.drain(..n);
-            return Ok(n);
-        }
-        let n = (self.remaining.min(buf.len() as u64)) as usize;
-        buf[..n].fill(b'x');
-        self.remaining -= n as u64;
-        Ok(n)
-    }
+/// `size` bytes of stdin, produced 64 KiB at a time as they are sent.
+fn streamed_stdin(
+    size: u64,
+) -> impl futures_util::Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static {
+    futures_util::stream::unfold(size, |remaining| async move {
+        let n = remaining.min(64 * 1024);
+        (n > 0).then(|| {
+            let chunk = bytes::Bytes::from(vec![b'x'; n as usize]);
+            (Ok(chunk), remaining - n)
+        })
+    })
 }
 
 #[test]
@@ -97,18 +89,14 @@ fn a_hundred_mebibytes_of_stdin_stream_through_with_bounded_memory() {
             }
         })
     };
-    let mut head = json!({"argv": ["wc", "-c"], "user": null, "timeoutMs": 120_000})
-        .to_string()
-        .into_bytes();
-    head.push(b'\n');
+    let frame = berth_client::ExecFrame {
+        argv: vec!["wc".to_owned(), "-c".to_owned()],
+        user: None,
+        timeout_ms: 120_000,
+    };
+    let did = support::domain_id(&domain);
     let result = api
-        .post_stream(
-            &format!("/v1/resource-domains/{domain}/instances/box/exec"),
-            StreamedBody {
-                head,
-                remaining: SIZE,
-            },
-        )
+        .answer(|c| c.exec(&did, "box", &frame, streamed_stdin(SIZE)))
         .expect(200);
     done.store(true, Ordering::SeqCst);
     sampler.join().unwrap();
@@ -268,11 +256,8 @@ fn refusals_answer_their_status_and_tag() {
     }
     api.exec(&domain, "nope", &["true"], None, 1000, b"")
         .expect_error(404, "ResourceInstanceNotFoundError");
-    api.post(
-        &format!("/v1/resource-domains/{domain}/instances/box/stop"),
-        json!({"by": "Ada"}),
-    )
-    .expect(200);
+    let did = support::domain_id(&domain);
+    api.call(|c| c.stop(&did, "box", "Ada")).expect("a stop");
     api.wait_state(&domain, "box", "stopped", READY);
     let err = api
         .exec(&domain, "box", &["true"], None, 1000, b"")

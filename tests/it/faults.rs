@@ -9,10 +9,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use berth_client::{ClientError, UpCause, WorkspaceRequest};
 use berth_core::{DomainId, names};
 use serde_json::{Value, json};
 use support::{
-    Answer, Daemon, busybox_image, containers_labelled, docker, docker_inspect, spec, volume_image,
+    Answer, Daemon, block_on, busybox_image, containers_labelled, docker, docker_inspect, spec,
+    volume_image,
 };
 
 const READY: Duration = Duration::from_secs(60);
@@ -177,29 +179,16 @@ fn kill_later(pid: u32, after: Duration) -> std::thread::JoinHandle<()> {
     })
 }
 
-/// Sends one request, or says the daemon did not answer (it was killed).
-fn send(base: &str, method: &str, path: &str, body: Option<Value>) -> Result<Answer, ()> {
-    let http = reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .build()
-        .expect("an http client");
-    let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method");
-    let mut req = http
-        .request(method, format!("{base}{path}"))
-        .bearer_auth(support::KEY);
-    if let Some(body) = body {
-        req = req
-            .header("content-type", "application/json")
-            .body(body.to_string());
+/// A typed call's answer, or `Err(())` when the daemon did not answer (it was killed).
+fn answered<T: serde::Serialize>(result: Result<T, ClientError>) -> Result<Answer, ()> {
+    match result {
+        Err(ClientError::Unreachable { .. } | ClientError::Transport { .. }) => Err(()),
+        result => Ok(Answer::of(result)),
     }
-    let res = req.send().map_err(|_| ())?;
-    let status = res.status().as_u16();
-    let text = res.text().map_err(|_| ())?;
-    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-    Ok(Answer { status, body })
 }
 
-/// Runs one operation. `Ok(answer)` when the daemon answered, `Err(())` when it died first.
+/// Runs one operation through the typed client. `Ok(answer)` when the daemon answered,
+/// `Err(())` when it died first.
 fn run(
     base: &str,
     domain: &str,
@@ -207,32 +196,34 @@ fn run(
     wanted: &[Wanted],
     op: &Op,
 ) -> Result<Answer, ()> {
-    let instance = |key: usize| format!("/v1/resource-domains/{domain}/instances/{}", keys[key]);
-    match op {
-        Op::Up {
-            key,
-            person,
-            change,
-        } => {
-            let generation = wanted[*key].generation + u32::from(*change);
-            let cause = if *person { "person" } else { "use" };
-            let body = json!({"spec": spec_of(&keys[*key], generation), "cause": cause});
-            send(base, "POST", &format!("{}/up", instance(*key)), Some(body))
+    // A client of its own for each request, as a caller after a kill would have.
+    let api = berth_client::Client::builder(base)
+        .key(support::KEY)
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("a berth client");
+    let domain = support::domain_id(domain);
+    block_on(async {
+        match op {
+            Op::Up {
+                key,
+                person,
+                change,
+            } => {
+                let generation = wanted[*key].generation + u32::from(*change);
+                let cause = if *person {
+                    UpCause::Person
+                } else {
+                    UpCause::Use
+                };
+                let spec = spec_of(&keys[*key], generation);
+                answered(api.up(&domain, &keys[*key], &spec, cause).await)
+            }
+            Op::Stop { key } => answered(api.stop(&domain, &keys[*key], "chaos").await),
+            Op::Archive { key } => answered(api.archive(&domain, &keys[*key]).await),
+            Op::Link { worktree } => answered(api.link(&domain, "ws", worktree).await),
         }
-        Op::Stop { key } => send(
-            base,
-            "POST",
-            &format!("{}/stop", instance(*key)),
-            Some(json!({"by": "chaos"})),
-        ),
-        Op::Archive { key } => send(base, "POST", &format!("{}/archive", instance(*key)), None),
-        Op::Link { worktree } => send(
-            base,
-            "PUT",
-            &format!("/v1/resource-domains/{domain}/workspace-links/ws"),
-            Some(json!({"worktreeKey": worktree})),
-        ),
-    }
+    })
 }
 
 /// What `op` leaves `before` as, when it succeeds.
@@ -293,13 +284,12 @@ fn a_daemon_killed_at_random_points_of_a_hundred_operations_converges_and_loses_
     for key in &keys {
         api.wait_state(&domain, key, "running", READY);
     }
-    api.raw(
-        "PUT",
-        "/v1/workspaces/ws",
-        Some(br#"{"containers": [], "selector": null}"#.to_vec()),
-        &[],
-    )
-    .expect(200);
+    let workspace = WorkspaceRequest {
+        containers: vec![],
+        selector: None,
+    };
+    api.call(|c| c.put_workspace("ws", &workspace))
+        .expect("a workspace");
     let mut seen_volumes = volumes_named(&daemon.prefix);
     let (mut kills, mut cut_off) = (0, 0);
     let started = Instant::now();
@@ -461,13 +451,10 @@ fn a_daemon_killed_at_random_points_of_a_hundred_operations_converges_and_loses_
     let volumes = volumes_named(&daemon.prefix);
     let lost: Vec<&String> = seen_volumes.difference(&volumes).collect();
     assert!(lost.is_empty(), "volumes lost: {lost:?}");
-    for archived in ["false", "true"] {
-        let listed = api
-            .get(&format!(
-                "/v1/resource-domains/{domain}/instances?archived={archived}"
-            ))
-            .expect(200);
-        for instance in listed["items"].as_array().unwrap() {
+    let did = support::domain_id(&domain);
+    for archived in [false, true] {
+        let listed = api.answer(|c| c.instances(&did, archived)).expect(200);
+        for instance in listed.as_array().unwrap() {
             let recorded: BTreeSet<String> = instance["volumes"]
                 .as_array()
                 .unwrap()
@@ -505,9 +492,9 @@ fn a_daemon_killed_at_random_points_of_a_hundred_operations_converges_and_loses_
     // the key the workspace is linked with, even a second network of one name that a kill in
     // the middle of its create left behind. (The views of keys the workspace was linked with
     // before stay: berth does not record them.)
-    let link = api.get("/v1/workspaces/ws").expect(200)["worktreeKey"].clone();
-    api.post_empty(&format!("/v1/resource-domains/{domain}/archive"))
-        .expect(200);
+    let link = api.answer(|c| c.workspace("ws")).expect(200)["worktreeKey"].clone();
+    api.call(|c| c.archive_domain(&did))
+        .expect("a domain archive");
     let networks: Vec<String> = docker(&["network", "ls", "--format", "{{.Name}}"])
         .lines()
         .filter(|n| n.starts_with(&format!("{}-", daemon.prefix)))
@@ -774,11 +761,8 @@ fn volumes_made_just_before_a_crash_are_still_listed_after_an_archive() {
         daemon.kill9();
         daemon.start_again();
         let api = daemon.client();
-        let archived = api
-            .post_empty(&format!(
-                "/v1/resource-domains/{domain}/instances/{key}/archive"
-            ))
-            .expect(200);
+        let did = support::domain_id(&domain);
+        let archived = api.answer(|c| c.archive(&did, &key)).expect(200);
         let recorded: BTreeSet<String> = archived["instance"]["volumes"]
             .as_array()
             .unwrap()
@@ -808,10 +792,11 @@ fn volumes_made_just_before_a_crash_are_still_listed_after_an_archive() {
         assert!(containers_labelled(&id_of(&up)).is_empty());
     }
     // The domain's networks go with it, even a second one of a name a kill left behind.
+    let did = support::domain_id(&domain);
     daemon
         .client()
-        .post_empty(&format!("/v1/resource-domains/{domain}/archive"))
-        .expect(200);
+        .call(|c| c.archive_domain(&did))
+        .expect("a domain archive");
     let networks: Vec<String> = docker(&["network", "ls", "--format", "{{.Name}}"])
         .lines()
         .filter(|n| n.starts_with(&format!("{}-", daemon.prefix)))
@@ -835,8 +820,8 @@ fn while_the_engine_is_unreachable_requests_answer_from_the_store_and_berth_conv
     // The API answers from the store while the engine is away, and takes new desired state.
     assert_eq!(api.instance(&domain, "before")["state"]["kind"], "running");
     let other = api.create_domain("during");
-    api.get(&format!("/v1/resource-domains/{other}"))
-        .expect(200);
+    let other = support::domain_id(&other);
+    api.call(|c| c.domain(&other)).expect("the domain");
     let during = api
         .up(&domain, "during", &spec(&busybox_image(), "during"), "use")
         .expect(200);
@@ -1080,10 +1065,10 @@ fn a_domain_archive_cut_short_is_finished(instances_written: bool) {
 
     daemon.start_again();
     let api = daemon.client();
+    let did = support::domain_id(&domain);
     assert_eq!(
-        api.get(&format!("/v1/resource-domains/{domain}"))
-            .expect(200)["state"],
-        "archived"
+        api.call(|c| c.domain(&did)).expect("the domain").state,
+        berth_client::DomainState::Archived
     );
     for key in keys {
         api.wait_for(&domain, key, READY, "archived with no container", |i| {
@@ -1092,10 +1077,8 @@ fn a_domain_archive_cut_short_is_finished(instances_written: bool) {
                 && containers_labelled(&id_of(i)).is_empty()
         });
     }
-    let live = api
-        .get(&format!("/v1/resource-domains/{domain}/instances"))
-        .expect(200);
-    assert_eq!(live["items"], json!([]), "no live instance is left");
+    let live = api.call(|c| c.instances(&did, false)).expect("a list");
+    assert_eq!(live, vec![], "no live instance is left");
     assert!(support::containers_named(&format!("{}-", daemon.prefix)).is_empty());
     let kept = volumes_named(&daemon.prefix);
     assert_eq!(kept, volumes, "every volume is kept");

@@ -145,11 +145,14 @@ fn no_prune_takes_a_volume_berth_keeps_and_the_engine_refuses_to_remove_a_layer(
     write(&api, &domain, "files@fix", "/srv/data/three", "branch");
 
     // A template's base and the instance standing on it.
-    api.post(
-        &format!("/v1/resource-domains/{domain}/instances/files@tpl/up"),
-        json!({"spec": data("tpl"), "cause": "person", "template": true}),
-    )
-    .expect(200);
+    let request = berth_client::UpRequest {
+        spec: data("tpl"),
+        cause: berth_client::UpCause::Person,
+        template: true,
+    };
+    let did = support::domain_id(&domain);
+    api.call(|c| c.up_request(&did, "files@tpl", &request))
+        .expect("an up with a template");
     running(&api, &domain, "files@tpl");
     write(&api, &domain, "files@tpl", "/srv/data/four", "template");
 

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    Daemon, busybox_image, container_of, containers_of, docker, docker_inspect, spec, volume_image,
+    Daemon, busybox_image, container_of, containers_of, docker, docker_inspect, domain_id, refused,
+    spec, volume_image,
 };
 
 const READY: Duration = Duration::from_secs(60);
@@ -162,8 +163,12 @@ fn a_tag_only_image_is_refused_and_nothing_is_written() {
             {"field": "privileged", "reason": "berth never runs an instance privileged"}
         ])
     );
-    api.get(&format!("/v1/resource-domains/{domain}/instances/web"))
-        .expect_error(404, "ResourceInstanceNotFoundError");
+    let did = domain_id(&domain);
+    refused(
+        api.call(|c| c.instance(&did, "web")),
+        404,
+        "ResourceInstanceNotFoundError",
+    );
     assert!(support::containers_named(&daemon.prefix).is_empty());
 }
 
@@ -208,34 +213,33 @@ fn conflicts_answer_their_errors() {
     scoped["worktreeKey"] = json!("feature-x");
     api.up(&domain, "web-x", &scoped, "use").expect(200);
     // Unknown key.
-    api.get(&format!("/v1/resource-domains/{domain}/instances/nope"))
-        .expect_error(404, "ResourceInstanceNotFoundError");
-    api.post(
-        &format!("/v1/resource-domains/{domain}/instances/nope/stop"),
-        json!({"by": "Ada"}),
-    )
-    .expect_error(404, "ResourceInstanceNotFoundError");
+    let did = domain_id(&domain);
+    refused(
+        api.call(|c| c.instance(&did, "nope")),
+        404,
+        "ResourceInstanceNotFoundError",
+    );
+    refused(
+        api.call(|c| c.stop(&did, "nope", "Ada")),
+        404,
+        "ResourceInstanceNotFoundError",
+    );
     // A fenced domain admits no new instance.
-    api.post_empty(&format!("/v1/resource-domains/{domain}/fence"))
-        .expect(200);
+    api.call(|c| c.fence(&did)).expect("a fence");
     let err = api
         .up(&domain, "other", &spec(&image, "other"), "use")
         .expect_error(409, "ResourceDomainNotActiveError");
     assert_eq!(err["state"], "fenced");
-    api.post_empty(&format!("/v1/resource-domains/{domain}/unfence"))
-        .expect(200);
+    api.call(|c| c.unfence(&did)).expect("an unfence");
     // An archived key stays archived.
-    api.post_empty(&format!(
-        "/v1/resource-domains/{domain}/instances/web-x/archive"
-    ))
-    .expect(200);
+    api.call(|c| c.archive(&did, "web-x")).expect("an archive");
     api.up(&domain, "web-x", &scoped, "person")
         .expect_error(409, "ResourceInstanceArchivedError");
-    api.post(
-        &format!("/v1/resource-domains/{domain}/instances/web-x/stop"),
-        json!({"by": "Ada"}),
-    )
-    .expect_error(409, "ResourceInstanceArchivedError");
+    refused(
+        api.call(|c| c.stop(&did, "web-x", "Ada")),
+        409,
+        "ResourceInstanceArchivedError",
+    );
     // Its alias is free again.
     api.up(&domain, "web-y", &scoped, "use").expect(200);
 }
@@ -250,12 +254,8 @@ fn a_person_stop_survives_a_use_up_and_yields_to_a_person_up() {
     let running = api.wait_state(&domain, "web", "running", READY);
     let name = container_of(&running);
 
-    let stopping = api
-        .post(
-            &format!("/v1/resource-domains/{domain}/instances/web/stop"),
-            json!({"by": "Ada"}),
-        )
-        .expect(200);
+    let did = domain_id(&domain);
+    let stopping = api.answer(|c| c.stop(&did, "web", "Ada")).expect(200);
     assert_eq!(stopping["desired"], "stopped");
     assert_eq!(
         stopping["stopReason"],
@@ -337,11 +337,8 @@ fn a_daemon_killed_in_the_middle_of_an_up_or_a_stop_converges_after_restart() {
     let name = container_of(&running);
     docker(&["exec", &name, "sh", "-c", "echo kept > /srv/data/file"]);
 
-    api.post(
-        &format!("/v1/resource-domains/{domain}/instances/web/stop"),
-        json!({"by": "Ada"}),
-    )
-    .expect(200);
+    let did = domain_id(&domain);
+    api.call(|c| c.stop(&did, "web", "Ada")).expect("a stop");
     // Fault timing, not a wait for berth: the kill lands while the stop is being carried out.
     std::thread::sleep(Duration::from_millis(50));
     daemon.kill9();
@@ -423,7 +420,7 @@ fn an_instance_container_is_hardened_and_labelled() {
     assert_eq!(labels["berth.key"], "web");
     assert_eq!(labels["berth.spec-digest"], instance["specDigest"]);
     // The store's identity, on the container and on the network and volumes made for it.
-    let store = api.get("/v1/daemon").expect(200)["storeId"].clone();
+    let store = api.answer(|c| c.daemon()).expect(200)["storeId"].clone();
     assert!(store.as_str().unwrap().starts_with("bst:"), "{store}");
     assert_eq!(labels["berth.store"], store);
     assert_eq!(
@@ -456,11 +453,8 @@ fn archive_keeps_and_measures_volumes_and_a_domain_archive_archives_everything()
         "head -c 1048576 /dev/zero > /srv/data/blob",
     ]);
 
-    let archived = api
-        .post_empty(&format!(
-            "/v1/resource-domains/{domain}/instances/a/archive"
-        ))
-        .expect(200);
+    let did = domain_id(&domain);
+    let archived = api.answer(|c| c.archive(&did, "a")).expect(200);
     assert_eq!(archived["instance"]["desired"], "archived");
     assert_eq!(archived["instance"]["state"]["kind"], "archived");
     let volumes = archived["volumes"].as_array().unwrap();
@@ -475,25 +469,17 @@ fn archive_keeps_and_measures_volumes_and_a_domain_archive_archives_everything()
             "kept: {v}"
         );
     }
-    let listed = api
-        .get(&format!(
-            "/v1/resource-domains/{domain}/instances?archived=true"
-        ))
-        .expect(200);
-    assert_eq!(listed["items"].as_array().unwrap().len(), 1);
+    let listed = api.call(|c| c.instances(&did, true)).expect("a list");
+    assert_eq!(listed.len(), 1);
     assert_eq!(
-        api.get(&format!("/v1/resource-domains/{domain}/instances"))
-            .expect(200)["items"]
-            .as_array()
-            .unwrap()
+        api.call(|c| c.instances(&did, false))
+            .expect("a list")
             .len(),
         1
     );
 
     let started = Instant::now();
-    let domain_archive = api
-        .post_empty(&format!("/v1/resource-domains/{domain}/archive"))
-        .expect(200);
+    let domain_archive = api.answer(|c| c.archive_domain(&did)).expect(200);
     assert!(started.elapsed() < Duration::from_secs(60));
     let kept = domain_archive["volumes"].as_array().unwrap();
     assert_eq!(kept.len(), 4, "every volume of both instances: {kept:?}");
@@ -504,23 +490,15 @@ fn archive_keeps_and_measures_volumes_and_a_domain_archive_archives_everything()
         );
     }
     assert_eq!(
-        api.get(&format!("/v1/resource-domains/{domain}"))
-            .expect(200)["state"],
-        "archived"
+        api.call(|c| c.domain(&did)).expect("the domain").state,
+        berth_client::DomainState::Archived
     );
     assert_eq!(
-        api.get(&format!("/v1/resource-domains/{domain}/instances"))
-            .expect(200)["items"],
-        json!([])
+        api.call(|c| c.instances(&did, false)).expect("a list"),
+        vec![]
     );
     assert_eq!(
-        api.get(&format!(
-            "/v1/resource-domains/{domain}/instances?archived=true"
-        ))
-        .expect(200)["items"]
-            .as_array()
-            .unwrap()
-            .len(),
+        api.call(|c| c.instances(&did, true)).expect("a list").len(),
         2
     );
     let err = api
@@ -577,10 +555,12 @@ fn logs_answer_the_last_lines_and_follow_what_comes_next() {
 
     api.get(&format!("{path}?tail=lots"))
         .expect_error(400, "RequestRefusedError");
-    api.get(&format!(
-        "/v1/resource-domains/{domain}/instances/nope/logs"
-    ))
-    .expect_error(404, "ResourceInstanceNotFoundError");
+    let did = domain_id(&domain);
+    refused(
+        api.call(|c| c.logs(&did, "nope", None, false)).map(|_| ()),
+        404,
+        "ResourceInstanceNotFoundError",
+    );
 }
 
 #[test]
@@ -668,10 +648,10 @@ fn a_change_that_never_reaches_the_container_keeps_it(change: impl Fn(&mut Value
     // The wait route answers once berth has acted on the up; the evidence it keeps is then for
     // the new spec.
     api.settled(&domain, "web", &["running"], READY);
-    let image = format!("/v1/resource-domains/{domain}/instances/web/image");
+    let did = domain_id(&domain);
     let mut evidence = Value::Null;
     support::wait_until(READY, "evidence for the new spec", || {
-        evidence = api.get(&image).expect(200);
+        evidence = api.answer(|c| c.image(&did, "web")).expect(200);
         evidence["specDigest"] == changed["specDigest"]
             && evidence["verificationStatus"] == "verified"
     });

@@ -458,10 +458,13 @@ fn berth_measured(dir: &Path, args: &[&str], docker_config: &Path) -> (i32, Stri
 }
 
 /// The daemon's `observe` of an instance's tag.
-fn observe(client: &support::Client, domain: &str, key: &str) -> support::Answer {
-    client.post_empty(&format!(
-        "/v1/resource-domains/{domain}/instances/{key}/image-releases/observe"
-    ))
+fn observe(
+    client: &support::Client,
+    domain: &str,
+    key: &str,
+) -> Result<Vec<berth_client::ImageReleaseView>, berth_client::ClientError> {
+    let domain = support::domain_id(domain);
+    client.call(|c| c.observe_image_releases(&domain, key))
 }
 
 #[test]
@@ -590,7 +593,11 @@ fn the_daemons_observe_reads_with_caps_withholds_credentials_and_records_only_a_
     }
 
     let before = daemon.rss_kib();
-    let e = observe(&client, &domain, "huge").expect_error(502, "ResourceImageRegistryError");
+    let e = support::refused(
+        observe(&client, &domain, "huge"),
+        502,
+        "ResourceImageRegistryError",
+    );
     let message = e["message"].as_str().unwrap();
     assert!(
         message.contains("token answer") && message.contains("is larger than 1 MiB"),
@@ -603,7 +610,11 @@ fn the_daemons_observe_reads_with_caps_withholds_credentials_and_records_only_a_
     );
     assert!(huge.large_bytes_sent() < 64 << 20);
 
-    let e = observe(&client, &domain, "elsewhere").expect_error(502, "ResourceImageRegistryError");
+    let e = support::refused(
+        observe(&client, &domain, "elsewhere"),
+        502,
+        "ResourceImageRegistryError",
+    );
     assert!(
         e["message"].as_str().unwrap().contains(&format!(
             "token realm {} is another host over plain http, so berth did not send your \
@@ -614,21 +625,25 @@ fn the_daemons_observe_reads_with_caps_withholds_credentials_and_records_only_a_
     );
     assert_eq!(elsewhere.realm_requests_with_credentials(), 0);
 
+    let did = support::domain_id(&domain);
     let releases = |key: &str| {
-        client
-            .get(&format!(
-                "/v1/resource-domains/{domain}/instances/{key}/image-releases"
-            ))
-            .expect(200)
+        let releases = client
+            .call(|c| c.image_releases(&did, key))
+            .expect("the image releases");
+        serde_json::Value::Array(releases.iter().map(support::json_of).collect())
     };
     let recorded = |key: &str, digest: &str| {
-        releases(key)["items"]
+        releases(key)
             .as_array()
             .unwrap()
             .iter()
             .any(|r| r["data"]["registryRootDigest"] == digest)
     };
-    let e = observe(&client, &domain, "lying").expect_error(502, "ResourceImageRegistryError");
+    let e = support::refused(
+        observe(&client, &domain, "lying"),
+        502,
+        "ResourceImageRegistryError",
+    );
     let message = e["message"].as_str().unwrap();
     assert!(
         message.contains(&lying.wrong_digest()) && message.contains(&lying.manifest_digest()),
@@ -645,7 +660,7 @@ fn the_daemons_observe_reads_with_caps_withholds_credentials_and_records_only_a_
         releases("lying")
     );
 
-    observe(&client, &domain, "honest").expect(200);
+    observe(&client, &domain, "honest").expect("an observe");
     assert!(
         recorded("honest", &honest.manifest_digest()),
         "{}",

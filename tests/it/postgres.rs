@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Client, Daemon, docker, fixture};
+use support::{Client, Daemon, docker, domain_id, fixture};
 
 /// Long enough for a first start: pulling the image, initdb, and the server's start.
 const READY: Duration = Duration::from_secs(150);
@@ -82,11 +82,8 @@ fn sql(api: &Client, domain: &str, key: &str, database: &str, query: &str) -> St
 
 /// The label by which a container consents to be an executor of the caller's workspace `ws`.
 fn consent(api: &Client, ws: &str) -> String {
-    let me = api.get("/v1/whoami").expect(200);
-    format!(
-        "berth.workspace={}/{ws}",
-        me["keyId"].as_str().expect("a key id")
-    )
+    let me = api.call(|c| c.whoami()).expect("whoami");
+    format!("berth.workspace={}/{ws}", me.key_id)
 }
 
 /// A plain container (not berth's) of `image` that sleeps, named under the daemon's prefix so
@@ -161,27 +158,21 @@ fn eventually(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<(), S
 }
 
 fn put_workspace(api: &Client, id: &str, containers: &[&str]) {
-    api.raw(
-        "PUT",
-        &format!("/v1/workspaces/{id}"),
-        Some(
-            json!({"containers": containers, "selector": null})
-                .to_string()
-                .into_bytes(),
-        ),
-        &[],
-    )
-    .expect(200);
+    let request = berth_client::WorkspaceRequest {
+        containers: containers
+            .iter()
+            .map(|c| berth_client::ContainerRef((*c).to_owned()))
+            .collect(),
+        selector: None,
+    };
+    api.call(|c| c.put_workspace(id, &request))
+        .expect("a workspace");
 }
 
 fn link(api: &Client, domain: &str, workspace: &str, key: &str) {
-    api.raw(
-        "PUT",
-        &format!("/v1/resource-domains/{domain}/workspace-links/{workspace}"),
-        Some(json!({"worktreeKey": key}).to_string().into_bytes()),
-        &[],
-    )
-    .expect(200);
+    let domain = domain_id(domain);
+    api.call(|c| c.link(&domain, workspace, key))
+        .expect("a link");
 }
 
 /// The id of the one container berth runs for the daemon (the daemon's other containers are
@@ -332,11 +323,8 @@ fn rows_survive_stop_idle_a_spec_change_a_daemon_crash_and_archive() {
     };
 
     // A person's stop, and a start.
-    api.post(
-        &format!("/v1/resource-domains/{domain}/instances/db/stop"),
-        json!({"by": "Ada"}),
-    )
-    .expect(200);
+    let did = domain_id(&domain);
+    api.call(|c| c.stop(&did, "db", "Ada")).expect("a stop");
     api.wait_state(&domain, "db", "stopped", READY);
     api.up(&domain, "db", &base, "person").expect(200);
     api.wait_state(&domain, "db", "running", READY);
@@ -380,8 +368,7 @@ fn rows_survive_stop_idle_a_spec_change_a_daemon_crash_and_archive() {
     });
     assert_eq!(stopped["stopReason"], json!({"kind": "idle"}));
     put_workspace(&api, "ws", &[]);
-    api.post("/v1/workspaces/ws/leases", json!({"ttlSeconds": 600}))
-        .expect(200);
+    api.call(|c| c.create_lease("ws", 600)).expect("a lease");
     link(&api, &domain, "ws", "k1");
     api.up(&domain, "db", &idle, "use").expect(200);
     api.wait_state(&domain, "db", "running", READY);
@@ -404,11 +391,7 @@ fn rows_survive_stop_idle_a_spec_change_a_daemon_crash_and_archive() {
 
     // Archive: the container goes, the volume stays with the database in it, which a new
     // server reads back.
-    let archived = api
-        .post_empty(&format!(
-            "/v1/resource-domains/{domain}/instances/db/archive"
-        ))
-        .expect(200);
+    let archived = api.answer(|c| c.archive(&did, "db")).expect(200);
     assert_eq!(archived["instance"]["state"]["kind"], "archived");
     let volume = &archived["volumes"][0];
     assert_eq!(volume["name"], "data", "{archived}");
@@ -447,9 +430,8 @@ const ROWS: u64 = 480_000;
 const PAYLOAD: usize = 100;
 
 impl SqlDump {
-    fn new(frame: &Value) -> Self {
-        let mut head = frame.to_string().into_bytes();
-        head.push(b'\n');
+    fn new() -> Self {
+        let mut head = Vec::new();
         head.extend_from_slice(
             b"CREATE TABLE big (id integer PRIMARY KEY, payload text NOT NULL);\n\
               COPY big (id, payload) FROM stdin;\n",
@@ -494,13 +476,29 @@ fn a_fifty_megabyte_dump_streams_into_psql_and_pg_dump_brings_it_back() {
         .expect(200);
     api.wait_state(&domain, "db", "running", READY);
 
-    let frame = json!({"argv": ["psql", "-q", "-v", "ON_ERROR_STOP=1"], "user": null, "timeoutMs": 600_000});
+    let frame = berth_client::ExecFrame {
+        argv: ["psql", "-q", "-v", "ON_ERROR_STOP=1"]
+            .map(str::to_owned)
+            .to_vec(),
+        user: None,
+        timeout_ms: 600_000,
+    };
+    // stdin streamed as the dump is made, 64 KiB at a time.
+    let stdin = futures_util::stream::unfold(SqlDump::new(), |mut dump| async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        match dump.read(&mut buf) {
+            Ok(0) => None,
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok(bytes::Bytes::from(buf)), dump))
+            }
+            Err(e) => Some((Err(e), dump)),
+        }
+    });
+    let did = domain_id(&domain);
     let started = Instant::now();
     let loaded = api
-        .post_stream(
-            &format!("/v1/resource-domains/{domain}/instances/db/exec"),
-            SqlDump::new(&frame),
-        )
+        .answer(|c| c.exec(&did, "db", &frame, stdin))
         .expect(200);
     eprintln!("loaded {ROWS} rows in {:?}", started.elapsed());
     assert_eq!(loaded["exitCode"], 0, "{loaded}");

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 use support::registry::RegistryProxy;
-use support::{Client, Daemon, busybox_image, spec};
+use support::{Client, Daemon, busybox_image, domain_id, json_of, spec};
 
 const READY: Duration = Duration::from_secs(60);
 
@@ -18,11 +18,14 @@ fn instance_path(domain: &str, key: &str) -> String {
 }
 
 fn preflight(api: &Client, domain: &str, key: &str, spec: &Value) -> Value {
-    api.post(
-        &format!("{}/preflight", instance_path(domain, key)),
-        json!({"spec": spec, "cause": "person"}),
-    )
-    .expect(200)
+    let request = berth_client::UpRequest {
+        spec: spec.clone(),
+        cause: berth_client::UpCause::Person,
+        template: false,
+    };
+    let domain = domain_id(domain);
+    api.answer(|c| c.preflight(&domain, key, &request))
+        .expect(200)
 }
 
 fn check<'a>(report: &'a Value, name: &str) -> &'a Value {
@@ -37,21 +40,20 @@ fn check<'a>(report: &'a Value, name: &str) -> &'a Value {
 /// What the store holds, as the API reads it: the domains, every instance (archived too) with
 /// its releases, rollouts and endpoints; `observedAt` left out (the reconciler refreshes it).
 fn store_contents(api: &Client, domain: &str) -> Value {
-    let mut all = vec![api.get("/v1/resource-domains").expect(200)];
+    let mut all = vec![api.answer(|c| c.domains()).expect(200)];
+    let domain = domain_id(domain);
     for archived in [false, true] {
         let list = api
-            .get(&format!(
-                "/v1/resource-domains/{domain}/instances?archived={archived}"
-            ))
-            .expect(200);
-        for instance in list["items"].as_array().unwrap() {
-            let mut instance = instance.clone();
+            .call(|c| c.instances(&domain, archived))
+            .expect("the instances");
+        for instance in list {
+            let key = instance.key.clone();
+            let mut instance = json_of(&instance);
             instance.as_object_mut().unwrap().remove("observedAt");
-            let path = instance_path(domain, instance["key"].as_str().unwrap());
             all.push(instance);
-            for part in ["releases", "rollouts", "endpoints"] {
-                all.push(api.get(&format!("{path}/{part}")).expect(200));
-            }
+            all.push(api.answer(|c| c.releases(&domain, &key)).expect(200));
+            all.push(api.answer(|c| c.rollouts(&domain, &key)).expect(200));
+            all.push(api.answer(|c| c.endpoints(&domain, &key)).expect(200));
         }
     }
     Value::Array(all)
@@ -244,10 +246,9 @@ fn a_preflight_reports_what_an_up_would_do_and_writes_nothing() {
     assert!(events.is_empty(), "the engine saw nothing: {events:?}");
     assert!(!image_is_local(&elsewhere), "nothing was pulled");
     assert!(!image_is_local(&absent));
-    let instances = api
-        .get(&format!("/v1/resource-domains/{domain}/instances"))
-        .expect(200);
-    assert_eq!(instances["items"].as_array().unwrap().len(), 1);
+    let did = domain_id(&domain);
+    let instances = api.call(|c| c.instances(&did, false)).expect("a list");
+    assert_eq!(instances.len(), 1);
 }
 
 #[test]
@@ -255,6 +256,7 @@ fn a_preflight_in_an_unknown_domain_or_with_a_bad_body_is_an_error() {
     let daemon = Daemon::start();
     let api = daemon.client();
     let domain = api.create_domain("preflight");
+    // Raw on purpose: a body without its cause, which no client sends.
     let answer = api.post(
         &format!("{}/preflight", instance_path(&domain, "db")),
         json!({"spec": spec(&busybox_image(), "db")}),
@@ -262,7 +264,7 @@ fn a_preflight_in_an_unknown_domain_or_with_a_bad_body_is_an_error() {
     let body = answer.expect(400);
     assert!(body.to_string().contains("body.cause"), "{body}");
     // The route, its body and its answers are in the document.
-    let doc = api.get("/v1/openapi.json").expect(200);
+    let doc = api.call(|c| c.openapi()).expect("the document");
     let op =
         &doc["paths"]["/v1/resource-domains/{resourceDomainId}/instances/{key}/preflight"]["post"];
     assert!(op["requestBody"].to_string().contains("UpRequest"), "{op}");

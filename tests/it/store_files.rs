@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use serde_json::json;
 use support::{Client, Daemon, KEY};
 
 /// `berth serve` on `data_dir` under `umask`, with the key file (no `BERTH_SERVICE_KEYS`).
@@ -100,8 +99,7 @@ fn the_data_directory_and_every_file_in_it_are_the_users_alone_whatever_the_umas
         let api = Client::new(&base, Some(&key));
         // Writes, so the database has its write-ahead log and shared-memory files.
         for i in 0..20 {
-            api.post("/v1/resource-domains", json!({"name": format!("d{i}")}))
-                .expect(200);
+            api.create_domain(&format!("d{i}"));
         }
         assert_eq!(mode(&data_dir), 0o700, "umask {umask}: the data directory");
         let files = files_in(&data_dir);
@@ -188,15 +186,12 @@ fn a_second_daemon_on_the_same_data_directory_exits_at_once_naming_it_and_the_fi
         "{stderr}"
     );
     // The first one is untouched.
-    api.get(&format!("/v1/resource-domains/{domain}"))
-        .expect(200);
+    let did = support::domain_id(&domain);
+    api.call(|c| c.domain(&did)).expect("the domain");
     // Once it stops, the directory is free again, even after a crash.
     first.kill9();
     first.start_again();
-    first
-        .client()
-        .get(&format!("/v1/resource-domains/{domain}"))
-        .expect(200);
+    first.client().call(|c| c.domain(&did)).expect("the domain");
 }
 
 #[test]
@@ -211,11 +206,7 @@ fn a_store_damaged_in_its_middle_is_refused_at_start_naming_the_file() {
         .to_owned();
     let api = Client::new(&base, Some(&key));
     for i in 0..300 {
-        api.post(
-            "/v1/resource-domains",
-            json!({"name": format!("{i:03}{}", "n".repeat(190))}),
-        )
-        .expect(200);
+        api.create_domain(&format!("{i:03}{}", "n".repeat(190)));
     }
     stop(child);
     // A clean stop leaves everything in the database file itself.
@@ -324,9 +315,8 @@ fn a_read_only_store_or_data_directory_is_refused_at_start_naming_it() {
     let mut child = serve(&data_dir, "022");
     let base = address_of(&mut child);
     let items = Client::new(&base, Some(&key))
-        .get("/v1/resource-domains")
-        .expect(200)["items"]
-        .clone();
-    assert_eq!(items[0]["name"], "kept");
+        .call(|c| c.domains())
+        .expect("the domains");
+    assert_eq!(items[0].name, "kept");
     stop(child);
 }

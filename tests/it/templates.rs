@@ -8,8 +8,21 @@ use berth_testkit as support;
 
 use std::time::Duration;
 
+use berth_client::{UpCause, UpRequest};
 use serde_json::{Value, json};
-use support::{Client, Daemon, docker, fixture, wait_until};
+use support::{Client, Daemon, docker, domain_id, fixture, refused, wait_until};
+
+/// `up` with `template: true` through the typed client.
+fn up_template(api: &Client, domain: &str, key: &str, spec: &Value) {
+    let request = UpRequest {
+        spec: spec.clone(),
+        cause: UpCause::Person,
+        template: true,
+    };
+    let domain = domain_id(domain);
+    api.call(|c| c.up_request(&domain, key, &request))
+        .expect("an up with a template");
+}
 
 const READY: Duration = Duration::from_secs(150);
 
@@ -29,11 +42,7 @@ fn pg_spec(worktree: &str) -> Value {
 
 /// `up` with `template: true`, then the instance once it runs (or failed).
 fn up_from_template(api: &Client, domain: &str, key: &str, spec: &Value) -> Value {
-    api.post(
-        &format!("/v1/resource-domains/{domain}/instances/{key}/up"),
-        json!({"spec": spec, "cause": "person", "template": true}),
-    )
-    .expect(200);
+    up_template(api, domain, key, spec);
     let instance = api.settled(domain, key, &["running", "failed"], READY);
     assert_eq!(instance["state"]["kind"], "running", "{instance}");
     instance
@@ -56,11 +65,9 @@ fn sql(api: &Client, domain: &str, key: &str, query: &str) -> String {
 }
 
 fn templates(api: &Client, domain: &str) -> Vec<Value> {
-    api.get(&format!("/v1/resource-domains/{domain}/templates"))
-        .expect(200)["items"]
-        .as_array()
-        .unwrap()
-        .clone()
+    let domain = domain_id(domain);
+    let templates = api.call(|c| c.templates(&domain)).expect("the templates");
+    templates.iter().map(support::json_of).collect()
 }
 
 fn docker_name(instance: &Value) -> String {
@@ -250,36 +257,30 @@ fn two_instances_from_one_template_start_without_initdb_keep_their_data_apart_an
 
     // In use, it is kept: the delete is refused, naming what stands on it.
     let id = made[0]["templateId"].as_str().unwrap().to_owned();
-    let refused = api
-        .raw(
-            "DELETE",
-            &format!("/v1/resource-domains/{domain}/templates/{id}"),
-            None,
-            &[],
-        )
-        .expect_error(409, "ResourceTemplateInUseError");
+    let did = domain_id(&domain);
+    let in_use = refused(
+        api.call(|c| c.delete_template(&did, &id)),
+        409,
+        "ResourceTemplateInUseError",
+    );
     assert!(
-        refused["message"]
+        in_use["message"]
             .as_str()
             .unwrap()
             .contains(&docker_name(&a)),
-        "{refused}"
+        "{in_use}"
     );
     assert!(support::docker_inspect("volume", &base).is_some());
-    api.raw(
-        "DELETE",
-        &format!("/v1/resource-domains/{domain}/templates/ffffffffffff"),
-        None,
-        &[],
-    )
-    .expect_error(404, "ResourceTemplateNotFoundError");
-    api.raw(
-        "DELETE",
-        &format!("/v1/resource-domains/{domain}/templates/NOT-AN-ID"),
-        None,
-        &[],
-    )
-    .expect_error(400, "RequestRefusedError");
+    refused(
+        api.call(|c| c.delete_template(&did, "ffffffffffff")),
+        404,
+        "ResourceTemplateNotFoundError",
+    );
+    refused(
+        api.call(|c| c.delete_template(&did, "NOT-AN-ID")),
+        400,
+        "RequestRefusedError",
+    );
 }
 
 #[test]
@@ -287,11 +288,7 @@ fn a_daemon_killed_while_it_makes_a_template_makes_it_whole_on_its_next_start() 
     let mut daemon = Daemon::start();
     let api = daemon.client();
     let domain = api.create_domain("templates-kill");
-    api.post(
-        &format!("/v1/resource-domains/{domain}/instances/db@main/up"),
-        json!({"spec": pg_spec("main"), "cause": "person", "template": true}),
-    )
-    .expect(200);
+    up_template(&api, &domain, "db@main", &pg_spec("main"));
     // Killed while the template's private container runs (its image is in initdb).
     wait_until(READY, "the template's container runs", || {
         docker(&[
@@ -324,10 +321,9 @@ fn a_daemon_killed_while_it_makes_a_template_makes_it_whole_on_its_next_start() 
 
     // Unused once the instance is archived and its volumes removed: deleted with its base.
     let id = made[0]["templateId"].as_str().unwrap().to_owned();
-    api.post_empty(&format!(
-        "/v1/resource-domains/{domain}/instances/db@main/archive"
-    ))
-    .expect(200);
+    let did = domain_id(&domain);
+    api.call(|c| c.archive(&did, "db@main"))
+        .expect("an archive");
     // Archived volumes are held (no prune takes them, and berth holds them again as soon as a
     // holder goes): removed by hand while the daemon is away, holders first.
     let mounted = docker_name(&main);
@@ -342,13 +338,8 @@ fn a_daemon_killed_while_it_makes_a_template_makes_it_whole_on_its_next_start() 
     docker(&["volume", "rm", &mounted, &upper]);
     daemon.start_again();
     let api = daemon.client();
-    api.raw(
-        "DELETE",
-        &format!("/v1/resource-domains/{domain}/templates/{id}"),
-        None,
-        &[],
-    )
-    .expect(204);
+    api.call(|c| c.delete_template(&did, &id))
+        .expect("a delete");
     assert!(templates(&api, &domain).is_empty());
     let volumes = template_objects("volume", &domain);
     assert_eq!(volumes.trim(), "", "{volumes}");

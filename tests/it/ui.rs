@@ -17,8 +17,8 @@ use fantoccini::key::Key;
 use fantoccini::{Client as WebDriver, ClientBuilder, Locator};
 use serde_json::{Value, json};
 use support::{
-    Client, Daemon, KEY, OTHER_KEY, block_on, busybox_image, docker_inspect, echo_image, spec,
-    wait_until,
+    Client, Daemon, KEY, OTHER_KEY, block_on, busybox_image, docker_inspect, domain_id, echo_image,
+    spec, wait_until,
 };
 
 const READY: Duration = Duration::from_secs(120);
@@ -349,7 +349,7 @@ fn screenshots() -> PathBuf {
 
 /// A sign-in link for `key`.
 fn sign_in_link(client: &Client) -> String {
-    let link = client.post("/v1/ui/sign-in-links", json!({})).expect(200);
+    let link = client.answer(|c| c.sign_in_link()).expect(200);
     assert!(link["expiresAt"].is_string(), "{link}");
     link["url"].as_str().expect("a url").to_owned()
 }
@@ -395,8 +395,12 @@ fn a_page_signed_in_by_a_link_shows_a_domain_live_and_acts_from_the_keyboard() {
         !address.contains("code"),
         "the code left the address bar: {address}"
     );
-    let again = api.post("/v1/ui/sessions", json!({"code": code_of(&link)}));
-    again.expect_error(401, "UiSignInCodeInvalidError");
+    let code = code_of(&link);
+    support::refused(
+        api.call(|c| c.create_session(&code)),
+        401,
+        "UiSignInCodeInvalidError",
+    );
     browser.wait("document.querySelector('a.card.domain')", "the domain card");
     assert!(browser.text("ul.domains").contains("shop"));
     browser.screenshot("projects");
@@ -620,9 +624,8 @@ fn an_instance_page_shows_sizes_connect_string_last_failure_and_origin_and_resto
         "db",
         &["sh", "-c", "echo v1 > /srv/data/note"],
     );
-    let summary = api
-        .get(&format!("/v1/resource-domains/{domain}/summary"))
-        .expect(200);
+    let did = domain_id(&domain);
+    let summary = api.answer(|c| c.summary(&did)).expect(200);
     let entry = summary["instances"]
         .as_array()
         .unwrap()
@@ -745,19 +748,16 @@ fn an_instance_page_shows_sizes_connect_string_last_failure_and_origin_and_resto
         "[...document.querySelectorAll('tr[data-snapshot=\"v1\"]')].some((tr) => tr.textContent.includes('ready'))",
         "the snapshot v1, ready",
     );
+    let did = domain_id(&domain);
     let snapshots = api
-        .get(&format!(
-            "/v1/resource-domains/{domain}/snapshots?instanceKey=db"
-        ))
-        .expect(200);
-    let v1 = snapshots["items"]
-        .as_array()
-        .unwrap()
+        .call(|c| c.snapshots(&did, Some("db")))
+        .expect("the snapshots");
+    let v1 = snapshots
         .iter()
-        .find(|s| s["name"] == "v1")
-        .expect("v1 through the API")["snapshotId"]
+        .find(|s| s.name == "v1")
+        .expect("v1 through the API")
+        .snapshot_id
         .as_str()
-        .unwrap()
         .to_owned();
 
     // Restore it over newer contents: the confirmation says what is kept.
@@ -832,9 +832,7 @@ fn an_instance_page_shows_sizes_connect_string_last_failure_and_origin_and_resto
     );
     let details = browser.text("dl.details");
     assert!(details.contains("snapshot v1 of db"), "{details}");
-    let summary = api
-        .get(&format!("/v1/resource-domains/{domain}/summary"))
-        .expect(200);
+    let summary = api.answer(|c| c.summary(&did)).expect(200);
     let fix = summary["instances"]
         .as_array()
         .unwrap()
@@ -964,17 +962,19 @@ fn another_keys_session_sees_none_of_the_first_keys_domains_and_sign_out_revokes
     let token = browser.js("return sessionStorage.getItem('berth.session')");
     let token = token.as_str().expect("a session token").to_owned();
     let as_page = Client::new(&daemon.base, Some(&token));
-    as_page
-        .get(&format!("/v1/resource-domains/{domain}/summary"))
-        .expect_error(403, "ResourceDomainForbiddenError");
-    assert_eq!(
-        as_page.get("/v1/resource-domains").expect(200)["items"],
-        json!([])
+    let did = domain_id(&domain);
+    support::refused(
+        as_page.call(|c| c.summary(&did)),
+        403,
+        "ResourceDomainForbiddenError",
     );
+    assert_eq!(as_page.call(|c| c.domains()).expect("the domains"), vec![]);
     // A session cannot ask for sign-in links of its own.
-    as_page
-        .post("/v1/ui/sign-in-links", json!({}))
-        .expect_error(403, "UiServiceKeyRequiredError");
+    support::refused(
+        as_page.call(|c| c.sign_in_link()),
+        403,
+        "UiServiceKeyRequiredError",
+    );
     browser.goto(&format!("{}/ui/#/d/{domain}", daemon.base));
     browser.wait(
         "document.querySelector('h1') && document.querySelector('h1').textContent === 'Not found'",
@@ -985,9 +985,7 @@ fn another_keys_session_sees_none_of_the_first_keys_domains_and_sign_out_revokes
     // Signing out revokes the token.
     browser.click("#sign-out");
     browser.wait("document.querySelector('#key')", "the sign-in form again");
-    as_page
-        .get("/v1/resource-domains")
-        .expect_error(401, "UnauthorizedError");
+    support::refused(as_page.call(|c| c.domains()), 401, "UnauthorizedError");
     assert_eq!(
         browser.js("return sessionStorage.getItem('berth.session')"),
         Value::Null
@@ -1024,20 +1022,19 @@ fn berth_ui_prints_or_opens_a_link_that_signs_in_once() {
         "{url}"
     );
     let anonymous = Client::new(&daemon.base, None);
-    let session = anonymous
-        .post("/v1/ui/sessions", json!({"code": code_of(url)}))
-        .expect(200);
+    let code = code_of(url);
+    let session = anonymous.answer(|c| c.create_session(&code)).expect(200);
     let token = session["token"].as_str().expect("a token");
     assert!(session["expiresAt"].is_string());
-    assert_eq!(
-        Client::new(&daemon.base, Some(token))
-            .get("/v1/resource-domains")
-            .status,
-        200
+    Client::new(&daemon.base, Some(token))
+        .call(|c| c.domains())
+        .expect("the session's domains");
+    support::refused(
+        anonymous.call(|c| c.create_session(&code)),
+        401,
+        "UiSignInCodeInvalidError",
     );
-    anonymous
-        .post("/v1/ui/sessions", json!({"code": code_of(url)}))
-        .expect_error(401, "UiSignInCodeInvalidError");
+    // Raw on purpose: a code no client would send.
     anonymous
         .post("/v1/ui/sessions", json!({"code": 7}))
         .expect_error(400, "RequestRefusedError");
@@ -1066,9 +1063,10 @@ fn berth_ui_prints_or_opens_a_link_that_signs_in_once() {
         link.starts_with(&format!("{}/ui/#code=", daemon.base)),
         "{link}"
     );
+    let code = code_of(&link);
     anonymous
-        .post("/v1/ui/sessions", json!({"code": code_of(&link)}))
-        .expect(200);
+        .call(|c| c.create_session(&code))
+        .expect("a session");
 }
 
 #[test]
@@ -1154,12 +1152,12 @@ fn a_page_signed_in_with_a_read_and_link_key_shows_no_button_its_key_may_not_use
     // The page's session acts as the plugin's key, grants and all, not as the key it acts for.
     let token = browser.js("return sessionStorage.getItem('berth.session')");
     let as_page = Client::new(&daemon.base, Some(token.as_str().expect("a session token")));
-    let refused = as_page
-        .post(
-            &format!("/v1/resource-domains/{domain}/instances/web/stop"),
-            json!({"by": "the web page"}),
-        )
-        .expect_error(403, "ServiceKeyCapabilityMissingError");
+    let did = domain_id(&domain);
+    let refused = support::refused(
+        as_page.call(|c| c.stop(&did, "web", "the web page")),
+        403,
+        "ServiceKeyCapabilityMissingError",
+    );
     assert_eq!(refused["capability"], "instances:lifecycle");
     assert_eq!(api.instance(&domain, "web")["state"]["kind"], "running");
     browser.close();

@@ -161,7 +161,7 @@ fn a_drive_through_the_api_answers_exactly_the_contract() {
     forbidden["privileged"] = json!(true);
     let refused: ErrorBody = decode(
         "a spec refusal",
-        &api.up(&domain, "web", &forbidden, "use")
+        &api.up_raw(&domain, "web", &forbidden, "use")
             .expect_error(400, "ResourceInstanceSpecRefusedError"),
     );
     assert_eq!(refused.tag, "ResourceInstanceSpecRefusedError");
@@ -184,7 +184,7 @@ fn a_drive_through_the_api_answers_exactly_the_contract() {
     // Up, then running.
     let up: Instance = decode(
         "an up answer",
-        &api.up(&domain, "web", &spec(&busybox_image(), "web"), "use")
+        &api.up_raw(&domain, "web", &spec(&busybox_image(), "web"), "use")
             .expect(200),
     );
     check_instance(&up, "web");
@@ -277,7 +277,7 @@ fn a_drive_through_the_api_answers_exactly_the_contract() {
     assert_eq!(fenced.state, DomainState::Fenced);
     let not_active: ErrorBody = decode(
         "a not-active error",
-        &api.up(&other, "x", &spec(&busybox_image(), "x"), "use")
+        &api.up_raw(&other, "x", &spec(&busybox_image(), "x"), "use")
             .expect_error(409, "ResourceDomainNotActiveError"),
     );
     assert_eq!(not_active.state.as_deref(), Some("fenced"));

@@ -4,8 +4,11 @@ use berth_testkit as support;
 
 use std::time::Duration;
 
+use berth_client::{ClientError, ContainerRef, LinkView, SelectorRequest, WorkspaceRequest};
 use serde_json::{Value, json};
-use support::{Client, Daemon, busybox_image, docker, spec, who_from};
+use support::{
+    Client, Daemon, block_on, busybox_image, docker, domain_id, json_of, refused, spec, who_from,
+};
 
 const READY: Duration = Duration::from_secs(60);
 
@@ -37,11 +40,8 @@ fn workspace_container(daemon: &Daemon, name: &str, labels: &[&str]) -> String {
 
 /// The label by which a container consents to be an executor of the caller's workspace `ws`.
 fn consent(api: &Client, ws: &str) -> String {
-    let me = api.get("/v1/whoami").expect(200);
-    format!(
-        "berth.workspace={}/{ws}",
-        me["keyId"].as_str().expect("a key id")
-    )
+    let me = block_on(api.api().whoami()).expect("whoami");
+    format!("berth.workspace={}/{ws}", me.key_id)
 }
 
 /// What the engine's DNS and network let a container reach: berth has no event for it.
@@ -50,27 +50,25 @@ fn eventually(what: &str, timeout: Duration, f: impl FnMut() -> bool) {
 }
 
 fn put_workspace(api: &Client, id: &str, containers: &[&str], selector: Option<&str>) -> Value {
-    let selector = selector.map(|l| json!({"label": l}));
-    api.raw(
-        "PUT",
-        &format!("/v1/workspaces/{id}"),
-        Some(
-            json!({"containers": containers, "selector": selector})
-                .to_string()
-                .into_bytes(),
-        ),
-        &[],
-    )
-    .expect(200)
+    let request = WorkspaceRequest {
+        containers: containers
+            .iter()
+            .map(|c| ContainerRef((*c).to_owned()))
+            .collect(),
+        selector: selector.map(|l| SelectorRequest {
+            label: l.to_owned(),
+        }),
+    };
+    json_of(&block_on(api.api().put_workspace(id, &request)).expect("a workspace"))
 }
 
-fn link(api: &Client, domain: &str, workspace: &str, key: &str) -> support::Answer {
-    api.raw(
-        "PUT",
-        &format!("/v1/resource-domains/{domain}/workspace-links/{workspace}"),
-        Some(json!({"worktreeKey": key}).to_string().into_bytes()),
-        &[],
-    )
+fn link(api: &Client, domain: &str, workspace: &str, key: &str) -> Result<LinkView, ClientError> {
+    block_on(api.api().link(&domain_id(domain), workspace, key))
+}
+
+/// `GET /v1/workspaces/{id}` through the typed client, as JSON for the assertions.
+fn workspace(api: &Client, id: &str) -> Value {
+    json_of(&block_on(api.api().workspace(id)).expect("the workspace"))
 }
 
 #[test]
@@ -103,12 +101,12 @@ fn linked_workspaces_reach_their_keys_instances_and_the_shared_ones_by_alias() {
     put_workspace(&api, "ws-one", &[&one], None);
     put_workspace(&api, "ws-two", &[&two], None);
 
-    let linked = link(&api, &domain, "ws-one", "k1").expect(200);
+    let linked = json_of(&link(&api, &domain, "ws-one", "k1").expect("a link"));
     assert_eq!(
         linked,
         json!({"workspaceId": "ws-one", "worktreeKey": "k1", "attachedExecutors": 1})
     );
-    link(&api, &domain, "ws-two", "k2").expect(200);
+    link(&api, &domain, "ws-two", "k2").expect("a link");
 
     eventually("ws-one reaches its db and the shared mail", READY, || {
         who_from(&one, "db").as_deref() == Some("db-k1")
@@ -125,7 +123,7 @@ fn linked_workspaces_reach_their_keys_instances_and_the_shared_ones_by_alias() {
     );
     assert_eq!(who_from(&stranger, "mail"), None);
 
-    let ws = api.get("/v1/workspaces/ws-one").expect(200);
+    let ws = workspace(&api, "ws-one");
     assert_eq!(ws["consentLabel"], consent(&api, "ws-one").as_str());
     assert_eq!(ws["notAttached"], json!([]));
     assert_eq!(ws["resourceDomainId"], domain.as_str());
@@ -135,20 +133,22 @@ fn linked_workspaces_reach_their_keys_instances_and_the_shared_ones_by_alias() {
     assert_eq!(ws["executors"][0]["running"], true);
 
     // Relinking with another key moves its executors to that key's view.
-    let again = link(&api, &domain, "ws-one", "k2").expect(200);
-    assert_eq!(again["attachedExecutors"], 1);
+    let again = link(&api, &domain, "ws-one", "k2").expect("a link");
+    assert_eq!(again.attached_executors, 1);
     eventually("ws-one now reaches k2's db", READY, || {
         who_from(&one, "db").as_deref() == Some("db-k2")
     });
 
     // Deleting the workspace detaches it.
-    api.raw("DELETE", "/v1/workspaces/ws-one", None, &[])
-        .expect(200);
+    block_on(api.api().delete_workspace("ws-one")).expect("a delete");
     eventually("ws-one reaches nothing", READY, || {
         who_from(&one, "db").is_none()
     });
-    api.get("/v1/workspaces/ws-one")
-        .expect_error(404, "ResourceWorkspaceNotFoundError");
+    refused(
+        block_on(api.api().workspace("ws-one")),
+        404,
+        "ResourceWorkspaceNotFoundError",
+    );
 }
 
 #[test]
@@ -171,8 +171,8 @@ fn a_worktree_instance_shadows_a_shared_one_with_the_same_alias() {
     let three = workspace_container(&daemon, "three", &[&consent(&api, "ws-three")]);
     put_workspace(&api, "ws-one", &[&one], None);
     put_workspace(&api, "ws-three", &[&three], None);
-    link(&api, &domain, "ws-one", "k1").expect(200);
-    link(&api, &domain, "ws-three", "k3").expect(200);
+    link(&api, &domain, "ws-one", "k1").expect("a link");
+    link(&api, &domain, "ws-three", "k3").expect("a link");
     eventually("k1 reaches its own db, k3 the shared one", READY, || {
         who_from(&one, "db").as_deref() == Some("db-k1")
             && who_from(&three, "db").as_deref() == Some("shared")
@@ -198,13 +198,13 @@ fn a_container_started_after_the_link_with_the_selector_label_is_attached() {
     api.wait_state(&domain, "db@k1", "running", READY);
     let label = format!("dev.berth.test={}", daemon.prefix);
     put_workspace(&api, "ws-sel", &[], Some(&label));
-    let linked = link(&api, &domain, "ws-sel", "k1").expect(200);
-    assert_eq!(linked["attachedExecutors"], 0);
+    let linked = link(&api, &domain, "ws-sel", "k1").expect("a link");
+    assert_eq!(linked.attached_executors, 0);
     let late = workspace_container(&daemon, "late", &[&label, &consent(&api, "ws-sel")]);
     eventually("the late container resolves db", READY, || {
         who_from(&late, "db").as_deref() == Some("db-k1")
     });
-    let ws = api.get("/v1/workspaces/ws-sel").expect(200);
+    let ws = workspace(&api, "ws-sel");
     assert_eq!(ws["executors"].as_array().unwrap().len(), 1, "{ws}");
 }
 
@@ -215,20 +215,38 @@ fn links_answer_their_errors_and_bad_input_is_refused_with_its_place() {
     let domain = api.create_domain("shop");
     let other = api.create_domain("other");
     put_workspace(&api, "ws", &[], None);
-    link(&api, &domain, "ws", "k1").expect(200);
-    let err =
-        link(&api, &other, "ws", "k1").expect_error(409, "ResourceWorkspaceLinkedElsewhereError");
+    link(&api, &domain, "ws", "k1").expect("a link");
+    let err = refused(
+        link(&api, &other, "ws", "k1"),
+        409,
+        "ResourceWorkspaceLinkedElsewhereError",
+    );
     assert_eq!(err["resourceDomainId"], domain.as_str());
-    link(&api, &domain, "nobody", "k1").expect_error(404, "ResourceWorkspaceNotFoundError");
-    api.post_empty(&format!("/v1/resource-domains/{other}/fence"))
-        .expect(200);
+    refused(
+        link(&api, &domain, "nobody", "k1"),
+        404,
+        "ResourceWorkspaceNotFoundError",
+    );
+    block_on(api.api().fence(&domain_id(&other))).expect("a fence");
     put_workspace(&api, "ws2", &[], None);
-    let err = link(&api, &other, "ws2", "k1").expect_error(409, "ResourceDomainNotActiveError");
+    let err = refused(
+        link(&api, &other, "ws2", "k1"),
+        409,
+        "ResourceDomainNotActiveError",
+    );
     assert_eq!(err["state"], "fenced");
-    daemon
-        .client_with(Some(support::OTHER_KEY))
-        .get("/v1/workspaces/ws")
-        .expect_error(404, "ResourceWorkspaceNotFoundError");
+    refused(
+        block_on(
+            daemon
+                .client_with(Some(support::OTHER_KEY))
+                .api()
+                .workspace("ws"),
+        ),
+        404,
+        "ResourceWorkspaceNotFoundError",
+    );
+
+    // Raw on purpose: each body is one no client would send.
 
     let link_path = format!("/v1/resource-domains/{domain}/workspace-links/ws");
     let refusals: Vec<(&str, &str, Value, &str)> = vec![
@@ -307,14 +325,12 @@ fn an_instance_nothing_reaches_stops_for_idle_and_a_use_up_wakes_it() {
     api.up(&domain, "leased", &leased, "use").expect(200);
     let executor = workspace_container(&daemon, "exec", &[&consent(&api, "ws-k1")]);
     put_workspace(&api, "ws-k1", &[&executor], None);
-    link(&api, &domain, "ws-k1", "k1").expect(200);
+    link(&api, &domain, "ws-k1", "k1").expect("a link");
     put_workspace(&api, "ws-k2", &[], None);
-    let lease = api
-        .post("/v1/workspaces/ws-k2/leases", json!({"ttlSeconds": 8}))
-        .expect(200);
-    let lease_id = lease["leaseId"].as_str().unwrap().to_owned();
+    let lease = block_on(api.api().create_lease("ws-k2", 8)).expect("a lease");
+    let lease_id = lease.lease_id;
     assert!(lease_id.starts_with("lse:"));
-    link(&api, &domain, "ws-k2", "k2").expect(200);
+    link(&api, &domain, "ws-k2", "k2").expect("a link");
     api.up(&domain, "alone", &alone, "use").expect(200);
 
     let stopped = api.wait_for(
@@ -331,8 +347,7 @@ fn an_instance_nothing_reaches_stops_for_idle_and_a_use_up_wakes_it() {
     // While the lease is renewed and the container runs, both stay up well past their idle time.
     let mut watch = api.watch(&domain);
     for _ in 0..6 {
-        api.post_empty(&format!("/v1/workspaces/ws-k2/leases/{lease_id}/renew"))
-            .expect(200);
+        block_on(api.api().renew_lease("ws-k2", &lease_id)).expect("a renewal");
         // A negative check, bounded on purpose (a renewal a second, for twice the idle time):
         // there is no event for "not stopped", only none that shows either one stopping.
         watch.never(Duration::from_secs(1), "a reached instance stopped", |i| {
@@ -406,36 +421,36 @@ fn another_key_naming_or_selecting_a_keys_container_gets_nothing_attached() {
     let label = format!("dev.berth.owner={}", daemon.prefix);
     let by_name = put_workspace(&b, "wsEvil", &[&dev_a], None);
     assert_eq!(by_name["executors"], json!([]));
-    link(&b, &domain_b, "wsEvil", "feat").expect(200);
+    link(&b, &domain_b, "wsEvil", "feat").expect("a link");
     put_workspace(&b, "wsSel", &[], Some(&label));
-    link(&b, &domain_b, "wsSel", "feat").expect(200);
+    link(&b, &domain_b, "wsSel", "feat").expect("a link");
 
     // A creates its container consenting to its own ide-1, and links it.
     let created = workspace_container(&daemon, "devA", &[&label, &consent(&a, "ide-1")]);
     assert_eq!(created, dev_a);
     put_workspace(&a, "ide-1", &[&dev_a], None);
-    let linked = link(&a, &domain_a, "ide-1", "feat").expect(200);
-    assert_eq!(linked["attachedExecutors"], 1);
+    let linked = link(&a, &domain_a, "ide-1", "feat").expect("a link");
+    assert_eq!(linked.attached_executors, 1);
     eventually("devA reaches A's db", READY, || {
         who_from(&dev_a, "db").as_deref() == Some("a")
     });
 
     // B registers again, by name and by selector, now that devA exists, and links again.
     put_workspace(&b, "wsEvil", &[&dev_a], None);
-    let again = link(&b, &domain_b, "wsEvil", "feat").expect(200);
-    assert_eq!(again["attachedExecutors"], 0, "{again}");
-    let again = link(&b, &domain_b, "wsSel", "feat").expect(200);
-    assert_eq!(again["attachedExecutors"], 0, "{again}");
+    let again = link(&b, &domain_b, "wsEvil", "feat").expect("a link");
+    assert_eq!(again.attached_executors, 0, "{again:?}");
+    let again = link(&b, &domain_b, "wsSel", "feat").expect("a link");
+    assert_eq!(again.attached_executors, 0, "{again:?}");
     // Even selecting A's own consent label (a key id is no secret) takes nothing.
     put_workspace(&b, "wsCopy", &[], Some(&consent(&a, "ide-1")));
-    let again = link(&b, &domain_b, "wsCopy", "feat").expect(200);
-    assert_eq!(again["attachedExecutors"], 0, "{again}");
+    let again = link(&b, &domain_b, "wsCopy", "feat").expect("a link");
+    assert_eq!(again.attached_executors, 0, "{again:?}");
     for ws in ["wsEvil", "wsSel", "wsCopy"] {
-        let view = b.get(&format!("/v1/workspaces/{ws}")).expect(200);
+        let view = workspace(&b, ws);
         assert_eq!(view["executors"], json!([]), "{ws}: {view}");
     }
     // B's view of wsEvil says only that nothing by that name consents to B's workspace.
-    let view = b.get("/v1/workspaces/wsEvil").expect(200);
+    let view = workspace(&b, "wsEvil");
     let reason = view["notAttached"][0]["reason"].as_str().unwrap();
     assert_eq!(view["notAttached"][0]["container"], dev_a.as_str());
     assert!(
@@ -456,19 +471,17 @@ fn another_key_naming_or_selecting_a_keys_container_gets_nothing_attached() {
     }
     // B's workspaces are not A's: deleting them leaves devA where it is.
     let before = networks_of(&dev_a);
-    b.raw("DELETE", "/v1/workspaces/wsEvil", None, &[])
-        .expect(200);
-    b.raw("DELETE", "/v1/workspaces/wsSel", None, &[])
-        .expect(200);
+    block_on(b.api().delete_workspace("wsEvil")).expect("a delete");
+    block_on(b.api().delete_workspace("wsSel")).expect("a delete");
     assert_eq!(networks_of(&dev_a), before);
 
     // A container recreated under the name without the label is not attached again.
     support::docker(&["rm", "-f", &dev_a]);
     workspace_container(&daemon, "devA", &[&label]);
-    let view = a.get("/v1/workspaces/ide-1").expect(200);
+    let view = workspace(&a, "ide-1");
     assert_eq!(view["executors"], json!([]), "{view}");
     assert_eq!(view["notAttached"][0]["container"], dev_a.as_str());
-    link(&a, &domain_a, "ide-1", "feat").expect(200);
+    link(&a, &domain_a, "ide-1", "feat").expect("a link");
     assert_eq!(networks_of(&dev_a), vec!["bridge".to_owned()]);
 }
 
@@ -478,53 +491,46 @@ fn workspace_ids_are_per_key_and_answers_do_not_tell_another_keys() {
     let a = daemon.client();
     let b = daemon.client_with(Some(support::OTHER_KEY));
     assert_ne!(
-        a.get("/v1/whoami").expect(200)["keyId"],
-        b.get("/v1/whoami").expect(200)["keyId"]
+        block_on(a.api().whoami()).expect("whoami").key_id,
+        block_on(b.api().whoami()).expect("whoami").key_id
     );
     // B takes ide-1 first; A still makes its own.
     put_workspace(&b, "ide-1", &["b-dev"], None);
     let mine = put_workspace(&a, "ide-1", &["a-dev"], None);
     assert_eq!(mine["containers"], json!(["a-dev"]));
-    assert_ne!(
-        mine["consentLabel"],
-        b.get("/v1/workspaces/ide-1").expect(200)["consentLabel"]
-    );
-    assert_eq!(
-        b.get("/v1/workspaces/ide-1").expect(200)["containers"],
-        json!(["b-dev"])
-    );
-    let lease = a
-        .post("/v1/workspaces/ide-1/leases", json!({"ttlSeconds": 60}))
-        .expect(200);
-    let lease_id = lease["leaseId"].as_str().unwrap();
+    assert_ne!(mine["consentLabel"], workspace(&b, "ide-1")["consentLabel"]);
+    assert_eq!(workspace(&b, "ide-1")["containers"], json!(["b-dev"]));
+    let lease = block_on(a.api().create_lease("ide-1", 60)).expect("a lease");
+    let lease_id = lease.lease_id.as_str();
     // B cannot touch A's lease through its own ide-1.
-    b.post_empty(&format!("/v1/workspaces/ide-1/leases/{lease_id}/renew"))
-        .expect_error(404, "ResourceWorkspaceLeaseNotFoundError");
-    let listed = |c: &Client| -> Vec<Value> {
-        c.get("/v1/workspaces").expect(200)["items"]
-            .as_array()
-            .unwrap()
-            .clone()
-    };
+    refused(
+        block_on(b.api().renew_lease("ide-1", lease_id)),
+        404,
+        "ResourceWorkspaceLeaseNotFoundError",
+    );
+    let listed = |c: &Client| block_on(c.api().workspaces()).expect("the workspaces");
     assert_eq!(listed(&a).len(), 1);
-    assert_eq!(listed(&b)[0]["containers"], json!(["b-dev"]));
+    assert_eq!(listed(&b)[0].containers, vec!["b-dev".to_owned()]);
 
     // An id only A has answers B exactly as an id nobody has.
     put_workspace(&a, "only-a", &[], None);
-    let theirs = b
-        .get("/v1/workspaces/only-a")
-        .expect_error(404, "ResourceWorkspaceNotFoundError");
-    let nobody = b
-        .get("/v1/workspaces/nobody")
-        .expect_error(404, "ResourceWorkspaceNotFoundError");
+    let theirs = refused(
+        block_on(b.api().workspace("only-a")),
+        404,
+        "ResourceWorkspaceNotFoundError",
+    );
+    let nobody = refused(
+        block_on(b.api().workspace("nobody")),
+        404,
+        "ResourceWorkspaceNotFoundError",
+    );
     assert_eq!(
         theirs["message"].as_str().unwrap().replace("only-a", "ID"),
         nobody["message"].as_str().unwrap().replace("nobody", "ID")
     );
     // B deleting its ide-1 leaves A's.
-    b.raw("DELETE", "/v1/workspaces/ide-1", None, &[])
-        .expect(200);
-    let still = a.get("/v1/workspaces/ide-1").expect(200);
+    block_on(b.api().delete_workspace("ide-1")).expect("a delete");
+    let still = workspace(&a, "ide-1");
     assert_eq!(still["containers"], json!(["a-dev"]));
     assert_eq!(still["executors"][0]["leaseId"], lease_id);
 }
@@ -553,9 +559,9 @@ fn an_instance_of_berths_is_never_an_executor() {
     assert_eq!(view["executors"], json!([]), "{view}");
     assert_eq!(view["notAttached"][0]["container"], container.as_str());
     assert_eq!(view["notAttached"][1]["container"], posing.as_str());
-    let linked = link(&api, &other, "ws", "k1").expect(200);
-    assert_eq!(linked["attachedExecutors"], 0);
-    let view = api.get("/v1/workspaces/ws").expect(200);
+    let linked = link(&api, &other, "ws", "k1").expect("a link");
+    assert_eq!(linked.attached_executors, 0);
+    let view = workspace(&api, "ws");
     assert_eq!(view["executors"], json!([]), "{view}");
     assert_eq!(networks_of(&container), before);
     assert_eq!(networks_of(&posing), vec!["bridge".to_owned()]);

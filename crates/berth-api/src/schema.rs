@@ -7,8 +7,9 @@ use crate::decode::MAX_SAFE_INTEGER;
 use crate::exec::MAX_ARGS;
 use crate::image::PINNED_IMAGE_PATTERN;
 use crate::spec::{
-    ALIAS_PATTERN, CPU_MILLICORES, ENV_NAME_PATTERN, MAX_ENV_VALUE, MAX_IDLE_SECONDS, MAX_VOLUMES,
-    MIN_MEMORY_BYTES, READY_USER_PATTERN, VOLUME_NAME_PATTERN, WORKTREE_KEY_PATTERN,
+    ALIAS_PATTERN, CPU_MILLICORES, ENV_NAME_PATTERN, Limits, MAX_ENV_VALUE, MAX_IDLE_SECONDS,
+    MAX_VOLUMES, MIN_MEMORY_BYTES, READY_USER_PATTERN, Ready, SpecRequest, VOLUME_NAME_PATTERN,
+    VolumeSpec, WORKTREE_KEY_PATTERN,
 };
 use serde_json::{Value, json};
 
@@ -22,19 +23,27 @@ const NO_NUL: &str = "^[^\\u0000]*$";
 /// decoder also refuses `/` alone and paths under `/proc`, `/sys` and `/dev`).
 const MOUNT_PATH_PATTERN: &str = "^(/[A-Za-z0-9_@+-][A-Za-z0-9._@+-]*)+$";
 
-/// An example spec the decoder accepts.
+/// An example spec the decoder accepts: a [`SpecRequest`], so its fields are the spec's own.
 pub fn example_spec() -> Value {
-    json!({
-        "alias": "web",
-        "worktreeKey": null,
-        "image": EXAMPLE_IMAGE,
-        "command": null,
-        "env": {"GREETING": "hello"},
-        "volumes": [{"name": "data", "mountPath": "/srv/data"}],
-        "limits": {"cpuMillicores": 250, "memoryBytes": 67_108_864},
-        "ready": {"kind": "tcp", "port": 8080},
-        "idleStopAfterSeconds": 3600
-    })
+    let example = SpecRequest {
+        alias: "web".to_owned(),
+        worktree_key: None,
+        image: EXAMPLE_IMAGE.to_owned(),
+        command: None,
+        env: [("GREETING".to_owned(), "hello".to_owned())].into(),
+        volumes: vec![VolumeSpec {
+            name: "data".to_owned(),
+            mount_path: "/srv/data".to_owned(),
+        }],
+        limits: Limits {
+            cpu_millicores: 250,
+            memory_bytes: 67_108_864,
+        },
+        ready: Ready::Tcp { port: 8080 },
+        idle_stop_after_seconds: 3600,
+    };
+    // A spec holds strings, numbers and maps of strings only: it always encodes.
+    serde_json::to_value(example).unwrap_or(Value::Null)
 }
 
 fn arguments(min: usize, description: &str) -> Value {
@@ -48,6 +57,11 @@ fn arguments(min: usize, description: &str) -> Value {
 }
 
 /// The spec's JSON Schema.
+///
+/// Built by hand, kept on purpose: utoipa's `ToSchema` derive on [`crate::spec::SpecOf`] cannot
+/// write this document byte for byte: `propertyNames` for the env's names, `worktreeKey` as
+/// `["string", "null"]` with its pattern, `command` as a `oneOf` with `null`, and each field's
+/// description, bounds and pattern taken from the decoder's own constants.
 pub fn spec_schema() -> Value {
     json!({
         "type": "object",

@@ -140,16 +140,17 @@ pub enum Ready {
     },
 }
 
-/// What an instance runs, as decoded from a request.
+/// What an instance runs: the spec's fields, defined once. `I` is how the image is held: pinned
+/// and checked once decoded ([`Spec`]), or as the text a client sends ([`SpecRequest`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Spec {
+pub struct SpecOf<I> {
     /// The DNS label linked workspaces resolve it by.
     pub alias: String,
     /// Null: every workspace linked to the domain reaches it. Set: only links with this key.
     pub worktree_key: Option<String>,
     /// The image, pinned by digest.
-    pub image: PinnedImage,
+    pub image: I,
     /// Replaces the image's CMD; its ENTRYPOINT always runs.
     pub command: Option<Vec<String>>,
     /// Environment variables.
@@ -163,6 +164,15 @@ pub struct Spec {
     /// Seconds with no live linked executor reaching it before it is stopped.
     pub idle_stop_after_seconds: i64,
 }
+
+/// What an instance runs, as decoded from a request (by [`decode_spec`], never by serde: see
+/// there).
+pub type Spec = SpecOf<PinnedImage>;
+
+/// A spec as a client builds it to send (the CLI from berth.toml): the same fields, the image
+/// as written. The daemon decodes what it receives with [`decode_spec`], which checks every
+/// field this type cannot (patterns, bounds, the image pinned by digest).
+pub type SpecRequest = SpecOf<String>;
 
 /// One reason a spec was refused: the field, and the sentence.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -282,6 +292,10 @@ pub fn decode_spec_problems(input: &Value) -> Result<Spec, SpecRefused> {
     problems.finish(spec).map_err(SpecRefused::Problems)
 }
 
+/// Hand decoding, kept on purpose: the contract refuses a spec with every problem at once, each
+/// at its place and never with the value sent (`spec.limits.memoryBytes must be ...`), and
+/// serde's derived `Deserialize` stops at the first error and may quote the value. The field
+/// names here are [`SpecOf`]'s serde names; the unit tests decode what `SpecOf` encodes.
 fn decode_fields(input: &Value, p: &mut Problems) -> Option<Spec> {
     let mut fields = p.object(input, "spec")?;
     let alias = fields

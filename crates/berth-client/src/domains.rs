@@ -1,5 +1,7 @@
 //! The daemon itself, the web page's sign-in, resource domains and their worktrees.
 
+use reqwest::Method;
+
 use crate::types::*;
 use crate::{Client, ClientError, domain_path, seg};
 
@@ -24,6 +26,24 @@ impl Client {
         self.post("/v1/ui/sign-in-links", None).await
     }
 
+    /// `POST /v1/ui/sessions`: trades a sign-in link's code for a session token (needs no key;
+    /// the code is spent by the first try, good or not).
+    pub async fn create_session(&self, code: &str) -> Result<Session, ClientError> {
+        let request = SessionRequest {
+            code: code.to_owned(),
+        };
+        self.post("/v1/ui/sessions", Self::body(&request)).await
+    }
+
+    /// `DELETE /v1/ui/sessions/current`: signs the calling session out (its token as the key).
+    pub async fn sign_out(&self) -> Result<(), ClientError> {
+        let req = self
+            .request(Method::DELETE, "/v1/ui/sessions/current")
+            .timeout(self.timeout);
+        self.send(req).await?;
+        Ok(())
+    }
+
     // Resource domains.
 
     /// `POST /v1/resource-domains`.
@@ -44,6 +64,11 @@ impl Client {
     /// `GET /v1/resource-domains/{id}`.
     pub async fn domain(&self, domain: &DomainId) -> Result<DomainView, ClientError> {
         self.get(&domain_path(domain)).await
+    }
+
+    /// `GET .../summary`: everything the web page shows of the domain in one answer.
+    pub async fn summary(&self, domain: &DomainId) -> Result<DomainSummary, ClientError> {
+        self.get(&format!("{}/summary", domain_path(domain))).await
     }
 
     /// `POST .../fence`: the domain admits nothing new; running instances keep running.

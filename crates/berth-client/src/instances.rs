@@ -86,6 +86,12 @@ impl Client {
         .await
     }
 
+    /// `POST .../instances/{key}/start`: a person's start, which lifts a person's stop and runs
+    /// the instance again with the spec it has.
+    pub async fn start(&self, domain: &DomainId, key: &str) -> Result<InstanceView, ClientError> {
+        self.post(&instance_path(domain, key, "/start"), None).await
+    }
+
     /// `POST .../instances/{key}/archive`: the container goes, the volumes are kept and measured.
     pub async fn archive(
         &self,

@@ -386,3 +386,27 @@ fn a_rollout_its_evidence_and_an_image_release_decode_and_encode_back() {
     assert_eq!(typed.envelope.reporter_node_ids, ["n2".to_owned()]);
     assert_eq!(serde_json::to_value(&typed).unwrap(), report);
 }
+
+#[tokio::test]
+async fn start_and_sign_out_ask_their_routes() {
+    let (base, asked) = fake_daemon(|path| {
+        if path.ends_with("/start") {
+            (200, running_instance())
+        } else {
+            (204, String::new())
+        }
+    })
+    .await;
+    let client = Client::new(&base, "k").unwrap();
+    let started = client.start(&domain(), "db@main").await.unwrap();
+    assert_eq!(started.state.kind(), "running");
+    client.sign_out().await.unwrap();
+    assert_eq!(
+        asked.lock().unwrap().clone(),
+        vec![
+            "/v1/resource-domains/rdm:0a1b2c3d-0000-4000-8000-000000000001/instances/db@main/start"
+                .to_owned(),
+            "/v1/ui/sessions/current".to_owned(),
+        ]
+    );
+}

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use berth_core::controllers::{Next, ReconcileConfig, Reconciler};
 use berth_core::evidence::{MismatchReason, VerificationStatus};
 use berth_core::image::PinnedImage;
-use berth_core::model::{InstanceState, ReleaseEnd};
+use berth_core::model::{InstanceState, InstanceView, ReleaseEnd};
 use berth_core::rollouts::{RolloutStatus, RolloutView};
 use berth_core::runtime::*;
 use berth_core::spec::Ready;
@@ -461,8 +461,90 @@ async fn setup() -> Setup {
     }
 }
 
+impl Setup {
+    /// An `up` of `key` by the owner in the test's domain: the instance as stored.
+    async fn up(&self, key: &str, spec: &serde_json::Value, cause: UpCause) -> InstanceView {
+        self.berth
+            .up("owner", &self.domain, key, spec, cause)
+            .await
+            .unwrap()
+    }
+
+    /// [`Setup::up`], answering the instance's id.
+    async fn up_id(&self, key: &str, spec: &serde_json::Value, cause: UpCause) -> InstanceId {
+        self.up(key, spec, cause).await.resource_instance_id
+    }
+
+    /// The instance `key` as the owner reads it.
+    fn get(&self, key: &str) -> InstanceView {
+        self.berth.get("owner", &self.domain, key).unwrap()
+    }
+
+    /// The releases of `key`, newest first.
+    async fn releases(&self, key: &str) -> Vec<berth_core::model::ReleaseView> {
+        self.berth
+            .releases("owner", &self.domain, key)
+            .await
+            .unwrap()
+    }
+
+    /// A snapshot of `key` named `name`, as taken (its copy under way).
+    async fn snapshot(&self, key: &str, name: &str) -> berth_core::snapshots::SnapshotView {
+        self.berth
+            .snapshot("owner", &self.domain, key, name.into())
+            .await
+            .unwrap()
+    }
+
+    /// The snapshot `id` as the owner reads it.
+    async fn get_snapshot(
+        &self,
+        id: &berth_core::ids::SnapshotId,
+    ) -> berth_core::snapshots::SnapshotView {
+        self.berth
+            .get_snapshot("owner", &self.domain, id)
+            .await
+            .unwrap()
+    }
+
+    /// A restore of `key` from snapshot `id`: the instance and the snapshot of what it replaces.
+    async fn restore(
+        &self,
+        key: &str,
+        id: &berth_core::ids::SnapshotId,
+    ) -> (InstanceView, berth_core::snapshots::SnapshotView) {
+        self.berth
+            .restore("owner", &self.domain, key, id)
+            .await
+            .unwrap()
+    }
+
+    /// The image evidence of `key`.
+    async fn evidence(&self, key: &str) -> berth_core::evidence::ImageEvidence {
+        self.berth
+            .image_evidence("owner", &self.domain, key)
+            .await
+            .unwrap()
+    }
+}
+
+/// A setup whose runtime answers every ready check at once.
+async fn ready_setup() -> Setup {
+    let s = setup().await;
+    s.fake.world().ready = true;
+    s
+}
+
+/// A ready setup with `db` (the standard spec) up by `use` and converged: its id.
+async fn running_db() -> (Setup, InstanceId) {
+    let s = ready_setup().await;
+    let id = s.up_id("db", &spec(), UpCause::Use).await;
+    converge(&s, &id).await;
+    (s, id)
+}
+
 fn state(s: &Setup, key: &str) -> InstanceState {
-    s.berth.get("owner", &s.domain, key).unwrap().state
+    s.get(key).state
 }
 
 async fn converge(s: &Setup, id: &InstanceId) -> Next {
@@ -478,13 +560,8 @@ async fn converge(s: &Setup, id: &InstanceId) -> Next {
 
 #[tokio::test]
 async fn a_new_instance_is_created_started_and_running_once_ready() {
-    let s = setup().await;
-    s.fake.world().ready = true;
-    let view = s
-        .berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
-        .await
-        .unwrap();
+    let s = ready_setup().await;
+    let view = s.up("db", &spec(), UpCause::Use).await;
     assert_eq!(view.state, InstanceState::NotStarted);
     let next = converge(&s, &view.resource_instance_id).await;
     assert_eq!(next, Next::Done);
@@ -516,11 +593,7 @@ async fn a_container_started_as_it_is_made_is_recorded_and_proved_as_any_start()
         w.ready = true;
         w.start_on_create = true;
     }
-    let view = s
-        .berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
-        .await
-        .unwrap();
+    let view = s.up("db", &spec(), UpCause::Use).await;
     assert_eq!(converge(&s, &view.resource_instance_id).await, Next::Done);
     assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
     let instance = s.store.instance(&s.domain, "db").unwrap();
@@ -543,18 +616,14 @@ async fn a_container_started_as_it_is_made_is_recorded_and_proved_as_any_start()
         );
         assert!(made[0].starts_with("to start"), "{:?}", w.calls);
     }
-    let releases = s.berth.releases("owner", &s.domain, "db").await.unwrap();
+    let releases = s.releases("db").await;
     assert_eq!(releases.len(), 1, "its start is a verified release");
 
     // A worktree instance under the shared one's alias: the ordinary create, then the start.
     s.fake.world().calls.clear();
     let mut worktree = spec();
     worktree["worktreeKey"] = serde_json::json!("feature");
-    let view = s
-        .berth
-        .up("owner", &s.domain, "db@feature", &worktree, UpCause::Use)
-        .await
-        .unwrap();
+    let view = s.up("db@feature", &worktree, UpCause::Use).await;
     converge(&s, &view.resource_instance_id).await;
     assert!(matches!(
         state(&s, "db@feature"),
@@ -577,11 +646,10 @@ async fn a_container_started_as_it_is_made_is_recorded_and_proved_as_any_start()
 /// instance (an `observedAt` alone too), never answering an older one.
 #[tokio::test]
 async fn the_serialized_view_is_the_views_json_at_every_revision() {
-    let s = setup().await;
-    s.fake.world().ready = true;
+    let s = ready_setup().await;
     let json = |s: &Setup| {
         let bytes = s.berth.get_json("owner", &s.domain, "db").unwrap();
-        let view = s.berth.get("owner", &s.domain, "db").unwrap();
+        let view = s.get("db");
         assert_eq!(
             bytes.as_ref(),
             serde_json::to_vec(&view).unwrap().as_slice(),
@@ -589,11 +657,7 @@ async fn the_serialized_view_is_the_views_json_at_every_revision() {
         );
         bytes
     };
-    let view = s
-        .berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
-        .await
-        .unwrap();
+    let view = s.up("db", &spec(), UpCause::Use).await;
     let first = json(&s);
     assert_eq!(
         json(&s),
@@ -614,29 +678,15 @@ async fn the_serialized_view_is_the_views_json_at_every_revision() {
 
 #[tokio::test]
 async fn a_shared_instance_joins_every_view_its_alias_is_not_shadowed_in() {
-    let s = setup().await;
-    s.fake.world().ready = true;
-    let shared = s
-        .berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
-        .await
-        .unwrap()
-        .resource_instance_id;
+    let s = ready_setup().await;
+    let shared = s.up_id("db", &spec(), UpCause::Use).await;
     let mut k1 = spec();
     k1["worktreeKey"] = json!("k1");
-    let k1_id = s
-        .berth
-        .up("owner", &s.domain, "db@k1", &k1, UpCause::Use)
-        .await
-        .unwrap()
-        .resource_instance_id;
+    let k1_id = s.up_id("db@k1", &k1, UpCause::Use).await;
     let mut mail = spec();
     mail["alias"] = json!("mail");
     mail["worktreeKey"] = json!("k2");
-    s.berth
-        .up("owner", &s.domain, "mail@k2", &mail, UpCause::Use)
-        .await
-        .unwrap();
+    s.up("mail@k2", &mail, UpCause::Use).await;
     converge(&s, &k1_id).await;
     converge(&s, &shared).await;
     let w = s.fake.world();
@@ -674,11 +724,7 @@ async fn a_shared_instance_joins_every_view_its_alias_is_not_shadowed_in() {
 #[tokio::test]
 async fn an_unready_instance_keeps_starting_and_is_probed_again_soon() {
     let s = setup().await;
-    let view = s
-        .berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
-        .await
-        .unwrap();
+    let view = s.up("db", &spec(), UpCause::Use).await;
     let id = view.resource_instance_id;
     s.reconciler.reconcile(&id).await.unwrap();
     let next = s.reconciler.reconcile(&id).await.unwrap();
@@ -693,11 +739,7 @@ async fn an_unready_instance_keeps_starting_and_is_probed_again_soon() {
 async fn an_image_that_cannot_be_had_fails_the_instance_and_creates_nothing() {
     let s = setup().await;
     s.fake.world().image_failure = Some(ImageFailure::RequestedDigestMissing);
-    let view = s
-        .berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
-        .await
-        .unwrap();
+    let view = s.up("db", &spec(), UpCause::Use).await;
     assert_eq!(converge(&s, &view.resource_instance_id).await, Next::Done);
     match state(&s, "db") {
         InstanceState::Failed { message, .. } => assert!(message.contains("sha256:0123")),
@@ -709,15 +751,7 @@ async fn an_image_that_cannot_be_had_fails_the_instance_and_creates_nothing() {
 
 #[tokio::test]
 async fn an_exit_is_recorded_and_restarted_after_back_off() {
-    let s = setup().await;
-    s.fake.world().ready = true;
-    let id = s
-        .berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
-        .await
-        .unwrap()
-        .resource_instance_id;
-    converge(&s, &id).await;
+    let (s, id) = running_db().await;
     {
         let mut w = s.fake.world();
         let c = w.containers.values_mut().next().unwrap();
@@ -738,21 +772,10 @@ async fn an_exit_is_recorded_and_restarted_after_back_off() {
 
 #[tokio::test]
 async fn a_changed_spec_replaces_the_container_and_keeps_volumes() {
-    let s = setup().await;
-    s.fake.world().ready = true;
-    let id = s
-        .berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
-        .await
-        .unwrap()
-        .resource_instance_id;
-    converge(&s, &id).await;
+    let (s, id) = running_db().await;
     let mut changed = spec();
     changed["env"] = json!({"A": "b"});
-    s.berth
-        .up("owner", &s.domain, "db", &changed, UpCause::Use)
-        .await
-        .unwrap();
+    s.up("db", &changed, UpCause::Use).await;
     converge(&s, &id).await;
     assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
     let w = s.fake.world();
@@ -770,15 +793,8 @@ async fn a_changed_spec_replaces_the_container_and_keeps_volumes() {
 #[tokio::test]
 async fn a_foreign_volume_fails_the_instance_rather_than_being_adopted() {
     let s = setup().await;
-    let id = s
-        .berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
-        .await
-        .unwrap()
-        .resource_instance_id;
-    let name = s.berth.get("owner", &s.domain, "db").unwrap().volumes[0]
-        .docker_name
-        .clone();
+    let id = s.up_id("db", &spec(), UpCause::Use).await;
+    let name = s.get("db").volumes[0].docker_name.clone();
     s.fake.world().volumes.insert(name, Labels::new());
     converge(&s, &id).await;
     assert!(matches!(state(&s, "db"), InstanceState::Failed { .. }));
@@ -787,15 +803,7 @@ async fn a_foreign_volume_fails_the_instance_rather_than_being_adopted() {
 
 #[tokio::test]
 async fn a_person_stop_stops_the_container_and_a_use_up_leaves_it_stopped() {
-    let s = setup().await;
-    s.fake.world().ready = true;
-    let id = s
-        .berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
-        .await
-        .unwrap()
-        .resource_instance_id;
-    converge(&s, &id).await;
+    let (s, id) = running_db().await;
     s.berth
         .stop("owner", &s.domain, "db", "Ada".into())
         .await
@@ -803,33 +811,18 @@ async fn a_person_stop_stops_the_container_and_a_use_up_leaves_it_stopped() {
     converge(&s, &id).await;
     assert!(matches!(state(&s, "db"), InstanceState::Stopped { .. }));
     assert!(!s.fake.world().containers.values().next().unwrap().running);
-    let view = s
-        .berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
-        .await
-        .unwrap();
+    let view = s.up("db", &spec(), UpCause::Use).await;
     assert_eq!(view.desired, berth_core::model::Desired::Stopped);
     converge(&s, &id).await;
     assert!(!s.fake.world().containers.values().next().unwrap().running);
-    s.berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
-        .await
-        .unwrap();
+    s.up("db", &spec(), UpCause::Person).await;
     converge(&s, &id).await;
     assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
 }
 
 #[tokio::test]
 async fn archive_removes_the_container_keeps_volumes_and_frees_the_alias() {
-    let s = setup().await;
-    s.fake.world().ready = true;
-    let id = s
-        .berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
-        .await
-        .unwrap()
-        .resource_instance_id;
-    converge(&s, &id).await;
+    let (s, _) = running_db().await;
     let (view, volumes) = s.berth.archive("owner", &s.domain, "db").await.unwrap();
     assert!(matches!(view.state, InstanceState::Archived { .. }));
     assert_eq!(volumes.len(), 1);
@@ -844,31 +837,18 @@ async fn archive_removes_the_container_keeps_volumes_and_frees_the_alias() {
 
 #[tokio::test]
 async fn a_started_instance_is_verified_and_its_release_recorded() {
-    let s = setup().await;
-    s.fake.world().ready = true;
-    let pending = s
-        .berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
-        .await
-        .unwrap();
-    let evidence = s
-        .berth
-        .image_evidence("owner", &s.domain, "db")
-        .await
-        .unwrap();
+    let s = ready_setup().await;
+    let pending = s.up("db", &spec(), UpCause::Use).await;
+    let evidence = s.evidence("db").await;
     assert_eq!(evidence.verification_status, VerificationStatus::Pending);
     assert!(!evidence.is_verified());
     converge(&s, &pending.resource_instance_id).await;
     assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
-    let evidence = s
-        .berth
-        .image_evidence("owner", &s.domain, "db")
-        .await
-        .unwrap();
+    let evidence = s.evidence("db").await;
     assert!(evidence.is_verified(), "{evidence:?}");
     assert_eq!(evidence.container_image_id.as_deref(), Some(IMAGE_ID));
     assert_eq!(evidence.spec_digest, pending.spec_digest);
-    let releases = s.berth.releases("owner", &s.domain, "db").await.unwrap();
+    let releases = s.releases("db").await;
     assert_eq!(releases.len(), 1);
     assert_eq!(releases[0].spec_digest, pending.spec_digest);
     assert_eq!(releases[0].image_digest, format!("sha256:{HEX}"));
@@ -877,15 +857,7 @@ async fn a_started_instance_is_verified_and_its_release_recorded() {
 
 #[tokio::test]
 async fn a_container_swapped_for_another_image_is_stopped_and_fails() {
-    let s = setup().await;
-    s.fake.world().ready = true;
-    let id = s
-        .berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
-        .await
-        .unwrap()
-        .resource_instance_id;
-    converge(&s, &id).await;
+    let (s, id) = running_db().await;
     {
         // The same name and labels, another image, created and not yet started.
         let mut w = s.fake.world();
@@ -909,11 +881,7 @@ async fn a_container_swapped_for_another_image_is_stopped_and_fails() {
         other => panic!("{other:?}"),
     }
     assert!(!s.fake.world().containers.values().next().unwrap().running);
-    let evidence = s
-        .berth
-        .image_evidence("owner", &s.domain, "db")
-        .await
-        .unwrap();
+    let evidence = s.evidence("db").await;
     assert_eq!(evidence.verification_status, VerificationStatus::Mismatched);
     assert_eq!(
         evidence.mismatch_reason,
@@ -925,10 +893,7 @@ async fn a_container_swapped_for_another_image_is_stopped_and_fails() {
         let c = w.containers.values_mut().next().unwrap();
         c.running = true;
     }
-    s.berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
-        .await
-        .unwrap();
+    s.up("db", &spec(), UpCause::Person).await;
     converge(&s, &id).await;
     assert!(matches!(state(&s, "db"), InstanceState::Failed { .. }));
     assert!(!s.fake.world().containers.values().next().unwrap().running);
@@ -938,38 +903,18 @@ async fn a_container_swapped_for_another_image_is_stopped_and_fails() {
 async fn an_image_that_cannot_be_pulled_leaves_evidence_naming_why() {
     let s = setup().await;
     s.fake.world().image_failure = Some(ImageFailure::PullFailed);
-    let id = s
-        .berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
-        .await
-        .unwrap()
-        .resource_instance_id;
+    let id = s.up_id("db", &spec(), UpCause::Use).await;
     converge(&s, &id).await;
-    let evidence = s
-        .berth
-        .image_evidence("owner", &s.domain, "db")
-        .await
-        .unwrap();
+    let evidence = s.evidence("db").await;
     assert_eq!(evidence.verification_status, VerificationStatus::Missing);
     assert_eq!(evidence.mismatch_reason, Some(MismatchReason::PullFailed));
-    assert!(
-        s.berth
-            .releases("owner", &s.domain, "db")
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(s.releases("db").await.is_empty());
 }
 
 #[tokio::test]
 async fn a_rollback_runs_the_previous_release_and_is_idempotent() {
-    let s = setup().await;
-    s.fake.world().ready = true;
-    let first = s
-        .berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
-        .await
-        .unwrap();
+    let s = ready_setup().await;
+    let first = s.up("db", &spec(), UpCause::Use).await;
     let id = first.resource_instance_id.clone();
     let err = s
         .berth
@@ -983,13 +928,9 @@ async fn a_rollback_runs_the_previous_release_and_is_idempotent() {
     converge(&s, &id).await;
     let mut changed = spec();
     changed["env"] = json!({"A": "b"});
-    let second = s
-        .berth
-        .up("owner", &s.domain, "db", &changed, UpCause::Use)
-        .await
-        .unwrap();
+    let second = s.up("db", &changed, UpCause::Use).await;
     converge(&s, &id).await;
-    let releases = s.berth.releases("owner", &s.domain, "db").await.unwrap();
+    let releases = s.releases("db").await;
     assert_eq!(releases.len(), 2);
     assert_eq!(releases[0].spec_digest, second.spec_digest);
     assert_eq!(releases[0].ended, None);
@@ -1044,7 +985,7 @@ async fn a_rollback_runs_the_previous_release_and_is_idempotent() {
     );
     converge(&s, &id).await;
     assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
-    let releases = s.berth.releases("owner", &s.domain, "db").await.unwrap();
+    let releases = s.releases("db").await;
     let digests: Vec<&str> = releases.iter().map(|r| r.spec_digest.as_str()).collect();
     assert_eq!(
         digests,
@@ -1060,7 +1001,7 @@ async fn a_rollback_runs_the_previous_release_and_is_idempotent() {
         "the same volume throughout"
     );
     s.berth.archive("owner", &s.domain, "db").await.unwrap();
-    let releases = s.berth.releases("owner", &s.domain, "db").await.unwrap();
+    let releases = s.releases("db").await;
     assert_eq!(releases[0].ended, Some(ReleaseEnd::Archived));
 }
 
@@ -1072,10 +1013,7 @@ async fn output_from_a_starting_container_probes_it_at_once() {
     s.reconciler.start();
     let (output, rx) = mpsc::unbounded_channel();
     s.fake.world().output = Some(rx);
-    s.berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
-        .await
-        .unwrap();
+    s.up("db", &spec(), UpCause::Person).await;
     assert_eq!(output_probe(&s, &output).await, Ok(()));
 }
 
@@ -1088,10 +1026,7 @@ async fn output_does_not_hurry_an_exec_ready_check() {
     s.fake.world().output = Some(rx);
     let mut exec = spec();
     exec["ready"] = json!({"kind": "exec", "argv": ["pg_isready"], "user": null});
-    s.berth
-        .up("owner", &s.domain, "db", &exec, UpCause::Person)
-        .await
-        .unwrap();
+    s.up("db", &exec, UpCause::Person).await;
     assert!(output_probe(&s, &output).await.is_err());
     // The back-off's next probe still comes.
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -1148,10 +1083,7 @@ async fn a_reconcile_that_panics_is_retried_and_the_instance_still_converges() {
         w.ready = true;
         w.panics = 2;
     }
-    s.berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
-        .await
-        .unwrap();
+    s.up("db", &spec(), UpCause::Person).await;
     until_state(&s, |st| matches!(st, InstanceState::Running { .. })).await;
     assert_eq!(
         s.reconciler
@@ -1167,11 +1099,7 @@ async fn a_thousand_enqueues_of_one_instance_never_reconcile_it_twice_at_once() 
     let s = setup().await;
     s.reconciler.start();
     s.fake.world().ready = true;
-    let view = s
-        .berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
-        .await
-        .unwrap();
+    let view = s.up("db", &spec(), UpCause::Person).await;
     let tasks = tokio::runtime::Handle::current()
         .metrics()
         .num_alive_tasks();
@@ -1198,10 +1126,7 @@ async fn a_container_the_engine_will_not_create_ends_failed_with_its_reason_afte
     let s = setup().await;
     s.reconciler.start();
     s.fake.world().create_error = Some("source /bin/busybox is not directory".to_owned());
-    s.berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
-        .await
-        .unwrap();
+    s.up("db", &spec(), UpCause::Person).await;
     let failed = until_state(&s, |st| matches!(st, InstanceState::Failed { .. })).await;
     let InstanceState::Failed { message, .. } = failed else {
         unreachable!()
@@ -1220,10 +1145,7 @@ async fn a_container_the_engine_will_not_create_ends_failed_with_its_reason_afte
     assert_eq!(creates(), 5, "failed stays failed");
     s.fake.world().create_error = None;
     s.fake.world().ready = true;
-    s.berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
-        .await
-        .unwrap();
+    s.up("db", &spec(), UpCause::Person).await;
     until_state(&s, |st| matches!(st, InstanceState::Running { .. })).await;
 }
 
@@ -1232,17 +1154,10 @@ async fn a_container_that_never_starts_ends_failed_with_the_engines_reason_after
     let s = setup().await;
     s.reconciler.start();
     s.fake.world().start_error = Some("error mounting \"/data\": not a directory".to_owned());
-    s.berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
-        .await
-        .unwrap();
+    s.up("db", &spec(), UpCause::Person).await;
     let started = tokio::time::Instant::now();
     // Engine events about the failed starts arrive in a storm: none of them skips the back-off.
-    let id = s
-        .berth
-        .get("owner", &s.domain, "db")
-        .unwrap()
-        .resource_instance_id;
+    let id = s.get("db").resource_instance_id;
     let storm = {
         let reconciler = s.reconciler.clone();
         tokio::spawn(async move {
@@ -1271,12 +1186,7 @@ async fn a_container_that_never_starts_ends_failed_with_the_engines_reason_after
 
     // It stays failed, whatever events come, until a person asks again.
     for _ in 0..100 {
-        s.reconciler.enqueue(
-            &s.berth
-                .get("owner", &s.domain, "db")
-                .unwrap()
-                .resource_instance_id,
-        );
+        s.reconciler.enqueue(&s.get("db").resource_instance_id);
     }
     tokio::time::sleep(Duration::from_secs(60)).await;
     let again = s
@@ -1289,22 +1199,14 @@ async fn a_container_that_never_starts_ends_failed_with_the_engines_reason_after
     assert_eq!(again, 5);
     s.fake.world().start_error = None;
     s.fake.world().ready = true;
-    s.berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
-        .await
-        .unwrap();
+    s.up("db", &spec(), UpCause::Person).await;
     until_state(&s, |st| matches!(st, InstanceState::Running { .. })).await;
 }
 
 #[tokio::test]
 async fn a_change_that_never_reaches_the_container_keeps_it() {
-    let s = setup().await;
-    s.fake.world().ready = true;
-    let view = s
-        .berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
-        .await
-        .unwrap();
+    let s = ready_setup().await;
+    let view = s.up("db", &spec(), UpCause::Person).await;
     converge(&s, &view.resource_instance_id).await;
     assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
     let before = s
@@ -1319,11 +1221,7 @@ async fn a_change_that_never_reaches_the_container_keeps_it() {
     let mut changed = spec();
     changed["idleStopAfterSeconds"] = json!(3600);
     changed["ready"] = json!({"kind": "exec", "argv": ["true"], "user": null});
-    let view = s
-        .berth
-        .up("owner", &s.domain, "db", &changed, UpCause::Person)
-        .await
-        .unwrap();
+    let view = s.up("db", &changed, UpCause::Person).await;
     assert!(
         matches!(view.state, InstanceState::Running { .. }),
         "{:?}",
@@ -1344,11 +1242,7 @@ async fn a_change_that_never_reaches_the_container_keeps_it() {
     // ready.
     let mut env = changed.clone();
     env["env"] = json!({"A": "1"});
-    let view = s
-        .berth
-        .up("owner", &s.domain, "db", &env, UpCause::Person)
-        .await
-        .unwrap();
+    let view = s.up("db", &env, UpCause::Person).await;
     assert!(
         matches!(view.state, InstanceState::Starting { .. }),
         "{:?}",
@@ -1372,34 +1266,26 @@ fn spec_ask(digest: &str) -> berth_core::service::RollbackAsk {
 
 #[tokio::test]
 async fn a_resync_observes_every_instance_running_as_planned_from_one_list() {
-    let s = setup().await;
-    s.fake.world().ready = true;
-    let view = s
-        .berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
-        .await
-        .unwrap();
+    let s = ready_setup().await;
+    let view = s.up("db", &spec(), UpCause::Person).await;
     converge(&s, &view.resource_instance_id).await;
-    let before = s.berth.get("owner", &s.domain, "db").unwrap();
+    let before = s.get("db");
     assert!(matches!(before.state, InstanceState::Running { .. }));
     // Times are whole milliseconds: let the clock move past this one (nothing here waits on
     // berth, which is driven by hand).
     tokio::time::sleep(Duration::from_millis(5)).await;
     s.reconciler.resync().await;
-    let after = s.berth.get("owner", &s.domain, "db").unwrap();
+    let after = s.get("db");
     assert!(after.observed_at > before.observed_at, "observed again");
     assert_eq!(after.state, before.state, "and nothing else written");
 
     // A container that does not carry the plan the instance would get now is not observed so.
     let mut changed = spec();
     changed["env"] = json!({"A": "1"});
-    s.berth
-        .up("owner", &s.domain, "db", &changed, UpCause::Person)
-        .await
-        .unwrap();
-    let pending = s.berth.get("owner", &s.domain, "db").unwrap();
+    s.up("db", &changed, UpCause::Person).await;
+    let pending = s.get("db");
     s.reconciler.resync().await;
-    let again = s.berth.get("owner", &s.domain, "db").unwrap();
+    let again = s.get("db");
     assert_eq!(again.observed_at, pending.observed_at);
 }
 
@@ -1411,17 +1297,11 @@ fn rollouts_of(s: &Setup) -> Vec<RolloutView> {
 
 #[tokio::test]
 async fn a_report_from_a_reconcile_of_a_superseded_rollout_is_a_stale_rollout_report() {
-    let s = setup().await;
-    s.fake.world().ready = true;
+    let s = ready_setup().await;
     let (entered, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
     s.fake.world().pull_gate = Some((entered.clone(), release.clone()));
     let a = spec();
-    let id = s
-        .berth
-        .up("owner", &s.domain, "db", &a, UpCause::Person)
-        .await
-        .unwrap()
-        .resource_instance_id;
+    let id = s.up_id("db", &a, UpCause::Person).await;
 
     // A reconcile of the first rollout's desired state pulls (slowly) ...
     let slow = {
@@ -1440,10 +1320,7 @@ async fn a_report_from_a_reconcile_of_a_superseded_rollout_is_a_stale_rollout_re
         "ab".repeat(32)
     ));
     for next in [&b, &a] {
-        s.berth
-            .up("owner", &s.domain, "db", next, UpCause::Person)
-            .await
-            .unwrap();
+        s.up("db", next, UpCause::Person).await;
     }
     let all = rollouts_of(&s);
     let statuses: Vec<RolloutStatus> = all.iter().map(|r| r.status.status).collect();
@@ -1525,17 +1402,10 @@ fn branch_spec() -> serde_json::Value {
 
 async fn running_source(s: &Setup) -> (InstanceId, String) {
     s.fake.world().ready = true;
-    let id = s
-        .berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Use)
-        .await
-        .unwrap()
-        .resource_instance_id;
+    let id = s.up_id("db", &spec(), UpCause::Use).await;
     converge(s, &id).await;
     assert!(matches!(state(s, "db"), InstanceState::Running { .. }));
-    let volume = s.berth.get("owner", &s.domain, "db").unwrap().volumes[0]
-        .docker_name
-        .clone();
+    let volume = s.get("db").volumes[0].docker_name.clone();
     s.fake
         .world()
         .contents
@@ -1641,33 +1511,21 @@ async fn a_restore_keeps_the_replaced_volumes_as_a_snapshot_and_mounts_the_copie
     let s = setup().await;
     let (id, volume) = running_source(&s).await;
     let (mut feed, _, _) = s.berth.watch().subscribe(&s.domain, None);
-    let snapshot = s
-        .berth
-        .snapshot("owner", &s.domain, "db", "before-migration".into())
-        .await
-        .unwrap();
+    let snapshot = s.snapshot("db", "before-migration").await;
     assert_eq!(snapshot.state, SnapshotState::Copying);
     assert_eq!(copy_settled(&mut feed).await.state, CopyState::Done);
-    let ready = s
-        .berth
-        .get_snapshot("owner", &s.domain, &snapshot.snapshot_id)
-        .await
-        .unwrap();
+    let ready = s.get_snapshot(&snapshot.snapshot_id).await;
     assert_eq!(ready.state, SnapshotState::Ready);
     assert!(ready.source_paused_ms.is_some());
     s.fake
         .world()
         .contents
         .insert(volume.clone(), "migrated".into());
-    let (instance, backup) = s
-        .berth
-        .restore("owner", &s.domain, "db", &snapshot.snapshot_id)
-        .await
-        .unwrap();
+    let (instance, backup) = s.restore("db", &snapshot.snapshot_id).await;
     assert!(matches!(instance.state, InstanceState::Starting { .. }));
     assert!(backup.name.starts_with("before-restore-"));
     assert_eq!(copy_settled(&mut feed).await.state, CopyState::Done);
-    let now = s.berth.get("owner", &s.domain, "db").unwrap();
+    let now = s.get("db");
     let mounted = now.volumes[0].docker_name.clone();
     assert_ne!(mounted, volume);
     {
@@ -1678,11 +1536,7 @@ async fn a_restore_keeps_the_replaced_volumes_as_a_snapshot_and_mounts_the_copie
             Some("migrated")
         );
     }
-    let backup = s
-        .berth
-        .get_snapshot("owner", &s.domain, &backup.snapshot_id)
-        .await
-        .unwrap();
+    let backup = s.get_snapshot(&backup.snapshot_id).await;
     assert_eq!(backup.state, SnapshotState::Ready);
     converge(&s, &id).await;
     assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
@@ -1775,7 +1629,7 @@ async fn a_restore_from_another_instance_snapshots_it_first_then_restores_and_ke
         assert_eq!(w.contents.get(&before).map(String::as_str), Some("mine"));
     }
     for id in [&source.snapshot_id, &backup.snapshot_id] {
-        let got = s.berth.get_snapshot("owner", &s.domain, id).await.unwrap();
+        let got = s.get_snapshot(id).await;
         assert_eq!(got.state, SnapshotState::Ready, "{got:?}");
     }
     assert!(matches!(state(&s, "db-fix"), InstanceState::Running { .. }));
@@ -1784,15 +1638,9 @@ async fn a_restore_from_another_instance_snapshots_it_first_then_restores_and_ke
 
 #[tokio::test]
 async fn a_placed_instance_is_reported_by_its_nodes_reporter_and_placed_once() {
-    let s = setup().await;
-    s.fake.world().ready = true;
+    let s = ready_setup().await;
     s.fake.world().placement = Some("node-b".into());
-    let id = s
-        .berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
-        .await
-        .unwrap()
-        .resource_instance_id;
+    let id = s.up_id("db", &spec(), UpCause::Person).await;
     converge(&s, &id).await;
     assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
     let rollout = rollouts_of(&s).remove(0);
@@ -1947,12 +1795,7 @@ async fn a_start_the_runtime_says_only_a_person_can_unblock_fails_at_once_with_i
     let s = setup().await;
     let why = "service db is placed on swarm node n2 (host2), which is drain";
     s.fake.world().start_foreign = Some(why.to_owned());
-    let id = s
-        .berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
-        .await
-        .unwrap()
-        .resource_instance_id;
+    let id = s.up_id("db", &spec(), UpCause::Person).await;
     converge(&s, &id).await;
     let InstanceState::Failed { message, .. } = state(&s, "db") else {
         panic!("not failed: {:?}", state(&s, "db"));
@@ -1995,13 +1838,8 @@ fn calls_touching(s: &Setup, id: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn a_second_store_on_the_same_prefix_leaves_the_first_ones_containers_alone() {
-    let s = setup().await;
-    s.fake.world().ready = true;
-    let view = s
-        .berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
-        .await
-        .unwrap();
+    let s = ready_setup().await;
+    let view = s.up("db", &spec(), UpCause::Person).await;
     let id = view.resource_instance_id.clone();
     converge(&s, &id).await;
     let container = s.fake.world().containers.values().next().cloned().unwrap();
@@ -2033,13 +1871,8 @@ async fn a_second_store_on_the_same_prefix_leaves_the_first_ones_containers_alon
 
 #[tokio::test]
 async fn a_container_without_a_store_label_is_adopted_only_by_the_store_that_knows_its_instance() {
-    let s = setup().await;
-    s.fake.world().ready = true;
-    let view = s
-        .berth
-        .up("owner", &s.domain, "db", &spec(), UpCause::Person)
-        .await
-        .unwrap();
+    let s = ready_setup().await;
+    let view = s.up("db", &spec(), UpCause::Person).await;
     let id = view.resource_instance_id.clone();
     converge(&s, &id).await;
     // As a berth older than the store label made it.
@@ -2114,19 +1947,9 @@ fn spec_with_volumes(names: &[&str]) -> serde_json::Value {
 }
 
 async fn up_and_converge(s: &Setup, names: &[&str]) -> berth_core::model::InstanceView {
-    let view = s
-        .berth
-        .up(
-            "owner",
-            &s.domain,
-            "db",
-            &spec_with_volumes(names),
-            UpCause::Person,
-        )
-        .await
-        .unwrap();
+    let view = s.up("db", &spec_with_volumes(names), UpCause::Person).await;
     converge(s, &view.resource_instance_id).await;
-    s.berth.get("owner", &s.domain, "db").unwrap()
+    s.get("db")
 }
 
 fn mounted(view: &berth_core::model::InstanceView, name: &str) -> String {
@@ -2140,23 +1963,15 @@ fn mounted(view: &berth_core::model::InstanceView, name: &str) -> String {
 async fn snapshot_and_restore(s: &Setup) {
     use berth_core::snapshots::CopyState;
     let (mut feed, _, _) = s.berth.watch().subscribe(&s.domain, None);
-    let snapshot = s
-        .berth
-        .snapshot("owner", &s.domain, "db", "kept".into())
-        .await
-        .unwrap();
+    let snapshot = s.snapshot("db", "kept").await;
     assert_eq!(copy_settled(&mut feed).await.state, CopyState::Done);
-    s.berth
-        .restore("owner", &s.domain, "db", &snapshot.snapshot_id)
-        .await
-        .unwrap();
+    s.restore("db", &snapshot.snapshot_id).await;
     assert_eq!(copy_settled(&mut feed).await.state, CopyState::Done);
 }
 
 #[tokio::test]
 async fn a_volume_a_spec_change_dropped_keeps_its_data_through_a_restore_and_comes_back() {
-    let s = setup().await;
-    s.fake.world().ready = true;
+    let s = ready_setup().await;
     let both = up_and_converge(&s, &["data", "logs"]).await;
     let (data, logs) = (mounted(&both, "data"), mounted(&both, "logs"));
     s.fake.world().contents.insert(data.clone(), "rows".into());
@@ -2188,8 +2003,7 @@ async fn a_volume_a_spec_change_dropped_keeps_its_data_through_a_restore_and_com
 
 #[tokio::test]
 async fn a_renamed_volume_comes_back_with_its_data_after_a_restore() {
-    let s = setup().await;
-    s.fake.world().ready = true;
+    let s = ready_setup().await;
     let first = up_and_converge(&s, &["data"]).await;
     s.fake
         .world()
@@ -2315,11 +2129,7 @@ async fn a_held_copy_of_one_instance_leaves_another_domains_copy_free_to_run_and
     let gate = gate_copies_from(&s, &[&x]);
     let (mut feed_x, _, _) = s.berth.watch().subscribe(&s.domain, None);
     let (mut feed_y, _, _) = s.berth.watch().subscribe(&other, None);
-    let held = s
-        .berth
-        .snapshot("owner", &s.domain, "db", "held".into())
-        .await
-        .unwrap();
+    let held = s.snapshot("db", "held").await;
     until(&s, |w| w.entered.contains(&x.volume)).await;
     let free = s
         .berth
@@ -2329,11 +2139,7 @@ async fn a_held_copy_of_one_instance_leaves_another_domains_copy_free_to_run_and
     let done = copy_settled(&mut feed_y).await;
     assert_eq!(done.state, CopyState::Done);
     assert_eq!(done.snapshot_id, Some(free.snapshot_id));
-    let still = s
-        .berth
-        .get_snapshot("owner", &s.domain, &held.snapshot_id)
-        .await
-        .unwrap();
+    let still = s.get_snapshot(&held.snapshot_id).await;
     assert_eq!(
         still.state,
         SnapshotState::Copying,
@@ -2354,20 +2160,12 @@ async fn a_restore_in_a_quiet_domain_begins_as_soon_as_a_slot_frees_before_a_bus
     let s = setup().await;
     let small = running_in(&s, "owner", &s.domain, "db").await;
     let (mut feed, _, _) = s.berth.watch().subscribe(&s.domain, None);
-    let snapshot = s
-        .berth
-        .snapshot("owner", &s.domain, "db", "small".into())
-        .await
-        .unwrap();
+    let snapshot = s.snapshot("db", "small").await;
     assert_eq!(copy_settled(&mut feed).await.state, CopyState::Done);
     s.fake.world().entered.clear();
     // The busy domain fills the three slots and queues two more.
     let (large, gate) = busy_domain(&s, 2).await;
-    let (instance, _) = s
-        .berth
-        .restore("owner", &s.domain, "db", &snapshot.snapshot_id)
-        .await
-        .unwrap();
+    let (instance, _) = s.restore("db", &snapshot.snapshot_id).await;
     assert!(
         matches!(instance.state, InstanceState::Running { .. }),
         "it waits for its turn: {:?}",
@@ -2412,20 +2210,13 @@ async fn a_restore_waiting_for_its_turn_leaves_its_instance_running_until_its_co
     let s = setup().await;
     let small = running_in(&s, "owner", &s.domain, "db").await;
     let (mut feed, _, _) = s.berth.watch().subscribe(&s.domain, None);
-    let snapshot = s
-        .berth
-        .snapshot("owner", &s.domain, "db", "small".into())
-        .await
-        .unwrap();
+    let snapshot = s.snapshot("db", "small").await;
     assert_eq!(copy_settled(&mut feed).await.state, CopyState::Done);
     s.fake.world().entered.clear();
     let (large, gate) = busy_domain(&s, 0).await;
     s.fake.world().calls.clear();
     let stop = format!("stop {}", small.container);
-    s.berth
-        .restore("owner", &s.domain, "db", &snapshot.snapshot_id)
-        .await
-        .unwrap();
+    s.restore("db", &snapshot.snapshot_id).await;
     // Whatever looks at it meanwhile, it runs on.
     converge(&s, &small.id).await;
     s.reconciler.resync().await;
@@ -2468,17 +2259,9 @@ async fn copies_of_one_instance_never_overlap_and_run_in_the_order_asked() {
     let x = running_in(&s, "owner", &s.domain, "db").await;
     let gate = gate_copies_from(&s, &[&x]);
     let (mut feed, _, _) = s.berth.watch().subscribe(&s.domain, None);
-    let first = s
-        .berth
-        .snapshot("owner", &s.domain, "db", "one".into())
-        .await
-        .unwrap();
+    let first = s.snapshot("db", "one").await;
     until(&s, |w| w.entered.len() == 1).await;
-    let second = s
-        .berth
-        .snapshot("owner", &s.domain, "db", "two".into())
-        .await
-        .unwrap();
+    let second = s.snapshot("db", "two").await;
     let mut spec = branch_spec();
     spec["alias"] = json!("db");
     s.berth
@@ -2530,29 +2313,14 @@ async fn a_snapshot_whose_storage_was_removed_outside_berth_fails_and_refuses_a_
     let s = setup().await;
     running_source(&s).await;
     let (mut feed, _, _) = s.berth.watch().subscribe(&s.domain, None);
-    let first = s
-        .berth
-        .snapshot("owner", &s.domain, "db", "one".into())
-        .await
-        .unwrap();
+    let first = s.snapshot("db", "one").await;
     assert_eq!(copy_settled(&mut feed).await.state, CopyState::Done);
-    let second = s
-        .berth
-        .snapshot("owner", &s.domain, "db", "two".into())
-        .await
-        .unwrap();
+    let second = s.snapshot("db", "two").await;
     assert_eq!(copy_settled(&mut feed).await.state, CopyState::Done);
     // Someone runs `docker volume rm` on each snapshot's storage.
     let storage = |id| {
         let s = &s;
-        async move {
-            s.berth
-                .get_snapshot("owner", &s.domain, id)
-                .await
-                .unwrap()
-                .volumes
-                .len()
-        }
+        async move { s.get_snapshot(id).await.volumes.len() }
     };
     assert_eq!(storage(&first.snapshot_id).await, 1);
     let gone: Vec<String> = s
@@ -2573,11 +2341,7 @@ async fn a_snapshot_whose_storage_was_removed_outside_berth_fails_and_refuses_a_
 
     // The periodic resync notices the first.
     s.reconciler.resync().await;
-    let failed = s
-        .berth
-        .get_snapshot("owner", &s.domain, &first.snapshot_id)
-        .await
-        .unwrap();
+    let failed = s.get_snapshot(&first.snapshot_id).await;
     assert_eq!(failed.state, SnapshotState::Failed);
     assert!(
         failed

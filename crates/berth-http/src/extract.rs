@@ -192,6 +192,11 @@ fn domain_id(text: &str) -> Result<DomainId, ApiError> {
 pub struct QueryParams<T>(pub T);
 
 /// A route's query parameters, decoded from the query's pairs.
+///
+/// Hand-written impls, kept on purpose rather than `#[derive(Deserialize)]` with
+/// `serde_urlencoded`: the contract's `RequestRefusedError` names every bad parameter at once
+/// with the sentence the route promises (`query.tail must be an integer between 0 and 100000`),
+/// never quoting the value, where serde stops at the first error and words it its own way.
 pub trait FromQuery: Sized {
     /// The parameters the route reads.
     const NAMES: &'static [&'static str];
@@ -249,6 +254,12 @@ pub fn query_bool(value: Option<String>, name: &str, problems: &mut Problems) ->
 
 /// A request body type: what the OpenAPI document describes (its `ToSchema`) and what the route
 /// decodes, in one place. Decoding collects every problem, each naming its place.
+///
+/// The impls stay hand-written with berth-api's [`Problems`] rather than serde's derived
+/// `Deserialize`: the contract's refusals list every problem of a body at once, each at its
+/// place (`body.containers[0] must be a container name ...`) and never with the value sent,
+/// byte for byte as today; serde stops at the first error, and its messages quote what it got.
+/// The types' serde derives are for encoding and for clients.
 pub trait Decode: Sized {
     /// Decodes `value` (the whole body, at place `body`), pushing every problem found.
     fn decode(value: &Value, problems: &mut Problems) -> Option<Self>;

@@ -24,6 +24,23 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// A typed call's result as an answer: a success as status 200 (what every route answers
+    /// that a test reads this way) with the typed answer encoded back, the daemon's error as its
+    /// status and whole body; a panic when the daemon could not be reached or understood.
+    pub fn of<T: serde::Serialize>(result: Result<T, berth_client::ClientError>) -> Answer {
+        match result {
+            Ok(answer) => Answer {
+                status: 200,
+                body: json_of(&answer),
+            },
+            Err(berth_client::ClientError::Api(e)) => Answer {
+                status: e.status,
+                body: e.body,
+            },
+            Err(e) => panic!("the daemon did not answer: {e}"),
+        }
+    }
+
     /// Panics unless the status is `status`; returns the body.
     pub fn expect(self, status: u16) -> Value {
         assert_eq!(self.status, status, "unexpected answer: {}", self.body);
@@ -64,6 +81,28 @@ impl Client {
     /// The typed client, for [`block_on`].
     pub fn api(&self) -> &berth_client::Client {
         &self.api
+    }
+
+    /// Runs one typed call of berth-client to its end:
+    /// `api.call(|c| c.fence(&domain))`.
+    pub fn call<'a, T, F>(
+        &'a self,
+        call: impl FnOnce(&'a berth_client::Client) -> F,
+    ) -> Result<T, berth_client::ClientError>
+    where
+        F: std::future::Future<Output = Result<T, berth_client::ClientError>>,
+    {
+        block_on(call(&self.api))
+    }
+
+    /// [`Client::call`] as an [`Answer`] (see [`Answer::of`]), for the tests that read an
+    /// answer's fields by name.
+    pub fn answer<'a, T, F>(&'a self, call: impl FnOnce(&'a berth_client::Client) -> F) -> Answer
+    where
+        T: serde::Serialize,
+        F: std::future::Future<Output = Result<T, berth_client::ClientError>>,
+    {
+        Answer::of(self.call(call))
     }
 
     /// Sends `method path` with an optional raw body and extra headers.
@@ -165,12 +204,7 @@ impl Client {
         spec: &Value,
         cause: &str,
     ) -> berth_client::InstanceView {
-        let cause = match cause {
-            "use" => berth_client::UpCause::Use,
-            "person" => berth_client::UpCause::Person,
-            other => panic!("no cause {other:?}"),
-        };
-        block_on(self.api.up(&domain_id(domain), key, spec, cause))
+        block_on(self.api.up(&domain_id(domain), key, spec, up_cause(cause)))
             .unwrap_or_else(|e| panic!("up of {key}: {e}"))
     }
 
@@ -180,12 +214,25 @@ impl Client {
             .unwrap_or_else(|e| panic!("get of {key}: {e}"))
     }
 
-    /// `up` with a spec and cause.
-    pub fn up(&self, domain: &str, key: &str, spec: &Value, cause: &str) -> Answer {
+    /// `up` with a spec and cause as raw JSON, for the wire tests that check the answer's exact
+    /// bytes against the contract (a typed answer encoded back would hide a key it does not
+    /// name).
+    pub fn up_raw(&self, domain: &str, key: &str, spec: &Value, cause: &str) -> Answer {
         self.post(
             &format!("/v1/resource-domains/{domain}/instances/{key}/up"),
             json!({"spec": spec, "cause": cause}),
         )
+    }
+
+    /// `up` with a spec and cause through the typed client, as an [`Answer`]: see
+    /// [`Answer::of`].
+    pub fn up(&self, domain: &str, key: &str, spec: &Value, cause: &str) -> Answer {
+        Answer::of(block_on(self.api.up(
+            &domain_id(domain),
+            key,
+            spec,
+            up_cause(cause),
+        )))
     }
 
     /// `get` an instance, decoded by the typed client (so a shape it cannot read fails here),
@@ -357,6 +404,43 @@ impl Watch {
                 }
             }
         })
+    }
+}
+
+/// Panics unless `result` is the daemon's error `tag` with `status` and a message (through
+/// [`berth_client::ClientError::is`] and its status); returns the error's whole body, for the
+/// fields particular to the tag.
+pub fn refused<T: std::fmt::Debug>(
+    result: Result<T, berth_client::ClientError>,
+    status: u16,
+    tag: &str,
+) -> Value {
+    let err = match result {
+        Ok(answer) => panic!("expected {status} {tag}, the daemon answered {answer:?}"),
+        Err(err) => err,
+    };
+    assert!(err.is(tag), "expected {tag}: {err:?}");
+    assert_eq!(
+        err.status(),
+        Some(status),
+        "expected {status} {tag}: {err:?}"
+    );
+    let api = err.api().expect("the daemon's error");
+    assert!(!api.message.is_empty(), "{err:?}");
+    api.body.clone()
+}
+
+/// An answer of the typed client as JSON, for the tests that look into its fields by name.
+pub fn json_of<T: serde::Serialize>(answer: &T) -> Value {
+    serde_json::to_value(answer).expect("an answer as JSON")
+}
+
+/// A cause of `up` by its wire name.
+fn up_cause(cause: &str) -> berth_client::UpCause {
+    match cause {
+        "use" => berth_client::UpCause::Use,
+        "person" => berth_client::UpCause::Person,
+        other => panic!("no cause {other:?}"),
     }
 }
 

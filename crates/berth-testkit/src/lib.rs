@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-pub use client::{Answer, Client, Watch, domain_id};
+pub use client::{Answer, Client, Watch, domain_id, json_of, refused};
 pub use daemon::{BERTH_BIN_ENV, Daemon, Launch, berth_binary, read_head};
 pub use docker::{
     DockerObjects, LocalImages, container_of, containers_labelled, containers_named, containers_of,

@@ -96,7 +96,7 @@ pub(super) async fn preflight_all(
     let mut all = Vec::new();
     for (def, (key, _)) in defs.iter().zip(keys) {
         let request = UpRequest {
-            spec: def.spec(Some(&repo.worktree_key)),
+            spec: def.spec_json(Some(&repo.worktree_key)),
             cause: UpCause::Person,
             template: def.template,
         };

@@ -277,7 +277,7 @@ pub(crate) async fn send_up(
     key: &str,
     message: impl Fn(String),
 ) -> anyhow::Result<Sent> {
-    let spec = def.spec(Some(&repo.worktree_key));
+    let spec = def.spec_json(Some(&repo.worktree_key));
     let before = match client.api.instance(domain, key).await {
         Ok(b) => Some(b),
         Err(e) if e.is("ResourceInstanceNotFoundError") => None,

@@ -348,7 +348,7 @@ impl Checker<'_> {
         };
         // The daemon's own decoder, so that nothing it would refuse gets past here.
         let placeholder_key = (parsed.def.scope == Scope::Worktree).then_some("worktree-00000000");
-        match decode_spec_problems(&parsed.def.spec(placeholder_key)) {
+        match decode_spec_problems(&parsed.def.spec_json(placeholder_key)) {
             Ok(_) => {}
             Err(SpecRefused::Forbidden(fields)) => {
                 // The file's fields never write these; a spec the CLI built with one is refused
@@ -863,7 +863,7 @@ ready = {{ tcp = 6379 }}
             defs.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
             ["db", "cache"]
         );
-        let spec = defs[0].spec(Some("main-0a1b2c3d"));
+        let spec = defs[0].spec_json(Some("main-0a1b2c3d"));
         assert_eq!(
             spec,
             json!({
@@ -877,7 +877,7 @@ ready = {{ tcp = 6379 }}
             })
         );
         assert!(berth_core::spec::decode_spec(&spec).is_ok());
-        let cache = defs[1].spec(Some("ignored"));
+        let cache = defs[1].spec_json(Some("ignored"));
         assert_eq!(cache["worktreeKey"], Value::Null);
         assert_eq!(
             cache["limits"],

@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{Value, json};
+use berth_api::spec::{Limits, Ready, SpecRequest, VolumeSpec};
+use serde_json::Value;
 
 use super::template::{Wanted, expand, placeholder};
 
@@ -92,31 +93,46 @@ pub struct InstanceDef {
 }
 
 impl InstanceDef {
-    /// The contract's spec for this instance, with `worktree_key` for a worktree-scoped one.
-    pub fn spec(&self, worktree_key: Option<&str>) -> Value {
-        let ready = match &self.ready {
-            ReadyDef::Tcp(port) => json!({"kind": "tcp", "port": port}),
-            ReadyDef::Exec { argv, user } => json!({"kind": "exec", "argv": argv, "user": user}),
-        };
-        let volumes: Vec<Value> = self
-            .volumes
-            .iter()
-            .map(|(name, path)| json!({"name": name, "mountPath": path}))
-            .collect();
-        json!({
-            "alias": self.alias,
-            "worktreeKey": match self.scope {
-                Scope::Worktree => worktree_key.map(Value::from).unwrap_or(Value::Null),
-                Scope::Shared => Value::Null,
+    /// The contract's spec for this instance, with `worktree_key` for a worktree-scoped one:
+    /// berth-api's typed request, so each field is spelled there only.
+    pub fn spec(&self, worktree_key: Option<&str>) -> SpecRequest {
+        SpecRequest {
+            alias: self.alias.clone(),
+            worktree_key: match self.scope {
+                Scope::Worktree => worktree_key.map(str::to_owned),
+                Scope::Shared => None,
             },
-            "image": self.image,
-            "command": self.command,
-            "env": self.env,
-            "volumes": volumes,
-            "limits": {"cpuMillicores": self.cpu_millicores, "memoryBytes": self.memory_bytes},
-            "ready": ready,
-            "idleStopAfterSeconds": self.idle_stop_seconds,
-        })
+            image: self.image.clone(),
+            command: self.command.clone(),
+            env: self.env.clone(),
+            volumes: self
+                .volumes
+                .iter()
+                .map(|(name, path)| VolumeSpec {
+                    name: name.clone(),
+                    mount_path: path.clone(),
+                })
+                .collect(),
+            limits: Limits {
+                cpu_millicores: self.cpu_millicores,
+                memory_bytes: self.memory_bytes,
+            },
+            ready: match &self.ready {
+                ReadyDef::Tcp(port) => Ready::Tcp { port: *port },
+                ReadyDef::Exec { argv, user } => Ready::Exec {
+                    argv: argv.clone(),
+                    user: user.clone(),
+                },
+            },
+            idle_stop_after_seconds: self.idle_stop_seconds,
+        }
+    }
+
+    /// [`InstanceDef::spec`] as JSON, for a request that carries the spec as a value
+    /// (`UpRequest`) and for the decoder.
+    pub fn spec_json(&self, worktree_key: Option<&str>) -> Value {
+        // A spec holds strings, numbers and maps of strings only: it always encodes.
+        serde_json::to_value(self.spec(worktree_key)).unwrap_or(Value::Null)
     }
 
     /// The tcp port of the ready check, if it is one.
@@ -275,11 +291,38 @@ mod tests {
     #[test]
     fn a_shared_spec_has_no_worktree_key() {
         let mut d = def(ReadyDef::Tcp(1), &[]);
-        assert_eq!(d.spec(Some("k"))["worktreeKey"], "k");
-        assert_eq!(d.spec(None)["worktreeKey"], Value::Null);
+        assert_eq!(d.spec(Some("k")).worktree_key.as_deref(), Some("k"));
+        assert_eq!(d.spec_json(Some("k"))["worktreeKey"], "k");
+        assert_eq!(d.spec_json(None)["worktreeKey"], Value::Null);
         d.scope = Scope::Shared;
-        assert_eq!(d.spec(Some("k"))["worktreeKey"], Value::Null);
-        assert_eq!(d.spec(None)["ready"], json!({"kind": "tcp", "port": 1}));
+        assert_eq!(d.spec_json(Some("k"))["worktreeKey"], Value::Null);
+        assert_eq!(
+            d.spec_json(None)["ready"],
+            serde_json::json!({"kind": "tcp", "port": 1})
+        );
+    }
+
+    #[test]
+    fn the_spec_decodes_with_the_daemons_decoder_to_the_same_fields() {
+        let mut d = def(
+            ReadyDef::Exec {
+                argv: vec!["pg_isready".into()],
+                user: Some("postgres".into()),
+            },
+            &[],
+        );
+        d.image = format!("127.0.0.1:5000/x/pg@sha256:{}", "a".repeat(64));
+        d.command = Some(vec!["postgres".into()]);
+        d.env.insert("A".into(), "b".into());
+        d.volumes.insert("data".into(), "/var/lib/data".into());
+        let sent = d.spec(Some("main-0a1b2c3d"));
+        let decoded = berth_api::spec::decode_spec(&d.spec_json(Some("main-0a1b2c3d")))
+            .expect("the daemon's decoder takes it");
+        assert_eq!(decoded.image.as_str(), sent.image);
+        assert_eq!(
+            serde_json::to_value(&decoded).unwrap(),
+            serde_json::to_value(&sent).unwrap()
+        );
     }
 
     #[test]
