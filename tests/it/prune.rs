@@ -235,15 +235,11 @@ fn prune_frees_what_removed_worktrees_took_and_keeps_main_and_all_it_stands_on()
         .find(|i| i["kind"] == "snapshot" && i["name"] == "main-snap")
         .unwrap_or_else(|| panic!("main's snapshot is gone: {after:#}"));
     for item in after["items"].as_array().unwrap() {
-        assert!(
-            item["bytes"].is_u64(),
-            "an unmeasured unit (gone?): {item:#}"
-        );
         for v in item["volumes"].as_array().unwrap() {
             assert!(volume_exists(v.as_str().unwrap()), "{v} of {item:#}");
         }
     }
-    assert!(snap["bytes"].as_u64().unwrap() >= 1024 * 1024, "{snap:#}");
+    assert!(!snap["volumes"].as_array().unwrap().is_empty(), "{snap:#}");
     let restored = berth(
         &daemon,
         &repo.main,
@@ -436,10 +432,9 @@ fn a_prune_killed_in_the_middle_is_finished_by_the_next_and_loses_nothing_kept()
     assert_eq!(names, ["base"], "{names:?}");
     let after = berth(&daemon, &repo.main, &["df", "--json"]).ok().json();
     for item in after["items"].as_array().unwrap() {
-        assert!(
-            item["bytes"].is_u64(),
-            "an unmeasured unit (gone?): {item:#}"
-        );
+        for v in item["volumes"].as_array().unwrap() {
+            assert!(volume_exists(v.as_str().unwrap()), "{v} of {item:#}");
+        }
     }
     let domain = domain_of(&daemon);
     daemon.client().settled(

@@ -462,6 +462,12 @@ fn a_page_signed_in_by_a_link_shows_a_domain_live_and_acts_from_the_keyboard() {
         browser.js("return window.__sameDocument === true"),
         json!(true)
     );
+    // Its first running asks once for its host endpoints: wait for them, so the quiet span
+    // below starts after that request, not before it.
+    browser.wait(
+        "document.querySelector('tr[data-key=\"jobs\"] .endpoint code')",
+        "jobs' host endpoint",
+    );
 
     // Nothing changes: the page asks nothing. A bounded wait for what must NOT happen.
     let before = browser.recorded()["fetches"]

@@ -18,8 +18,12 @@ use crate::raw::RawClient;
 
 /// How long one disk-usage report may take: the engine walks every volume to make it.
 const DISK_USAGE_TIMEOUT: Duration = Duration::from_secs(120);
-/// How often a report refused because another is running (by another client) is asked again.
-const DISK_USAGE_TRIES: u32 = 5;
+/// How often a report refused because another is running (by another client) is asked again:
+/// waits of 0.2 s doubling to at most 2 s, about 9 s in all, as long as a busy engine's report
+/// of a few hundred volumes takes.
+const DISK_USAGE_TRIES: u32 = 8;
+/// The longest wait between two asks.
+const DISK_USAGE_WAIT_MAX: Duration = Duration::from_secs(2);
 
 pub(crate) async fn ensure_volume(
     docker: &Docker,
@@ -167,7 +171,7 @@ async fn disk_usage(raw: &RawClient) -> Result<Option<BTreeMap<String, u64>>, Ru
             return Ok(None);
         }
         tokio::time::sleep(wait).await;
-        wait *= 2;
+        wait = (wait * 2).min(DISK_USAGE_WAIT_MAX);
     }
     Ok(None)
 }
