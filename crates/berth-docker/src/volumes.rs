@@ -18,10 +18,11 @@ use crate::raw::RawClient;
 
 /// How long one disk-usage report may take: the engine walks every volume to make it.
 const DISK_USAGE_TIMEOUT: Duration = Duration::from_secs(120);
-/// How often a report refused because another is running (by another client) is asked again:
-/// waits of 0.2 s doubling to at most 2 s, about 9 s in all, as long as a busy engine's report
-/// of a few hundred volumes takes.
-const DISK_USAGE_TRIES: u32 = 8;
+/// How long a report refused because another is running (another client's: the engine makes
+/// one at a time) is asked again, with waits of 0.2 s doubling to at most 2 s. An engine with
+/// many large volumes takes seconds per report, and several daemons (or `docker system df`)
+/// may queue for it: a minute, rather than a size left unknown.
+const DISK_USAGE_PATIENCE: Duration = Duration::from_secs(60);
 /// The longest wait between two asks.
 const DISK_USAGE_WAIT_MAX: Duration = Duration::from_secs(2);
 
@@ -144,7 +145,8 @@ pub(crate) async fn volume_bytes(
 /// The engine's volume sizes, or `None` when it would not give them.
 async fn disk_usage(raw: &RawClient) -> Result<Option<BTreeMap<String, u64>>, RuntimeError> {
     let mut wait = Duration::from_millis(200);
-    for attempt in 1..=DISK_USAGE_TRIES {
+    let give_up = tokio::time::Instant::now() + DISK_USAGE_PATIENCE;
+    loop {
         let response = raw
             .request(
                 Method::GET,
@@ -165,7 +167,7 @@ async fn disk_usage(raw: &RawClient) -> Result<Option<BTreeMap<String, u64>>, Ru
         let message = response.message();
         let busy = response.status == StatusCode::INTERNAL_SERVER_ERROR
             && message.contains("already running");
-        if !busy || attempt == DISK_USAGE_TRIES {
+        if !busy || tokio::time::Instant::now() + wait > give_up {
             tracing::warn!(status = response.status.as_u16(), message = %message,
                 "the engine refused its disk-usage report");
             return Ok(None);
@@ -173,7 +175,6 @@ async fn disk_usage(raw: &RawClient) -> Result<Option<BTreeMap<String, u64>>, Ru
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(DISK_USAGE_WAIT_MAX);
     }
-    Ok(None)
 }
 
 /// The labels of volume `name`, `None` when there is none.
