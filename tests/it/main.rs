@@ -21,6 +21,7 @@ mod instances;
 mod kept_volumes;
 mod mcp;
 mod pins;
+mod pools;
 mod postgres;
 mod preflight;
 mod rollouts;

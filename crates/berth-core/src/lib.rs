@@ -11,8 +11,8 @@
 //! It never deletes a volume. A request that is refused writes nothing.
 
 pub use berth_domain::{
-    consent, evidence, model, names, ownership, plan, rollouts, runtime, snapshots, templates,
-    watch, workspaces,
+    consent, evidence, model, names, ownership, plan, pools, rollouts, runtime, snapshots,
+    templates, watch, workspaces,
 };
 pub use berth_domain::{decode, exec, ids, image, spec, time};
 pub use berth_store as store;

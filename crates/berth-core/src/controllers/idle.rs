@@ -1,7 +1,8 @@
 //! Idle stop. An instance is *reached* while at least one live executor of a workspace linked to
 //! its domain, with its worktree key (or any key, for a shared instance), exists: a running
 //! executor container or an unexpired lease; or while a connection through one of its host
-//! endpoints is open. While it is reached, `lastReachedAt` moves; after
+//! endpoints is open; or while a pool keeps it (waiting for a lease, or held by one: a lease
+//! that is not renewed is released instead). While it is reached, `lastReachedAt` moves; after
 //! `idleStopAfterSeconds` unreached, it is stopped with reason `idle`. A `use` up wakes it.
 //!
 //! The clock of an instance never reached starts when it became ready. Both times are stored, so
@@ -16,6 +17,7 @@ use super::endpoints::EndpointController;
 use super::views::ViewController;
 use crate::ids::{DomainId, InstanceId};
 use crate::model::{Desired, Instance, InstanceState, StopReason, Workspace};
+use crate::pools::MemberState;
 use crate::store::StoreError;
 use crate::time::Timestamp;
 
@@ -72,34 +74,40 @@ impl IdleController {
         let domains: HashSet<DomainId> = instances.iter().map(|i| i.domain_id.clone()).collect();
         let running_executors = self.views.running_executor_workspaces();
         // One read for every domain: its linked workspaces that have a live executor.
-        let live_keys: BTreeMap<DomainId, Vec<Option<String>>> = self
-            .ctx
-            .store
-            .read(move |tx| {
-                let mut live_keys = BTreeMap::new();
-                for domain in domains {
-                    let workspaces: Vec<Workspace> = tx.linked_workspaces(&domain)?;
-                    let mut keys = Vec::new();
-                    for w in workspaces {
-                        let live = running_executors.contains(&(w.owner.clone(), w.id.clone()))
-                            || tx
-                                .leases(&w.owner, &w.id)?
-                                .iter()
-                                .any(|l| l.expires_at > now);
-                        if live {
-                            keys.push(w.worktree_key);
+        let (live_keys, pooled): (BTreeMap<DomainId, Vec<Option<String>>>, HashSet<InstanceId>) =
+            self.ctx
+                .store
+                .read(move |tx| {
+                    let pooled = tx
+                        .pool_members(None, &[MemberState::Waiting, MemberState::Leased])?
+                        .into_iter()
+                        .map(|m| m.instance_id)
+                        .collect();
+                    let mut live_keys = BTreeMap::new();
+                    for domain in domains {
+                        let workspaces: Vec<Workspace> = tx.linked_workspaces(&domain)?;
+                        let mut keys = Vec::new();
+                        for w in workspaces {
+                            let live = running_executors.contains(&(w.owner.clone(), w.id.clone()))
+                                || tx
+                                    .leases(&w.owner, &w.id)?
+                                    .iter()
+                                    .any(|l| l.expires_at > now);
+                            if live {
+                                keys.push(w.worktree_key);
+                            }
                         }
+                        live_keys.insert(domain, keys);
                     }
-                    live_keys.insert(domain, keys);
-                }
-                Ok(live_keys)
-            })
-            .await?;
+                    Ok((live_keys, pooled))
+                })
+                .await?;
         for instance in &instances {
             let InstanceState::Running { since } = instance.state else {
                 continue;
             };
-            let reached = self.endpoints.has_open_connections(&instance.id)
+            let reached = pooled.contains(&instance.id)
+                || self.endpoints.has_open_connections(&instance.id)
                 || live_keys.get(&instance.domain_id).is_some_and(|keys| {
                     keys.iter().any(|k| {
                         instance.spec.worktree_key.is_none() || *k == instance.spec.worktree_key

@@ -11,6 +11,7 @@
 //!   worktree key) and the workspace containers attached to them.
 //! - [`endpoints`]: the host endpoints, their listeners and the connections proxied through.
 //! - [`idle`]: reach accounting and idle stop.
+//! - [`pools`]: pools kept at their size, leases expired, released instances removed.
 //!
 //! ```text
 //! request ─► service (one write) ─► queue ─► instances ─► runtime
@@ -30,6 +31,7 @@ mod engine;
 mod idle;
 mod instances;
 mod observe;
+mod pools;
 mod reconciler;
 pub mod sizes;
 mod storage;
@@ -39,5 +41,6 @@ mod views;
 pub use crate::plan::{copy_targets, plan_volumes};
 pub use context::{Next, ReconcileConfig, ReconcileError};
 pub use observe::{ObserveError, Observed};
+pub use pools::MakeMember;
 pub use reconciler::*;
 pub use views::Candidates;

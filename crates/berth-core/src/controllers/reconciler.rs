@@ -16,6 +16,7 @@ use super::engine::EngineHealth;
 use super::idle::IdleController;
 use super::instances::InstanceController;
 use super::observe::ObserveController;
+use super::pools::{MakeMember, PoolController};
 use super::templates::TemplateController;
 use super::views::ViewController;
 use crate::ids::{DomainId, InstanceId};
@@ -36,6 +37,7 @@ struct Controllers {
     endpoints: Arc<EndpointController>,
     idle: IdleController,
     copies: Arc<CopyController>,
+    pools: Arc<PoolController>,
     observer: ObserveController,
     /// Whether the engine answers, as the runtime's watch last said.
     engine: EngineHealth,
@@ -89,6 +91,11 @@ impl Reconciler {
         let shutdown = CancellationToken::new();
         let copies = CopyController::new(ctx.clone(), instances.clone(), shutdown.clone());
         let observer = ObserveController::new(ctx.clone());
+        let pools = Arc::new(PoolController::new(
+            ctx.clone(),
+            instances.clone(),
+            endpoints.clone(),
+        ));
         Self {
             inner: Arc::new(Controllers {
                 ctx,
@@ -97,6 +104,7 @@ impl Reconciler {
                 endpoints,
                 idle,
                 copies,
+                pools,
                 observer,
                 engine: EngineHealth::new(),
                 other_stores: OtherStores::default(),
@@ -224,6 +232,62 @@ impl Reconciler {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .extend(tasks);
+    }
+
+    /// Starts the pools' loop (see `controllers::pools`), which makes their instances through
+    /// `maker`; ends with the others at shutdown.
+    pub fn start_pools(&self, maker: Arc<dyn MakeMember>) {
+        let pools = self.inner.pools.clone();
+        let task = supervise("pools", self.inner.shutdown.clone(), move || {
+            let (pools, maker) = (pools.clone(), maker.clone());
+            async move { pools.run(maker).await }
+        });
+        self.inner
+            .tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(task);
+    }
+
+    /// Asks the pools' loop for a pass now (after a lease, a reset, a release, a pool change).
+    pub fn poke_pools(&self) {
+        self.inner.pools.poke();
+    }
+
+    /// Resolves after the pools' loop's next pass (one that ends after this is called).
+    pub fn pools_passed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.inner.pools.next_pass()
+    }
+
+    /// Whether a pool's instance is removed (or no pool's), as the store says.
+    pub async fn pool_instance_removed(&self, id: &InstanceId) -> Result<bool, StoreError> {
+        let read = id.clone();
+        let member = self
+            .inner
+            .ctx
+            .store
+            .read(move |tx| tx.pool_member(&read))
+            .await?;
+        Ok(member.is_none_or(|m| m.state == crate::pools::MemberState::Removed))
+    }
+
+    /// Whether `id` is a pool's instance that no lease holds (listed as its pool's only).
+    pub fn is_pool_waiting(&self, id: &InstanceId) -> bool {
+        self.inner.pools.is_hidden(id)
+    }
+
+    /// Reads again which instances are pools' and unleased.
+    pub async fn refresh_pool_instances(&self) -> Result<(), StoreError> {
+        self.inner.pools.refresh_hidden().await
+    }
+
+    /// After a reset gave `to` the endpoints `from` had in the store: the listeners follow.
+    pub async fn move_endpoints(
+        &self,
+        from: &InstanceId,
+        to: &InstanceId,
+    ) -> Result<(), StoreError> {
+        self.inner.pools.move_endpoints(from, to).await
     }
 
     /// Stops taking work: the loops end, reconciles under way get until `grace` to finish and

@@ -100,6 +100,23 @@ impl Berth {
     ) -> Result<InstanceView, Error> {
         self.domain(owner, domain_id)?;
         let spec = decode_up_spec(spec)?;
+        self.up_decoded(owner, domain_id, key, spec, cause, template, None)
+            .await
+    }
+
+    /// [`Berth::up_with`] of a decoded spec; with `pool`, the new instance is recorded as that
+    /// pool's in the same transaction.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn up_decoded(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+        spec: Spec,
+        cause: UpCause,
+        template: bool,
+        pool: Option<String>,
+    ) -> Result<InstanceView, Error> {
         let reconciler = self.require_runtime()?;
         let spec_digest = spec.digest().to_string();
         let prefix = self.prefix().to_owned();
@@ -126,6 +143,9 @@ impl Berth {
                 if template && !instance.template && instance.kept.is_empty() {
                     tx.set_template(&instance.id)?;
                     instance.template = true;
+                }
+                if let Some(pool) = pool {
+                    super::pools::record_member(tx, &instance, pool)?;
                 }
                 Ok::<_, Error>(instance)
             })
@@ -158,7 +178,8 @@ impl Berth {
             })
     }
 
-    /// A domain's archived instances, or every other one.
+    /// A domain's archived instances, or every other one. A pool's instance that no lease
+    /// holds is its pool's, not a person's: it is listed with its pool (`GET .../pools`).
     pub fn list(
         &self,
         owner: &str,
@@ -169,6 +190,11 @@ impl Berth {
         let instances = self.store.instances(domain_id, archived);
         Ok(instances
             .iter()
+            .filter(|i| {
+                self.reconciler
+                    .as_ref()
+                    .is_none_or(|r| !r.is_pool_waiting(&i.id))
+            })
             .map(|i| self.with_engine(i.view()))
             .collect())
     }
