@@ -1,6 +1,6 @@
 //! The commands people run, over the daemon's HTTP API: `up`, `ps`, `stop`, `start`,
 //! `archive`, `exec`, `logs`, `link`, `env`, `domains`, `rollouts`, `releases`, `rollback`,
-//! `doctor`, `whoami`, `ui` and `service`.
+//! `doctor`, `whoami`, `ui`, `service` and `lease`.
 //!
 //! Each runs in a git worktree: the repository is the resource domain (created on first use),
 //! the worktree gives the worktree key, and `berth.toml` at the worktree's top level says what
@@ -14,6 +14,7 @@ mod doctor;
 mod endpoints;
 pub(crate) mod exec;
 pub(crate) mod instances;
+mod lease;
 mod logs;
 mod page;
 mod pins;

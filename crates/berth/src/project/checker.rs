@@ -206,6 +206,7 @@ impl Checker<'_> {
         let mut idle = DEFAULT_IDLE_STOP_SECONDS;
         let mut branch_from: Option<String> = None;
         let mut template = false;
+        let mut pool = None;
         let mut connect_raw: Vec<(Range<usize>, String, String)> = Vec::new();
 
         for (key, value) in table.iter() {
@@ -262,6 +263,14 @@ impl Checker<'_> {
                         }
                     }
                 }
+                "pool" => match self.integer(value, &place) {
+                    Some(n) if (1..=berth_api::pools::MAX_POOL_SIZE).contains(&n) => pool = Some(n),
+                    Some(_) => self.problem(
+                        value.span(),
+                        format!("{place} must be a whole number from 1 to {} (how many instances `berth lease` keeps ready, made from a template)", berth_api::pools::MAX_POOL_SIZE),
+                    ),
+                    None => {}
+                },
                 "template" => match value.get_ref().as_bool() {
                     Some(b) => template = b,
                     None => self.problem(
@@ -340,6 +349,7 @@ impl Checker<'_> {
             connect,
             branch_from,
             template,
+            pool,
         };
         let parsed = Parsed {
             def,

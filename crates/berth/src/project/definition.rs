@@ -16,7 +16,7 @@ pub const DEFAULT_MEMORY_BYTES: i64 = 512 * 1024 * 1024;
 pub const DEFAULT_IDLE_STOP_SECONDS: i64 = 3600;
 
 /// Every field an instance table may have.
-pub const FIELDS: [&str; 14] = [
+pub const FIELDS: [&str; 15] = [
     "image",
     "scope",
     "alias",
@@ -31,6 +31,7 @@ pub const FIELDS: [&str; 14] = [
     "connect",
     "branch-from",
     "template",
+    "pool",
 ];
 
 /// Whether an instance is one per worktree or one for the whole repository.
@@ -89,6 +90,9 @@ pub struct InstanceDef {
     /// `template = true`: a new instance starts on a template of its image, command, env and
     /// volume paths (made once) instead of on empty volumes.
     pub template: bool,
+    /// `pool = N`: `berth lease NAME` takes a lease on a pool of N instances of it, each made
+    /// from its template and kept ready (see docs/pools.md).
+    pub pool: Option<i64>,
 }
 
 impl InstanceDef {
@@ -231,6 +235,7 @@ mod tests {
                 .collect(),
             branch_from: None,
             template: false,
+            pool: None,
         }
     }
 
