@@ -190,13 +190,16 @@ impl Berth {
         let instances = self.store.instances(domain_id, archived);
         Ok(instances
             .iter()
-            .filter(|i| {
-                self.reconciler
-                    .as_ref()
-                    .is_none_or(|r| !r.is_pool_waiting(&i.id))
-            })
+            .filter(|i| self.is_persons(i))
             .map(|i| self.with_engine(i.view()))
             .collect())
+    }
+
+    /// Whether an instance is listed as a person's: any but a pool's that no lease holds.
+    pub(super) fn is_persons(&self, instance: &Instance) -> bool {
+        self.reconciler
+            .as_ref()
+            .is_none_or(|r| !r.is_pool_waiting(&instance.id))
     }
 
     /// A person's stop.
