@@ -29,7 +29,7 @@ use super::context::{Context, ReconcileError};
 use super::endpoints::EndpointController;
 use super::instances::InstanceController;
 use crate::ids::{DomainId, InstanceId};
-use crate::model::{Desired, InstanceState};
+use crate::model::{Desired, DomainState, InstanceState};
 use crate::names;
 use crate::pools::{MemberState, Pool};
 use crate::runtime::{LABEL_INSTANCE, RuntimeError};
@@ -215,6 +215,31 @@ impl PoolController {
                     )
                 })
                 .await?;
+            // An archived domain admits no new instance, and its instances are archived: its
+            // pools go as a deleted one does.
+            let archived = store
+                .domain(&pool.domain_id)
+                .is_none_or(|d| d.state == DomainState::Archived);
+            if archived && !pool.deleting {
+                let (domain, name) = (pool.domain_id.clone(), pool.name.clone());
+                store
+                    .write(move |tx| {
+                        tx.set_pool_deleting(&domain, &name)?;
+                        for lease in tx.pool_leases(Some((&domain, &name)))? {
+                            tx.delete_pool_lease(&lease.id)?;
+                        }
+                        for member in tx.pool_members(
+                            Some((&domain, &name)),
+                            &[MemberState::Waiting, MemberState::Leased],
+                        )? {
+                            tx.set_member_state(&member.instance_id, MemberState::Released)?;
+                        }
+                        Ok::<_, StoreError>(())
+                    })
+                    .await?;
+                self.poke();
+                continue;
+            }
             if pool.deleting {
                 if members.is_empty() {
                     let (domain, name) = (pool.domain_id.clone(), pool.name.clone());

@@ -45,8 +45,10 @@ impl Default for LeaseAsk {
     }
 }
 
-/// Records `instance` (just made) as `pool`'s, waiting, in the transaction that made it.
+/// Records `instance` (just made) as `pool`'s, waiting, in the transaction that made it; a
+/// pool deleted meanwhile refuses it, and the instance is not made.
 pub(super) fn record_member(tx: &Tx<'_>, instance: &Instance, pool: String) -> Result<(), Error> {
+    live_pool(tx, &instance.domain_id, &pool)?;
     tx.insert_pool_member(&PoolMember {
         instance_id: instance.id.clone(),
         domain_id: instance.domain_id.clone(),
