@@ -294,6 +294,9 @@ pub(super) const MIGRATIONS: &[&str] = &[
         volume TEXT PRIMARY KEY,
         made_at INTEGER NOT NULL
     );",
+    // 19: since when an instance's running container is frozen (the cgroup freezer), while it
+    // is: the view says so, and a connection to its endpoints thaws it.
+    "ALTER TABLE instances ADD COLUMN frozen_at INTEGER;",
 ];
 
 /// Runs `PRAGMA quick_check` (every page and index, without comparing index contents to their
