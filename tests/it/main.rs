@@ -15,6 +15,7 @@ mod events;
 mod evidence;
 mod exec;
 mod faults;
+mod frozen;
 mod holders;
 mod hostile;
 mod instances;

@@ -203,6 +203,20 @@ pub struct InstanceView {
     /// by itself). Absent while the engine answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine: Option<EngineUnreachable>,
+    /// Present while the instance is frozen (its processes held by the cgroup freezer, after
+    /// `idleFreezeAfterSeconds` unreached): `state` stays `running`, and a connection to one of
+    /// its host endpoints, an exec or a `use` up thaws it. Absent while it is not frozen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frozen: Option<Frozen>,
+}
+
+/// A running instance whose processes are frozen: since when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Frozen {
+    /// When berth froze it (or found it frozen, after a restart).
+    pub since: Timestamp,
 }
 
 /// The daemon's container engine does not answer: since when, and why.

@@ -162,6 +162,11 @@ pub struct Spec {
     pub ready: Ready,
     /// Seconds with no live linked executor reaching it before it is stopped.
     pub idle_stop_after_seconds: i64,
+    /// Seconds unreached before its processes are frozen (the cgroup freezer): berth's own
+    /// field, beside the contract's. Absent: never frozen. Left out of the canonical JSON when
+    /// absent, so a spec without it keeps the `specDigest` it had.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_freeze_after_seconds: Option<i64>,
 }
 
 /// One reason a spec was refused: the field, and the sentence.
@@ -314,6 +319,12 @@ fn decode_fields(input: &Value, p: &mut Problems) -> Option<Spec> {
     let idle = fields
         .required(p, "idleStopAfterSeconds")
         .and_then(|v| p.integer(v, "spec.idleStopAfterSeconds", 1, MAX_IDLE_SECONDS));
+    let freeze = match fields.optional("idleFreezeAfterSeconds") {
+        None | Some(Value::Null) => Some(None),
+        Some(v) => p
+            .integer(v, "spec.idleFreezeAfterSeconds", 1, MAX_IDLE_SECONDS)
+            .map(Some),
+    };
     fields.finish(p);
     Some(Spec {
         alias: alias?,
@@ -325,6 +336,7 @@ fn decode_fields(input: &Value, p: &mut Problems) -> Option<Spec> {
         limits: limits?,
         ready: ready?,
         idle_stop_after_seconds: idle?,
+        idle_freeze_after_seconds: freeze?,
     })
 }
 

@@ -466,6 +466,9 @@ function stateCell(i) {
     // The daemon's engine does not answer: the state is the last one seen.
     i.engine ? h('div', { class: 'failure engine-away', title: i.engine.message },
       'Engine unreachable since ', when(i.engine.since), '; last state seen') : null,
+    // Frozen for idleness: running, its processes held until a connection, an exec or an up.
+    i.frozen ? h('div', { class: 'muted small frozen', title: 'a connection, an exec or an up thaws it' },
+      'frozen ', when(i.frozen.since)) : null,
     h('div', { class: 'muted small' },
       s.kind === 'stopped' && stopReason(s) ? `${stopReason(s)}, ` : '',
       s.kind === 'exited' && s.exitCode !== null && s.exitCode !== undefined ? `code ${s.exitCode}, ` : '',

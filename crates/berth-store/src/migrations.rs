@@ -294,7 +294,10 @@ pub(super) const MIGRATIONS: &[&str] = &[
         volume TEXT PRIMARY KEY,
         made_at INTEGER NOT NULL
     );",
-    // 19: pools of instances made ahead of time from a template or a snapshot (one per domain
+    // 19: since when an instance's running container is frozen (the cgroup freezer), while it
+    // is: the view says so, and a connection to its endpoints thaws it.
+    "ALTER TABLE instances ADD COLUMN frozen_at INTEGER;",
+    // 20: pools of instances made ahead of time from a template or a snapshot (one per domain
     // and name), the instances each has made (waiting, leased, released or removed), and the
     // leases that hold them, each the service key's that took it, released when its time to
     // live runs out.

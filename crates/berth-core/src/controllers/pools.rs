@@ -12,7 +12,9 @@
 //!    removed: they held nothing but a copy of the pool's data and what its lease wrote;
 //! 4. a deleted pool whose instances are all gone is forgotten; any other is refilled up to
 //!    its size by the service's [`MakeMember`] (making an instance is an `up`, which is the
-//!    service's).
+//!    service's);
+//! 5. each waiting instance that is ready is frozen (the `freezer`: the cgroup freezer, as
+//!    `docker pause`), so that it costs no CPU while it waits; a lease thaws it.
 //!
 //! Every step reads what it acts on again and is idempotent, so a daemon killed at any point
 //! finishes it on its next start; an instance is made in the transaction that records it as
@@ -276,12 +278,49 @@ impl PoolController {
             }
         }
         self.refresh_hidden().await?;
+        self.freeze_waiting().await?;
         let until_expiry = next_expiry.map_or(LOOK_EVERY, |at| {
             Duration::from_millis(
                 u64::try_from(at.millis() - Timestamp::now().millis()).unwrap_or(0),
             )
         });
         Ok(until_expiry.min(LOOK_EVERY))
+    }
+
+    /// Freezes every waiting instance that is ready (the cgroup freezer): it costs no CPU
+    /// until a lease thaws it. One a lease took meanwhile is left as it is.
+    async fn freeze_waiting(&self) -> Result<(), ReconcileError> {
+        let waiting = self
+            .ctx
+            .store
+            .read(|tx| tx.pool_members(None, &[MemberState::Waiting]))
+            .await?;
+        for member in waiting {
+            let Some(instance) = self.ctx.store.instance_by_id(&member.instance_id) else {
+                continue;
+            };
+            let ready = matches!(instance.state, InstanceState::Running { .. })
+                && instance.desired == Desired::Running
+                && instance.observed_generation >= instance.generation;
+            if !ready || instance.frozen_at.is_some() {
+                continue;
+            }
+            let freezer = self.instances.freezer();
+            match freezer
+                .freeze(&member.instance_id, |i| self.is_hidden(&i.id))
+                .await
+            {
+                Ok(true) => {
+                    tracing::debug!(instance = %member.instance_id, pool = %member.pool, "a waiting pool instance frozen");
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(instance = %member.instance_id, error = %e,
+                        "could not freeze a waiting pool instance");
+                }
+            }
+        }
+        Ok(())
     }
 
     fn retrying(&self, key: &(DomainId, String)) -> bool {

@@ -13,6 +13,7 @@ use super::context::Context;
 use super::copies::CopyController;
 use super::endpoints::{EndpointController, EndpointView};
 use super::engine::EngineHealth;
+use super::freezer::Freezer;
 use super::idle::IdleController;
 use super::instances::InstanceController;
 use super::observe::ObserveController;
@@ -71,12 +72,14 @@ impl Reconciler {
         let views = Arc::new(ViewController::new(ctx.clone()));
         let mut endpoints = None;
         let templates = TemplateController::new(ctx.clone());
+        let freezer = Arc::new(Freezer::new(ctx.clone()));
         let instances = InstanceController::new(
             ctx.clone(),
             templates,
+            freezer.clone(),
             |_| views.clone(),
             |queue| {
-                let made = Arc::new(EndpointController::new(ctx.clone(), queue));
+                let made = Arc::new(EndpointController::new(ctx.clone(), queue, freezer));
                 endpoints = Some(made.clone());
                 made
             },
@@ -87,6 +90,7 @@ impl Reconciler {
             instances.queue().clone(),
             views.clone(),
             endpoints.clone(),
+            instances.freezer().clone(),
         );
         let shutdown = CancellationToken::new();
         let copies = CopyController::new(ctx.clone(), instances.clone(), shutdown.clone());
@@ -545,6 +549,21 @@ impl Reconciler {
             }
             Err(e) => tracing::warn!(error = %e, "could not look at the volumes' holders"),
         }
+    }
+
+    /// Freezes instance `id` (the cgroup freezer, as `docker pause`) when it runs: its
+    /// processes keep their memory and connections but take no CPU until [`Reconciler::thaw`],
+    /// a connection to one of its host endpoints, an exec or a `use` up. True when it is frozen
+    /// now; false, having changed nothing, when it does not run (desired and observed). Its
+    /// view says `frozen` from now on, across daemon restarts (from the engine's paused state).
+    pub async fn freeze(&self, id: &InstanceId) -> Result<bool, ReconcileError> {
+        self.inner.instances.freezer().freeze(id, |_| true).await
+    }
+
+    /// Thaws instance `id` if it is frozen; its idle clocks start again now. True when it was
+    /// frozen. Cheap when it is not (the engine is not asked).
+    pub async fn thaw(&self, id: &InstanceId) -> Result<bool, ReconcileError> {
+        self.inner.instances.freezer().thaw(id, false).await
     }
 
     /// Waits until instance `id` runs, waking it first when idleness stopped it, as a

@@ -151,6 +151,16 @@ impl Berth {
             })
             .await?;
         tracing::info!(instance = %instance.id, key, digest = %instance.spec_digest, "up");
+        // An up is a use: a frozen instance answers again (and its idle clocks restart).
+        let instance = if instance.frozen_at.is_some() {
+            reconciler
+                .thaw(&instance.id)
+                .await
+                .map_err(|e| Error::Runtime(e.to_string()))?;
+            self.store.instance_by_id(&instance.id).unwrap_or(instance)
+        } else {
+            instance
+        };
         // A person's request cuts a back-off short; its alias or worktree key may have changed
         // the domain's network views, so the others are looked at too.
         reconciler.enqueue_now(&instance.id);
@@ -480,6 +490,7 @@ pub(crate) fn next_instance(
                 observed_at: Timestamp::now(),
                 started_at: None,
                 last_reached_at: None,
+                frozen_at: None,
                 volumes: Vec::new(),
                 kept: Vec::new(),
                 restart_count: 0,

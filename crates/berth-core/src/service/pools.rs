@@ -98,6 +98,16 @@ fn held_lease(
         .ok_or_else(|| Error::PoolLeaseNotFound(id.to_string()))
 }
 
+/// Thaws a leased instance (its pool froze it while it waited) before the lease is answered,
+/// so the first connection finds it running.
+async fn thaw(reconciler: &Reconciler, id: &crate::ids::InstanceId) -> Result<(), Error> {
+    reconciler
+        .thaw(id)
+        .await
+        .map(|_| ())
+        .map_err(|e| Error::Runtime(format!("the leased instance could not be thawed: {e}")))
+}
+
 fn ttl_ms(ttl: Duration) -> i64 {
     i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)
 }
@@ -311,6 +321,7 @@ impl Berth {
             .await?;
         tracing::info!(lease = %lease.id, pool, instance = %lease.instance_id, "lease");
         reconciler.refresh_pool_instances().await?;
+        thaw(&reconciler, &lease.instance_id).await?;
         reconciler.poke_pools();
         self.lease_view(&reconciler, lease).await
     }
@@ -460,6 +471,8 @@ impl Berth {
                 Ok(Some((lease, old)))
             })
             .await?;
+        reconciler.refresh_pool_instances().await?;
+        thaw(&reconciler, &lease.instance_id).await?;
         reconciler.move_endpoints(&old, &lease.instance_id).await?;
         tracing::info!(lease = %lease.id, from = %old, to = %lease.instance_id, "lease reset");
         reconciler.refresh_pool_instances().await?;

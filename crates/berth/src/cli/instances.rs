@@ -335,6 +335,7 @@ pub async fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
         .map(|(i, (eps, held))| {
             let note = crate::ui::engine_note(i)
                 .into_iter()
+                .chain(crate::ui::frozen_note(i))
                 .chain(std::iter::once(detail_note(i)))
                 .chain(held.iter().cloned())
                 .filter(|n| !n.is_empty())

@@ -16,7 +16,7 @@ pub const DEFAULT_MEMORY_BYTES: i64 = 512 * 1024 * 1024;
 pub const DEFAULT_IDLE_STOP_SECONDS: i64 = 3600;
 
 /// Every field an instance table may have.
-pub const FIELDS: [&str; 15] = [
+pub const FIELDS: [&str; 16] = [
     "image",
     "scope",
     "alias",
@@ -28,6 +28,7 @@ pub const FIELDS: [&str; 15] = [
     "cpu",
     "memory",
     "idle-stop",
+    "idle-freeze",
     "connect",
     "branch-from",
     "template",
@@ -82,6 +83,9 @@ pub struct InstanceDef {
     pub cpu_millicores: i64,
     pub memory_bytes: i64,
     pub idle_stop_seconds: i64,
+    /// `idle-freeze`: unreached this long, the instance is frozen (the cgroup freezer) until a
+    /// connection, an exec or an up; `None`: never frozen.
+    pub idle_freeze_seconds: Option<i64>,
     /// Variable name to template, in file order.
     pub connect: Vec<(String, String)>,
     /// Where a new worktree's instance takes its data from: the git branch of another worktree,
@@ -107,7 +111,7 @@ impl InstanceDef {
             .iter()
             .map(|(name, path)| json!({"name": name, "mountPath": path}))
             .collect();
-        json!({
+        let mut spec = json!({
             "alias": self.alias,
             "worktreeKey": match self.scope {
                 Scope::Worktree => worktree_key.map(Value::from).unwrap_or(Value::Null),
@@ -120,7 +124,12 @@ impl InstanceDef {
             "limits": {"cpuMillicores": self.cpu_millicores, "memoryBytes": self.memory_bytes},
             "ready": ready,
             "idleStopAfterSeconds": self.idle_stop_seconds,
-        })
+        });
+        // Sent only when asked for: a spec without it keeps its specDigest.
+        if let Some(seconds) = self.idle_freeze_seconds {
+            spec["idleFreezeAfterSeconds"] = json!(seconds);
+        }
+        spec
     }
 
     /// The tcp port of the ready check, if it is one.
@@ -199,6 +208,7 @@ pub(super) fn field_of_place(place: &str) -> Option<String> {
         ("limits.memoryBytes", "memory"),
         ("ready", "ready"),
         ("idleStopAfterSeconds", "idle-stop"),
+        ("idleFreezeAfterSeconds", "idle-freeze"),
     ]
     .iter()
     .find(|(spec, _)| {
@@ -229,6 +239,7 @@ mod tests {
             cpu_millicores: DEFAULT_CPU_MILLICORES,
             memory_bytes: DEFAULT_MEMORY_BYTES,
             idle_stop_seconds: DEFAULT_IDLE_STOP_SECONDS,
+            idle_freeze_seconds: None,
             connect: connect
                 .iter()
                 .map(|(n, t)| (n.to_string(), t.to_string()))

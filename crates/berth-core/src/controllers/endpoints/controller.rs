@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 
 use super::super::context::{Context, InstanceQueue};
+use super::super::freezer::Freezer;
 pub use berth_api::instances::EndpointView;
 
 use crate::ids::InstanceId;
@@ -76,16 +77,19 @@ pub(crate) struct EndpointController {
     ctx: Arc<Context>,
     /// A connection that wakes an instance asks for it to be reconciled.
     queue: InstanceQueue,
+    /// A connection to a frozen instance thaws it.
+    freezer: Arc<Freezer>,
     state: Arc<EndpointState>,
 }
 
 impl EndpointController {
     /// A controller with no endpoint open yet ([`EndpointController::open_stored_endpoints`]
     /// opens the stored ones).
-    pub(crate) fn new(ctx: Arc<Context>, queue: InstanceQueue) -> Self {
+    pub(crate) fn new(ctx: Arc<Context>, queue: InstanceQueue, freezer: Arc<Freezer>) -> Self {
         Self {
             ctx,
             queue,
+            freezer,
             state: Arc::default(),
         }
     }
@@ -395,7 +399,13 @@ impl EndpointController {
         client: TcpStream,
         _ticket: super::admission::Ticket,
     ) {
+        // Counted as reach before the thaw: a freeze decided on before it checks for reach under
+        // the same lock as the thaw, so it either sees this connection or is undone by it.
         let _reach = ReachGuard::new(self, &id);
+        if let Err(e) = self.freezer.thaw(&id, false).await {
+            tracing::warn!(instance = %id, error = %e, "a connection could not thaw the instance");
+            return;
+        }
         let Some(upstream) = self.upstream(&id, port).await else {
             // Closed promptly: nothing is left hanging.
             return;
