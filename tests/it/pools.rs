@@ -1,5 +1,5 @@
 //! Pools and leases end to end with the postgres fixture (docs/pools.md): a pool keeps its
-//! size of instances made from a template ready; a lease hands one out with a host endpoint
+//! size of instances made from a template ready and frozen; a lease hands one out with a host endpoint
 //! psql connects to at once; a reset gives the same endpoint fresh data; a release removes the
 //! instance and its layer and the pool refills; a lease not renewed is released; an empty pool
 //! waits or answers at once; a lease is its key's; a daemon killed mid-refill or mid-reset
@@ -100,6 +100,23 @@ fn domain_objects(kind: &str, domain: &str) -> Vec<String> {
         .collect()
 }
 
+/// The domain's paused (frozen) containers.
+fn paused(domain: &str) -> Vec<String> {
+    docker(&[
+        "ps",
+        "--filter",
+        "status=paused",
+        "--filter",
+        &format!("label=berth.domain={domain}"),
+        "--format",
+        "{{.Names}}",
+    ])
+    .lines()
+    .filter(|l| !l.trim().is_empty())
+    .map(str::to_owned)
+    .collect()
+}
+
 fn instance_keys(api: &Client, domain: &str) -> Vec<String> {
     api.get(&format!("/v1/resource-domains/{domain}/instances"))
         .expect(200)["items"]
@@ -174,6 +191,12 @@ fn a_lease_hands_out_a_ready_instance_a_reset_gives_its_endpoint_fresh_data_and_
         .get(&format!("/v1/resource-domains/{domain}/pools/pg"))
         .expect(200);
     assert_eq!(view["leased"], 1, "{view}");
+    // The leased instance runs; the pool's waiting ones, refilled to its size, are frozen once
+    // ready (paused: the cgroup freezer), costing no CPU while they wait.
+    assert!(first["instance"]["frozen"].is_null(), "{first}");
+    wait_until(READY, "the pool's two waiting instances are frozen", || {
+        paused(&domain).len() == 2
+    });
 
     // A reset: the same host port, a fresh instance, the data gone.
     let id = first["leaseId"].as_str().unwrap().to_owned();

@@ -293,8 +293,8 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
         format!(
             "A full pool of {SIZE} waiting, over {} s: its instances used {}% of one core \
              together, the daemon {}; each waiting instance used {} of memory (the cgroup's \
-             usage, median of the {}). The instances are started and ready while they wait, \
-             not frozen yet.",
+             usage, median of the {}). The pool freezes each waiting instance once it is \
+             ready (the cgroup freezer).",
             IDLE_WINDOW.as_secs(),
             number(instances_share),
             daemon_share.map_or_else(
