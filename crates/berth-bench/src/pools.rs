@@ -238,7 +238,7 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
     let gb = |bytes: f64| format!("{} MB", number(bytes / 1e6));
     let notes = vec![
         format!(
-            "The pools: {SIZE} instances each of the Postgres fixture (tcp ready check on 5432), \
+            "The pools: {SIZE} instances each of the Postgres fixture (`pg_isready` ready check), \
              made from a snapshot of {} and one of {} of rows (as the layers figure's sources), \
              each instance an overlay on the snapshot's layer. A sample is timed from the lease's \
              request to psql's answer to `SELECT 1` through the lease's host endpoint, psql \
@@ -261,8 +261,8 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
             number(median(&lease_ms[1])),
             number(quantile(&lease_ms[1], 0.99)),
         ),
-        "berth-template-fresh: `up` with `template: true` of a new key, until psql's answer \
-         through its host endpoint, then archived (not timed). testcontainers-fresh: the \
+        "berth-template-fresh: `up` with `template: true` of a new key (the same spec), until \
+         psql's answer through its host endpoint, then archived (not timed). testcontainers-fresh: the \
          postgres figure's testcontainers way on a fresh volume with berth's limits, timed to \
          its `start()` returning (its own ready: the server's ready line), without a query: \
          the ratio against it is, if anything, kind to testcontainers."
@@ -323,7 +323,9 @@ async fn make_pool(ctx: &Ctx, image: &str, name: &str, source: &Source) -> anyho
             &ctx.domain,
             &PoolRequest {
                 name: name.to_owned(),
-                spec: pg_spec(image, name, true),
+                // Ready when `pg_isready` says so: a Postgres takes TCP connections before it
+                // takes queries ("the database system is starting up").
+                spec: pg_spec(image, name, false),
                 from: PoolSource {
                     template: None,
                     snapshot_id: Some(source.snapshot.clone()),
@@ -381,8 +383,19 @@ fn port_of(lease: &PoolLeaseView) -> anyhow::Result<u16> {
         .ok_or_else(|| anyhow!("the lease has no endpoint for 5432: {lease:?}"))
 }
 
+/// `SELECT 1` through `port` until it is answered: a server still starting up is asked again
+/// (as a test's connection pool would), for at most 10 s.
 async fn query(port: u16) -> anyhow::Result<()> {
-    let answer = query_sql(port, "SELECT 1").await?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let answer = loop {
+        match query_sql(port, "SELECT 1").await {
+            Ok(answer) => break answer,
+            Err(e) if e.to_string().contains("starting up") && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    };
     if answer != "1" {
         bail!("psql answered {answer:?} to SELECT 1");
     }
@@ -411,7 +424,7 @@ async fn query_sql(port: u16, sql: &str) -> anyhow::Result<String> {
 /// berth's fresh start from a template: `up` of a new key until psql answers through its host
 /// endpoint; archived after (not timed).
 async fn template_once(ctx: &Ctx, image: &str, key: &str) -> anyhow::Result<f64> {
-    let spec = pg_spec(image, key, true);
+    let spec = pg_spec(image, key, false);
     let start = Instant::now();
     ctx.api.up_from_template(&ctx.domain, key, &spec).await?;
     ctx.api
