@@ -54,6 +54,7 @@ fn fill(path: &str, domain: &str) -> String {
         .replace("{templateId}", "0123456789ab")
         .replace("{workspaceId}", "ide-1")
         .replace("{leaseId}", "lea:00000000-0000-4000-8000-000000000003")
+        .replace("{name}", "pg")
 }
 
 #[test]

@@ -559,6 +559,10 @@ fn project_file_errors_name_their_line_and_field_and_create_nothing() {
             "berth.toml:4: instances.db.memory must be a size",
         ),
         (
+            format!("[instances.db]\nimage = \"{image}\"\nready = {{ tcp = 8080 }}\npool = 0\n"),
+            "berth.toml:4: instances.db.pool must be a whole number from 1 to 32",
+        ),
+        (
             format!(
                 "[instances.db]\nimage = \"{image}\"\nready = {{ tcp = 8080 }}\nprivileged = true\n"
             ),
@@ -1431,6 +1435,73 @@ fn template_true_in_berth_toml_starts_each_worktree_on_one_template_that_templat
             .len(),
         1
     );
+}
+
+#[test]
+fn berth_lease_prints_what_env_prints_for_a_pools_instance_and_resets_and_releases_it() {
+    let daemon = Daemon::start();
+    let toml = two_instances().replace("idle-stop = \"30m\"\n", "idle-stop = \"30m\"\npool = 1\n");
+    assert!(toml.contains("pool = 1"));
+    let repo = repo(&toml);
+    // The pool is made on first use, and the lease waits for its instance.
+    let taken = berth(&daemon, &repo.main, &["lease", "db", "--json"])
+        .ok()
+        .json();
+    let url = taken["DATABASE_URL"]
+        .as_str()
+        .expect("DATABASE_URL")
+        .to_owned();
+    let port: u16 = url
+        .strip_prefix("http://127.0.0.1:")
+        .and_then(|rest| rest.strip_suffix("/db"))
+        .and_then(|port| port.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {url}"));
+    let lease = taken["BERTH_LEASE"]
+        .as_str()
+        .expect("BERTH_LEASE")
+        .to_owned();
+    assert!(lease.starts_with("pls:"), "{taken}");
+    assert_eq!(taken["lease"]["leaseId"], lease.as_str());
+    std::net::TcpStream::connect(("127.0.0.1", port)).expect("the lease's endpoint answers");
+    // Shell lines, as `berth env` prints them.
+    let again = berth(&daemon, &repo.main, &["lease", "db", "--reset", &lease]).ok();
+    assert!(
+        again
+            .stdout
+            .lines()
+            .any(|l| l == format!("export DATABASE_URL='{url}'")),
+        "{again:?}"
+    );
+    assert!(
+        again
+            .stdout
+            .lines()
+            .any(|l| l == format!("export BERTH_LEASE='{lease}'")),
+        "{again:?}"
+    );
+    berth(&daemon, &repo.main, &["lease", "db", "--release", &lease]).ok();
+    let gone = berth(&daemon, &repo.main, &["lease", "db", "--release", &lease]);
+    assert_eq!(gone.code, 1, "{gone:?}");
+    // An instance without a pool is named with what to add.
+    let none = berth(&daemon, &repo.main, &["lease", "web"]);
+    assert_eq!(none.code, 1, "{none:?}");
+    assert!(none.stderr.contains("pool = N"), "{none:?}");
+    // The daemon's leftovers go with the pool.
+    let domain = berth(&daemon, &repo.main, &["domains", "--json"])
+        .ok()
+        .json()[0]["resourceDomainId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    daemon
+        .client()
+        .raw(
+            "DELETE",
+            &format!("/v1/resource-domains/{domain}/pools/db"),
+            None,
+            &[],
+        )
+        .expect(204);
 }
 
 /// The host port `berth env --json` puts into db's DATABASE_URL.

@@ -1,5 +1,6 @@
 //! Identifiers: `rin:<uuid>` for instances, `rdm:<uuid>` for resource domains, `snp:<uuid>`
-//! for snapshots and `cpy:<uuid>` for copy operations.
+//! for snapshots, `cpy:<uuid>` for copy operations and `pls:<uuid>` for a pool's leases
+//! (a workspace's leases are `lea:`: the two are never confused).
 
 use std::fmt;
 
@@ -81,6 +82,13 @@ prefixed_id!(
     CopyId,
     "cpy:",
     "a copy id"
+);
+
+prefixed_id!(
+    /// A pool lease's id: one instance of a pool, held by the service key that took it.
+    PoolLeaseId,
+    "pls:",
+    "a pool lease id"
 );
 
 #[cfg(test)]

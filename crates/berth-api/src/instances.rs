@@ -207,6 +207,20 @@ pub struct InstanceView {
     /// has told of it; absent for a shared instance and for a key no CLI told of.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worktree: Option<Box<crate::worktrees::WorktreeView>>,
+    /// Present while the instance is frozen (its processes held by the cgroup freezer, after
+    /// `idleFreezeAfterSeconds` unreached): `state` stays `running`, and a connection to one of
+    /// its host endpoints, an exec or a `use` up thaws it. Absent while it is not frozen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frozen: Option<Frozen>,
+}
+
+/// A running instance whose processes are frozen: since when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Frozen {
+    /// When berth froze it (or found it frozen, after a restart).
+    pub since: Timestamp,
 }
 
 /// The daemon's container engine does not answer: since when, and why.

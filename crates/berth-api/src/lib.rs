@@ -32,6 +32,7 @@ pub mod ids;
 pub mod image;
 pub mod instances;
 pub mod page;
+pub mod pools;
 pub mod preflight;
 pub mod releases;
 pub mod rollouts;

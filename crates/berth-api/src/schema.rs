@@ -65,7 +65,8 @@ fn arguments(min: usize, description: &str) -> Value {
 pub fn spec_schema() -> Value {
     json!({
         "type": "object",
-        "description": "What an instance runs. Every field is required; no other key is allowed. \
+        "description": "What an instance runs. Every field is required but berth's own \
+            idleFreezeAfterSeconds; no other key is allowed. \
             Fields that would weaken isolation (privileged, capAdd, binds, hostNetwork, devices, \
             pid, securityOpt and the like) are refused by name with ResourceInstanceSpecRefusedError.",
         "additionalProperties": false,
@@ -176,6 +177,12 @@ pub fn spec_schema() -> Value {
                 "description": "Seconds with no live linked executor reaching it before it is stopped.",
                 "minimum": 1,
                 "maximum": MAX_IDLE_SECONDS
+            },
+            "idleFreezeAfterSeconds": {
+                "type": ["integer", "null"],
+                "description": "berth's own field, optional: seconds unreached before the instance's processes are frozen (the cgroup freezer); a connection to its host endpoint, an exec or a use up thaws it. Absent or null: never frozen. Left out of the canonical JSON when absent.",
+                "minimum": 1,
+                "maximum": MAX_IDLE_SECONDS
             }
         },
         "example": example_spec()
@@ -224,7 +231,12 @@ mod tests {
             .iter()
             .map(|v| v.as_str().unwrap())
             .collect();
-        assert_eq!(properties.len(), required.len());
+        // Every property is required but berth's own optional one.
+        assert_eq!(properties.len(), required.len() + 1);
+        assert!(!required.contains(&"idleFreezeAfterSeconds"));
+        let mut optional = example_spec();
+        optional["idleFreezeAfterSeconds"] = json!(60);
+        decode_spec(&optional).expect("the optional field decodes");
         for field in &required {
             // Without the field, the decoder says it is missing.
             let mut spec = example_spec();

@@ -163,6 +163,11 @@ pub struct SpecOf<I> {
     pub ready: Ready,
     /// Seconds with no live linked executor reaching it before it is stopped.
     pub idle_stop_after_seconds: i64,
+    /// Seconds unreached before its processes are frozen (the cgroup freezer): berth's own
+    /// field, beside the contract's. Absent: never frozen. Left out of the canonical JSON when
+    /// absent, so a spec without it keeps the `specDigest` it had.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_freeze_after_seconds: Option<i64>,
 }
 
 /// What an instance runs, as decoded from a request (by [`decode_spec`], never by serde: see
@@ -328,6 +333,12 @@ fn decode_fields(input: &Value, p: &mut Problems) -> Option<Spec> {
     let idle = fields
         .required(p, "idleStopAfterSeconds")
         .and_then(|v| p.integer(v, "spec.idleStopAfterSeconds", 1, MAX_IDLE_SECONDS));
+    let freeze = match fields.optional("idleFreezeAfterSeconds") {
+        None | Some(Value::Null) => Some(None),
+        Some(v) => p
+            .integer(v, "spec.idleFreezeAfterSeconds", 1, MAX_IDLE_SECONDS)
+            .map(Some),
+    };
     fields.finish(p);
     Some(Spec {
         alias: alias?,
@@ -339,6 +350,7 @@ fn decode_fields(input: &Value, p: &mut Problems) -> Option<Spec> {
         limits: limits?,
         ready: ready?,
         idle_stop_after_seconds: idle?,
+        idle_freeze_after_seconds: freeze?,
     })
 }
 

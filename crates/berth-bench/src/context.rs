@@ -24,6 +24,8 @@ pub struct Ctx {
     pub image: String,
     /// The resource domain every benchmark instance lives in.
     pub domain: DomainId,
+    /// The daemon's process id, when the launcher knows it (the pool figure reads its CPU).
+    pub daemon_pid: Option<u32>,
     /// The daemon's binary (the idle figure starts one of its own).
     pub berth_bin: PathBuf,
     /// The echo fixture image, if it is known.

@@ -40,11 +40,11 @@ const SAMPLE_TIMEOUT: Duration = Duration::from_secs(600);
 const POLL: Duration = Duration::from_millis(50);
 
 /// One size's source: its instance, snapshot, data volume and size.
-struct Source {
-    key: String,
-    snapshot: SnapshotId,
+pub(crate) struct Source {
+    pub(crate) key: String,
+    pub(crate) snapshot: SnapshotId,
     volume: String,
-    bytes: Option<u64>,
+    pub(crate) bytes: Option<u64>,
 }
 
 pub async fn run(ctx: &Ctx, image: &str, samples: usize, sizes: Sizes) -> anyhow::Result<Figure> {
@@ -173,7 +173,7 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize, sizes: Sizes) -> anyhow
 
 /// An instance of `key` filled with `rows` rows and checkpointed, and its snapshot (none of it
 /// timed).
-async fn source(ctx: &Ctx, image: &str, key: &str, rows: u32) -> anyhow::Result<Source> {
+pub(crate) async fn source(ctx: &Ctx, image: &str, key: &str, rows: u32) -> anyhow::Result<Source> {
     ctx.api
         .up(&ctx.domain, key, &pg_spec(image, key, true))
         .await?;

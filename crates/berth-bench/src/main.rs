@@ -32,6 +32,7 @@ mod layers;
 mod load;
 mod many;
 mod observe;
+mod pools;
 mod postgres;
 mod progress;
 mod proxy;
@@ -182,6 +183,11 @@ enum FigureKind {
     /// snapshot and a branch make.
     #[value(alias = "volume_create_with_holder")]
     Holders,
+    /// A lease on a pool of 4 Postgres (100 MB and 1 GB) until a query answers through its
+    /// endpoint, against a fresh start from a template and testcontainers'; a reset; 200 leases
+    /// by 4 clients; a waiting pool's CPU and memory.
+    #[value(alias = "pool_lease_to_query")]
+    Pool,
 }
 
 impl FigureKind {
@@ -207,6 +213,7 @@ impl FigureKind {
             FigureKind::Interrupt => "interrupt",
             FigureKind::Observe => "observe",
             FigureKind::Holders => "holders",
+            FigureKind::Pool => "pool",
         }
     }
 }
@@ -336,6 +343,10 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
             }
             FigureKind::Observe => observe::run(ctx).await,
             FigureKind::Holders => holders::run(ctx, args.samples.map_or(30, |n| n as usize)).await,
+            FigureKind::Pool => {
+                let image = postgres_image(ctx)?;
+                pools::run(ctx, image, args.samples.map_or(10, |n| n as usize)).await
+            }
         }
         .with_context(|| format!("measuring {}", kind.key()))?;
         if let Some(note) = load_note(load_before, report::load_average()) {
@@ -403,6 +414,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             prefix: prefix.clone(),
             image,
             domain,
+            daemon_pid: daemon.try_pid(),
             berth_bin: berth_bin.clone(),
             echo_image: args.echo_image.clone().filter(|i| !i.is_empty()),
             postgres_image: args.postgres_image.clone().filter(|i| !i.is_empty()),

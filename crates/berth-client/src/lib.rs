@@ -37,6 +37,7 @@ mod domains;
 mod error;
 mod exec;
 mod instances;
+mod pools;
 mod rollouts;
 mod snapshots;
 pub mod sse;

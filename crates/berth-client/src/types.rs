@@ -21,7 +21,7 @@ pub use berth_api::domains::{
 pub use berth_api::errors::ErrorBody;
 pub use berth_api::evidence::{ImageEvidence, MismatchReason, VerificationStatus};
 pub use berth_api::exec::{ExecFrame, ExecResult, TtyFrame};
-pub use berth_api::ids::{CopyId, DomainId, InstanceId, SnapshotId};
+pub use berth_api::ids::{CopyId, DomainId, InstanceId, PoolLeaseId, SnapshotId};
 pub use berth_api::instances::{
     ArchiveInstanceResponse, ArchivedVolume, Desired, EndpointList, EndpointView, InstanceChange,
     InstanceList, InstanceState, InstanceView, InstanceVolume, KeptVolume, StopReason, StopRequest,
@@ -30,6 +30,9 @@ pub use berth_api::instances::{
 pub use berth_api::page::{
     ConnectString, DomainSummary, ImageSummary, InstanceSummary, InstanceVolumeUsage, LastFailure,
     Session, SessionRequest, VolumeSize, VolumeUsage,
+};
+pub use berth_api::pools::{
+    PoolLeaseList, PoolLeaseRequest, PoolLeaseView, PoolList, PoolRequest, PoolSource, PoolView,
 };
 pub use berth_api::preflight::{
     PreflightAlias, PreflightCheck, PreflightContainer, PreflightEndpoint, PreflightImage,

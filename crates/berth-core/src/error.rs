@@ -243,6 +243,27 @@ pub enum Error {
         /// What stands on it, comma-separated.
         users: String,
     },
+    /// No pool of that name in the domain (or it is being deleted).
+    #[error("no pool {0} in this domain; `GET .../pools` lists them")]
+    PoolNotFound(String),
+    /// The domain has a pool of that name already.
+    #[error("the domain has a pool {0} already; delete it first or choose another name")]
+    PoolExists(String),
+    /// The pool has no ready instance and the lease asked not to wait, or waited its longest.
+    #[error(
+        "the pool {pool} has no ready instance {what}; take the lease again, or with \
+         \"wait\": true to wait for the next one"
+    )]
+    PoolEmpty {
+        /// The pool.
+        pool: String,
+        /// `now` or how long the lease waited.
+        what: String,
+    },
+    /// No lease of that id in the domain that the caller's key holds: another key's lease is
+    /// not found either, so nothing says it exists.
+    #[error("no lease {0} held by this key in this domain; it may have been released or expired")]
+    PoolLeaseNotFound(String),
     /// This daemon runs no container runtime.
     #[error("resources run on Docker; this berth runs {runtime}")]
     RuntimeUnsupported {

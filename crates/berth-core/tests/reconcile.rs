@@ -269,6 +269,9 @@ impl Runtime for Fake {
     async fn stop_container(&self, id: &str, _: Duration) -> Result<(), RuntimeError> {
         let mut w = self.world();
         w.calls.push(format!("stop {id}"));
+        if w.containers.get(id).is_some_and(|c| c.paused) {
+            w.calls.push(format!("stop of a paused {id}"));
+        }
         if let Some(c) = w.containers.get_mut(id) {
             c.running = false;
             c.finished_at = Some("2026-11-29T10:00:05Z".into());
@@ -322,12 +325,18 @@ impl Runtime for Fake {
         let mut w = self.world();
         w.calls.push(format!("pause {id}"));
         w.paused.push(id.to_owned());
+        if let Some(c) = w.containers.values_mut().find(|c| c.id == id) {
+            c.paused = c.running;
+        }
         Ok(())
     }
     async fn unpause_container(&self, id: &str) -> Result<(), RuntimeError> {
         let mut w = self.world();
         w.calls.push(format!("unpause {id}"));
         w.paused.retain(|p| p != id);
+        if let Some(c) = w.containers.values_mut().find(|c| c.id == id) {
+            c.paused = false;
+        }
         Ok(())
     }
     async fn volume_labels(&self, name: &str) -> Result<Option<Labels>, RuntimeError> {
@@ -2405,4 +2414,168 @@ async fn an_instance_whose_volume_was_removed_outside_berth_fails_naming_it_and_
     converge(&s, &id).await;
     assert!(matches!(state(&s, "db"), InstanceState::Failed { .. }));
     assert!(!s.fake.world().volumes.contains_key(&volume));
+}
+
+fn freezing_spec() -> serde_json::Value {
+    let mut spec = spec();
+    spec["idleFreezeAfterSeconds"] = json!(30);
+    spec["idleStopAfterSeconds"] = json!(120);
+    spec
+}
+
+async fn running_frozen_candidate(s: &Setup) -> InstanceId {
+    s.fake.world().ready = true;
+    let view = s
+        .berth
+        .up("owner", &s.domain, "db", &freezing_spec(), UpCause::Use)
+        .await
+        .unwrap();
+    assert_eq!(converge(s, &view.resource_instance_id).await, Next::Done);
+    assert!(matches!(state(s, "db"), InstanceState::Running { .. }));
+    view.resource_instance_id
+}
+
+fn paused(s: &Setup) -> bool {
+    s.fake.world().containers.values().any(|c| c.paused)
+}
+
+/// An instance unreached for `idleFreezeAfterSeconds` is frozen (its view says so, its state
+/// stays running), and stopped later, after `idleStopAfterSeconds`, as before: thawed first,
+/// never stopped while paused.
+#[tokio::test]
+async fn an_idle_instance_is_frozen_then_stopped_thawed_first() {
+    let s = setup().await;
+    let id = running_frozen_candidate(&s).await;
+    let now = berth_core::time::Timestamp::now();
+    s.reconciler
+        .idle_tick(now.plus(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert!(!paused(&s), "not yet idle for 30 s");
+    s.reconciler
+        .idle_tick(now.plus(Duration::from_secs(31)))
+        .await
+        .unwrap();
+    assert!(paused(&s), "frozen once idle for 30 s");
+    let view = s.berth.get("owner", &s.domain, "db").unwrap();
+    assert!(view.frozen.is_some(), "the view says frozen");
+    assert!(matches!(view.state, InstanceState::Running { .. }));
+    // A reconcile (a resync) leaves a frozen instance frozen: it is neither probed nor failed.
+    s.fake.world().ready = false;
+    assert_eq!(converge(&s, &id).await, Next::Done);
+    assert!(paused(&s));
+    assert!(matches!(state(&s, "db"), InstanceState::Running { .. }));
+    s.reconciler
+        .idle_tick(now.plus(Duration::from_secs(121)))
+        .await
+        .unwrap();
+    converge(&s, &id).await;
+    let view = s.berth.get("owner", &s.domain, "db").unwrap();
+    assert!(matches!(view.state, InstanceState::Stopped { .. }));
+    assert!(view.frozen.is_none());
+    let w = s.fake.world();
+    assert!(!w.containers.values().any(|c| c.paused || c.running));
+    assert!(
+        !w.calls.iter().any(|c| c.starts_with("stop of a paused")),
+        "{:?}",
+        w.calls
+    );
+}
+
+/// A daemon that restarts (or was killed between a pause and its record) finds a frozen
+/// instance from the engine's paused state: frozen, not failed, not probed again.
+#[tokio::test]
+async fn a_paused_container_is_found_frozen_not_failed() {
+    let s = setup().await;
+    let id = running_frozen_candidate(&s).await;
+    let container = s
+        .fake
+        .world()
+        .containers
+        .values()
+        .next()
+        .unwrap()
+        .id
+        .clone();
+    s.fake.pause_container(&container).await.unwrap();
+    s.fake.world().ready = false;
+    s.fake.world().calls.clear();
+    assert_eq!(converge(&s, &id).await, Next::Done);
+    let view = s.berth.get("owner", &s.domain, "db").unwrap();
+    assert!(view.frozen.is_some(), "found frozen");
+    assert!(matches!(view.state, InstanceState::Running { .. }));
+    let w = s.fake.world();
+    assert!(
+        !w.calls
+            .iter()
+            .any(|c| c.starts_with("stop") || c.starts_with("start") || c.starts_with("unpause")),
+        "{:?}",
+        w.calls
+    );
+}
+
+/// A thaw (a connection, an exec, an up) unpauses it and restarts its idle clocks: the next
+/// tick does not freeze it again at once. An up of a frozen instance thaws it.
+#[tokio::test]
+async fn a_thaw_unpauses_and_restarts_the_idle_clock() {
+    let s = setup().await;
+    let id = running_frozen_candidate(&s).await;
+    assert!(s.reconciler.freeze(&id).await.unwrap());
+    assert!(paused(&s));
+    assert!(s.reconciler.thaw(&id).await.unwrap());
+    assert!(!paused(&s));
+    let view = s.berth.get("owner", &s.domain, "db").unwrap();
+    assert!(view.frozen.is_none());
+    assert!(view.last_reached_at.is_some());
+    s.reconciler
+        .idle_tick(berth_core::time::Timestamp::now().plus(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert!(!paused(&s), "the thaw counts as reach");
+    assert!(!s.reconciler.thaw(&id).await.unwrap(), "nothing to thaw");
+
+    assert!(s.reconciler.freeze(&id).await.unwrap());
+    let view = s
+        .berth
+        .up("owner", &s.domain, "db", &freezing_spec(), UpCause::Use)
+        .await
+        .unwrap();
+    assert!(view.frozen.is_none(), "an up thaws it");
+    assert!(!paused(&s));
+}
+
+/// A frozen instance whose desired state changes is not left frozen: a person's stop thaws it
+/// before the stop, and a change that replaces its container thaws it before the replacement.
+#[tokio::test]
+async fn a_frozen_instance_whose_desire_changes_is_thawed_first() {
+    let s = setup().await;
+    let id = running_frozen_candidate(&s).await;
+    assert!(s.reconciler.freeze(&id).await.unwrap());
+    let mut changed = freezing_spec();
+    changed["env"] = json!({"CHANGED": "1"});
+    s.berth
+        .up("owner", &s.domain, "db", &changed, UpCause::Person)
+        .await
+        .unwrap();
+    converge(&s, &id).await;
+    assert!(!paused(&s));
+    assert!(s.reconciler.freeze(&id).await.unwrap());
+    s.berth
+        .stop("owner", &s.domain, "db", "someone".into())
+        .await
+        .unwrap();
+    converge(&s, &id).await;
+    let view = s.berth.get("owner", &s.domain, "db").unwrap();
+    assert!(matches!(view.state, InstanceState::Stopped { .. }));
+    assert!(view.frozen.is_none());
+    assert!(
+        !s.reconciler.freeze(&id).await.unwrap(),
+        "a stopped instance is not frozen"
+    );
+    let w = s.fake.world();
+    assert!(
+        !w.calls.iter().any(|c| c.starts_with("stop of a paused")),
+        "{:?}",
+        w.calls
+    );
 }

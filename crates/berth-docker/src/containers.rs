@@ -231,6 +231,7 @@ pub(crate) fn facts_from_inspect(found: ContainerInspectResponse) -> ContainerFa
     let state = found.state.unwrap_or_default();
     let networks = found.network_settings.and_then(|n| n.networks);
     let running = state.running.unwrap_or(false);
+    let paused = running && state.paused.unwrap_or(false);
     let started_at = real_time(state.started_at);
     let finished_at = real_time(state.finished_at);
     let exit_code = if !running && finished_at.is_some() {
@@ -248,6 +249,7 @@ pub(crate) fn facts_from_inspect(found: ContainerInspectResponse) -> ContainerFa
             .unwrap_or_default(),
         labels: config.labels.unwrap_or_default().into_iter().collect(),
         running,
+        paused,
         exit_code,
         started_at,
         finished_at,
@@ -316,7 +318,12 @@ fn facts_from_summary(summary: ContainerSummary) -> ContainerFacts {
             .map(|n| n.trim_start_matches('/').to_owned())
             .unwrap_or_default(),
         labels: summary.labels.unwrap_or_default().into_iter().collect(),
-        running: summary.state == Some(ContainerSummaryStateEnum::RUNNING),
+        // A paused container's process runs, frozen.
+        running: matches!(
+            summary.state,
+            Some(ContainerSummaryStateEnum::RUNNING | ContainerSummaryStateEnum::PAUSED)
+        ),
+        paused: summary.state == Some(ContainerSummaryStateEnum::PAUSED),
         exit_code: None,
         started_at: None,
         finished_at: None,

@@ -19,6 +19,7 @@ pub mod model;
 pub mod names;
 pub mod ownership;
 pub mod plan;
+pub mod pools;
 pub mod rollouts;
 pub mod runtime;
 pub mod snapshots;

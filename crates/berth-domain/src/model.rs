@@ -7,7 +7,7 @@ pub use berth_api::daemon::{
 };
 pub use berth_api::domains::{DomainState, DomainView};
 pub use berth_api::instances::{
-    ArchivedVolume, Desired, InstanceChange, InstanceState, InstanceView, InstanceVolume,
+    ArchivedVolume, Desired, Frozen, InstanceChange, InstanceState, InstanceView, InstanceVolume,
     KeptVolume, StopReason,
 };
 pub use berth_api::releases::{
@@ -73,6 +73,8 @@ pub struct Instance {
     pub started_at: Option<Timestamp>,
     /// When a live executor last reached it.
     pub last_reached_at: Option<Timestamp>,
+    /// Observed: since when its running container is frozen (paused), while it is.
+    pub frozen_at: Option<Timestamp>,
     /// The Docker volumes it mounts.
     pub volumes: Vec<InstanceVolume>,
     /// Every volume it has had, one per name: those it mounts and those a spec change
@@ -120,6 +122,7 @@ impl Instance {
             volumes: self.volumes.clone(),
             engine: None,
             worktree: None,
+            frozen: self.frozen_at.map(|since| Frozen { since }),
         }
     }
 }

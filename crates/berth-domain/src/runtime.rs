@@ -302,8 +302,10 @@ pub struct ContainerFacts {
     pub name: String,
     /// Its labels.
     pub labels: Labels,
-    /// Whether its process is running.
+    /// Whether its process is running (a paused one runs, frozen).
     pub running: bool,
+    /// Whether its processes are frozen by the cgroup freezer (`docker pause`).
+    pub paused: bool,
     /// The exit code of its last run, when it ran and ended.
     pub exit_code: Option<i64>,
     /// When it last started (RFC 3339), when it has.

@@ -27,6 +27,7 @@ pub fn db_instance(domain_id: &DomainId) -> Instance {
         observed_at: Timestamp::from_millis(1),
         started_at: None,
         last_reached_at: None,
+        frozen_at: None,
         volumes: vec![],
         kept: vec![],
         restart_count: 0,

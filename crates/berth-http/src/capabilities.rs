@@ -97,6 +97,42 @@ const TABLE: &[(&str, &str, &str, Needs)] = &[
         "/worktrees/{worktreeKey}",
         Needs::Capability(CreateGreenfield),
     ),
+    // Pools and their leases: making instances ahead of time is creating them; taking,
+    // resetting and releasing a lease is starting and archiving one.
+    ("GET", D, "/pools", Needs::Capability(Read)),
+    ("POST", D, "/pools", Needs::Capability(CreateGreenfield)),
+    ("GET", D, "/pools/{name}", Needs::Capability(Read)),
+    (
+        "DELETE",
+        D,
+        "/pools/{name}",
+        Needs::Capability(InstancesArchive),
+    ),
+    ("GET", D, "/pools/{name}/leases", Needs::Capability(Read)),
+    (
+        "POST",
+        D,
+        "/pools/{name}/leases",
+        Needs::Capability(InstancesLifecycle),
+    ),
+    (
+        "DELETE",
+        D,
+        "/leases/{leaseId}",
+        Needs::Capability(InstancesLifecycle),
+    ),
+    (
+        "POST",
+        D,
+        "/leases/{leaseId}/reset",
+        Needs::Capability(InstancesLifecycle),
+    ),
+    (
+        "POST",
+        D,
+        "/leases/{leaseId}/renew",
+        Needs::Capability(InstancesLifecycle),
+    ),
     (
         "PUT",
         D,

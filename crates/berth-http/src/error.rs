@@ -331,6 +331,22 @@ impl ApiError {
                 StatusCode::CONFLICT,
                 body("ResourceTemplateInUseError", message),
             ),
+            Error::PoolNotFound(_) => (
+                StatusCode::NOT_FOUND,
+                body("ResourcePoolNotFoundError", message),
+            ),
+            Error::PoolExists(_) => (
+                StatusCode::CONFLICT,
+                body("ResourcePoolExistsError", message),
+            ),
+            Error::PoolEmpty { .. } => (
+                StatusCode::CONFLICT,
+                body("ResourcePoolEmptyError", message),
+            ),
+            Error::PoolLeaseNotFound(_) => (
+                StatusCode::NOT_FOUND,
+                body("ResourcePoolLeaseNotFoundError", message),
+            ),
             Error::SnapshotInUse { .. } => (
                 StatusCode::CONFLICT,
                 body("ResourceSnapshotInUseError", message),

@@ -276,3 +276,27 @@ impl<S: Send + Sync, T: Decode + Send> FromRequest<S> for Body<T> {
         body.decode(T::decode).map(Body)
     }
 }
+
+/// A JSON body decoded into `T` as [`Body`] does, where an empty body is `{}`: for routes
+/// whose every field may be left out.
+pub struct OptionalBody<T>(pub T);
+
+impl<S: Send + Sync, T: Decode + Send> FromRequest<S> for OptionalBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::refused("body is larger than berth accepts (1 MiB)")
+            } else {
+                ApiError::refused("body could not be read")
+            }
+        })?;
+        let value = if bytes.iter().all(u8::is_ascii_whitespace) {
+            Value::Object(serde_json::Map::new())
+        } else {
+            parse_json(&bytes, "body").map_err(|e| ApiError::refused(e.sentence("body")))?
+        };
+        JsonBody(value).decode(T::decode).map(OptionalBody)
+    }
+}

@@ -48,6 +48,7 @@ pub use grants::{DomainRef, KeyConfig, KeyGrants};
         (name = "resource-domains", description = "Projects whose instances berth runs."),
         (name = "resource-instances", description = "Long-running instances a resource domain runs."),
         (name = "snapshots", description = "Snapshots of instance volumes, branches and restores."),
+        (name = "pools", description = "Pools of instances made ahead of time, and the leases that hand them out."),
         (name = "workspaces", description = "Developers' environments that reach instances."),
         (name = "ui", description = "Signing the web page in and out (the page itself is at /ui/)."),
         (name = "meta", description = "Health and this document."),
@@ -82,6 +83,7 @@ pub fn router(
         .merge(routes::events::router())
         .merge(routes::snapshots::router())
         .merge(routes::templates::router())
+        .merge(routes::pools::router())
         .merge(routes::exec::router())
         .merge(routes::tty::router())
         .merge(routes::workspaces::router())
@@ -265,6 +267,7 @@ mod tests {
             .merge(routes::promotions::router())
             .merge(routes::snapshots::router())
             .merge(routes::templates::router())
+            .merge(routes::pools::router())
             .merge(routes::exec::router())
             .merge(routes::workspaces::router())
             .merge(routes::worktrees::router())

@@ -181,6 +181,28 @@ async function loadSummary(model) {
   const entries = new Map();
   for (const entry of summary.instances) entries.set(entry.instance.key, entry);
   model.entries = entries;
+  // A pool's waiting instances are not in the summary: the pools say how many there are.
+  model.pools = (await api.get(`${api.domainPath(model.id)}/pools`)).items;
+}
+
+function poolSection(model) {
+  if (!model.pools || model.pools.length === 0) return null;
+  return h('section', { class: 'group pools', 'aria-labelledby': 'pools' },
+    h('h2', { id: 'pools' }, 'Pools'),
+    h('div', { class: 'table-wrap' },
+      h('table', {},
+        h('caption', { class: 'visually-hidden' }, 'Pools of ready instances'),
+        h('thead', {}, h('tr', {},
+          ['Pool', 'From', 'Size', 'Ready', 'Being made', 'Leased', 'Note']
+            .map((t) => h('th', { scope: 'col', class: ['Size', 'Ready', 'Being made', 'Leased'].includes(t) ? 'num' : null }, t)))),
+        h('tbody', {}, model.pools.map((p) => h('tr', { 'data-pool': p.name },
+          h('th', { scope: 'row' }, h('code', {}, p.name)),
+          h('td', {}, p.from.snapshotId ? ['snapshot ', h('code', {}, p.from.snapshotId)] : 'template'),
+          h('td', { class: 'num' }, String(p.size)),
+          h('td', { class: 'num' }, String(p.ready)),
+          h('td', { class: 'num' }, String(p.making)),
+          h('td', { class: 'num' }, String(p.leased)),
+          h('td', { class: 'muted small' }, p.deleting ? 'being deleted' : (p.message || '')))))))));
 }
 
 // The engine's volume sizes, asked for once per view (and when a person asks again), never
@@ -268,6 +290,11 @@ function applyChange(model, change) {
       model.entries.delete(next.key);
       if (onChange) onChange({ full: true, key: next.key, archived: true });
     }
+    return;
+  }
+  if (!before && next.key.startsWith('pool-')) {
+    // Possibly a pool's waiting instance, which the summary leaves to its pool: it decides.
+    scheduleRefresh(model);
     return;
   }
   if (!before) {
@@ -468,6 +495,9 @@ function stateCell(i) {
     // The daemon's engine does not answer: the state is the last one seen.
     i.engine ? h('div', { class: 'failure engine-away', title: i.engine.message },
       'Engine unreachable since ', when(i.engine.since), '; last state seen') : null,
+    // Frozen for idleness: running, its processes held until a connection, an exec or an up.
+    i.frozen ? h('div', { class: 'muted small frozen', title: 'a connection, an exec or an up thaws it' },
+      'frozen ', when(i.frozen.since)) : null,
     h('div', { class: 'muted small' },
       s.kind === 'stopped' && stopReason(s) ? `${stopReason(s)}, ` : '',
       s.kind === 'exited' && s.exitCode !== null && s.exitCode !== undefined ? `code ${s.exitCode}, ` : '',
@@ -575,6 +605,8 @@ function renderDomain(model) {
       h('h2', { id: 'shared' }, 'Shared by every worktree'),
       table(model, shared, 'Shared instances')));
   }
+  const pools = poolSection(model);
+  if (pools) sections.push(pools);
   const d = model.domain;
   replace(main,
     h('div', { class: 'title-row' },
@@ -584,7 +616,7 @@ function renderDomain(model) {
         `${entries.length} instance${entries.length === 1 ? '' : 's'} · ${running} running`
         + (failedCount ? ` · ${failedCount} failed` : '')),
       entries.length ? sizesNote(model) : null),
-    entries.length === 0
+    entries.length === 0 && sections.length === 0
       ? h('div', { class: 'empty' },
         h('p', { class: 'big' }, `No instances in ${projectName(d)} yet.`),
         h('p', {}, 'Add one to ', h('code', {}, 'berth.toml'), ' in the repository and run ',

@@ -1,5 +1,5 @@
 //! The endpoints table, the host ports archived instances had (for their keys' next
-//! generations), and when an instance was last reached.
+//! generations), when an instance was last reached, and since when it is frozen.
 
 use rusqlite::params;
 
@@ -26,6 +26,16 @@ impl Tx<'_> {
         self.conn.execute(
             "UPDATE instances SET last_reached_at = ?2 WHERE id = ?1",
             params![id.as_str(), at.millis()],
+        )?;
+        self.touch_instance(id);
+        Ok(())
+    }
+
+    /// Records that an instance's container is frozen since `since`, or (`None`) that it is not.
+    pub fn set_frozen(&self, id: &InstanceId, since: Option<Timestamp>) -> Result<(), StoreError> {
+        self.conn.execute(
+            "UPDATE instances SET frozen_at = ?2 WHERE id = ?1",
+            params![id.as_str(), since.map(Timestamp::millis)],
         )?;
         self.touch_instance(id);
         Ok(())

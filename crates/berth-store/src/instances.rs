@@ -14,7 +14,7 @@ use berth_domain::time::Timestamp;
 pub(super) const INSTANCE_COLUMNS: &str =
     "id, domain_id, key, spec, spec_digest, desired, stop_reason, state,
     observed_at, started_at, last_reached_at, volumes, restart_count, generation,
-    observed_generation, volume_tag, kept_volumes, template";
+    observed_generation, volume_tag, kept_volumes, template, frozen_at";
 
 pub(super) fn domain_from_row(row: &Row<'_>) -> rusqlite::Result<Domain> {
     let id: String = row.get(0)?;
@@ -54,6 +54,7 @@ pub(super) fn instance_from_row(row: &Row<'_>) -> rusqlite::Result<Instance> {
         observed_at: Timestamp::from_millis(row.get(8)?),
         started_at: row.get::<_, Option<i64>>(9)?.map(Timestamp::from_millis),
         last_reached_at: row.get::<_, Option<i64>>(10)?.map(Timestamp::from_millis),
+        frozen_at: row.get::<_, Option<i64>>(18)?.map(Timestamp::from_millis),
         volumes: volumes.into_volumes(),
         kept: kept.into_volumes(),
         restart_count: row.get(12)?,

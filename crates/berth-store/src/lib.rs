@@ -14,6 +14,7 @@ mod error;
 mod instances;
 mod layers;
 mod migrations;
+mod pools;
 mod releases;
 mod rollouts;
 mod snapshots;

@@ -306,6 +306,43 @@ pub(super) const MIGRATIONS: &[&str] = &[
         ended_at INTEGER,
         PRIMARY KEY (domain_id, key)
     );",
+    // 20: since when an instance's running container is frozen (the cgroup freezer), while it
+    // is: the view says so, and a connection to its endpoints thaws it.
+    "ALTER TABLE instances ADD COLUMN frozen_at INTEGER;",
+    // 21: pools of instances made ahead of time from a template or a snapshot (one per domain
+    // and name), the instances each has made (waiting, leased, released or removed), and the
+    // leases that hold them, each the service key's that took it, released when its time to
+    // live runs out.
+    "CREATE TABLE pools (
+        domain_id TEXT NOT NULL REFERENCES domains(id),
+        name TEXT NOT NULL,
+        spec TEXT NOT NULL,
+        source TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        deleting INTEGER NOT NULL DEFAULT 0,
+        message TEXT,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (domain_id, name)
+    );
+    CREATE TABLE pool_instances (
+        instance_id TEXT PRIMARY KEY REFERENCES instances(id),
+        domain_id TEXT NOT NULL REFERENCES domains(id),
+        pool TEXT NOT NULL,
+        state TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    CREATE INDEX pool_instances_by_pool ON pool_instances (domain_id, pool, state);
+    CREATE TABLE pool_leases (
+        id TEXT PRIMARY KEY,
+        domain_id TEXT NOT NULL REFERENCES domains(id),
+        pool TEXT NOT NULL,
+        key TEXT NOT NULL,
+        instance_id TEXT NOT NULL REFERENCES instances(id),
+        ttl_ms INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        resets INTEGER NOT NULL DEFAULT 0
+    );",
 ];
 
 /// Runs `PRAGMA quick_check` (every page and index, without comparing index contents to their

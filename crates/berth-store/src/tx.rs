@@ -185,6 +185,13 @@ impl<'a> Tx<'a> {
             ],
         )?;
         self.keep_volumes(&obs.id, &obs.volumes)?;
+        // Only a running instance is frozen: any other state it is seen in ends a freeze.
+        if !matches!(obs.state, InstanceState::Running { .. }) {
+            self.conn.execute(
+                "UPDATE instances SET frozen_at = NULL WHERE id = ?1 AND frozen_at IS NOT NULL",
+                [obs.id.as_str()],
+            )?;
+        }
         // A failure is kept past the recovery that replaces it in `state`.
         if let InstanceState::Failed { at, message } = &obs.state {
             self.conn.execute(

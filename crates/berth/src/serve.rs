@@ -346,6 +346,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             runtime_name.unwrap_or("docker"),
         ),
     };
+    // After the reconciler's own loops: the pools' makes its instances through `Berth`.
+    berth.start_pools();
 
     let listener = TcpListener::bind(args.listen).await.map_err(|e| {
         if e.kind() == std::io::ErrorKind::AddrInUse {

@@ -262,6 +262,16 @@ pub fn worktree_note(instance: &InstanceView) -> Option<String> {
     })
 }
 
+/// A frozen instance's note: since when, and what thaws it.
+pub fn frozen_note(instance: &InstanceView) -> Option<String> {
+    instance.frozen.as_ref().map(|f| {
+        format!(
+            "frozen {}: a connection, an exec or an up thaws it",
+            ago(Some(f.since))
+        )
+    })
+}
+
 /// The daemon's container engine does not answer: what it met, and what happens next.
 pub fn engine_away(away: &berth_client::EngineUnreachable) -> String {
     format!(

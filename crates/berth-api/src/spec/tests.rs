@@ -419,6 +419,29 @@ fn a_spec_that_is_not_an_object_is_refused_as_spec() {
 }
 
 #[test]
+fn idle_freeze_is_optional_and_leaves_the_digest_of_a_spec_without_it() {
+    let without = decode_spec(&valid()).unwrap();
+    assert_eq!(without.idle_freeze_after_seconds, None);
+    assert!(!without.canonical_json().contains("idleFreezeAfterSeconds"));
+    let null = decode_spec(&with("/idleFreezeAfterSeconds", Some(Value::Null))).unwrap();
+    assert_eq!(null.digest(), without.digest());
+    let with_freeze = decode_spec(&with("/idleFreezeAfterSeconds", Some(json!(30)))).unwrap();
+    assert_eq!(with_freeze.idle_freeze_after_seconds, Some(30));
+    assert_ne!(with_freeze.digest(), without.digest());
+    assert!(with_freeze.same_container(&without));
+    for bad in [
+        json!(0),
+        json!(-1),
+        json!(MAX_IDLE_SECONDS + 1),
+        json!("30"),
+        json!(1.5),
+    ] {
+        let reason = refusal_reason(&with("/idleFreezeAfterSeconds", Some(bad)));
+        assert!(reason.contains("spec.idleFreezeAfterSeconds"), "{reason}");
+    }
+}
+
+#[test]
 fn canonical_json_sorts_keys_at_every_depth() {
     let value = json!({"b": {"z": 1, "a": [{"y": 1, "x": 2}]}, "a": "\"q\""});
     assert_eq!(

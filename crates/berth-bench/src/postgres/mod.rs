@@ -19,3 +19,4 @@ mod timeline;
 mod ways;
 
 pub use figure::*;
+pub(crate) use ways::testcontainers_fresh_ms;

@@ -393,3 +393,21 @@ pub(super) async fn compose_once(
     }
     Ok(sample)
 }
+
+/// A testcontainers user's fresh Postgres (an empty volume, berth's limits, the default
+/// network), timed from `start()` to its return; the container and its volume removed after,
+/// not timed. For figures beyond this module's (the pool figure's baseline).
+pub(crate) async fn testcontainers_fresh_ms(
+    ctx: &Ctx,
+    image: &str,
+    name: &str,
+) -> anyhow::Result<f64> {
+    let volume = format!("{name}-data");
+    let tc = Tc {
+        limited: true,
+        network: None,
+    };
+    let sample = testcontainers_once(ctx, image, name, &volume, true, tc).await?;
+    remove_volume(&ctx.docker, &volume).await?;
+    Ok(sample.total)
+}

@@ -10,7 +10,11 @@
 //! - [`views`]: the network views of each domain (which instance answers an alias for which
 //!   worktree key) and the workspace containers attached to them.
 //! - [`endpoints`]: the host endpoints, their listeners and the connections proxied through.
-//! - [`idle`]: reach accounting and idle stop.
+//! - [`idle`]: reach accounting, idle freeze and idle stop.
+//! - [`freezer`]: freezing and thawing an instance's container (the cgroup freezer), which
+//!   `idle`, `endpoints` (a connection thaws), `instances` and `copies` use.
+//! - [`pools`]: pools kept at their size (their waiting instances frozen), leases expired,
+//!   released instances removed.
 //! - [`worktrees`]: ended worktrees noticed, their instances stopped.
 //!
 //! ```text
@@ -20,17 +24,19 @@
 //!                                         store (observed state)
 //! ```
 //!
-//! Dependencies point one way: `instances` uses `views` and `endpoints`, `idle` reads `views`
-//! and `endpoints`; none of them uses this module, and `views` and `endpoints` use no other
-//! controller.
+//! Dependencies point one way: `instances` uses `views`, `endpoints` and `freezer`, `idle`
+//! reads `views` and `endpoints` and uses `freezer`; none of them uses this module, `views`
+//! uses no other controller, `endpoints` only `freezer`, and `freezer` none.
 
 mod context;
 mod copies;
 pub mod endpoints;
 mod engine;
+mod freezer;
 mod idle;
 mod instances;
 mod observe;
+mod pools;
 mod reconciler;
 pub mod sizes;
 mod storage;
@@ -41,5 +47,6 @@ pub mod worktrees;
 pub use crate::plan::{copy_targets, plan_volumes};
 pub use context::{Next, ReconcileConfig, ReconcileError, Retention};
 pub use observe::{ObserveError, Observed};
+pub use pools::MakeMember;
 pub use reconciler::*;
 pub use views::Candidates;

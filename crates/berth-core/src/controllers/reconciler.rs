@@ -13,9 +13,11 @@ use super::context::Context;
 use super::copies::CopyController;
 use super::endpoints::{EndpointController, EndpointView};
 use super::engine::EngineHealth;
+use super::freezer::Freezer;
 use super::idle::IdleController;
 use super::instances::InstanceController;
 use super::observe::ObserveController;
+use super::pools::{MakeMember, PoolController};
 use super::templates::TemplateController;
 use super::views::ViewController;
 use super::worktrees::WorktreeController;
@@ -38,6 +40,7 @@ struct Controllers {
     idle: IdleController,
     worktrees: WorktreeController,
     copies: Arc<CopyController>,
+    pools: Arc<PoolController>,
     observer: ObserveController,
     /// Whether the engine answers, as the runtime's watch last said.
     engine: EngineHealth,
@@ -71,12 +74,14 @@ impl Reconciler {
         let views = Arc::new(ViewController::new(ctx.clone()));
         let mut endpoints = None;
         let templates = TemplateController::new(ctx.clone());
+        let freezer = Arc::new(Freezer::new(ctx.clone()));
         let instances = InstanceController::new(
             ctx.clone(),
             templates,
+            freezer.clone(),
             |_| views.clone(),
             |queue| {
-                let made = Arc::new(EndpointController::new(ctx.clone(), queue));
+                let made = Arc::new(EndpointController::new(ctx.clone(), queue, freezer));
                 endpoints = Some(made.clone());
                 made
             },
@@ -87,11 +92,17 @@ impl Reconciler {
             instances.queue().clone(),
             views.clone(),
             endpoints.clone(),
+            instances.freezer().clone(),
         );
         let worktrees = WorktreeController::new(ctx.clone(), instances.queue().clone());
         let shutdown = CancellationToken::new();
         let copies = CopyController::new(ctx.clone(), instances.clone(), shutdown.clone());
         let observer = ObserveController::new(ctx.clone());
+        let pools = Arc::new(PoolController::new(
+            ctx.clone(),
+            instances.clone(),
+            endpoints.clone(),
+        ));
         Self {
             inner: Arc::new(Controllers {
                 ctx,
@@ -101,6 +112,7 @@ impl Reconciler {
                 idle,
                 worktrees,
                 copies,
+                pools,
                 observer,
                 engine: EngineHealth::new(),
                 other_stores: OtherStores::default(),
@@ -242,6 +254,62 @@ impl Reconciler {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .extend(tasks);
+    }
+
+    /// Starts the pools' loop (see `controllers::pools`), which makes their instances through
+    /// `maker`; ends with the others at shutdown.
+    pub fn start_pools(&self, maker: Arc<dyn MakeMember>) {
+        let pools = self.inner.pools.clone();
+        let task = supervise("pools", self.inner.shutdown.clone(), move || {
+            let (pools, maker) = (pools.clone(), maker.clone());
+            async move { pools.run(maker).await }
+        });
+        self.inner
+            .tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(task);
+    }
+
+    /// Asks the pools' loop for a pass now (after a lease, a reset, a release, a pool change).
+    pub fn poke_pools(&self) {
+        self.inner.pools.poke();
+    }
+
+    /// Resolves after the pools' loop's next pass (one that ends after this is called).
+    pub fn pools_passed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.inner.pools.next_pass()
+    }
+
+    /// Whether a pool's instance is removed (or no pool's), as the store says.
+    pub async fn pool_instance_removed(&self, id: &InstanceId) -> Result<bool, StoreError> {
+        let read = id.clone();
+        let member = self
+            .inner
+            .ctx
+            .store
+            .read(move |tx| tx.pool_member(&read))
+            .await?;
+        Ok(member.is_none_or(|m| m.state == crate::pools::MemberState::Removed))
+    }
+
+    /// Whether `id` is a pool's instance that no lease holds (listed as its pool's only).
+    pub fn is_pool_waiting(&self, id: &InstanceId) -> bool {
+        self.inner.pools.is_hidden(id)
+    }
+
+    /// Reads again which instances are pools' and unleased.
+    pub async fn refresh_pool_instances(&self) -> Result<(), StoreError> {
+        self.inner.pools.refresh_hidden().await
+    }
+
+    /// After a reset gave `to` the endpoints `from` had in the store: the listeners follow.
+    pub async fn move_endpoints(
+        &self,
+        from: &InstanceId,
+        to: &InstanceId,
+    ) -> Result<(), StoreError> {
+        self.inner.pools.move_endpoints(from, to).await
     }
 
     /// Stops taking work: the loops end, reconciles under way get until `grace` to finish and
@@ -499,6 +567,21 @@ impl Reconciler {
             }
             Err(e) => tracing::warn!(error = %e, "could not look at the volumes' holders"),
         }
+    }
+
+    /// Freezes instance `id` (the cgroup freezer, as `docker pause`) when it runs: its
+    /// processes keep their memory and connections but take no CPU until [`Reconciler::thaw`],
+    /// a connection to one of its host endpoints, an exec or a `use` up. True when it is frozen
+    /// now; false, having changed nothing, when it does not run (desired and observed). Its
+    /// view says `frozen` from now on, across daemon restarts (from the engine's paused state).
+    pub async fn freeze(&self, id: &InstanceId) -> Result<bool, ReconcileError> {
+        self.inner.instances.freezer().freeze(id, |_| true).await
+    }
+
+    /// Thaws instance `id` if it is frozen; its idle clocks start again now. True when it was
+    /// frozen. Cheap when it is not (the engine is not asked).
+    pub async fn thaw(&self, id: &InstanceId) -> Result<bool, ReconcileError> {
+        self.inner.instances.freezer().thaw(id, false).await
     }
 
     /// Waits until instance `id` runs, waking it first when idleness stopped it, as a

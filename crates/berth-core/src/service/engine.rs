@@ -249,9 +249,9 @@ impl Berth {
             .map_err(|e| Error::Runtime(format!("the command could not be run: {e}")))
     }
 
-    /// The running container of an instance a command may run in: one idleness stopped is woken
-    /// and one starting waited for, as a connection to its endpoints does; a person's stop is
-    /// kept.
+    /// The running container of an instance a command may run in: one idleness stopped is woken,
+    /// one starting waited for and a frozen one thawed, as a connection to its endpoints does;
+    /// a person's stop is kept.
     async fn running_container(
         &self,
         owner: &str,
@@ -293,6 +293,11 @@ impl Berth {
         {
             return Err(not_running(instance.state.kind()));
         }
+        // A frozen instance is thawed for the command (and its idle clocks restart).
+        reconciler
+            .thaw(&instance.id)
+            .await
+            .map_err(|e| Error::Runtime(e.to_string()))?;
         let runtime = reconciler.runtime();
         let name = names::container(&reconciler.config().prefix, domain_id, key);
         let container = runtime

@@ -100,6 +100,23 @@ impl Berth {
     ) -> Result<InstanceView, Error> {
         self.domain(owner, domain_id)?;
         let spec = decode_up_spec(spec)?;
+        self.up_decoded(owner, domain_id, key, spec, cause, template, None)
+            .await
+    }
+
+    /// [`Berth::up_with`] of a decoded spec; with `pool`, the new instance is recorded as that
+    /// pool's in the same transaction.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn up_decoded(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+        spec: Spec,
+        cause: UpCause,
+        template: bool,
+        pool: Option<String>,
+    ) -> Result<InstanceView, Error> {
         let reconciler = self.require_runtime()?;
         let spec_digest = spec.digest().to_string();
         let prefix = self.prefix().to_owned();
@@ -127,10 +144,23 @@ impl Berth {
                     tx.set_template(&instance.id)?;
                     instance.template = true;
                 }
+                if let Some(pool) = pool {
+                    super::pools::record_member(tx, &instance, pool)?;
+                }
                 Ok::<_, Error>(instance)
             })
             .await?;
         tracing::info!(instance = %instance.id, key, digest = %instance.spec_digest, "up");
+        // An up is a use: a frozen instance answers again (and its idle clocks restart).
+        let instance = if instance.frozen_at.is_some() {
+            reconciler
+                .thaw(&instance.id)
+                .await
+                .map_err(|e| Error::Runtime(e.to_string()))?;
+            self.store.instance_by_id(&instance.id).unwrap_or(instance)
+        } else {
+            instance
+        };
         // A person's request cuts a back-off short; its alias or worktree key may have changed
         // the domain's network views, so the others are looked at too.
         reconciler.enqueue_now(&instance.id);
@@ -158,7 +188,8 @@ impl Berth {
             })
     }
 
-    /// A domain's archived instances, or every other one.
+    /// A domain's archived instances, or every other one. A pool's instance that no lease
+    /// holds is its pool's, not a person's: it is listed with its pool (`GET .../pools`).
     pub fn list(
         &self,
         owner: &str,
@@ -167,7 +198,18 @@ impl Berth {
     ) -> Result<Vec<InstanceView>, Error> {
         self.domain(owner, domain_id)?;
         let instances = self.store.instances(domain_id, archived);
-        Ok(instances.iter().map(|i| self.annotated(i.view())).collect())
+        Ok(instances
+            .iter()
+            .filter(|i| self.is_persons(i))
+            .map(|i| self.annotated(i.view()))
+            .collect())
+    }
+
+    /// Whether an instance is listed as a person's: any but a pool's that no lease holds.
+    pub(super) fn is_persons(&self, instance: &Instance) -> bool {
+        self.reconciler
+            .as_ref()
+            .is_none_or(|r| !r.is_pool_waiting(&instance.id))
     }
 
     /// A person's stop.
@@ -448,6 +490,7 @@ pub(crate) fn next_instance(
                 observed_at: Timestamp::now(),
                 started_at: None,
                 last_reached_at: None,
+                frozen_at: None,
                 volumes: Vec::new(),
                 kept: Vec::new(),
                 restart_count: 0,

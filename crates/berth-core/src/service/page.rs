@@ -48,7 +48,9 @@ impl Berth {
         domain_id: &DomainId,
     ) -> Result<(Domain, Vec<InstanceFacts>), Error> {
         let domain = self.domain(owner, domain_id)?;
-        let instances = self.store.instances(domain_id, false);
+        // A pool's waiting instances are shown with their pool (`GET .../pools`).
+        let mut instances = self.store.instances(domain_id, false);
+        instances.retain(|i| self.is_persons(i));
         let ids: Vec<_> = instances.iter().map(|i| i.id.clone()).collect();
         let endpoints = match &self.reconciler {
             Some(r) => r.endpoints_of_all(&ids).await?,

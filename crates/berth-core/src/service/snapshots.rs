@@ -54,7 +54,7 @@ impl Berth {
             .await?
     }
 
-    fn ready_snapshot(
+    pub(super) fn ready_snapshot(
         tx: &Tx<'_>,
         domain_id: &DomainId,
         id: &SnapshotId,
@@ -278,6 +278,23 @@ impl Berth {
                 .to_owned(),
             refusals,
         })?;
+        self.branch_decoded(owner, domain_id, key, from, spec, cause, None)
+            .await
+    }
+
+    /// [`Berth::branch`] of a decoded spec; with `pool`, the new instance is recorded as that
+    /// pool's in the same transaction.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn branch_decoded(
+        &self,
+        owner: &str,
+        domain_id: &DomainId,
+        key: &str,
+        from: BranchFrom,
+        spec: crate::spec::Spec,
+        cause: UpCause,
+        pool: Option<String>,
+    ) -> Result<InstanceView, Error> {
         let reconciler = self.require_runtime()?.clone();
         if let BranchFrom::Snapshot(id) = &from {
             reconciler.check_snapshot(id).await?;
@@ -348,6 +365,9 @@ impl Berth {
                     method: CopyMethod::Copy,
                 };
                 tx.insert_copy(&copy)?;
+                if let Some(pool) = pool {
+                    super::pools::record_member(tx, &instance, pool)?;
+                }
                 Ok::<_, Error>((instance, copy))
             })
             .await?;

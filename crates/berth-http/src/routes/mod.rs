@@ -5,6 +5,7 @@ pub mod domains;
 pub mod events;
 pub mod exec;
 pub mod instances;
+pub mod pools;
 pub mod promotions;
 pub mod snapshots;
 pub mod templates;

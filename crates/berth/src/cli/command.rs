@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use super::{
-    branching, disk, doctor, exec, instances, logs, page, pins, promote, rollouts, service,
+    branching, disk, doctor, exec, instances, lease, logs, page, pins, promote, rollouts,
+    service,
     templates, up, whoami,
 };
 use crate::repo::PROJECT_FILE;
@@ -39,6 +40,9 @@ pub enum Command {
     Exec(exec::ExecArgs),
     /// Print `export NAME='value'` lines from the instances' connect tables in berth.toml.
     Env(instances::EnvArgs),
+    /// Take a lease on the pool of an instance berth.toml gives `pool = N` (ready instances
+    /// made from its template), printed as `berth env` prints it; `--reset`, `--release`.
+    Lease(lease::LeaseArgs),
     /// Print an instance's output; `-f` keeps following it.
     Logs(logs::LogsArgs),
     /// Link containers to this worktree: they resolve its instances (and the shared ones) by alias.
@@ -103,6 +107,7 @@ pub async fn run(command: Command) -> ExitCode {
         Command::Down(args) => instances::down(args).await,
         Command::Exec(args) => exec::run(args).await,
         Command::Env(args) => instances::env(args).await,
+        Command::Lease(args) => lease::lease(args).await,
         Command::Domains(args) => instances::domains(args).await,
         Command::Rollouts(args) => rollouts::rollouts(args).await,
         Command::Releases(args) => rollouts::releases(args).await,

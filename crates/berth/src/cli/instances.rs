@@ -336,6 +336,7 @@ pub async fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
             let ended = crate::ui::worktree_note(i);
             let note = crate::ui::engine_note(i)
                 .into_iter()
+                .chain(crate::ui::frozen_note(i))
                 // An ended worktree's note says who stopped it, and why.
                 .chain(std::iter::once(if ended.is_some() {
                     String::new()

@@ -1,6 +1,6 @@
 //! The commands people run, over the daemon's HTTP API: `up`, `ps`, `stop`, `start`,
 //! `archive`, `exec`, `logs`, `link`, `env`, `domains`, `rollouts`, `releases`, `rollback`,
-//! `doctor`, `whoami`, `df`, `prune`, `ui` and `service`.
+//! `doctor`, `whoami`, `df`, `prune`, `ui`, `service` and `lease`.
 //!
 //! Each runs in a git worktree: the repository is the resource domain (created on first use),
 //! the worktree gives the worktree key, and `berth.toml` at the worktree's top level says what
@@ -15,6 +15,7 @@ mod doctor;
 mod endpoints;
 pub(crate) mod exec;
 pub(crate) mod instances;
+mod lease;
 mod logs;
 mod page;
 mod pins;

@@ -204,8 +204,10 @@ impl Checker<'_> {
         let mut cpu = DEFAULT_CPU_MILLICORES;
         let mut memory = DEFAULT_MEMORY_BYTES;
         let mut idle = DEFAULT_IDLE_STOP_SECONDS;
+        let mut idle_freeze = None;
         let mut branch_from: Option<String> = None;
         let mut template = false;
+        let mut pool = None;
         let mut connect_raw: Vec<(Range<usize>, String, String)> = Vec::new();
 
         for (key, value) in table.iter() {
@@ -249,6 +251,7 @@ impl Checker<'_> {
                 "cpu" => cpu = self.cpu(value, &place).unwrap_or(cpu),
                 "memory" => memory = self.memory(value, &place).unwrap_or(memory),
                 "idle-stop" => idle = self.idle(value, &place).unwrap_or(idle),
+                "idle-freeze" => idle_freeze = self.idle(value, &place),
                 "connect" => connect_raw = self.connect(value, &place),
                 "branch-from" => {
                     if let Some(b) = self.string(value, &place) {
@@ -262,6 +265,14 @@ impl Checker<'_> {
                         }
                     }
                 }
+                "pool" => match self.integer(value, &place) {
+                    Some(n) if (1..=berth_api::pools::MAX_POOL_SIZE).contains(&n) => pool = Some(n),
+                    Some(_) => self.problem(
+                        value.span(),
+                        format!("{place} must be a whole number from 1 to {} (how many instances `berth lease` keeps ready, made from a template)", berth_api::pools::MAX_POOL_SIZE),
+                    ),
+                    None => {}
+                },
                 "template" => match value.get_ref().as_bool() {
                     Some(b) => template = b,
                     None => self.problem(
@@ -337,9 +348,11 @@ impl Checker<'_> {
             cpu_millicores: cpu,
             memory_bytes: memory,
             idle_stop_seconds: idle,
+            idle_freeze_seconds: idle_freeze,
             connect,
             branch_from,
             template,
+            pool,
         };
         let parsed = Parsed {
             def,
@@ -846,6 +859,7 @@ ready = {{ exec = ["pg_isready"], user = "postgres" }}
 cpu = "500m"
 memory = "1GiB"
 idle-stop = "30m"
+idle-freeze = "2m"
 [instances.db.connect]
 DATABASE_URL = "postgres://postgres:dev@{{host}}:{{port:5432}}/postgres"
 
@@ -873,7 +887,8 @@ ready = {{ tcp = 6379 }}
                 "volumes": [{"name": "data", "mountPath": "/var/lib/postgresql/data"}],
                 "limits": {"cpuMillicores": 500, "memoryBytes": 1073741824},
                 "ready": {"kind": "exec", "argv": ["pg_isready"], "user": "postgres"},
-                "idleStopAfterSeconds": 1800
+                "idleStopAfterSeconds": 1800,
+                "idleFreezeAfterSeconds": 120
             })
         );
         assert!(berth_core::spec::decode_spec(&spec).is_ok());
@@ -884,6 +899,10 @@ ready = {{ tcp = 6379 }}
             json!({"cpuMillicores": 1000, "memoryBytes": 536870912})
         );
         assert_eq!(cache["idleStopAfterSeconds"], 3600);
+        assert!(
+            cache.get("idleFreezeAfterSeconds").is_none(),
+            "sent only when asked for"
+        );
         assert_eq!(defs[1].alias, "redis");
         let endpoints = [(5432, "127.0.0.1".to_owned(), 40001)];
         assert_eq!(

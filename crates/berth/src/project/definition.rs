@@ -17,7 +17,7 @@ pub const DEFAULT_MEMORY_BYTES: i64 = 512 * 1024 * 1024;
 pub const DEFAULT_IDLE_STOP_SECONDS: i64 = 3600;
 
 /// Every field an instance table may have.
-pub const FIELDS: [&str; 14] = [
+pub const FIELDS: [&str; 16] = [
     "image",
     "scope",
     "alias",
@@ -29,9 +29,11 @@ pub const FIELDS: [&str; 14] = [
     "cpu",
     "memory",
     "idle-stop",
+    "idle-freeze",
     "connect",
     "branch-from",
     "template",
+    "pool",
 ];
 
 /// Whether an instance is one per worktree or one for the whole repository.
@@ -82,6 +84,9 @@ pub struct InstanceDef {
     pub cpu_millicores: i64,
     pub memory_bytes: i64,
     pub idle_stop_seconds: i64,
+    /// `idle-freeze`: unreached this long, the instance is frozen (the cgroup freezer) until a
+    /// connection, an exec or an up; `None`: never frozen.
+    pub idle_freeze_seconds: Option<i64>,
     /// Variable name to template, in file order.
     pub connect: Vec<(String, String)>,
     /// Where a new worktree's instance takes its data from: the git branch of another worktree,
@@ -90,6 +95,9 @@ pub struct InstanceDef {
     /// `template = true`: a new instance starts on a template of its image, command, env and
     /// volume paths (made once) instead of on empty volumes.
     pub template: bool,
+    /// `pool = N`: `berth lease NAME` takes a lease on a pool of N instances of it, each made
+    /// from its template and kept ready (see docs/pools.md).
+    pub pool: Option<i64>,
 }
 
 impl InstanceDef {
@@ -125,6 +133,8 @@ impl InstanceDef {
                 },
             },
             idle_stop_after_seconds: self.idle_stop_seconds,
+            // Sent only when asked for: a spec without it keeps its specDigest.
+            idle_freeze_after_seconds: self.idle_freeze_seconds,
         }
     }
 
@@ -211,6 +221,7 @@ pub(super) fn field_of_place(place: &str) -> Option<String> {
         ("limits.memoryBytes", "memory"),
         ("ready", "ready"),
         ("idleStopAfterSeconds", "idle-stop"),
+        ("idleFreezeAfterSeconds", "idle-freeze"),
     ]
     .iter()
     .find(|(spec, _)| {
@@ -241,12 +252,14 @@ mod tests {
             cpu_millicores: DEFAULT_CPU_MILLICORES,
             memory_bytes: DEFAULT_MEMORY_BYTES,
             idle_stop_seconds: DEFAULT_IDLE_STOP_SECONDS,
+            idle_freeze_seconds: None,
             connect: connect
                 .iter()
                 .map(|(n, t)| (n.to_string(), t.to_string()))
                 .collect(),
             branch_from: None,
             template: false,
+            pool: None,
         }
     }
 

@@ -277,7 +277,8 @@ impl CopyController {
         }
         self.reported().insert(copy.id.clone(), 0);
         self.remove_helpers(&copy).await?;
-        // A daemon killed in the middle of a copy leaves its source frozen: thaw it first (the
+        // A daemon killed in the middle of a copy leaves its source frozen, and an idle source
+        // may be frozen: thaw it first (the
         // copy freezes it again for exactly its own copy). Copies of one instance run one at a
         // time, so no other one holds it.
         if let Some(source) = copy
@@ -287,6 +288,13 @@ impl CopyController {
         {
             let name = self.ctx.container_name(&source);
             if let Some(c) = self.ctx.runtime.inspect_container(&name).await? {
+                // Frozen for idleness, or by the copy: thawed through the freezer, so that the
+                // source is no longer said to be frozen either.
+                self.instances
+                    .freezer()
+                    .thaw(&source.id, c.paused)
+                    .await
+                    .map_err(|e| Stop::Retry(e.to_string()))?;
                 self.ctx.runtime.unpause_container(&c.id).await?;
             }
         }

@@ -61,6 +61,9 @@ impl CopyController {
         };
         let total = || measured.get().and_then(total_of);
         self.publish(copy, key, 0, total());
+        // While the copy may pause the source, the freezer leaves that pause to the copy: a
+        // connection then waits for the copy's thaw rather than undoing its freeze.
+        let _held = source.map(|s| self.instances.freezer().held_by_copy(&s.id));
         let container = match source {
             Some(s) => self
                 .ctx

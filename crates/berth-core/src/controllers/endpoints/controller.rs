@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 
 use super::super::context::{Context, InstanceQueue};
+use super::super::freezer::Freezer;
 pub use berth_api::instances::EndpointView;
 
 use crate::ids::InstanceId;
@@ -76,16 +77,19 @@ pub(crate) struct EndpointController {
     ctx: Arc<Context>,
     /// A connection that wakes an instance asks for it to be reconciled.
     queue: InstanceQueue,
+    /// A connection to a frozen instance thaws it.
+    freezer: Arc<Freezer>,
     state: Arc<EndpointState>,
 }
 
 impl EndpointController {
     /// A controller with no endpoint open yet ([`EndpointController::open_stored_endpoints`]
     /// opens the stored ones).
-    pub(crate) fn new(ctx: Arc<Context>, queue: InstanceQueue) -> Self {
+    pub(crate) fn new(ctx: Arc<Context>, queue: InstanceQueue, freezer: Arc<Freezer>) -> Self {
         Self {
             ctx,
             queue,
+            freezer,
             state: Arc::default(),
         }
     }
@@ -236,24 +240,67 @@ impl EndpointController {
             }
         };
         for (id, port, host_port) in endpoints {
-            let address = SocketAddr::new(IpAddr::V4(ENDPOINT_HOST), host_port);
-            match TcpListener::bind(address).await {
-                Ok(listener) => self.serve_endpoint(id, port, listener),
-                Err(e) => {
-                    tracing::warn!(instance = %id, host_port, error = %e,
-                        "the host endpoint's port is taken by another program; it is not advertised, and berth binds it once it is free");
-                    self.listeners().taken.insert((id.clone(), port));
-                    let this = self.clone();
-                    let task_id = id.clone();
-                    let handle = tokio::spawn(async move {
-                        let listener = bind_when_free(address).await;
-                        this.listeners().taken.remove(&(task_id.clone(), port));
-                        tracing::info!(instance = %task_id, host_port, "the host endpoint's port is free again; listening");
-                        let listening = Listening::new(&this, &task_id, port);
-                        this.accept_loop(task_id, port, listener, listening).await
-                    });
-                    self.listeners().tasks.entry(id).or_default().push(handle);
-                }
+            self.listen_stored(id, port, host_port).await;
+        }
+    }
+
+    /// Listens on a stored endpoint's host port; one another program holds is tried again
+    /// with back-off, and not advertised until berth listens on it.
+    async fn listen_stored(&self, id: InstanceId, port: u16, host_port: u16) {
+        let address = SocketAddr::new(IpAddr::V4(ENDPOINT_HOST), host_port);
+        match TcpListener::bind(address).await {
+            Ok(listener) => self.serve_endpoint(id, port, listener),
+            Err(e) => {
+                tracing::warn!(instance = %id, host_port, error = %e,
+                    "the host endpoint's port is taken by another program; it is not advertised, and berth binds it once it is free");
+                self.listeners().taken.insert((id.clone(), port));
+                let this = self.clone();
+                let task_id = id.clone();
+                let handle = tokio::spawn(async move {
+                    let listener = bind_when_free(address).await;
+                    this.listeners().taken.remove(&(task_id.clone(), port));
+                    tracing::info!(instance = %task_id, host_port, "the host endpoint's port is free again; listening");
+                    let listening = Listening::new(&this, &task_id, port);
+                    this.accept_loop(task_id, port, listener, listening).await
+                });
+                self.listeners().tasks.entry(id).or_default().push(handle);
+            }
+        }
+    }
+
+    /// After the store gave `to` the endpoints `from` had (a pool lease's reset): stops both
+    /// instances' listeners and listens on the moved host ports for `to`. Connections open
+    /// through `from`'s endpoints go on until its container goes.
+    pub(crate) async fn move_listeners(
+        &self,
+        from: &InstanceId,
+        to: &InstanceId,
+    ) -> Result<(), StoreError> {
+        self.stop_listening(from).await;
+        self.stop_listening(to).await;
+        let of = to.clone();
+        let stored = self.ctx.store.read(move |tx| tx.endpoints(&of)).await?;
+        for endpoint in stored {
+            self.listen_stored(to.clone(), endpoint.port, endpoint.host_port)
+                .await;
+        }
+        Ok(())
+    }
+
+    /// Stops an instance's listeners and waits until their ports are free.
+    async fn stop_listening(&self, id: &InstanceId) {
+        let handles = {
+            let mut listeners = self.listeners();
+            listeners.listening.retain(|(of, _)| of != id);
+            listeners.taken.retain(|(of, _)| of != id);
+            listeners.tasks.remove(id)
+        };
+        // Aborted outside the lock: a task's guard takes it as the task is dropped. Waited
+        // for, so the ports are free once this returns.
+        if let Some(handles) = handles {
+            handles.iter().for_each(tokio::task::JoinHandle::abort);
+            for handle in handles {
+                let _ = handle.await;
             }
         }
     }
@@ -333,21 +380,8 @@ impl EndpointController {
     /// Closes an archived instance's endpoints and frees their ports; the store remembers them
     /// for the next generation of its key.
     pub(crate) async fn close_endpoints(&self, id: &InstanceId) -> Result<(), StoreError> {
-        let handles = {
-            let mut listeners = self.listeners();
-            listeners.listening.retain(|(of, _)| of != id);
-            listeners.taken.retain(|(of, _)| of != id);
-            listeners.tasks.remove(id)
-        };
-        // Aborted outside the lock: a task's guard takes it as the task is dropped. Waited
-        // for, so the ports are free once this returns: the next generation of the key binds
-        // them again.
-        if let Some(handles) = handles {
-            handles.iter().for_each(tokio::task::JoinHandle::abort);
-            for handle in handles {
-                let _ = handle.await;
-            }
-        }
+        // The ports are free once this returns: the next generation of the key binds them.
+        self.stop_listening(id).await;
         let id = id.clone();
         self.ctx
             .store
@@ -365,7 +399,13 @@ impl EndpointController {
         client: TcpStream,
         _ticket: super::admission::Ticket,
     ) {
+        // Counted as reach before the thaw: a freeze decided on before it checks for reach under
+        // the same lock as the thaw, so it either sees this connection or is undone by it.
         let _reach = ReachGuard::new(self, &id);
+        if let Err(e) = self.freezer.thaw(&id, false).await {
+            tracing::warn!(instance = %id, error = %e, "a connection could not thaw the instance");
+            return;
+        }
         let Some(upstream) = self.upstream(&id, port).await else {
             // Closed promptly: nothing is left hanging.
             return;

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::super::context::{Context, InstanceQueue, Next, ReconcileError};
 use super::super::endpoints::EndpointController;
+use super::super::freezer::Freezer;
 use super::super::templates::TemplateController;
 use super::super::views::ViewController;
 use crate::ids::{CopyId, InstanceId};
@@ -59,6 +60,7 @@ pub(crate) struct InstanceController {
     pub(super) views: Arc<ViewController>,
     pub(super) endpoints: Arc<EndpointController>,
     pub(super) templates: Arc<TemplateController>,
+    pub(super) freezer: Arc<Freezer>,
     starts: Arc<Mutex<HashMap<InstanceId, StartState>>>,
     /// One lock per id while someone holds it: the queue's reconcile and direct teardowns
     /// (archive) take it. Entries go when their last holder lets go.
@@ -76,6 +78,7 @@ impl InstanceController {
     pub(crate) fn new(
         ctx: Arc<Context>,
         templates: Arc<TemplateController>,
+        freezer: Arc<Freezer>,
         views: impl FnOnce(InstanceQueue) -> Arc<ViewController>,
         endpoints: impl FnOnce(InstanceQueue) -> Arc<EndpointController>,
     ) -> Arc<Self> {
@@ -98,6 +101,7 @@ impl InstanceController {
                 views: views(queue.clone()),
                 endpoints: endpoints(queue.clone()),
                 templates,
+                freezer,
                 ctx,
                 queue,
                 starts: Arc::default(),
@@ -111,6 +115,29 @@ impl InstanceController {
     /// The queue that runs it.
     pub(crate) fn queue(&self) -> &InstanceQueue {
         &self.queue
+    }
+
+    /// What freezes and thaws instances' containers.
+    pub(crate) fn freezer(&self) -> &Arc<Freezer> {
+        &self.freezer
+    }
+
+    /// A container about to be stopped or replaced, thawed first when it is frozen (or a
+    /// freeze of it is in flight, which this waits out): nothing is asked of a frozen
+    /// container but a thaw.
+    pub(super) async fn thawed(
+        &self,
+        instance: &Instance,
+        container: Option<ContainerFacts>,
+    ) -> Result<Option<ContainerFacts>, ReconcileError> {
+        match container {
+            Some(mut c) if c.running => {
+                self.freezer.thaw(&instance.id, c.paused).await?;
+                c.paused = false;
+                Ok(Some(c))
+            }
+            other => Ok(other),
+        }
     }
 
     fn begun_copies(&self) -> std::sync::MutexGuard<'_, HashSet<CopyId>> {
@@ -314,7 +341,7 @@ impl InstanceController {
         };
         match instance.desired {
             Desired::Archived => {
-                if let Some(c) = container {
+                if let Some(c) = self.thawed(&instance, container).await? {
                     runtime
                         .stop_container(&c.id, self.ctx.config.stop_timeout)
                         .await?;
@@ -330,7 +357,11 @@ impl InstanceController {
                 Ok(Next::Done)
             }
             Desired::Stopped => {
-                if let Some(c) = container.filter(|c| c.running) {
+                if let Some(c) = self
+                    .thawed(&instance, container)
+                    .await?
+                    .filter(|c| c.running)
+                {
                     runtime
                         .stop_container(&c.id, self.ctx.config.stop_timeout)
                         .await?;
@@ -365,7 +396,11 @@ impl InstanceController {
         starting: bool,
     ) -> Result<Next, ReconcileError> {
         self.forget_start(&instance.id);
-        if let Some(c) = container.filter(|c| c.running) {
+        if let Some(c) = self
+            .thawed(instance, container)
+            .await?
+            .filter(|c| c.running)
+        {
             self.ctx
                 .runtime
                 .stop_container(&c.id, self.ctx.config.stop_timeout)
@@ -507,6 +542,9 @@ impl InstanceController {
                 && self.ctx.ownership(&c.labels) == Some(Ownership::Ours)
             {
                 tracing::info!(container = %c.name, "removing a container whose instance berth does not know");
+                if c.paused {
+                    self.ctx.runtime.unpause_container(&c.id).await?;
+                }
                 self.ctx
                     .runtime
                     .stop_container(&c.id, self.ctx.config.stop_timeout)

@@ -28,12 +28,22 @@ impl InstanceController {
             return Ok(Next::Done);
         }
         let now = obs.observed_at;
+        let converged = |c: &ContainerFacts| {
+            c.running
+                && matches!(instance.state, InstanceState::Running { .. })
+                && self.same_plan(c, instance, &instance.volumes)
+        };
+        // A frozen container of an instance that runs as planned stays frozen (neither failed
+        // nor probed: it answers once a connection thaws it); any other step thaws it first.
+        let container = match container {
+            Some(c) if c.paused && !converged(&c) => self.thawed(instance, Some(c)).await?,
+            other => other,
+        };
 
         if let Some(c) = &container
-            && c.running
-            && matches!(instance.state, InstanceState::Running { .. })
-            && self.same_plan(c, instance, &instance.volumes)
+            && converged(c)
         {
+            self.freezer.observed(instance, c.paused).await?;
             // Converged: only the network views can have moved (a link, a new worktree key),
             // or the container was swapped behind berth's back (its evidence is not for it).
             if let Some(next) = self.check_evidence(instance, c, None).await? {
