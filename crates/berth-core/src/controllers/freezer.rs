@@ -124,6 +124,15 @@ impl Freezer {
                     }
                     Err(e) => return Err(e.into()),
                 }
+                // A runtime whose facts cannot say that a container is paused (the swarm's
+                // services) could not find a freeze again after a restart, nor tell a thaw
+                // that one is there: it gets none.
+                let seen = self.ctx.runtime.inspect_container(&name).await?;
+                if !seen.is_some_and(|c| c.paused) {
+                    self.ctx.runtime.unpause_container(&c.id).await?;
+                    tracing::debug!(instance = %id, "the runtime does not report pauses: not frozen");
+                    return Ok(false);
+                }
             }
             self.record(id, Some(Timestamp::now())).await?;
             tracing::info!(instance = %id, key = %instance.key, "froze an instance");
