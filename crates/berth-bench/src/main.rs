@@ -25,6 +25,7 @@ mod context;
 mod engine;
 mod exec;
 mod fair;
+mod frozen;
 mod holders;
 mod idle;
 mod interrupt;
@@ -68,7 +69,7 @@ use crate::report::{Figure, Machine};
 #[derive(Parser, Debug)]
 #[command(name = "berth-bench", version)]
 struct Args {
-    /// Samples per figure [default: 20 for up, 50 for exec, 10 for wake and postgres, 5
+    /// Samples per figure [default: 20 for up, 50 for exec, 10 for wake, frozen and postgres, 5
     /// restarts for many, 20 rounds for watch, 10 page loads for ui, 3 for branch, layers and interrupt, 4 for fair].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     samples: Option<u32>,
@@ -132,6 +133,9 @@ enum FigureKind {
     /// Waking an idle-stopped instance through its endpoint and through the API.
     #[value(alias = "wake_via_endpoint_first_byte", alias = "wake_via_api")]
     Wake,
+    /// Waking a frozen instance through its endpoint, against waking an idle-stopped one.
+    #[value(alias = "wake_from_frozen_first_byte")]
+    Frozen,
     /// 1 GiB through a host endpoint against the container's address, and a select-only
     /// query's latency through it against the container's address and Docker's published port.
     #[value(alias = "proxy_throughput_1gib")]
@@ -198,6 +202,7 @@ impl FigureKind {
             FigureKind::Exec => "exec",
             FigureKind::Get => "get",
             FigureKind::Wake => "wake",
+            FigureKind::Frozen => "frozen",
             FigureKind::Proxy => "proxy",
             FigureKind::Idle => "idle",
             FigureKind::Soak => "soak",
@@ -296,6 +301,7 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
             FigureKind::Exec => exec::run(ctx, args.samples.map_or(50, |n| n as usize)).await,
             FigureKind::Get => load::run(ctx, args.duration, args.concurrency as usize).await,
             FigureKind::Wake => wake::run(ctx, args.samples.map_or(10, |n| n as usize)).await,
+            FigureKind::Frozen => frozen::run(ctx, args.samples.map_or(10, |n| n as usize)).await,
             FigureKind::Proxy => {
                 let echo = ctx.echo_image.as_deref().ok_or_else(|| {
                     anyhow!(

@@ -30,17 +30,17 @@ const POLL: Duration = Duration::from_millis(5);
 /// How often an instance is polled while it is left to idle-stop (not timed).
 const IDLE_POLL: Duration = Duration::from_millis(100);
 /// The longest one sample, or one idle stop, may take.
-const SAMPLE_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const SAMPLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The benchmark spec, stopped after one second without a reach.
-fn idle_spec(image: &str, alias: &str) -> Value {
+pub(crate) fn idle_spec(image: &str, alias: &str) -> Value {
     let mut spec = spec(image, alias);
     spec["idleStopAfterSeconds"] = 1.into();
     spec
 }
 
 /// Polls until instance `key` is stopped for being idle.
-async fn wait_idle_stopped(ctx: &Ctx, key: &str) -> anyhow::Result<()> {
+pub(crate) async fn wait_idle_stopped(ctx: &Ctx, key: &str) -> anyhow::Result<()> {
     let deadline = Instant::now() + SAMPLE_TIMEOUT;
     loop {
         let instance = ctx.api.instance(&ctx.domain, key).await?;
@@ -59,7 +59,7 @@ async fn wait_idle_stopped(ctx: &Ctx, key: &str) -> anyhow::Result<()> {
 
 /// Sends [`REQUEST`] on `stream` and waits for the answer's first byte; then, untimed by the
 /// caller's clock if it stopped it, reads the rest to the end.
-async fn first_byte(stream: &mut TcpStream) -> anyhow::Result<()> {
+pub(crate) async fn first_byte(stream: &mut TcpStream) -> anyhow::Result<()> {
     stream.write_all(REQUEST).await.context("sending GET /")?;
     let mut byte = [0u8; 1];
     let n = tokio::time::timeout(SAMPLE_TIMEOUT, stream.read(&mut byte))
@@ -72,7 +72,7 @@ async fn first_byte(stream: &mut TcpStream) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn drain(mut stream: TcpStream) {
+pub(crate) async fn drain(mut stream: TcpStream) {
     let mut rest = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest)).await;
 }

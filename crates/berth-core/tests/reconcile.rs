@@ -57,6 +57,8 @@ struct World {
     contents: BTreeMap<String, String>,
     /// Containers paused now.
     paused: Vec<String>,
+    /// Pauses happen but inspects do not say so, as the swarm runtime's service facts.
+    hide_pauses: bool,
     /// Every copy fails with this.
     copy_error: Option<String>,
     /// Copies wait for a permit on this, when set.
@@ -325,8 +327,9 @@ impl Runtime for Fake {
         let mut w = self.world();
         w.calls.push(format!("pause {id}"));
         w.paused.push(id.to_owned());
+        let shown = !w.hide_pauses;
         if let Some(c) = w.containers.values_mut().find(|c| c.id == id) {
-            c.paused = c.running;
+            c.paused = c.running && shown;
         }
         Ok(())
     }
@@ -2577,5 +2580,29 @@ async fn a_frozen_instance_whose_desire_changes_is_thawed_first() {
         !w.calls.iter().any(|c| c.starts_with("stop of a paused")),
         "{:?}",
         w.calls
+    );
+}
+
+/// A runtime whose facts do not say that a container is paused gets no freeze: the pause is
+/// undone at once, and no freeze is tried again in the run.
+#[tokio::test]
+async fn a_runtime_that_does_not_report_pauses_gets_no_freeze() {
+    let s = setup().await;
+    let id = running_frozen_candidate(&s).await;
+    s.fake.world().hide_pauses = true;
+    assert!(!s.reconciler.freeze(&id).await.unwrap());
+    {
+        let w = s.fake.world();
+        assert!(w.paused.is_empty(), "the pause was undone: {:?}", w.calls);
+    }
+    s.fake.world().calls.clear();
+    assert!(!s.reconciler.freeze(&id).await.unwrap());
+    assert!(s.fake.world().calls.is_empty(), "not tried again");
+    assert!(
+        s.berth
+            .get("owner", &s.domain, "db")
+            .unwrap()
+            .frozen
+            .is_none()
     );
 }

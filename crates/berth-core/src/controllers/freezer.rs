@@ -13,6 +13,7 @@
 //! nothing has reached the instance since it was decided on.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Mutex as AsyncMutex;
@@ -31,6 +32,9 @@ pub(crate) struct Freezer {
     /// Instances a copy may hold paused for its consistency, with how many copies do: their
     /// pause is the copy's to end, not a freeze.
     copies: Arc<Mutex<HashMap<InstanceId, usize>>>,
+    /// Set once the runtime has shown that its facts do not say when a container is paused:
+    /// no freeze is tried again in this run.
+    unreported: AtomicBool,
 }
 
 /// A copy's hold on its source's pauses ([`Freezer::held_by_copy`]), let go when dropped.
@@ -57,6 +61,7 @@ impl Freezer {
             ctx,
             locks: Mutex::new(HashMap::new()),
             copies: Arc::default(),
+            unreported: AtomicBool::new(false),
         }
     }
 
@@ -93,6 +98,9 @@ impl Freezer {
         id: &InstanceId,
         still: impl FnOnce(&Instance) -> bool,
     ) -> Result<bool, ReconcileError> {
+        if self.unreported.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
         self.with_lock(id, async || {
             let Some(instance) = self.ctx.store.instance_by_id(id) else {
                 return Ok(false);
@@ -123,6 +131,20 @@ impl Freezer {
                         return Ok(false);
                     }
                     Err(e) => return Err(e.into()),
+                }
+                // A runtime whose facts cannot say that a container is paused (the swarm's
+                // services) could not find a freeze again after a restart, nor tell a thaw
+                // that one is there: it gets none.
+                let seen = self.ctx.runtime.inspect_container(&name).await?;
+                if !seen.as_ref().is_some_and(|c| c.paused) {
+                    self.ctx.runtime.unpause_container(&c.id).await?;
+                    if !seen.is_some_and(|c| c.running) {
+                        // It ended meanwhile: the instance controller sees to it.
+                        return Ok(false);
+                    }
+                    self.unreported.store(true, Ordering::Relaxed);
+                    tracing::info!(instance = %id, "the runtime does not report paused containers: no instance is frozen in this run");
+                    return Ok(false);
                 }
             }
             self.record(id, Some(Timestamp::now())).await?;

@@ -11,6 +11,9 @@ pub struct Preset {
     pub image: &'static str,
     pub env: &'static [(&'static str, &'static str)],
     pub volumes: &'static [(&'static str, &'static str)],
+    /// The command it runs, when not the image's own (its entrypoint still runs), and the
+    /// lowest major version of the image's tag that understands it (an older tag gets none).
+    pub command: Option<(&'static [&'static str], u32)>,
     /// The ready check, as berth.toml writes it.
     pub ready: &'static str,
     /// A memory limit other than the default, as berth.toml writes it.
@@ -25,6 +28,11 @@ pub const PRESETS: &[Preset] = &[
         image: "postgres:17",
         env: &[("POSTGRES_PASSWORD", "dev")],
         volumes: &[("data", "/var/lib/postgresql/data")],
+        // Crash recovery syncs the data directory with one syncfs(2) rather than an fsync of
+        // every file: on a branch or restore over layers, an fsync opens each file for
+        // writing, which copies every file up into the branch's own layer (its whole size);
+        // syncfs copies nothing up. Postgres 14 and later (docs/branching.md).
+        command: Some((&["postgres", "-c", "recovery_init_sync_method=syncfs"], 14)),
         // Over TCP: the image's first start runs a server on its socket only, for initdb.
         ready: r#"{ exec = ["pg_isready", "-U", "postgres", "-h", "127.0.0.1"], user = "postgres" }"#,
         memory: None,
@@ -35,6 +43,7 @@ pub const PRESETS: &[Preset] = &[
     },
     Preset {
         name: "redis",
+        command: None,
         image: "redis:7",
         env: &[],
         volumes: &[("data", "/data")],
@@ -44,6 +53,7 @@ pub const PRESETS: &[Preset] = &[
     },
     Preset {
         name: "mailpit",
+        command: None,
         image: "axllent/mailpit:latest",
         env: &[],
         volumes: &[],
@@ -56,6 +66,7 @@ pub const PRESETS: &[Preset] = &[
     },
     Preset {
         name: "mysql",
+        command: None,
         image: "mysql:8.4",
         env: &[("MYSQL_ROOT_PASSWORD", "dev"), ("MYSQL_DATABASE", "app")],
         volumes: &[("data", "/var/lib/mysql")],
@@ -65,6 +76,7 @@ pub const PRESETS: &[Preset] = &[
     },
     Preset {
         name: "mongo",
+        command: None,
         image: "mongo:8",
         env: &[],
         volumes: &[("data", "/data/db")],
@@ -88,6 +100,16 @@ pub fn preset_for_repository(repository: &str) -> Option<&'static Preset> {
         let own = p.image.split(':').next().unwrap_or(p.image);
         last(own) == wanted
     })
+}
+
+/// The major version a reference's tag starts with (`postgres:17.2@sha256:...` → 17); `None`
+/// for a tag that does not start with one (`latest`) or no tag.
+fn major_version(reference: &str) -> Option<u32> {
+    let name = reference.split('@').next().unwrap_or(reference);
+    let last = name.rsplit('/').next().unwrap_or(name);
+    let (_, tag) = last.split_once(':')?;
+    let digits: String = tag.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 /// A TOML basic string.
@@ -144,6 +166,12 @@ impl NewInstance<'_> {
                 if !p.volumes.is_empty() {
                     out.push_str(&format!("volumes = {}\n", inline(p.volumes)));
                 }
+                if let Some((argv, since)) = p.command
+                    && major_version(self.image).is_none_or(|v| v >= since)
+                {
+                    let argv: Vec<String> = argv.iter().map(|a| quoted(a)).collect();
+                    out.push_str(&format!("command = [{}]\n", argv.join(", ")));
+                }
                 out.push_str(&format!("ready = {}\n", p.ready));
                 if let Some(memory) = p.memory {
                     out.push_str(&format!("memory = {}\n", quoted(memory)));
@@ -195,6 +223,31 @@ mod tests {
         let pg = defs.iter().find(|d| d.name == "postgres").unwrap();
         assert_eq!(pg.env["POSTGRES_PASSWORD"], "dev");
         assert_eq!(pg.connect[0].0, "DATABASE_URL");
+        assert_eq!(
+            pg.command.as_deref(),
+            Some(&["postgres", "-c", "recovery_init_sync_method=syncfs"].map(String::from)[..])
+        );
+    }
+
+    #[test]
+    fn postgres_before_14_is_not_given_a_setting_it_does_not_know() {
+        let pg = preset("postgres").unwrap();
+        for (tag, command) in [
+            ("13", false),
+            ("14.1", true),
+            ("17", true),
+            ("latest", true),
+        ] {
+            let image = format!("mirror.example/postgres:{tag}@sha256:{HEX}");
+            let new = NewInstance {
+                name: "db",
+                image: &image,
+                preset: Some(pg),
+                port: None,
+            };
+            let defs = parse(&new.table(), "berth.toml").unwrap();
+            assert_eq!(defs[0].command.is_some(), command, "{tag}");
+        }
     }
 
     #[test]
