@@ -41,6 +41,7 @@ pub fn example_spec() -> Value {
         },
         ready: Ready::Tcp { port: 8080 },
         idle_stop_after_seconds: 3600,
+        idle_freeze_after_seconds: None,
     };
     // A spec holds strings, numbers and maps of strings only: it always encodes.
     serde_json::to_value(example).unwrap_or(Value::Null)

@@ -12,8 +12,8 @@
 //! archived data, by its retention) remove data. A request that is refused writes nothing.
 
 pub use berth_domain::{
-    consent, disk, evidence, model, names, ownership, plan, pools, rollouts, runtime,
-    snapshots, templates, watch, workspaces, worktrees,
+    consent, disk, evidence, model, names, ownership, plan, pools, rollouts, runtime, snapshots,
+    templates, watch, workspaces, worktrees,
 };
 pub use berth_domain::{decode, exec, ids, image, spec, time};
 pub use berth_store as store;

@@ -1,5 +1,6 @@
 //! [`Berth`]: the operations the API offers, over the store and the reconciler; the files beside
-//! it implement them by group.
+//! it implement them by group; the helpers they share (an instance read in a transaction, the
+//! domain's owner checked, an `up`'s spec decoded).
 
 use std::sync::Arc;
 
@@ -8,7 +9,9 @@ use crate::error::Error;
 use crate::ids::DomainId;
 use crate::model::{Domain, Instance};
 use crate::rollouts::Site;
+use crate::spec::{Spec, decode_spec};
 use crate::store::{Store, Tx};
+use serde_json::Value;
 
 /// berth's operations over one store and, when there is one, one reconciler.
 #[derive(Clone)]
@@ -87,4 +90,16 @@ pub(crate) fn owned(domain: Option<Domain>, owner: &str, id: &DomainId) -> Resul
         Some(d) if d.owner != owner => Err(Error::DomainForbidden(id.to_string())),
         Some(d) => Ok(d),
     }
+}
+
+/// The spec of an `up`, decoded, or its refusal: every field refused, by name.
+pub(crate) fn decode_up_spec(spec: &Value) -> Result<Spec, Error> {
+    decode_spec(spec).map_err(|refusals| Error::SpecRefused {
+        message: if refusals.iter().any(|r| r.field != "spec") {
+            "the spec asks for what an instance may never have; nothing was written".to_owned()
+        } else {
+            "the spec does not decode; nothing was written".to_owned()
+        },
+        refusals,
+    })
 }

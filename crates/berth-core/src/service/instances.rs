@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::{Berth, UpCause, instance_in, owned};
+use super::{Berth, UpCause, decode_up_spec, instance_in, owned};
 use crate::controllers::Reconciler;
 use crate::controllers::sizes::volume_sizes;
 use crate::error::Error;
@@ -15,7 +15,6 @@ use crate::names;
 use crate::plan::plan_volumes;
 use crate::rollouts::RolloutMode;
 use crate::spec::Spec;
-use crate::spec::decode_spec;
 use crate::store::Tx;
 use crate::time::Timestamp;
 
@@ -368,18 +367,6 @@ impl Berth {
         let all = self.store.instances(domain_id, true);
         Ok(self.measure(reconciler, &all).await)
     }
-}
-
-/// The spec of an `up`, decoded, or its refusal: every field refused, by name.
-pub(crate) fn decode_up_spec(spec: &Value) -> Result<Spec, Error> {
-    decode_spec(spec).map_err(|refusals| Error::SpecRefused {
-        message: if refusals.iter().any(|r| r.field != "spec") {
-            "the spec asks for what an instance may never have; nothing was written".to_owned()
-        } else {
-            "the spec does not decode; nothing was written".to_owned()
-        },
-        refusals,
-    })
 }
 
 /// The write of an `up`, inside its transaction: every check, then the instance as it is now

@@ -132,7 +132,7 @@ impl Berth {
         size: i64,
     ) -> Result<PoolView, Error> {
         self.domain(owner, domain_id)?;
-        let spec = super::instances::decode_up_spec(spec)?;
+        let spec = super::berth::decode_up_spec(spec)?;
         let reconciler = self.require_runtime()?.clone();
         if let PoolFrom::Snapshot(id) = &from {
             reconciler.check_snapshot(id).await?;
@@ -533,7 +533,7 @@ impl Berth {
             lease_id: lease.id,
             resource_domain_id: lease.domain_id,
             pool: lease.pool,
-            instance: self.with_engine(instance.view()),
+            instance: self.annotated(instance.view()),
             endpoints,
             ttl_seconds: lease.ttl_ms / 1000,
             expires_at: lease.expires_at,

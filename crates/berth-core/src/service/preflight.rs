@@ -10,7 +10,8 @@ use berth_api::preflight::{
 };
 use serde_json::Value;
 
-use super::instances::{alias_scope, check_up, decode_up_spec, next_instance};
+use super::berth::decode_up_spec;
+use super::instances::{alias_scope, check_up, next_instance};
 use super::{Berth, UpCause};
 use crate::controllers::endpoints::EndpointController;
 use crate::error::Error;

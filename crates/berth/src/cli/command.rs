@@ -6,8 +6,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use super::{
-    branching, disk, doctor, exec, instances, lease, logs, page, pins, promote, rollouts,
-    service,
+    branching, disk, doctor, exec, instances, lease, logs, page, pins, promote, rollouts, service,
     templates, up, whoami,
 };
 use crate::repo::PROJECT_FILE;

@@ -103,7 +103,7 @@ pub async fn lease(args: LeaseArgs) -> anyhow::Result<ExitCode> {
                     &domain,
                     &PoolRequest {
                         name: pool.clone(),
-                        spec: def.spec(None),
+                        spec: def.spec_json(None),
                         from: PoolSource {
                             template: Some(true),
                             snapshot_id: None,
