@@ -202,7 +202,7 @@ function poolSection(model) {
           h('td', { class: 'num' }, String(p.ready)),
           h('td', { class: 'num' }, String(p.making)),
           h('td', { class: 'num' }, String(p.leased)),
-          h('td', { class: 'muted small' }, p.deleting ? 'being deleted' : (p.message || '')))))))));
+          h('td', { class: 'muted small' }, p.deleting ? 'being deleted' : (p.message || ''))))))));
 }
 
 // The engine's volume sizes, asked for once per view (and when a person asks again), never
