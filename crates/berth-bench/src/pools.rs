@@ -279,13 +279,13 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
             "200 leases: {CLIENTS} clients each took and released {LEASES_EACH} leases one after \
              another on the 100 MB pool: {served} of 200 served in {} s (a release answers once \
              its instance and volumes are gone; a lease on an empty pool waits for the next). \
-             Once the pool was full again, it held {} containers and {} volumes of its own \
-             (holders included): {}.",
+             Once the pool was full again, it held {} containers and {} volumes of its own: \
+             {}.",
             number(many_took.as_secs_f64()),
             left.0,
             left.1,
-            if left.0 as i64 == SIZE * 2 && left.1 as i64 == SIZE * 2 {
-                "its 4 instances, each with its holder, and their overlay volumes and upper layers: nothing left over"
+            if left.0 as i64 == SIZE && left.1 as i64 == SIZE * 2 {
+                "its 4 instances' containers, their overlay volumes and upper layers: nothing left over"
             } else {
                 "more than its 4 instances' own"
             },

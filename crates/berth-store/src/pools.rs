@@ -161,6 +161,27 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// Records instance `id` (made in this transaction) as pool `pool`'s, waiting; false,
+    /// writing nothing, when the domain has no such pool or it is being deleted.
+    pub fn record_pool_member(
+        &self,
+        id: &InstanceId,
+        domain: &DomainId,
+        pool: &str,
+    ) -> Result<bool, StoreError> {
+        if self.pool(domain, pool)?.is_none_or(|p| p.deleting) {
+            return Ok(false);
+        }
+        self.insert_pool_member(&PoolMember {
+            instance_id: id.clone(),
+            domain_id: domain.clone(),
+            pool: pool.to_owned(),
+            state: MemberState::Waiting,
+            created_at: Timestamp::now(),
+        })?;
+        Ok(true)
+    }
+
     /// Moves a pool's instance to `state`.
     pub fn set_member_state(&self, id: &InstanceId, state: MemberState) -> Result<(), StoreError> {
         self.conn.execute(

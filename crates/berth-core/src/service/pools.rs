@@ -45,20 +45,6 @@ impl Default for LeaseAsk {
     }
 }
 
-/// Records `instance` (just made) as `pool`'s, waiting, in the transaction that made it; a
-/// pool deleted meanwhile refuses it, and the instance is not made.
-pub(super) fn record_member(tx: &Tx<'_>, instance: &Instance, pool: String) -> Result<(), Error> {
-    live_pool(tx, &instance.domain_id, &pool)?;
-    tx.insert_pool_member(&PoolMember {
-        instance_id: instance.id.clone(),
-        domain_id: instance.domain_id.clone(),
-        pool,
-        state: MemberState::Waiting,
-        created_at: Timestamp::now(),
-    })?;
-    Ok(())
-}
-
 /// The first of a pool's waiting instances that is ready: running, ready-checked, and with
 /// the latest of what was asked of it acted on.
 fn ready_member(tx: &Tx<'_>, domain: &DomainId, pool: &str) -> Result<Option<Instance>, Error> {

@@ -365,8 +365,12 @@ impl Berth {
                     method: CopyMethod::Copy,
                 };
                 tx.insert_copy(&copy)?;
-                if let Some(pool) = pool {
-                    super::pools::record_member(tx, &instance, pool)?;
+                // A pool's new instance is recorded as its pool's in the same transaction; a
+                // pool deleted meanwhile refuses it, and nothing is made.
+                if let Some(pool) = pool
+                    && !tx.record_pool_member(&instance.id, &instance.domain_id, &pool)?
+                {
+                    return Err(Error::PoolNotFound(pool));
                 }
                 Ok::<_, Error>((instance, copy))
             })
