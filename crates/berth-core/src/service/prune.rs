@@ -217,8 +217,11 @@ fn choose(
             continue;
         }
         let unit = &graph.units[i];
-        // An archived instance whose data is gone has nothing left to prune.
-        if unit.kind == DiskKind::Archived && graph.held_by(i).is_empty() {
+        // An archived instance with nothing that another unit does not use (its data gone, or
+        // only layers others stand on) has nothing left to prune, and is not listed again.
+        if unit.kind == DiskKind::Archived
+            && graph.held_by(i).iter().all(|v| graph.users(v).len() > 1)
+        {
             continue;
         }
         if unit
