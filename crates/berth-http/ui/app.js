@@ -150,15 +150,18 @@ function worktreeHeading(id, key, list) {
 }
 
 async function openLive(id) {
-  if (live && live.id === id) return live;
+  // A second view of the same project (two routes in quick succession) waits for the first
+  // one's summary instead of asking for it again.
+  if (live && live.id === id) { await live.ready; return live; }
   closeLive();
   const abort = new AbortController();
   const model = {
     id, abort, domain: null, entries: new Map(), workspaces: [], refreshTimer: null,
-    sizes: null, sizesAt: null, sizesLoading: null,
+    sizes: null, sizesAt: null, sizesLoading: null, ready: null,
   };
   live = model;
-  await loadSummary(model);
+  model.ready = loadSummary(model);
+  await model.ready;
   api.streamEvents(id, {
     signal: abort.signal,
     onState: (state) => { if (live === model) setLive(state); },
