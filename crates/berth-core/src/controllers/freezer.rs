@@ -16,9 +16,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::Mutex as AsyncMutex;
-
 use super::context::{Context, ReconcileError};
+use super::keyed_locks::KeyedLocks;
 use crate::ids::InstanceId;
 use crate::model::{Desired, Instance, InstanceState};
 use crate::runtime::{LABEL_INSTANCE, RuntimeError};
@@ -28,7 +27,7 @@ use crate::time::Timestamp;
 pub(crate) struct Freezer {
     ctx: Arc<Context>,
     /// One lock per instance while someone holds it; entries go when their last holder does.
-    locks: Mutex<HashMap<InstanceId, Arc<AsyncMutex<()>>>>,
+    locks: KeyedLocks<InstanceId>,
     /// Instances a copy may hold paused for its consistency, with how many copies do: their
     /// pause is the copy's to end, not a freeze.
     copies: Arc<Mutex<HashMap<InstanceId, usize>>>,
@@ -59,7 +58,7 @@ impl Freezer {
     pub(crate) fn new(ctx: Arc<Context>) -> Self {
         Self {
             ctx,
-            locks: Mutex::new(HashMap::new()),
+            locks: KeyedLocks::new(),
             copies: Arc::default(),
             unreported: AtomicBool::new(false),
         }
@@ -242,19 +241,6 @@ impl Freezer {
     }
 
     async fn with_lock<T>(&self, id: &InstanceId, f: impl AsyncFnOnce() -> T) -> T {
-        let lock = {
-            let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
-            locks.entry(id.clone()).or_default().clone()
-        };
-        let out = {
-            let _held = lock.lock().await;
-            f().await
-        };
-        drop(lock);
-        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
-        if locks.get(id).is_some_and(|l| Arc::strong_count(l) == 1) {
-            locks.remove(id);
-        }
-        out
+        self.locks.with_lock(id, f).await
     }
 }

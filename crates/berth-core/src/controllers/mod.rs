@@ -35,6 +35,7 @@ mod engine;
 mod freezer;
 mod idle;
 mod instances;
+mod keyed_locks;
 mod observe;
 mod pools;
 mod reconciler;

@@ -5,12 +5,12 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use tokio::sync::Mutex as AsyncMutex;
 use tokio::time::Instant;
 
 use super::super::context::{Context, InstanceQueue, Next, ReconcileError};
 use super::super::endpoints::EndpointController;
 use super::super::freezer::Freezer;
+use super::super::keyed_locks::KeyedLocks;
 use super::super::templates::TemplateController;
 use super::super::views::ViewController;
 use crate::ids::{CopyId, InstanceId};
@@ -64,7 +64,7 @@ pub(crate) struct InstanceController {
     starts: Arc<Mutex<HashMap<InstanceId, StartState>>>,
     /// One lock per id while someone holds it: the queue's reconcile and direct teardowns
     /// (archive) take it. Entries go when their last holder lets go.
-    locks: Mutex<HashMap<InstanceId, Arc<AsyncMutex<()>>>>,
+    locks: KeyedLocks<InstanceId>,
     /// The copies the copy controller has begun (not those waiting for their turn): a
     /// restore's target is held stopped only while its copy is one of them.
     begun_copies: Mutex<HashSet<CopyId>>,
@@ -105,7 +105,7 @@ impl InstanceController {
                 ctx,
                 queue,
                 starts: Arc::default(),
-                locks: Mutex::new(HashMap::new()),
+                locks: KeyedLocks::new(),
                 begun_copies: Mutex::new(HashSet::new()),
                 moving: Mutex::new(HashSet::new()),
             }
@@ -235,20 +235,7 @@ impl InstanceController {
 
     /// Runs `f` holding the lock of `id`, then lets the lock's entry go if nobody else waits.
     pub(super) async fn with_lock<T>(&self, id: &InstanceId, f: impl AsyncFnOnce() -> T) -> T {
-        let lock = {
-            let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
-            locks.entry(id.clone()).or_default().clone()
-        };
-        let out = {
-            let _held = lock.lock().await;
-            f().await
-        };
-        drop(lock);
-        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
-        if locks.get(id).is_some_and(|l| Arc::strong_count(l) == 1) {
-            locks.remove(id);
-        }
-        out
+        self.locks.with_lock(id, f).await
     }
 
     pub(crate) async fn reconcile_exclusive(
