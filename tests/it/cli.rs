@@ -940,8 +940,18 @@ fn exec_it_runs_an_interactive_shell_on_a_terminal_that_follows_its_size() {
             "the terminal did not follow the window's size:\n{screen}"
         );
     }
-    // A key the local terminal would take (Ctrl-C) goes to the shell, which stays.
+    // A key the local terminal would take (Ctrl-C) goes to the shell, which stays. It is sent
+    // once `sleep` runs: sent with the line, it could reach the shell's line editor before
+    // the command starts (a plain byte there, not a signal), and the sleep would run its 100 s.
     tmux.run(&["send-keys", "-t", "exec", "sleep 100", "Enter"]);
+    let runs = |command: &str| {
+        let ps = berth(&daemon, &repo.main, &["exec", "db", "--", "ps"]).ok();
+        ps.stdout.contains(command)
+    };
+    // The container's processes have no event: they are looked at until the deadline.
+    support::wait_until(Duration::from_secs(30), "the shell's sleep running", || {
+        runs("sleep 100")
+    });
     tmux.run(&["send-keys", "-t", "exec", "C-c"]);
     tmux.run(&["send-keys", "-t", "exec", "echo still-$((1+1))", "Enter"]);
     screen_shows("still-2");
@@ -970,10 +980,7 @@ fn exec_it_runs_an_interactive_shell_on_a_terminal_that_follows_its_size() {
         "gone",
         &format!("sh '{}'", abandoned.display()),
     ]);
-    let sleeping = || {
-        let ps = berth(&daemon, &repo.main, &["exec", "db", "--", "ps"]).ok();
-        ps.stdout.contains("sleep 4242")
-    };
+    let sleeping = || runs("sleep 4242");
     // The container's processes have no event: they are looked at until the deadline.
     support::wait_until(
         Duration::from_secs(30),

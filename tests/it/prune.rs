@@ -362,6 +362,31 @@ fn retention_keeps_the_newest_before_restore_snapshots_and_archived_data_its_day
         .unwrap_or_else(|| panic!("{gone:#}"));
     assert_eq!(cache["volumes"], serde_json::json!([]), "{cache:#}");
     assert_eq!(read(&daemon, &repo.main), "v1");
+
+    // berth.toml's [retention] is what a prune keeps when its flags do not say; at 0, a
+    // restore keeps no before-restore snapshot at all.
+    let file = repo.main.join("berth.toml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(
+        &file,
+        format!("[retention]\nkeep-before-restore = 0\n\n{text}"),
+    )
+    .unwrap();
+    let plan = berth(&daemon, &repo.main, &["prune", "--dry-run", "--json"])
+        .ok()
+        .json();
+    let would: Vec<&str> = plan["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(would, [newest.as_str()], "{plan:#}");
+    write(&daemon, &repo.main, "db", 1, "replaced");
+    let restored = berth(&daemon, &repo.main, &["restore", "db", "base"]).ok();
+    assert!(restored.stdout.contains("is not kept"), "{restored:?}");
+    assert_eq!(read(&daemon, &repo.main), "v1");
+    assert_eq!(snapshots(), left, "no before-restore snapshot was kept");
 }
 
 #[test]
@@ -493,4 +518,98 @@ fn domain_of_at(client: &support::Client) -> String {
 
 fn key_of_main(daemon: &Daemon, dir: &Path) -> String {
     key_of_db(&berth(daemon, dir, &["ps", "--json"]).ok())
+}
+
+#[test]
+fn a_snapshot_others_stand_on_is_deleted_its_layers_kept_while_they_do_then_pruned() {
+    let daemon = Daemon::start();
+    let repo = repo(&project());
+    berth(&daemon, &repo.main, &["up", "db"]).ok();
+    write(&daemon, &repo.main, "db", 1, "base");
+    berth(&daemon, &repo.main, &["snapshot", "db", "base"]).ok();
+    // A worktree's db branched from the snapshot stands on its layer.
+    let dir = repo.main.parent().unwrap().join("shop-fix");
+    git(
+        &repo.main,
+        &["worktree", "add", "-q", dir.to_str().unwrap()],
+    );
+    let dir = dir.canonicalize().unwrap();
+    berth(&daemon, &dir, &["branch", "db", "--from", "base"]).ok();
+    assert_eq!(read(&daemon, &dir), "base");
+
+    // `snapshots rm` deletes it, says what stays and why, and asks nobody to remove a volume.
+    let rm = berth(&daemon, &repo.main, &["snapshots", "rm", "base"]).ok();
+    assert!(
+        rm.stdout.contains("deleted snapshot base")
+            && rm.stdout.contains("stay, as layers of db@")
+            && !rm.stdout.contains("docker volume rm"),
+        "{rm:?}"
+    );
+    let listed = berth(&daemon, &repo.main, &["snapshots", "--json"])
+        .ok()
+        .json();
+    assert_eq!(listed, serde_json::json!([]), "{listed:#}");
+    // The branch and main keep every byte; `df` lists the layers as a deleted snapshot's.
+    assert_eq!(read(&daemon, &dir), "base");
+    assert_eq!(read(&daemon, &repo.main), "base");
+    let df = berth(&daemon, &repo.main, &["df", "--json"]).ok().json();
+    let orphan: Vec<&Value> = df["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["kind"] == "orphan")
+        .collect();
+    assert_eq!(orphan.len(), 1, "{df:#}");
+    assert_eq!(orphan[0]["name"], "base", "{df:#}");
+    assert_eq!(orphan[0]["frees"], 0, "others stand on it: {df:#}");
+    let layers: Vec<String> = orphan[0]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    assert!(layers.iter().all(|v| volume_exists(v)), "{layers:?}");
+    // While anything stands on them, no prune takes them.
+    let plan = berth(&daemon, &repo.main, &["prune", "--dry-run", "--json"])
+        .ok()
+        .json();
+    assert!(
+        plan["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["kind"] != "orphan"),
+        "{plan:#}"
+    );
+
+    // Once both instances are archived and their data pruned, the layers go with them.
+    berth(&daemon, &dir, &["archive", "db"]).ok();
+    berth(&daemon, &repo.main, &["archive", "db"]).ok();
+    let report = berth(
+        &daemon,
+        &repo.main,
+        &["prune", "--yes", "--keep-archived-days", "0", "--json"],
+    )
+    .ok()
+    .json();
+    let kinds: BTreeSet<&str> = report["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["kind"].as_str().unwrap())
+        .collect();
+    assert!(kinds.contains("orphan"), "{report:#}");
+    assert!(
+        layers.iter().all(|v| !volume_exists(v)),
+        "{layers:?} are still there"
+    );
+    let after = berth(&daemon, &repo.main, &["df", "--json"]).ok().json();
+    assert!(
+        after["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["kind"] != "orphan"),
+        "{after:#}"
+    );
 }

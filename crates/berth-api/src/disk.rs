@@ -24,7 +24,8 @@ pub enum DiskKind {
     Snapshot,
     /// A template.
     Template,
-    /// Layers nothing holds or stands on any more.
+    /// The layers of a deleted snapshot that other volumes stood on: kept, held, until nothing
+    /// does.
     Orphan,
     /// A value this berth does not know, from a newer daemon: a client decodes it so and goes
     /// on; a daemon never sends it (and it does not encode).
@@ -128,7 +129,7 @@ pub enum PruneReason {
     BeforeRestorePastCount,
     /// A template no instance, snapshot or branch stands on.
     UnusedTemplate,
-    /// Layers nothing holds or stands on.
+    /// A deleted snapshot's layers that nothing stands on any more.
     Orphan,
     #[serde(other, skip_serializing)]
     Unknown,

@@ -337,6 +337,33 @@ pub struct BranchRequest {
     pub cause: UpCause,
 }
 
+/// `DELETE .../snapshots/{snapshotId}`'s answer: the snapshot is gone, and what of its storage
+/// went and what stays.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotDeleted {
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^snp:[0-9a-f-]{36}$"))]
+    pub snapshot_id: SnapshotId,
+    /// The engine volumes removed.
+    pub removed_volumes: Vec<String>,
+    /// The volumes other volumes stand on as layers (a branch's or a restore's): kept, and held,
+    /// until nothing does; `berth prune` frees them then. `GET .../disk` lists them as
+    /// `orphan`.
+    pub kept: Vec<KeptLayer>,
+}
+
+/// One volume a deleted snapshot leaves because others stand on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct KeptLayer {
+    pub volume: String,
+    /// Who stands on it: instance keys, snapshot names, or (for what berth no longer knows)
+    /// volume names.
+    pub users: Vec<String>,
+}
+
 /// `POST .../instances/{key}/restore`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

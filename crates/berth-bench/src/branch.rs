@@ -509,11 +509,10 @@ async fn snapshot_once(ctx: &Ctx, source: &str, name: &str) -> anyhow::Result<Fr
         .source_paused_ms
         .ok_or_else(|| anyhow!("snapshot {name} of a running source says no frozen time"))?;
     // On layers, the branches of the source (archived, their volumes kept) stand on it: then
-    // it is kept.
+    // its layers are kept for them.
     if let Err(e) = client
         .delete_snapshot(&ctx.domain, &taken.snapshot_id)
         .await
-        && !e.is("ResourceSnapshotInUseError")
     {
         bail!("deleting snapshot {name}: {e}");
     }

@@ -48,16 +48,15 @@ impl Client {
             .await
     }
 
-    /// `DELETE .../snapshots/{snapshotId}`: the snapshot and its storage go.
+    /// `DELETE .../snapshots/{snapshotId}`: the snapshot and its storage go, but for the layers
+    /// others stand on (answered in `kept`).
     pub async fn delete_snapshot(
         &self,
         domain: &DomainId,
         id: &SnapshotId,
-    ) -> Result<(), ClientError> {
+    ) -> Result<SnapshotDeleted, ClientError> {
         let path = format!("{}/snapshots/{id}", domain_path(domain));
-        let req = self.request(Method::DELETE, &path).timeout(self.timeout);
-        self.send(req).await?;
-        Ok(())
+        self.with_body(Method::DELETE, &path, None).await
     }
 
     /// `GET .../templates`: the domain's templates, newest first.

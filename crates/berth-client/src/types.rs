@@ -49,8 +49,8 @@ pub use berth_api::rollouts::{
 };
 pub use berth_api::snapshots::{
     BranchOrigin, BranchRequest, BranchSource, CopyEvent, CopyKind, CopyMethod, CopyState,
-    RestoreRequest, RestoreResponse, SnapshotList, SnapshotRequest, SnapshotState, SnapshotView,
-    SnapshotVolumeView,
+    KeptLayer, RestoreRequest, RestoreResponse, SnapshotDeleted, SnapshotList, SnapshotRequest,
+    SnapshotState, SnapshotView, SnapshotVolumeView,
 };
 pub use berth_api::templates::{TemplateList, TemplateState, TemplateView, TemplateVolumeView};
 pub use berth_api::time::Timestamp;

@@ -218,17 +218,6 @@ pub enum Error {
         /// The copy's id.
         copy: String,
     },
-    /// Other volumes stand on the snapshot's layers: deleting it would take their data.
-    #[error(
-        "the snapshot {id} holds the layers that {users} stand on: it is kept while they are \
-         (an archived instance's volumes too, which berth holds so that no prune takes them)"
-    )]
-    SnapshotInUse {
-        /// The snapshot.
-        id: String,
-        /// The volumes that stand on it, comma-separated.
-        users: String,
-    },
     /// No template of that id in the domain.
     #[error("no template {0} in this domain; `GET .../templates` lists them")]
     TemplateNotFound(String),

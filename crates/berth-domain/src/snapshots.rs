@@ -14,8 +14,8 @@
 use serde::{Deserialize, Serialize};
 
 pub use berth_api::snapshots::{
-    BranchOrigin, CopyEvent, CopyKind, CopyMethod, CopyState, SnapshotState, SnapshotView,
-    SnapshotVolumeView,
+    BranchOrigin, CopyEvent, CopyKind, CopyMethod, CopyState, KeptLayer, SnapshotDeleted,
+    SnapshotState, SnapshotView, SnapshotVolumeView,
 };
 
 use crate::ids::{CopyId, DomainId, InstanceId, SnapshotId};
@@ -43,6 +43,23 @@ pub struct SnapshotVolume {
     pub docker_name: String,
     /// Its size once copied.
     pub bytes: Option<i64>,
+}
+
+/// The layers of a snapshot deleted while other volumes stood on them. The snapshot is gone
+/// (no list shows it, nothing is branched or restored from it); the volumes others stand on stay,
+/// held, until nothing does, and a prune then frees them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptLayers {
+    /// The deleted snapshot's id.
+    pub snapshot_id: SnapshotId,
+    pub domain_id: DomainId,
+    /// The deleted snapshot's name and instance key, to say whose they were.
+    pub name: String,
+    pub instance_key: String,
+    /// When the snapshot was deleted.
+    pub deleted_at: Timestamp,
+    /// The engine volumes kept (each an overlay or a plain volume, as the snapshot listed it).
+    pub volumes: Vec<String>,
 }
 
 /// A snapshot of an instance's volumes.

@@ -347,10 +347,6 @@ impl ApiError {
                 StatusCode::NOT_FOUND,
                 body("ResourcePoolLeaseNotFoundError", message),
             ),
-            Error::SnapshotInUse { .. } => (
-                StatusCode::CONFLICT,
-                body("ResourceSnapshotInUseError", message),
-            ),
             Error::RuntimeUnsupported { runtime } => (
                 StatusCode::CONFLICT,
                 ErrorBody {

@@ -12,6 +12,7 @@
 mod endpoints;
 mod error;
 mod instances;
+mod kept_layers;
 mod layers;
 mod migrations;
 mod pools;

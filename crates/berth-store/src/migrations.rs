@@ -343,6 +343,17 @@ pub(super) const MIGRATIONS: &[&str] = &[
         created_at INTEGER NOT NULL,
         resets INTEGER NOT NULL DEFAULT 0
     );",
+    // 22: the layers of snapshots deleted while other volumes stood on them, kept until nothing
+    // does (a prune then frees them).
+    "CREATE TABLE kept_layers (
+        snapshot_id TEXT PRIMARY KEY,
+        domain_id TEXT NOT NULL REFERENCES domains(id),
+        name TEXT NOT NULL,
+        instance_key TEXT NOT NULL,
+        deleted_at INTEGER NOT NULL,
+        volumes TEXT NOT NULL
+    );
+    CREATE INDEX kept_layers_by_domain ON kept_layers (domain_id);",
 ];
 
 /// Runs `PRAGMA quick_check` (every page and index, without comparing index contents to their

@@ -9,7 +9,7 @@ use crate::disk::{DiskGraph, DiskKind, DiskUsage, Unit};
 use crate::error::Error;
 use crate::ids::DomainId;
 use crate::model::{Desired, Instance, InstanceState};
-use crate::snapshots::{CopyOp, LayeredVolume, Snapshot};
+use crate::snapshots::{CopyOp, KeptLayers, LayeredVolume, Snapshot};
 use crate::templates::Template;
 use crate::time::Timestamp;
 
@@ -22,6 +22,8 @@ pub(super) struct Holdings {
     pub(super) snapshots: BTreeMap<usize, Snapshot>,
     /// The templates behind the template units.
     pub(super) templates: BTreeMap<usize, Template>,
+    /// The deleted snapshots' kept layers behind the orphan units.
+    pub(super) kept: BTreeMap<usize, KeptLayers>,
     /// Copies under way: their units are left alone.
     pub(super) pending: Vec<CopyOp>,
 }
@@ -58,11 +60,12 @@ impl Berth {
             .iter()
             .flat_map(|i| i.kept.iter().map(|v| v.docker_name.clone()))
             .collect();
-        let (snapshots, templates, pending, layered) = self
+        let (snapshots, templates, kept, pending, layered) = self
             .store()
             .read(move |tx| {
                 let snapshots = tx.snapshots(&domain, None)?;
                 let templates = tx.templates(&domain)?;
+                let kept = tx.kept_layers(&domain)?;
                 let pending: Vec<CopyOp> = tx
                     .pending_copies()?
                     .into_iter()
@@ -74,24 +77,28 @@ impl Berth {
                         .iter()
                         .flat_map(|s| s.volumes.iter().map(|v| v.docker_name.clone())),
                 );
+                names.extend(kept.iter().flat_map(|k| k.volumes.iter().cloned()));
                 let mut layered = BTreeMap::new();
                 for name in names {
                     if let Some(l) = tx.layered_volume(&name)? {
                         layered.insert(name, l);
                     }
                 }
-                Ok((snapshots, templates, pending, layered))
+                Ok((snapshots, templates, kept, pending, layered))
             })
             .await?;
-        Ok(assemble(instances, snapshots, templates, pending, &layered))
+        Ok(assemble(
+            instances, snapshots, templates, kept, pending, &layered,
+        ))
     }
 }
 
-/// The units of disk, in a fixed order: instances, snapshots, templates.
+/// The units of disk, in a fixed order: instances, snapshots, templates, kept layers.
 fn assemble(
     instances: Vec<Instance>,
     snapshots: Vec<Snapshot>,
     templates: Vec<Template>,
+    kept: Vec<KeptLayers>,
     pending: Vec<CopyOp>,
     layered: &BTreeMap<String, LayeredVolume>,
 ) -> Holdings {
@@ -99,6 +106,7 @@ fn assemble(
     let mut by_instance = BTreeMap::new();
     let mut by_snapshot = BTreeMap::new();
     let mut by_template = BTreeMap::new();
+    let mut by_kept = BTreeMap::new();
     for instance in instances {
         let archived = instance.desired == Desired::Archived;
         let since = match &instance.state {
@@ -160,11 +168,24 @@ fn assemble(
                 .collect(),
         });
     }
+    for layers in kept {
+        by_kept.insert(units.len(), layers.clone());
+        units.push(Unit {
+            kind: DiskKind::Orphan,
+            id: layers.snapshot_id.to_string(),
+            name: layers.name.clone(),
+            worktree_key: worktree_of.get(&layers.instance_key).cloned().flatten(),
+            instance_key: Some(layers.instance_key.clone()),
+            since: Some(layers.deleted_at),
+            volumes: layers.volumes.clone(),
+        });
+    }
     Holdings {
         graph: DiskGraph::new(units, layered),
         instances: by_instance,
         snapshots: by_snapshot,
         templates: by_template,
+        kept: by_kept,
         pending,
     }
 }

@@ -13,6 +13,7 @@ mod prune;
 mod rollouts;
 mod serialized;
 mod size_cache;
+mod snapshot_delete;
 mod snapshots;
 mod templates;
 mod view_cache;

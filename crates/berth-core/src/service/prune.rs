@@ -5,7 +5,8 @@
 //! - the instances of ended worktrees (live ones are archived first), with their snapshots;
 //! - archived instances' volumes, past `keepArchivedDays`;
 //! - `before-restore` snapshots past `keepBeforeRestore` per instance (newest are kept);
-//! - ready templates nothing stands on.
+//! - ready templates nothing stands on;
+//! - the layers deleted snapshots left, once nothing stands on them.
 //!
 //! A snapshot or template that something kept stands on is kept whole; an instance's volumes
 //! that others stand on stay as their layers. A live instance's data is never chosen (only an
@@ -167,6 +168,10 @@ impl Berth {
             .keys()
             .filter_map(|i| holdings.templates.get(i).map(|t| t.id.clone()))
             .collect();
+        let kept: Vec<_> = chosen
+            .keys()
+            .filter_map(|i| holdings.kept.get(i).map(|k| k.snapshot_id.clone()))
+            .collect();
         let domain = domain_id.clone();
         self.store()
             .write(move |tx| {
@@ -181,6 +186,9 @@ impl Berth {
                 }
                 for id in &templates {
                     tx.delete_template(&domain, id)?;
+                }
+                for id in &kept {
+                    tx.forget_kept_layers(id)?;
                 }
                 Ok::<_, Error>(())
             })
@@ -268,11 +276,15 @@ fn choose(
             chosen.insert(i, PruneReason::UnusedTemplate);
         }
     }
+    // A deleted snapshot's layers go once nothing kept stands on them (settled below).
+    for &i in holdings.kept.keys() {
+        chosen.insert(i, PruneReason::Orphan);
+    }
     settle(graph, &mut chosen);
     chosen
 }
 
-/// Drops every chosen snapshot or template that a unit not chosen stands on (it is kept
+/// Drops every chosen snapshot, template or kept layer that a unit not chosen stands on (it is kept
 /// whole), until none is left: dropping one may keep what it stands on.
 fn settle(graph: &DiskGraph, chosen: &mut BTreeMap<usize, PruneReason>) {
     loop {
@@ -281,8 +293,10 @@ fn settle(graph: &DiskGraph, chosen: &mut BTreeMap<usize, PruneReason>) {
             .iter()
             .copied()
             .filter(|&i| {
-                matches!(graph.units[i].kind, DiskKind::Snapshot | DiskKind::Template)
-                    && !graph.kept_of(i, &removed).is_empty()
+                matches!(
+                    graph.units[i].kind,
+                    DiskKind::Snapshot | DiskKind::Template | DiskKind::Orphan
+                ) && !graph.kept_of(i, &removed).is_empty()
             })
             .collect();
         if kept.is_empty() {

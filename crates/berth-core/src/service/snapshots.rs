@@ -10,7 +10,6 @@ use crate::model::{Desired, Instance, InstanceState, InstanceView};
 use crate::names;
 use crate::plan::plan_volumes;
 use crate::rollouts::RolloutMode;
-use crate::runtime::{LABEL_INSTANCE, LABEL_SNAPSHOT};
 use crate::snapshots::*;
 use crate::spec::decode_spec;
 use crate::store::Tx;
@@ -140,123 +139,6 @@ impl Berth {
             .filter(|s| s.domain_id == *domain_id)
             .map(|s| s.view())
             .ok_or_else(|| Error::SnapshotNotFound(id.to_string()))
-    }
-
-    /// Deletes a snapshot and its storage: the only way berth removes a snapshot's volumes.
-    pub async fn delete_snapshot(
-        &self,
-        owner: &str,
-        domain_id: &DomainId,
-        id: &SnapshotId,
-    ) -> Result<(), Error> {
-        self.domain(owner, domain_id)?;
-        let reconciler = self.require_runtime()?;
-        let read = id.clone();
-        let (snapshot, pending) = self
-            .store()
-            .read(move |tx| Ok((tx.snapshot(&read)?, tx.pending_copies()?)))
-            .await?;
-        let snapshot = snapshot
-            .filter(|s| s.domain_id == *domain_id)
-            .ok_or_else(|| Error::SnapshotNotFound(id.to_string()))?;
-        if let Some(copy) = pending
-            .into_iter()
-            .find(|c| c.snapshot.as_ref() == Some(id) || c.backup.as_ref() == Some(id))
-        {
-            return Err(Error::CopyUnderWay {
-                what: format!("the snapshot {id}"),
-                copy: copy.id.to_string(),
-            });
-        }
-        // Its volumes (and the upper volumes of those that are overlays) hold layers other
-        // volumes may stand on. Another instance's: the snapshot is kept. Its own instance's
-        // (it moved onto new layers when the snapshot was taken): they are that instance's
-        // data, and stay; the snapshot is forgotten. A user removed outside berth holds nothing.
-        let own = snapshot.instance_id.to_string();
-        let mut holding = Vec::new();
-        let mut standing = std::collections::BTreeSet::new();
-        for volume in &snapshot.volumes {
-            let asked = vec![
-                volume.docker_name.clone(),
-                names::upper_volume(&volume.docker_name),
-            ];
-            let users = self.store().read(move |tx| tx.layer_users(&asked)).await?;
-            for user in users {
-                let labels = reconciler
-                    .runtime()
-                    .volume_labels(&user)
-                    .await
-                    .map_err(|e| Error::Runtime(e.to_string()))?;
-                match labels {
-                    None => {
-                        self.store()
-                            .write(move |tx| tx.forget_layered(&user))
-                            .await?;
-                    }
-                    Some(labels) if labels.get(LABEL_INSTANCE) == Some(&own) => {
-                        standing.insert(volume.docker_name.clone());
-                    }
-                    Some(_) => holding.push(user),
-                }
-            }
-        }
-        holding.sort();
-        holding.dedup();
-        if !holding.is_empty() {
-            return Err(Error::SnapshotInUse {
-                id: id.to_string(),
-                users: holding.join(", "),
-            });
-        }
-        // A before-restore snapshot keeps the volumes the instance mounted before the restore:
-        // they carry the instance's labels, not a snapshot's. A volume some instance mounts
-        // now is never removed.
-        let mounted: std::collections::BTreeSet<String> = self
-            .store()
-            .instances(domain_id, false)
-            .into_iter()
-            .chain(self.store().instances(domain_id, true))
-            .flat_map(|i| i.kept.into_iter().map(|v| v.docker_name))
-            .collect();
-        let mut removed = Vec::new();
-        for volume in &snapshot.volumes {
-            if mounted.contains(&volume.docker_name) || standing.contains(&volume.docker_name) {
-                continue;
-            }
-            let label = if volume.docker_name.contains("-snp-") {
-                (LABEL_SNAPSHOT, snapshot.id.to_string())
-            } else {
-                (LABEL_INSTANCE, snapshot.instance_id.to_string())
-            };
-            // The overlay first, then its upper layer's volume (absent for a plain volume).
-            for name in [
-                volume.docker_name.clone(),
-                names::upper_volume(&volume.docker_name),
-            ] {
-                reconciler
-                    .runtime()
-                    .remove_volume(&name, label.0, &label.1)
-                    .await
-                    .map_err(|e| {
-                        Error::Runtime(format!(
-                            "the snapshot's volume {name} could not be removed ({e}); delete it \
-                             again"
-                        ))
-                    })?;
-            }
-            removed.push(volume.docker_name.clone());
-        }
-        let id = id.clone();
-        self.store()
-            .write(move |tx| {
-                for volume in &removed {
-                    tx.forget_layered(volume)?;
-                }
-                tx.delete_snapshot(&id)
-            })
-            .await?;
-        tracing::info!(snapshot = %snapshot.id, "snapshot deleted");
-        Ok(())
     }
 
     /// Makes a new instance whose volumes are copied from another instance's or a snapshot's,

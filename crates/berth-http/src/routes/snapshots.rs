@@ -7,7 +7,7 @@ use berth_core::decode::Problems;
 use berth_core::ids::SnapshotId;
 use berth_core::model::InstanceView;
 use berth_core::service::RestoreFrom;
-use berth_core::snapshots::{BranchFrom, MAX_SNAPSHOT_NAME, SnapshotView};
+use berth_core::snapshots::{BranchFrom, MAX_SNAPSHOT_NAME, SnapshotDeleted, SnapshotView};
 use berth_core::spec::{KEY_EXPECTED, WORKTREE_KEY_EXPECTED, is_instance_key, is_worktree_key};
 use serde::Deserialize;
 use utoipa::IntoParams;
@@ -289,24 +289,25 @@ async fn get_snapshot(
     ))
 }
 
-/// Deletes a snapshot and its storage: the only way berth removes a snapshot's volumes. One
-/// whose layers a branch or a restore stands on is kept: `ResourceSnapshotInUseError` (409)
-/// names the volumes.
+/// Deletes a snapshot and its storage: the only way berth removes a snapshot's volumes. The
+/// volumes a branch or a restore stands on as layers stay, held, until nothing does (then
+/// `prune` frees them): the answer names them, with who stands on them.
 #[utoipa::path(delete, path = "/v1/resource-domains/{resourceDomainId}/snapshots/{snapshotId}", tag = "snapshots",
     params(SnapshotPath),
-    responses((status = 204, description = "Deleted"), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 200, body = SnapshotDeleted), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 500, body = ErrorBody)))]
 async fn delete_snapshot(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
     Params(path): Params<SnapshotPath>,
     _: NoBody,
-) -> Result<StatusCode, ApiError> {
+) -> Result<Json<SnapshotDeleted>, ApiError> {
     let (domain, id) = path.parts()?;
-    app.berth
-        .delete_snapshot(&caller.owner, &domain, &id)
-        .await?;
-    Ok(StatusCode::NO_CONTENT)
+    Ok(Json(
+        app.berth
+            .delete_snapshot(&caller.owner, &domain, &id)
+            .await?,
+    ))
 }
 
 /// Makes a new instance whose volumes are copied from another instance's (frozen for the copy

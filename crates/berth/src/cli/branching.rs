@@ -82,6 +82,11 @@ pub struct RestoreArgs {
     /// snapshot's id or name.
     #[arg(long)]
     from: Option<String>,
+    /// Keep no before-restore snapshot of what the restore replaces: it is deleted once the
+    /// restore is done (berth.toml's `[retention] keep-before-restore = 0` does this for every
+    /// restore).
+    #[arg(long)]
+    no_backup: bool,
 }
 
 #[derive(Args, Debug)]
@@ -288,22 +293,39 @@ pub async fn snapshots(args: SnapshotsArgs) -> anyhow::Result<ExitCode> {
     let domain = domain(&client, &repo).await?;
     if let Some(SnapshotsAction::Rm { snapshot, json }) = &args.action {
         let found = find_snapshot(&client, &domain, snapshot).await?;
-        client
+        let deleted = client
             .api
             .delete_snapshot(&domain, &found.snapshot_id)
             .await
             .or_say(&client)?;
         if *json || args.json {
-            print_json(
-                &serde_json::json!({"deleted": found.snapshot_id.as_str(), "name": found.name}),
-            );
-        } else {
+            print_json(&serde_json::json!({
+                "deleted": found.snapshot_id.as_str(),
+                "name": found.name,
+                "removedVolumes": deleted.removed_volumes,
+                "kept": deleted.kept,
+            }));
+        } else if deleted.kept.is_empty() {
             println!(
                 "{} deleted snapshot {} of {} ({}) and its storage",
                 ui.ok_mark(),
                 found.name,
                 found.instance_key,
                 found.snapshot_id.as_str()
+            );
+        } else {
+            let users: std::collections::BTreeSet<&String> =
+                deleted.kept.iter().flat_map(|k| &k.users).collect();
+            let users: Vec<&str> = users.into_iter().map(String::as_str).collect();
+            println!(
+                "{} deleted snapshot {} of {} ({}); {} of its volumes stay, as layers of {}, until \
+                 nothing stands on them (then `berth prune` frees them; `berth df` lists them)",
+                ui.ok_mark(),
+                found.name,
+                found.instance_key,
+                found.snapshot_id.as_str(),
+                deleted.kept.len(),
+                users.join(", "),
             );
         }
         return Ok(ExitCode::SUCCESS);
@@ -522,12 +544,45 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
         from,
         from_instance,
     } = done;
+    // Asked to keep no before-restore snapshot: once the restore is done (the copy that fills
+    // it has ended), it is deleted as `snapshots rm` would, layers others stand on kept.
+    let keep_none = args.no_backup
+        || (repo.project_file().exists()
+            && super::conn::load_project(&repo)?
+                .retention
+                .keep_before_restore
+                == Some(0));
+    let discarded = if keep_none && restored.before_restore.state.as_str() != "failed" {
+        Some(
+            client
+                .api
+                .delete_snapshot(&domain, &restored.before_restore.snapshot_id)
+                .await
+                .or_say(&client)?,
+        )
+    } else {
+        None
+    };
     if args.json {
         print_json(&serde_json::json!({
             "instance": settled.instance,
-            "beforeRestore": restored.before_restore,
+            "beforeRestore": if discarded.is_some() { serde_json::Value::Null } else { serde_json::to_value(&restored.before_restore)? },
             "source": from,
         }));
+    } else if discarded.is_some() {
+        let what = match &args.from {
+            Some(branch) if from_instance => format!(
+                "{branch} ({}, kept as the snapshot {} ({}))",
+                from.instance_key, from.name, from.snapshot_id
+            ),
+            _ => from.name.clone(),
+        };
+        println!(
+            "{} restored {} from {what}{}; what it replaced is not kept (--no-backup, or [retention] keep-before-restore = 0)",
+            ui.ok_mark(),
+            args.name,
+            layered(&copy),
+        );
     } else {
         let what = match &args.from {
             Some(branch) if from_instance => format!(

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 
+use crate::project::{MAX_KEEP_ARCHIVED_DAYS, MAX_KEEP_BEFORE_RESTORE};
 use anyhow::bail;
 use berth_client::{DiskItem, DiskKind, PruneReason, PruneReport, PruneRequest, WorktreeView};
 use clap::Args;
@@ -34,13 +35,13 @@ pub struct PruneArgs {
     /// elsewhere.
     #[arg(long, short = 'y')]
     yes: bool,
-    /// How many `before-restore` snapshots to keep per instance (the daemon's
-    /// `--keep-before-restore` when left out).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=1000))]
+    /// How many `before-restore` snapshots to keep per instance (berth.toml's `[retention]
+    /// keep-before-restore`, else the daemon's `--keep-before-restore`, when left out).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_KEEP_BEFORE_RESTORE)))]
     keep_before_restore: Option<u32>,
-    /// How many days to keep an archived instance's volumes (the daemon's
-    /// `--keep-archived-days` when left out; 0: none).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=36500))]
+    /// How many days to keep an archived instance's volumes (berth.toml's `[retention]
+    /// keep-archived-days`, else the daemon's `--keep-archived-days`, when left out; 0: none).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_KEEP_ARCHIVED_DAYS)))]
     keep_archived_days: Option<u32>,
     /// Print the report as JSON.
     #[arg(long)]
@@ -167,7 +168,7 @@ fn reason(r: PruneReason) -> &'static str {
         PruneReason::ArchivedPastRetention => "archived longer than kept",
         PruneReason::BeforeRestorePastCount => "more before-restore snapshots than kept",
         PruneReason::UnusedTemplate => "nothing stands on it",
-        PruneReason::Orphan => "nothing holds or uses it",
+        PruneReason::Orphan => "a deleted snapshot's layers, nothing stands on them now",
         PruneReason::Unknown => "unknown",
     }
 }
@@ -214,10 +215,16 @@ pub async fn prune(args: PruneArgs) -> anyhow::Result<ExitCode> {
     let repo = Repo::discover()?;
     let client = args.conn.endpoint().connect().await?;
     let domain = super::branching::domain(&client, &repo).await?;
+    // The flags, then berth.toml's `[retention]`, then (left out) the daemon's own.
+    let retention = if repo.project_file().exists() {
+        super::conn::load_project(&repo)?.retention
+    } else {
+        Default::default()
+    };
     let mut request = PruneRequest {
         dry_run: true,
-        keep_before_restore: args.keep_before_restore,
-        keep_archived_days: args.keep_archived_days,
+        keep_before_restore: args.keep_before_restore.or(retention.keep_before_restore),
+        keep_archived_days: args.keep_archived_days.or(retention.keep_archived_days),
     };
     if !args.yes {
         let plan = client.api.prune(&domain, &request).await.or_say(&client)?;

@@ -3,51 +3,35 @@
 //! once as `FILE:LINE: PLACE ...` ([`ProjectErrors`]).
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
 use std::ops::Range;
 use std::sync::LazyLock;
-use std::time::Duration;
 
-use berth_core::image::PinnedImage;
-use berth_core::spec::{
-    FORBIDDEN_SPEC_FIELDS, MAX_IDLE_SECONDS, MAX_VOLUMES, SpecRefused, decode_spec_problems,
-    mount_path_problem,
-};
+use berth_core::spec::{FORBIDDEN_SPEC_FIELDS, SpecRefused, decode_spec_problems};
 use regex::Regex;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use super::definition::{
     DEFAULT_CPU_MILLICORES, DEFAULT_IDLE_STOP_SECONDS, DEFAULT_MEMORY_BYTES, FIELDS, InstanceDef,
-    ReadyDef, Scope, field_of_place,
+    MAX_KEEP_ARCHIVED_DAYS, MAX_KEEP_BEFORE_RESTORE, ReadyDef, Retention, Scope, field_of_place,
 };
+use super::reading::{Checker, Item, ProjectErrors, display_key};
 use super::template::{Placeholder, Wanted, expand, placeholder};
-use super::units::{cores_to_millis, parse_cpu, parse_size};
 
 static NAME: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[a-z0-9][a-z0-9_-]{0,62}$").unwrap());
 static ALIAS: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(berth_core::spec::ALIAS_PATTERN).unwrap());
-static ENV_NAME: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$").unwrap());
-static VOLUME_NAME: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^[a-z][a-z0-9-]{0,30}$").unwrap());
-static READY_USER: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^[A-Za-z0-9._-]{1,64}$").unwrap());
 
-/// Every problem found in a project file, each one line `FILE:LINE: PLACE ...`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProjectErrors(pub Vec<String>);
-
-impl fmt::Display for ProjectErrors {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0.join("\n"))
-    }
+/// Parses and checks a project file's text: its instances.
+pub fn parse(source: &str, shown: &str) -> Result<Vec<InstanceDef>, ProjectErrors> {
+    parse_project(source, shown).map(|(instances, _)| instances)
 }
 
-impl std::error::Error for ProjectErrors {}
-
-/// Parses and checks a project file's text.
-pub fn parse(source: &str, shown: &str) -> Result<Vec<InstanceDef>, ProjectErrors> {
+/// Parses and checks a project file's text: its instances and its `[retention]`.
+pub fn parse_project(
+    source: &str,
+    shown: &str,
+) -> Result<(Vec<InstanceDef>, Retention), ProjectErrors> {
     let mut cx = Checker {
         source,
         shown,
@@ -62,17 +46,19 @@ pub fn parse(source: &str, shown: &str) -> Result<Vec<InstanceDef>, ProjectError
         }
     };
     let mut instances_table = None;
+    let mut retention = Retention::default();
     for (key, value) in doc.get_ref().iter() {
-        if key.get_ref() == "instances" {
-            instances_table = Some(value);
-        } else {
-            cx.problem(
+        match key.get_ref().as_ref() {
+            "instances" => instances_table = Some(value),
+            "retention" => retention = cx.retention(value),
+            other => cx.problem(
                 key.span(),
                 format!(
-                    "{} is not a section of {shown}: it holds only [instances.NAME] tables",
-                    display_key(key.get_ref())
+                    "{} is not a section of {shown}: it holds [instances.NAME] tables and a \
+                     [retention] table",
+                    display_key(other)
                 ),
-            );
+            ),
         }
     }
     let mut parsed: Vec<(Range<usize>, Parsed)> = Vec::new();
@@ -122,7 +108,7 @@ pub fn parse(source: &str, shown: &str) -> Result<Vec<InstanceDef>, ProjectError
         }
     }
     if cx.problems.is_empty() {
-        Ok(parsed.into_iter().map(|(_, p)| p.def).collect())
+        Ok((parsed.into_iter().map(|(_, p)| p.def).collect(), retention))
     } else {
         Err(cx.finish())
     }
@@ -146,29 +132,49 @@ impl Parsed {
     }
 }
 
-struct Checker<'s> {
-    source: &'s str,
-    shown: &'s str,
-    problems: Vec<(usize, usize, String)>,
-}
-
-type Item<'i> = Spanned<DeValue<'i>>;
-
 impl Checker<'_> {
-    fn problem(&mut self, span: Range<usize>, message: String) {
-        let start = span.start.min(self.source.len());
-        let line = self.source[..start].matches('\n').count() + 1;
-        self.problems.push((line, self.problems.len(), message));
-    }
-
-    fn finish(mut self) -> ProjectErrors {
-        self.problems.sort();
-        ProjectErrors(
-            self.problems
-                .into_iter()
-                .map(|(line, _, m)| format!("{}:{line}: {m}", self.shown))
-                .collect(),
-        )
+    /// `[retention]`: what `berth prune` keeps (and `berth restore`, at 0 before-restore
+    /// snapshots), each within the bounds the CLI's flags take.
+    fn retention(&mut self, value: &Item<'_>) -> Retention {
+        let mut retention = Retention::default();
+        let Some(table) = self.table(value, "retention", "[retention] keep-before-restore = 3")
+        else {
+            return retention;
+        };
+        for (key, value) in table.iter() {
+            let place = format!("retention.{}", display_key(key.get_ref()));
+            let (slot, max, what) = match key.get_ref().as_ref() {
+                "keep-before-restore" => (
+                    &mut retention.keep_before_restore,
+                    MAX_KEEP_BEFORE_RESTORE,
+                    "before-restore snapshots kept per instance; 0 keeps none",
+                ),
+                "keep-archived-days" => (
+                    &mut retention.keep_archived_days,
+                    MAX_KEEP_ARCHIVED_DAYS,
+                    "days an archived instance's data is kept before `berth prune` frees it",
+                ),
+                _ => {
+                    self.problem(
+                        key.span(),
+                        format!(
+                            "{place} is not a field of [retention]; the fields are \
+                             keep-before-restore, keep-archived-days"
+                        ),
+                    );
+                    continue;
+                }
+            };
+            match self.integer(value, &place) {
+                Some(n) if (0..=i64::from(max)).contains(&n) => *slot = u32::try_from(n).ok(),
+                Some(_) => self.problem(
+                    value.span(),
+                    format!("{place} must be a whole number from 0 to {max} ({what})"),
+                ),
+                None => {}
+            }
+        }
+        retention
     }
 
     fn instance(
@@ -417,416 +423,6 @@ impl Checker<'_> {
             ),
         );
     }
-
-    fn string(&mut self, value: &Item<'_>, place: &str) -> Option<String> {
-        match value.get_ref() {
-            DeValue::String(s) => Some(s.to_string()),
-            other => {
-                self.problem(
-                    value.span(),
-                    format!("{place} must be a string, not {}", other.type_str()),
-                );
-                None
-            }
-        }
-    }
-
-    fn integer(&mut self, value: &Item<'_>, place: &str) -> Option<i64> {
-        match value.get_ref() {
-            DeValue::Integer(i) => match i64::from_str_radix(i.as_str(), i.radix()) {
-                Ok(n) => Some(n),
-                Err(_) => {
-                    self.problem(value.span(), format!("{place} is too large"));
-                    None
-                }
-            },
-            other => {
-                self.problem(
-                    value.span(),
-                    format!("{place} must be an integer, not {}", other.type_str()),
-                );
-                None
-            }
-        }
-    }
-
-    fn strings(
-        &mut self,
-        value: &Item<'_>,
-        place: &str,
-        min: usize,
-        example: &str,
-    ) -> Option<Vec<String>> {
-        let DeValue::Array(items) = value.get_ref() else {
-            self.problem(
-                value.span(),
-                format!("{place} must be an array of strings, such as {example}"),
-            );
-            return None;
-        };
-        if items.len() < min {
-            self.problem(
-                value.span(),
-                format!("{place} must have at least {min} item(s), such as {example}"),
-            );
-            return None;
-        }
-        let mut out = Vec::new();
-        for (i, item) in items.iter().enumerate() {
-            match item.get_ref() {
-                DeValue::String(s) => out.push(s.to_string()),
-                other => {
-                    self.problem(
-                        item.span(),
-                        format!("{place}[{i}] must be a string, not {}", other.type_str()),
-                    );
-                    return None;
-                }
-            }
-        }
-        Some(out)
-    }
-
-    fn table<'a, 'i>(
-        &mut self,
-        value: &'a Item<'i>,
-        place: &str,
-        example: &str,
-    ) -> Option<&'a DeTable<'i>> {
-        match value.get_ref() {
-            DeValue::Table(t) => Some(t),
-            other => {
-                self.problem(
-                    value.span(),
-                    format!(
-                        "{place} must be a table, such as {example}, not {}",
-                        other.type_str()
-                    ),
-                );
-                None
-            }
-        }
-    }
-
-    fn image(&mut self, value: &Item<'_>, place: &str) -> Option<String> {
-        let text = self.string(value, place)?;
-        match PinnedImage::parse(&text) {
-            Ok(_) => Some(text),
-            Err(berth_core::image::ReferenceError::NotPinned) if !text.contains("@sha256:") => {
-                self.problem(
-                    value.span(),
-                    format!(
-                        "{place} {text:?} is not pinned by digest: berth runs images by digest only; write repo[:tag]@sha256:<64 hex> (`docker inspect --format '{{{{index .RepoDigests 0}}}}' IMAGE` prints it)"
-                    ),
-                );
-                None
-            }
-            Err(e) => {
-                self.problem(value.span(), format!("{place} {text:?} {e}"));
-                None
-            }
-        }
-    }
-
-    /// `env_file`: paths relative to berth.toml's folder, inside the repository, with no
-    /// reference in them (they are read at `berth up`, not here).
-    fn env_files(&mut self, value: &Item<'_>, place: &str) -> Vec<String> {
-        let Some(paths) = self.strings(value, place, 1, "[\".env\"]") else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for (i, p) in paths.into_iter().enumerate() {
-            let path = std::path::Path::new(&p);
-            let outside = path.is_absolute()
-                || super::envfile::normalize(path).starts_with("..")
-                || p.is_empty();
-            if outside || p.chars().any(char::is_control) {
-                self.problem(
-                    value.span(),
-                    format!("{place}[{i}] must be a path inside the repository, relative to {} (such as \".env\")", self.shown),
-                );
-            } else {
-                out.push(p);
-            }
-        }
-        out
-    }
-
-    fn env(&mut self, value: &Item<'_>, place: &str) -> BTreeMap<String, String> {
-        let mut out = BTreeMap::new();
-        let Some(table) = self.table(value, place, "{ POSTGRES_PASSWORD = \"dev\" }") else {
-            return out;
-        };
-        for (key, v) in table.iter() {
-            let name = key.get_ref().to_string();
-            let p = format!("{place}.{}", display_key(&name));
-            if !ENV_NAME.is_match(&name) {
-                self.problem(
-                    key.span(),
-                    format!("{p} is not an environment variable name (a letter or '_', then letters, digits or '_', at most 128)"),
-                );
-                continue;
-            }
-            let text = match v.get_ref() {
-                DeValue::String(s) => s.to_string(),
-                DeValue::Integer(i) => i.to_string(),
-                DeValue::Float(f) => f.to_string(),
-                DeValue::Boolean(b) => b.to_string(),
-                other => {
-                    self.problem(
-                        v.span(),
-                        format!(
-                            "{p} must be a string (or a number or boolean), not {}",
-                            other.type_str()
-                        ),
-                    );
-                    continue;
-                }
-            };
-            out.insert(name, text);
-        }
-        out
-    }
-
-    fn volumes(&mut self, value: &Item<'_>, place: &str) -> BTreeMap<String, String> {
-        let mut out = BTreeMap::new();
-        let Some(table) = self.table(value, place, "{ data = \"/var/lib/postgresql/data\" }")
-        else {
-            return out;
-        };
-        if table.len() > MAX_VOLUMES {
-            self.problem(
-                value.span(),
-                format!("{place} may name at most {MAX_VOLUMES} volumes"),
-            );
-        }
-        let mut paths: HashMap<String, String> = HashMap::new();
-        for (key, v) in table.iter() {
-            let name = key.get_ref().to_string();
-            let p = format!("{place}.{}", display_key(&name));
-            if !VOLUME_NAME.is_match(&name) {
-                self.problem(key.span(), format!("{p}: a volume name must be 1 to 31 lower-case letters, digits or '-', starting with a letter"));
-                continue;
-            }
-            let Some(path) = self.string(v, &p) else {
-                continue;
-            };
-            if let Some(problem) = mount_path_problem(&path) {
-                self.problem(v.span(), format!("{p} (the mount path) {problem}"));
-                continue;
-            }
-            if let Some(other) = paths.insert(path.clone(), name.clone()) {
-                self.problem(
-                    v.span(),
-                    format!("{p} is mounted at the same path as {place}.{other}"),
-                );
-                continue;
-            }
-            out.insert(name, path);
-        }
-        out
-    }
-
-    fn ready(&mut self, value: &Item<'_>, place: &str) -> Option<ReadyDef> {
-        let example = "{ tcp = 5432 } or { exec = [\"pg_isready\"], user = \"postgres\" }";
-        let table = self.table(value, place, example)?;
-        let (mut tcp, mut exec, mut user) = (None, None, None);
-        let mut ok = true;
-        for (key, v) in table.iter() {
-            let field = key.get_ref().as_ref();
-            let p = format!("{place}.{}", display_key(field));
-            match field {
-                "tcp" => match self.integer(v, &p) {
-                    Some(port) if (1..=65535).contains(&port) => tcp = Some(port as u16),
-                    Some(_) => {
-                        self.problem(v.span(), format!("{p} must be a port between 1 and 65535"));
-                        ok = false;
-                    }
-                    None => ok = false,
-                },
-                "exec" => match self.strings(v, &p, 1, "[\"pg_isready\", \"-U\", \"postgres\"]") {
-                    Some(argv) => exec = Some(argv),
-                    None => ok = false,
-                },
-                "user" => match self.string(v, &p) {
-                    Some(u) if READY_USER.is_match(&u) => user = Some((u, v.span())),
-                    Some(_) => {
-                        self.problem(v.span(), format!("{p} must be a user name or uid (1 to 64 letters, digits, '.', '_' or '-')"));
-                        ok = false;
-                    }
-                    None => ok = false,
-                },
-                _ => {
-                    self.problem(
-                        key.span(),
-                        format!("{p} is not a field of ready: it is {example}"),
-                    );
-                    ok = false;
-                }
-            }
-        }
-        if !ok {
-            return None;
-        }
-        match (tcp, exec) {
-            (Some(port), None) => {
-                if let Some((_, span)) = user {
-                    self.problem(
-                        span,
-                        format!("{place}.user goes only with exec: a tcp check runs nothing"),
-                    );
-                    return None;
-                }
-                Some(ReadyDef::Tcp(port))
-            }
-            (None, Some(argv)) => Some(ReadyDef::Exec {
-                argv,
-                user: user.map(|(u, _)| u),
-            }),
-            (Some(_), Some(_)) => {
-                self.problem(
-                    value.span(),
-                    format!("{place} must have tcp or exec, not both"),
-                );
-                None
-            }
-            (None, None) => {
-                self.problem(
-                    value.span(),
-                    format!("{place} must have tcp or exec: {example}"),
-                );
-                None
-            }
-        }
-    }
-
-    fn cpu(&mut self, value: &Item<'_>, place: &str) -> Option<i64> {
-        let millis = match value.get_ref() {
-            DeValue::Integer(_) => self.integer(value, place).map(|n| n.saturating_mul(1000)),
-            DeValue::Float(f) => f.as_str().parse::<f64>().ok().and_then(cores_to_millis),
-            DeValue::String(s) => parse_cpu(s),
-            _ => None,
-        };
-        match millis {
-            Some(m) if (10..=256_000).contains(&m) => Some(m),
-            Some(_) => {
-                self.problem(
-                    value.span(),
-                    format!("{place} must be between 10m (a hundredth of a core) and 256 cores"),
-                );
-                None
-            }
-            None => {
-                self.problem(
-                    value.span(),
-                    format!("{place} must be cores (\"1\", \"0.5\") or millicores (\"500m\")"),
-                );
-                None
-            }
-        }
-    }
-
-    fn memory(&mut self, value: &Item<'_>, place: &str) -> Option<i64> {
-        let bytes = match value.get_ref() {
-            DeValue::Integer(_) => self.integer(value, place),
-            DeValue::String(s) => parse_size(s),
-            _ => None,
-        };
-        match bytes {
-            Some(b) if (16 * 1024 * 1024..=berth_core::decode::MAX_SAFE_INTEGER).contains(&b) => {
-                Some(b)
-            }
-            Some(_) => {
-                self.problem(value.span(), format!("{place} must be at least 16MiB"));
-                None
-            }
-            None => {
-                self.problem(
-                    value.span(),
-                    format!("{place} must be a size such as \"512MiB\", \"1GiB\" or \"256M\" (or a number of bytes)"),
-                );
-                None
-            }
-        }
-    }
-
-    fn idle(&mut self, value: &Item<'_>, place: &str) -> Option<i64> {
-        let seconds = match value.get_ref() {
-            DeValue::Integer(_) => self.integer(value, place),
-            DeValue::String(s) => {
-                match humantime::parse_duration(s.trim()) {
-                    Ok(d) if d.subsec_nanos() == 0 => i64::try_from(d.as_secs()).ok(),
-                    Ok(_) => {
-                        self.problem(value.span(), format!("{place} must be whole seconds"));
-                        return None;
-                    }
-                    Err(e) => {
-                        self.problem(value.span(), format!("{place} must be a duration such as \"30m\", \"1h\" or \"2h 30m\": {e}"));
-                        return None;
-                    }
-                }
-            }
-            other => {
-                self.problem(
-                    value.span(),
-                    format!(
-                        "{place} must be a duration such as \"30m\" or \"1h\", not {}",
-                        other.type_str()
-                    ),
-                );
-                return None;
-            }
-        };
-        match seconds {
-            Some(s) if (1..=MAX_IDLE_SECONDS).contains(&s) => Some(s),
-            Some(_) => {
-                let max = humantime::format_duration(Duration::from_secs(MAX_IDLE_SECONDS as u64));
-                self.problem(
-                    value.span(),
-                    format!("{place} must be between 1s and {max}"),
-                );
-                None
-            }
-            None => None,
-        }
-    }
-
-    fn connect(&mut self, value: &Item<'_>, place: &str) -> Vec<(Range<usize>, String, String)> {
-        let mut out = Vec::new();
-        let example = "{ DATABASE_URL = \"postgres://postgres@{host}:{port}/postgres\" }";
-        let Some(table) = self.table(value, place, example) else {
-            return out;
-        };
-        for (key, v) in table.iter() {
-            let name = key.get_ref().to_string();
-            let p = format!("{place}.{}", display_key(&name));
-            if !ENV_NAME.is_match(&name) {
-                self.problem(
-                    key.span(),
-                    format!("{p} is not an environment variable name (a letter or '_', then letters, digits or '_', at most 128)"),
-                );
-                continue;
-            }
-            if let Some(t) = self.string(v, &p) {
-                out.push((v.span(), name, t));
-            }
-        }
-        out.sort_by_key(|(span, _, _)| span.start);
-        out
-    }
-}
-
-/// A key as it would be written in a dotted path.
-fn display_key(key: &str) -> String {
-    if !key.is_empty()
-        && key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-    {
-        key.to_owned()
-    } else {
-        format!("{key:?}")
-    }
 }
 
 #[cfg(test)]
@@ -1012,5 +608,45 @@ ready = {{ tcp = 6379 }}
         assert_eq!(display_key(""), "\"\"");
         assert_eq!(display_key("a.b"), "\"a.b\"");
         assert_eq!(display_key("DB URL"), "\"DB URL\"");
+    }
+
+    #[test]
+    fn retention_is_read_and_each_problem_is_named_at_its_line() {
+        let instance = format!(
+            "[instances.db]\nimage = \"{}\"\nready = {{ tcp = 5432 }}\n",
+            image()
+        );
+        let text =
+            format!("[retention]\nkeep-before-restore = 0\nkeep-archived-days = 30\n\n{instance}");
+        let (_, retention) = parse_project(&text, "berth.toml").unwrap();
+        assert_eq!(
+            retention,
+            Retention {
+                keep_before_restore: Some(0),
+                keep_archived_days: Some(30),
+            }
+        );
+        let (_, none) = parse_project(&instance, "berth.toml").unwrap();
+        assert_eq!(none, Retention::default());
+        let bad = format!(
+            "[retention]\nkeep-before-restore = -1\nkeep-archived-days = \"7\"\nkeep = 2\n\n{instance}"
+        );
+        assert_eq!(
+            errors(&bad),
+            [
+                "berth.toml:2: retention.keep-before-restore must be a whole number from 0 to \
+                 1000 (before-restore snapshots kept per instance; 0 keeps none)",
+                "berth.toml:3: retention.keep-archived-days must be an integer, not string",
+                "berth.toml:4: retention.keep is not a field of [retention]; the fields are \
+                 keep-before-restore, keep-archived-days",
+            ]
+        );
+        assert_eq!(
+            errors(&format!("retention = 3\n{instance}")),
+            [
+                "berth.toml:1: retention must be a table, such as [retention] \
+              keep-before-restore = 3, not integer"
+            ]
+        );
     }
 }

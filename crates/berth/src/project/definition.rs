@@ -17,6 +17,22 @@ pub const DEFAULT_MEMORY_BYTES: i64 = 512 * 1024 * 1024;
 pub const DEFAULT_IDLE_STOP_SECONDS: i64 = 3600;
 
 /// Every field an instance table may have.
+/// The most before-restore snapshots `[retention]` (and `berth prune`) may keep per instance.
+pub const MAX_KEEP_BEFORE_RESTORE: u32 = 1000;
+/// The most days `[retention]` (and `berth prune`) may keep an archived instance's data.
+pub const MAX_KEEP_ARCHIVED_DAYS: u32 = 36500;
+
+/// berth.toml's `[retention]`: what `berth prune` keeps when its flags do not say (and the
+/// daemon's own retention where the file does not say either).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// `keep-before-restore`: the before-restore snapshots kept per instance. At 0 `berth
+    /// restore` keeps none: it deletes what it replaced once the restore is done.
+    pub keep_before_restore: Option<u32>,
+    /// `keep-archived-days`: how long an archived instance's data is kept.
+    pub keep_archived_days: Option<u32>,
+}
+
 pub const FIELDS: [&str; 16] = [
     "image",
     "scope",

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use std::collections::BTreeMap;
 
-use super::checker::parse;
-use super::definition::InstanceDef;
+use super::checker::parse_project;
+use super::definition::{InstanceDef, Retention};
 use super::envfile::{MAX_ENV_FILE_BYTES, inside, parse_env, read_capped};
 use super::interpolate::{Form, parse as parse_refs, substitute};
 
@@ -15,6 +15,8 @@ use super::interpolate::{Form, parse as parse_refs, substitute};
 pub struct Project {
     pub path: PathBuf,
     pub instances: Vec<InstanceDef>,
+    /// Its `[retention]` (empty when it has none).
+    pub retention: Retention,
 }
 
 impl Project {
@@ -31,7 +33,7 @@ impl Project {
             }
             Err(e) => anyhow::bail!("could not read {}: {e}", path.display()),
         };
-        let mut instances = parse(&source, shown)?;
+        let (mut instances, retention) = parse_project(&source, shown)?;
         let dir = path.parent().unwrap_or(Path::new("."));
         let env = |name: &str| std::env::var(name).ok();
         for warning in resolve(&mut instances, dir, shown, &env)? {
@@ -40,6 +42,7 @@ impl Project {
         Ok(Project {
             path: path.to_owned(),
             instances,
+            retention,
         })
     }
 
@@ -171,6 +174,7 @@ pub fn resolve(
 
 #[cfg(test)]
 mod tests {
+    use super::super::checker::parse;
     use super::*;
 
     fn project() -> Project {
@@ -181,6 +185,7 @@ mod tests {
         Project {
             path: PathBuf::from("berth.toml"),
             instances: parse(&text, "berth.toml").unwrap(),
+            retention: Default::default(),
         }
     }
 

@@ -17,7 +17,11 @@
 //! 2. `definition`: `Scope`, `ReadyDef`, `InstanceDef`, the defaults and the field list, and what
 //!    an instance becomes (its spec, the field a decoder problem names, its `connect` values);
 //!    uses `template`;
-//! 3. `checker`: `parse`, the field-by-field checks and `ProjectErrors`; uses all of the above;
+//! 3. `reading`: the `Checker` that collects problems at their lines, the typed reads of a value
+//!    and `ProjectErrors`; `fields`: the check of each instance field, a `Checker` method each,
+//!    over `reading`, `definition` and `units`; `checker`: `parse` and `parse_project` (the
+//!    instances, then each with the contract's decoder, and `[retention]`), over all of the
+//!    above;
 //! 4. `file`: `Project`, loaded from disk, its `env_file` and `${VAR}` references resolved for
 //!    the spec, and selected from by name; uses `checker`, `definition`, `envfile` and
 //!    `interpolate`.
@@ -36,12 +40,15 @@ mod checker;
 pub mod compose;
 mod definition;
 pub mod envfile;
+mod fields;
 mod file;
 mod interpolate;
 pub mod presets;
+mod reading;
 mod template;
 mod units;
 
-pub use checker::{ProjectErrors, parse};
-pub use definition::{InstanceDef, Scope};
+pub use checker::parse;
+pub use definition::{InstanceDef, MAX_KEEP_ARCHIVED_DAYS, MAX_KEEP_BEFORE_RESTORE, Scope};
 pub use file::Project;
+pub use reading::ProjectErrors;
