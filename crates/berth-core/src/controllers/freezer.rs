@@ -34,6 +34,10 @@ pub(crate) struct Freezer {
     /// Set once the runtime has shown that its facts do not say when a container is paused:
     /// no freeze is tried again in this run.
     unreported: AtomicBool,
+    /// The container each freeze of this run paused, by instance: a thaw unpauses it without
+    /// asking the engine which it is (an unpause of a container that is gone or not paused is
+    /// a no-op). After a restart a thaw inspects first.
+    paused: Mutex<HashMap<InstanceId, String>>,
 }
 
 /// A copy's hold on its source's pauses ([`Freezer::held_by_copy`]), let go when dropped.
@@ -61,7 +65,12 @@ impl Freezer {
             locks: KeyedLocks::new(),
             copies: Arc::default(),
             unreported: AtomicBool::new(false),
+            paused: Mutex::default(),
         }
+    }
+
+    fn paused(&self) -> std::sync::MutexGuard<'_, HashMap<InstanceId, String>> {
+        self.paused.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A copy of instance `id` may pause it while its bytes move: until the hold is dropped, a
@@ -146,6 +155,7 @@ impl Freezer {
                     return Ok(false);
                 }
             }
+            self.paused().insert(id.clone(), c.id.clone());
             self.record(id, Some(Timestamp::now())).await?;
             tracing::info!(instance = %id, key = %instance.key, "froze an instance");
             Ok(true)
@@ -157,6 +167,10 @@ impl Freezer {
     /// just inspected, says), and counts the thaw as reach: its idle clocks start again now.
     /// True when it was frozen. Cheap when it is not: the store's view is read, the engine is
     /// not asked.
+    ///
+    /// A connection waits on this, so it asks the engine once: the unpause of the container
+    /// this run's freeze paused (an inspect first only when none is known), while the store
+    /// records the thaw beside it. Should the unpause fail, the store is put back.
     pub(crate) async fn thaw(&self, id: &InstanceId, paused: bool) -> Result<bool, ReconcileError> {
         self.with_lock(id, async || {
             let Some(instance) = self.ctx.store.instance_by_id(id) else {
@@ -165,22 +179,34 @@ impl Freezer {
             if (instance.frozen_at.is_none() && !paused) || self.copying(id) {
                 return Ok(false);
             }
-            let name = self.ctx.container_name(&instance);
-            if let Some(c) = self.ctx.runtime.inspect_container(&name).await?
-                && c.paused
-                && self.is_instances(&c.labels, &instance)
-            {
-                self.ctx.runtime.unpause_container(&c.id).await?;
-            }
+            let known = self.paused().remove(id);
+            let unpause = async {
+                if let Some(container) = known {
+                    return self.ctx.runtime.unpause_container(&container).await;
+                }
+                let name = self.ctx.container_name(&instance);
+                if let Some(c) = self.ctx.runtime.inspect_container(&name).await?
+                    && c.paused
+                    && self.is_instances(&c.labels, &instance)
+                {
+                    self.ctx.runtime.unpause_container(&c.id).await?;
+                }
+                Ok(())
+            };
             let now = Timestamp::now();
             let thawed = id.clone();
-            self.ctx
-                .store
-                .write(move |tx| {
-                    tx.set_frozen(&thawed, None)?;
-                    tx.set_last_reached(&thawed, now)
-                })
-                .await?;
+            let record = self.ctx.store.write(move |tx| {
+                tx.set_frozen(&thawed, None)?;
+                tx.set_last_reached(&thawed, now)
+            });
+            let (unpaused, recorded) = tokio::join!(unpause, record);
+            if let Err(e) = unpaused {
+                if recorded.is_ok() {
+                    self.record(id, instance.frozen_at).await?;
+                }
+                return Err(e.into());
+            }
+            recorded?;
             tracing::info!(instance = %id, key = %instance.key, "thawed an instance");
             Ok(true)
         })
