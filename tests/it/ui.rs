@@ -1230,3 +1230,49 @@ fn worktrees_are_labelled_by_branch_and_a_removed_one_says_so() {
     assert!(findings.is_empty(), "a removed worktree: {findings:#?}");
     browser.close();
 }
+
+#[test]
+fn the_pools_section_shows_each_pools_ready_and_leased_instances_live() {
+    let daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("pools");
+    api.post(
+        &format!("/v1/resource-domains/{domain}/pools"),
+        json!({"name": "web", "spec": spec(&busybox_image(), "web"), "from": {"template": true}, "size": 1}),
+    )
+    .expect(201);
+
+    let browser = Browser::start();
+    browser.goto(&sign_in_link(&api));
+    browser.wait("document.querySelector('a.card.domain')", "the domain card");
+    browser.click("a.card.domain");
+    // Columns: the pool's name, from, size, ready, being made, leased, note.
+    let cell = |n: usize| {
+        format!("document.querySelector('tr[data-pool=\"web\"] > :nth-child({n})')?.textContent")
+    };
+    browser.wait(
+        &format!("{} === '1'", cell(4)),
+        "the pool's one instance ready, live",
+    );
+    assert_eq!(
+        browser.text("tr[data-pool=\"web\"] > :nth-child(2)"),
+        "template"
+    );
+    assert_eq!(browser.text("tr[data-pool=\"web\"] > :nth-child(3)"), "1");
+
+    // A lease takes it: the page counts it leased, live, and the pool makes another.
+    let lease = api
+        .post(
+            &format!("/v1/resource-domains/{domain}/pools/web/leases"),
+            json!({}),
+        )
+        .expect(201);
+    assert_eq!(lease["instance"]["state"]["kind"], "running", "{lease}");
+    browser.wait(&format!("{} === '1'", cell(6)), "the lease counted, live");
+    browser.wait(&format!("{} === '1'", cell(4)), "the pool refilled, live");
+    let findings = browser.audit();
+    assert!(findings.is_empty(), "the pools section: {findings:#?}");
+    browser.close();
+    // Deleting the pool ends its lease and removes what it made.
+    block_on(api.api().delete_pool(&domain_id(&domain), "web")).expect("the pool deleted");
+}
