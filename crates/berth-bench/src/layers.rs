@@ -54,7 +54,7 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize, sizes: Sizes) -> anyhow
     let mut sources = Vec::new();
     for (i, (size, rows)) in sizes.iter().enumerate() {
         progress::line(&format!("{NAME}: filling a {size} source ({rows} rows)"));
-        sources.push(source(ctx, image, &format!("layers-src-{i}"), *rows).await?);
+        sources.push(source(ctx, image, &format!("layers-src-{i}"), *rows, false).await?);
     }
     progress::line(&format!("{NAME}: warming up"));
     berth_once(ctx, image, &sources[0], "layers-warm", true).await?;
@@ -171,9 +171,16 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize, sizes: Sizes) -> anyhow
     Ok(Figure { rows, notes })
 }
 
-/// An instance of `key` filled with `rows` rows and checkpointed, and its snapshot (none of it
+/// An instance of `key` filled with `rows` rows and checkpointed (with `vacuumed`, vacuumed,
+/// frozen and analyzed first, as a database that has settled), and its snapshot (none of it
 /// timed).
-pub(crate) async fn source(ctx: &Ctx, image: &str, key: &str, rows: u32) -> anyhow::Result<Source> {
+pub(crate) async fn source(
+    ctx: &Ctx,
+    image: &str,
+    key: &str,
+    rows: u32,
+    vacuumed: bool,
+) -> anyhow::Result<Source> {
     ctx.api
         .up(&ctx.domain, key, &pg_spec(image, key, true))
         .await?;
@@ -182,6 +189,9 @@ pub(crate) async fn source(ctx: &Ctx, image: &str, key: &str, rows: u32) -> anyh
         .await?;
     let container = engine::berth_container(&ctx.docker, &ctx.prefix, key).await?;
     crate::branch::fill(&container, rows).await?;
+    if vacuumed {
+        crate::branch::psql(&container, "VACUUM (FREEZE, ANALYZE) t; CHECKPOINT").await?;
+    }
     let bytes = data_bytes(&container).await;
     // The volume the snapshot stands on: on layers, the one the instance mounted until then.
     let storage = crate::branch::data_volume(ctx, &container).await?;

@@ -40,7 +40,11 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
     let mut sources = Vec::new();
     for (i, (size, rows)) in layers::SIZES.iter().enumerate() {
         progress::line(&format!("{NAME}: filling a {size} source ({rows} rows)"));
-        sources.push(layers::source(ctx, image, &format!("pool-src-{i}"), *rows).await?);
+        // Vacuumed before the snapshot, as pools.md advises: otherwise each instance's
+        // autovacuum, a minute after its start, vacuums the new rows again when a lease thaws
+        // it, beside the lease's first query, and copies every page it sets hint bits on up
+        // into its own layer.
+        sources.push(layers::source(ctx, image, &format!("pool-src-{i}"), *rows, true).await?);
     }
     let pools = ["small", "large"];
     for (pool, source) in pools.iter().zip(&sources) {
@@ -239,8 +243,9 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
     let notes = vec![
         format!(
             "The pools: {SIZE} instances each of the Postgres fixture (`pg_isready` ready check), \
-             made from a snapshot of {} and one of {} of rows (as the layers figure's sources), \
-             each instance an overlay on the snapshot's layer. A sample is timed from the lease's \
+             made from a snapshot of {} and one of {} of rows (as the layers figure's sources, \
+             vacuumed, frozen and analyzed before their snapshot, as pools.md advises), each \
+             instance an overlay on the snapshot's layer. A sample is timed from the lease's \
              request to psql's answer to `SELECT 1` through the lease's host endpoint, psql \
              started on the host for it; the lease is released and the pool waited for until \
              full again after it (not timed). psql's own start and answer against a running \
