@@ -190,7 +190,10 @@ pub(crate) async fn source(
     let container = engine::berth_container(&ctx.docker, &ctx.prefix, key).await?;
     crate::branch::fill(&container, rows).await?;
     if vacuumed {
-        crate::branch::psql(&container, "VACUUM (FREEZE, ANALYZE) t; CHECKPOINT").await?;
+        // One statement per call: psql's -c runs several in one transaction, where VACUUM
+        // cannot run.
+        crate::branch::psql(&container, "VACUUM (FREEZE, ANALYZE) t").await?;
+        crate::branch::psql(&container, "CHECKPOINT").await?;
     }
     let bytes = data_bytes(&container).await;
     // The volume the snapshot stands on: on layers, the one the instance mounted until then.
