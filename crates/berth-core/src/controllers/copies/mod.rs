@@ -30,6 +30,7 @@ mod kinds;
 mod layers;
 mod moves;
 mod slots;
+mod uppers;
 mod volumes;
 
 pub(crate) use controller::*;
