@@ -399,3 +399,87 @@ fn a_directory_made_again_over_a_lower_one_falls_back_to_a_move_and_deleted_file
         helpers_left(&daemon.prefix)
     );
 }
+
+#[test]
+fn a_daemon_killed_as_it_copies_a_running_source_s_upper_layer_converges_with_the_source_thawed_and_nothing_half_made()
+ {
+    let mut daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("running-kill");
+    let domain_id = support::domain_id(&domain);
+    let mount = support::SPEC_MOUNT;
+    api.up(&domain, "files@main", &files_spec("main"), "person")
+        .expect(200);
+    running(&api, &domain, "files@main");
+    exec_ok(
+        &api,
+        &domain,
+        "files@main",
+        &["sh", "-c", &format!("echo lower > {mount}/lower")],
+    );
+    snapshot(&api, &domain, "files@main", "base");
+    let main = running(&api, &domain, "files@main");
+    exec_ok(
+        &api,
+        &domain,
+        "files@main",
+        &["sh", "-c", &format!("echo upper > {mount}/upper")],
+    );
+
+    // Killed the moment the branch is accepted: its copies are being made, or main is frozen,
+    // or the copies are being checked.
+    let from = BranchFrom::Instance("files@main".into());
+    let spec = files_spec("fix");
+    let branch = api
+        .call(|c| c.branch(&domain_id, "files@fix", &from, &spec, UpCause::Person))
+        .expect("a branch");
+    daemon.kill9();
+
+    daemon.start_again();
+    let api = daemon.client();
+    running(&api, &domain, "files@fix");
+    let now = running(&api, &domain, "files@main");
+    assert_eq!(
+        now["startedAt"], main["startedAt"],
+        "main was never stopped"
+    );
+    assert_eq!(now["volumes"], main["volumes"], "main runs on its volumes");
+    let paused = docker(&[
+        "inspect",
+        "--format",
+        "{{.State.Paused}}",
+        &support::container_of(&now),
+    ]);
+    assert_eq!(paused.trim(), "false", "main is thawed");
+    assert_eq!(
+        exec_ok(
+            &api,
+            &domain,
+            "files@fix",
+            &["sh", "-c", &format!("cat {mount}/lower {mount}/upper")]
+        ),
+        "lower\nupper"
+    );
+    // Exactly what the branch stands on: the copy of main's upper layer and the branch's own
+    // overlay, each with its upper volume; no helper is left.
+    let volumes = docker(&[
+        "volume",
+        "ls",
+        "-q",
+        "--filter",
+        &format!("label=berth.instance={}", branch.resource_instance_id),
+    ]);
+    let mut volumes: Vec<&str> = volumes.lines().collect();
+    volumes.sort_unstable();
+    assert_eq!(volumes.len(), 4, "{volumes:?}");
+    assert_eq!(
+        volumes.iter().filter(|v| v.contains("-frz-")).count(),
+        2,
+        "{volumes:?}"
+    );
+    assert!(
+        helpers_left(&daemon.prefix).is_empty(),
+        "{:?}",
+        helpers_left(&daemon.prefix)
+    );
+}

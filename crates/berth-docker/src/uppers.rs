@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use berth_core::runtime::{RuntimeError, UPPER_DIR, UpperCopyPlan, UppersCopied};
 use bollard::Docker;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
-use bollard::models::{ContainerCreateBody, HostConfig, Mount};
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountTmpfsOptions, MountType};
 use futures_util::StreamExt;
 
 use crate::copy::{CP_CAPABILITIES, create_fresh, image_volumes, volume_mount};
@@ -57,9 +57,20 @@ pub(crate) async fn copy_uppers(
             &format!("{AT}/{i}/merged"),
             true,
         ));
+        // The new overlay before the copy fills its upper layer: the lower layers alone.
+        writer_mounts.push(volume_mount(&pair.to, &format!("{AT}/{i}/lower"), true));
         checker_mounts.push(volume_mount(&pair.to_upper, &format!("{AT}/{i}/to"), true));
         checker_mounts.push(volume_mount(&pair.to, &format!("{AT}/{i}/merged"), true));
     }
+    writer_mounts.push(Mount {
+        target: Some(format!("{AT}/tmp")),
+        typ: Some(MountType::TMPFS),
+        tmpfs_options: Some(MountTmpfsOptions {
+            size_bytes: Some(16 * 1024 * 1024),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
     let writer = format!("{}-uw", plan.helper);
     let checker = format!("{}-uc", plan.helper);
     let writer = helper(docker, plan, &declared, &writer, writer_mounts).await?;
@@ -162,7 +173,10 @@ async fn copy_and_check(
             last_words(&seen)
         )));
     }
-    // After the thaw: the new overlays, mounted for the first time, list the same.
+    // After the thaw: the new overlays, mounted afresh, list the same. The writer mounted
+    // them before their upper layers were filled (to read the lower layers through them), so
+    // it goes first: the engine then mounts them again for the checker, with nothing cached.
+    crate::containers::remove(docker, writer).await?;
     docker
         .start_container(checker, None)
         .await
@@ -181,25 +195,67 @@ async fn copy_and_check(
     }
 }
 
-/// Prints the kernel's metacopy setting, then the KiB each upper layer holds.
+/// Prints the kernel's metacopy setting, then for each pair the KiB its copy will move.
+///
+/// A file overlayfs copied up only because it was opened for writing (Postgres opens every
+/// relation it reads with `O_RDWR`) is the same as its lower file: such a file, with the same
+/// size, time, mode and owner as the file the lower layers show and the same bytes, is left
+/// out of the copy, so that the new overlay shows the lower one. Its change time is kept first
+/// (in `<AT>/tmp/before.<i>`), and an empty placeholder dated 2200 stands at its place in the
+/// copy, so that `cp -a -u` under the freeze skips it; the freeze then checks that none of
+/// these files changed since (their change times) and removes the placeholders, or copies them
+/// all after all.
 fn before_script(pairs: usize) -> String {
     let mut s = format!("set -e; cat {METACOPY}; ");
     for i in 0..pairs {
-        s.push_str(&format!("du -sk {AT}/{i}/from/{UPPER_DIR}; "));
+        s.push_str(&fill(BEFORE, i));
     }
     s
 }
 
-/// Copies each upper layer, then lists what the merged views show.
+const BEFORE: &str = r#"cd @FROM; : > @TMP/same.@I; : > @TMP/before.@I;
+find . -type f > @TMP/files.@I;
+while IFS= read -r f; do
+  [ -f "@LOWER/$f" ] || continue;
+  c=$(stat -c '%z %n' "$f");
+  [ "$(stat -c '%s %y %a %u %g' "$f")" = "$(stat -c '%s %y %a %u %g' "@LOWER/$f")" ] || continue;
+  cmp -s "$f" "@LOWER/$f" || continue;
+  printf '%s\n' "$f" >> @TMP/same.@I; printf '%s\n' "$c" >> @TMP/before.@I;
+  mkdir -p "@TO/$(dirname "$f")"; touch -d '2200-01-01 00:00' "@TO/$f";
+done < @TMP/files.@I;
+all=$(du -sk . | cut -f1);
+same=$(tr '\n' '\0' < @TMP/same.@I | xargs -0 -r du -k | awk '{s += $1} END {print s + 0}');
+echo $((all - same));
+"#;
+
+/// Copies each upper layer (but the files [`before_script`] found the same as the lower
+/// ones, unless one of them changed since), then lists what the merged views show.
 fn frozen_script(pairs: usize) -> String {
     let mut s = String::from("set -e; ");
     for i in 0..pairs {
-        s.push_str(&format!(
-            "cp -a {AT}/{i}/from/{UPPER_DIR}/. {AT}/{i}/to/{UPPER_DIR}/; "
-        ));
+        s.push_str(&fill(FROZEN, i));
     }
     s.push_str(&list_script(pairs));
     s
+}
+
+const FROZEN: &str = r#"cp -a -u @FROM/. @TO/; cd @FROM;
+tr '\n' '\0' < @TMP/same.@I | xargs -0 -r stat -c '%z %n' > @TMP/after.@I;
+if cmp -s @TMP/before.@I @TMP/after.@I; then
+  cd @TO; tr '\n' '\0' < @TMP/same.@I | xargs -0 -r rm -f;
+else
+  while IFS= read -r f; do cp -a "$f" "@TO/$f"; done < @TMP/same.@I;
+fi;
+"#;
+
+/// `script` for the `i`th pair: its paths in place of `@FROM`, `@TO`, `@LOWER`, `@TMP`, `@I`.
+fn fill(script: &str, i: usize) -> String {
+    script
+        .replace("@FROM", &format!("{AT}/{i}/from/{UPPER_DIR}"))
+        .replace("@TO", &format!("{AT}/{i}/to/{UPPER_DIR}"))
+        .replace("@LOWER", &format!("{AT}/{i}/lower"))
+        .replace("@TMP", &format!("{AT}/tmp"))
+        .replace("@I", &i.to_string())
 }
 
 /// For each pair, a line `@<i>`, then every name in the merged view (`<AT>/<i>/merged`) of
@@ -362,12 +418,15 @@ mod tests {
     fn the_scripts_copy_then_list_each_pair() {
         let s = frozen_script(2);
         let cp0 = s
-            .find("cp -a /berth-upper/0/from/upper/. /berth-upper/0/to/upper/")
+            .find("cp -a -u /berth-upper/0/from/upper/. /berth-upper/0/to/upper/")
             .unwrap();
-        let cp1 = s.find("cp -a /berth-upper/1/from/upper/.").unwrap();
+        let cp1 = s.find("cp -a -u /berth-upper/1/from/upper/.").unwrap();
         let list = s.find("echo @0").unwrap();
         assert!(cp0 < cp1 && cp1 < list, "{s}");
         assert!(list_script(1).contains("cd /berth-upper/0/merged"));
-        assert!(before_script(1).contains("du -sk /berth-upper/0/from/upper"));
+        let before = before_script(1);
+        assert!(before.contains("cd /berth-upper/0/from/upper;"), "{before}");
+        assert!(before.contains("\"/berth-upper/0/lower/$f\""), "{before}");
+        assert!(!before.contains('@'), "{before}");
     }
 }
