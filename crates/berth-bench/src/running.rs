@@ -52,7 +52,7 @@ struct Sample {
     total: f64,
     /// What the branch alone holds, bytes.
     new_disk: Option<u64>,
-    /// The source's size, bytes (its `berth df` item).
+    /// The source's data directory, bytes.
     source_bytes: Option<u64>,
     /// The snapshot's `sourcePausedMs`.
     snapshot_paused: Option<i64>,
@@ -163,8 +163,8 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
         "The new disk is the branch's `frees` in `berth df` once it runs, before anything \
          writes to it: the copy of the source's upper layer (what it wrote since its last \
          layer, whole files as overlayfs copies them up) and what the branch's recovery wrote \
-         into its own upper layer; the source's size is its volumes' `bytes` (its upper layer \
-         and every layer under it)."
+         into its own upper layer; the source's size is its data directory's (`du -sk` in \
+         its container)."
             .to_owned(),
     ];
     Ok(Figure { rows, notes })
@@ -298,17 +298,17 @@ async fn branch_once(
         .map_err(|e| anyhow!("berth df: {e}"))?;
     let item = |name: &str| usage.items.iter().find(|i| i.name == name).cloned();
     let new_disk = item(&key).and_then(|i| i.frees);
-    // The source's size: its upper layer and every layer under it.
-    let source_bytes = ctx
-        .api
-        .client()
-        .volumes(&ctx.domain, SOURCE)
+    // The source's size: its data directory as Postgres sees it.
+    let du = Command::new("docker")
+        .args(["exec", container, "du", "-sk", crate::postgres::DATA])
+        .output()
         .await
-        .map_err(|e| anyhow!("the volumes of {SOURCE}: {e}"))?
-        .iter()
-        .filter_map(|v| v.bytes)
-        .map(|b| u64::try_from(b).unwrap_or(0))
-        .reduce(|a, b| a + b);
+        .context("docker exec du")?;
+    let source_bytes = String::from_utf8_lossy(&du.stdout)
+        .split_whitespace()
+        .next()
+        .and_then(|k| k.parse::<u64>().ok())
+        .map(|k| k * 1024);
     let snapshot_paused = snapshot(ctx, &format!("frozen-{round}")).await?;
     ctx.api.archive(&ctx.domain, &key).await?;
     Ok(Sample {

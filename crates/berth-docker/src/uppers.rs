@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use berth_core::runtime::{RuntimeError, UPPER_DIR, UpperCopyPlan, UppersCopied};
 use bollard::Docker;
+use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountTmpfsOptions, MountType};
 use futures_util::StreamExt;
@@ -137,7 +138,9 @@ async fn copy_and_check(
             plan.max_bytes / (1024 * 1024)
         )));
     }
-    // The freeze: the copy and the listing of the merged view, nothing else.
+    // The freeze holds the copy and the listing of the merged view, nothing else: the exec
+    // that runs them is made and started first, and waits for a line on its stdin.
+    let mut armed = arm(docker, writer, &frozen_script(plan.pairs.len()), &what).await?;
     let frozen_at = match plan.freeze.as_deref() {
         Some(id) => match crate::containers::pause(docker, id).await {
             Ok(()) => Some((id, Instant::now())),
@@ -147,11 +150,7 @@ async fn copy_and_check(
         },
         None => None,
     };
-    let ran = tokio::time::timeout(
-        FROZEN_AT_MOST,
-        run(docker, writer, &frozen_script(plan.pairs.len()), &what),
-    )
-    .await;
+    let ran = tokio::time::timeout(FROZEN_AT_MOST, armed.fire(&what)).await;
     let frozen = match frozen_at {
         Some((id, at)) => {
             let frozen = at.elapsed();
@@ -166,6 +165,8 @@ async fn copy_and_check(
             FROZEN_AT_MOST.as_secs()
         ))
     })??;
+    // Its own end, after the thaw.
+    crate::exec::wait_exit(docker, &armed.exec, &what).await?;
     if code != Some(0) {
         return Ok(UppersCopied::NotCopied(format!(
             "the copy of the upper layers failed ({}: {})",
@@ -342,6 +343,82 @@ async fn helper(
         ..Default::default()
     };
     create_fresh(docker, name, body, declared, &format!("helper {name}")).await
+}
+
+/// An exec started in a helper and waiting for the line on its stdin that runs its script.
+struct Armed {
+    exec: String,
+    output: std::pin::Pin<
+        Box<dyn futures_util::Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>,
+    >,
+    input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
+}
+
+/// What the armed script prints last: its exit code after it.
+const END: &str = "@berth-upper-end ";
+
+impl Armed {
+    /// Runs the script and reads its output until it says it ended: its exit code and what it
+    /// printed before. The exec itself may still be ending.
+    async fn fire(&mut self, what: &str) -> Result<(Option<i64>, String), RuntimeError> {
+        use tokio::io::AsyncWriteExt;
+        self.input
+            .write_all(b"go\n")
+            .await
+            .map_err(|e| RuntimeError::Engine(format!("{what}: {e}")))?;
+        self.input
+            .flush()
+            .await
+            .map_err(|e| RuntimeError::Engine(format!("{what}: {e}")))?;
+        let mut said = String::new();
+        while let Some(frame) = self.output.next().await {
+            let frame = frame.map_err(|e| error::map(e, what))?;
+            said.push_str(&String::from_utf8_lossy(&frame.into_bytes()));
+            if let Some(at) = said.rfind(END)
+                && said[at..].contains('\n')
+            {
+                let code = said[at + END.len()..].trim().parse().ok();
+                said.truncate(at);
+                return Ok((code, said));
+            }
+        }
+        Ok((None, said))
+    }
+}
+
+/// Makes and starts an exec of `script` in helper `id` that waits for a line on its stdin
+/// before it runs it, and then prints [`END`] and its exit code.
+async fn arm(docker: &Docker, id: &str, script: &str, what: &str) -> Result<Armed, RuntimeError> {
+    let wrapped = format!("read -r go; ( {script} ); echo \"{END}$?\"");
+    let created = docker
+        .create_exec(
+            id,
+            CreateExecOptions::<String> {
+                cmd: Some(vec!["sh".to_owned(), "-c".to_owned(), wrapped]),
+                attach_stdin: Some(true),
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| error::map(e, what))?;
+    let options = StartExecOptions {
+        detach: false,
+        tty: false,
+        output_capacity: None,
+    };
+    match docker.start_exec(&created.id, Some(options)).await {
+        Ok(StartExecResults::Attached { output, input }) => Ok(Armed {
+            exec: created.id,
+            output,
+            input,
+        }),
+        Ok(StartExecResults::Detached) => Err(RuntimeError::Engine(format!(
+            "{what}: the engine did not attach to the copy's exec"
+        ))),
+        Err(e) => Err(error::map(e, what)),
+    }
 }
 
 /// Runs `sh -c script` in helper `id`; answers its exit code and its output (stdout and

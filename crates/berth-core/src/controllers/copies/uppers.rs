@@ -104,6 +104,8 @@ impl CopyController {
         let _held = self.instances.freezer().held_by_copy(&source.id);
         self.paused().insert(copy.id.clone(), container.id.clone());
         let copied = self.ctx.runtime.copy_upper_layers(&plan).await?;
+        // It thawed the source: nothing is left for the attempt's end to thaw.
+        self.paused().remove(&copy.id);
         match copied {
             UppersCopied::Faithful { frozen } => Ok(Some(Frozen {
                 layered: planned,
