@@ -11,6 +11,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use super::faults::EngineEvents;
 use berth_client::{BranchFrom, CopyMethod, CopyState, UpCause};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
@@ -476,6 +477,81 @@ fn a_daemon_killed_as_it_copies_a_running_source_s_upper_layer_converges_with_th
         volumes.iter().filter(|v| v.contains("-frz-")).count(),
         2,
         "{volumes:?}"
+    );
+    assert!(
+        helpers_left(&daemon.prefix).is_empty(),
+        "{:?}",
+        helpers_left(&daemon.prefix)
+    );
+}
+
+#[test]
+fn a_daemon_killed_while_its_running_source_is_frozen_for_the_copy_converges_with_it_thawed() {
+    let mut daemon = Daemon::start();
+    let api = daemon.client();
+    let domain = api.create_domain("running-frozen-kill");
+    let domain_id = support::domain_id(&domain);
+    let mount = support::SPEC_MOUNT;
+    api.up(&domain, "files@main", &files_spec("main"), "person")
+        .expect(200);
+    running(&api, &domain, "files@main");
+    snapshot(&api, &domain, "files@main", "base");
+    let main = running(&api, &domain, "files@main");
+    // 150 MB written since the move: its copy holds the freeze long enough to be killed in.
+    exec_ok(
+        &api,
+        &domain,
+        "files@main",
+        &[
+            "sh",
+            "-c",
+            &format!("dd if=/dev/urandom of={mount}/big bs=1M count=150 2>/dev/null"),
+        ],
+    );
+    let sum = exec_ok(
+        &api,
+        &domain,
+        "files@main",
+        &["md5sum", &format!("{mount}/big")],
+    );
+
+    let events = EngineEvents::watch(&daemon.prefix);
+    let from = BranchFrom::Instance("files@main".into());
+    let spec = files_spec("fix");
+    api.call(|c| c.branch(&domain_id, "files@fix", &from, &spec, UpCause::Person))
+        .expect("a branch");
+    // The engine says the source is paused: the copy runs under the freeze now.
+    let mut seen = 0;
+    while events.count(&["pause"]) == 0 {
+        let new = events.wait_past(seen, COPY);
+        assert!(!new.is_empty(), "no pause of the source in time");
+        seen += new.len();
+    }
+    daemon.kill9();
+
+    daemon.start_again();
+    let api = daemon.client();
+    running(&api, &domain, "files@fix");
+    let now = running(&api, &domain, "files@main");
+    assert_eq!(
+        now["startedAt"], main["startedAt"],
+        "main was never stopped"
+    );
+    let paused = docker(&[
+        "inspect",
+        "--format",
+        "{{.State.Paused}}",
+        &support::container_of(&now),
+    ]);
+    assert_eq!(paused.trim(), "false", "main is thawed");
+    assert_eq!(
+        exec_ok(
+            &api,
+            &domain,
+            "files@fix",
+            &["md5sum", &format!("{mount}/big")]
+        ),
+        sum
     );
     assert!(
         helpers_left(&daemon.prefix).is_empty(),
