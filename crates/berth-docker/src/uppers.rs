@@ -111,7 +111,9 @@ async fn copy_and_check(
         return Err(error::map(e, &what));
     }
     // Before the freeze: the kernel's metacopy, and what the upper layers hold.
+    let began = Instant::now();
     let (code, said) = run(docker, writer, &before_script(plan.pairs.len()), &what).await?;
+    let before_took = began.elapsed();
     if code != Some(0) {
         return Ok(UppersCopied::NotCopied(format!(
             "the image {} cannot copy upper layers ({}: {})",
@@ -165,6 +167,7 @@ async fn copy_and_check(
             FROZEN_AT_MOST.as_secs()
         ))
     })??;
+    let thawed = Instant::now();
     // Its own end, after the thaw.
     crate::exec::wait_exit(docker, &armed.exec, &what).await?;
     if code != Some(0) {
@@ -190,6 +193,14 @@ async fn copy_and_check(
             last_words(&shown)
         )));
     }
+    tracing::info!(
+        helper = %plan.helper,
+        kib_copied = kib,
+        before_ms = before_took.as_millis() as u64,
+        frozen_ms = frozen.map(|f| f.as_millis() as u64),
+        checked_ms = thawed.elapsed().as_millis() as u64,
+        "copied upper layers under a freeze"
+    );
     match differences(&seen, &shown) {
         None => Ok(UppersCopied::Faithful { frozen }),
         Some(why) => Ok(UppersCopied::NotCopied(why)),
