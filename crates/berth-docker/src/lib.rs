@@ -411,6 +411,10 @@ impl Runtime for DockerRuntime {
         copy::copy_volume(&self.docker, plan, progress).await
     }
 
+    fn copies_upper_layers(&self) -> bool {
+        true
+    }
+
     /// Under one freeze, with the image's `cp` in a helper, then checked through the new
     /// overlays (see the `uppers` module).
     async fn copy_upper_layers(&self, plan: &UpperCopyPlan) -> Result<UppersCopied, RuntimeError> {

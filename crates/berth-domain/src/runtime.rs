@@ -698,6 +698,12 @@ pub trait Runtime: Send + Sync + 'static {
         )))
     }
 
+    /// Whether [`Runtime::copy_upper_layers`] can copy anything here: a runtime that answers
+    /// `false` is not asked, and its instances on layers move instead.
+    fn copies_upper_layers(&self) -> bool {
+        false
+    }
+
     /// Copies the upper layer of each of `plan.pairs` into its fresh `to_upper` while
     /// `plan.freeze` is frozen, then checks, after the thaw, that each new overlay `to` lists
     /// the same names in every directory of its upper layer as `merged` listed during the

@@ -130,6 +130,9 @@ impl CopyController {
         if source.kept.is_empty() {
             return Ok(Err("the instance keeps no volume".to_owned()));
         }
+        if !self.ctx.runtime.copies_upper_layers() {
+            return Ok(Err("this runtime does not copy upper layers".to_owned()));
+        }
         if !self.overlays_here(image).await?
             || !self
                 .layers_reach(&self.instance_labels(copy, source))
