@@ -454,11 +454,13 @@ fn a_postgres_restore_brings_the_rows_back_and_keeps_the_migrated_state_as_a_sna
         sql(&api, &domain, "db@check", "SELECT x FROM migrated"),
         "7"
     );
-    // One only its own instance stands on (it moved onto a new layer over it) is forgotten,
-    // and its volume stays under the instance.
+    // A snapshot of the instance running on layers holds a copy of its upper layer (an
+    // overlay volume and its upper volume, taken under a freeze); its delete removes them,
+    // and the instance runs on.
     let spare = snapshot_ready(&api, &domain, "db@main", "spare");
-    assert_eq!(volume_count(&spare.snapshot_id), 0);
+    assert_eq!(volume_count(&spare.snapshot_id), 2);
     block_on(api.api().delete_snapshot(&domain_id, &spare.snapshot_id)).expect("a delete");
+    assert_eq!(volume_count(&spare.snapshot_id), 0);
     running(&api, &domain, "db@main");
     assert_eq!(
         sql(&api, &domain, "db@main", "SELECT count(*) FROM t"),
@@ -850,6 +852,28 @@ fn a_daemon_killed_in_the_middle_of_a_copy_never_uses_the_half_written_volume_an
 
 /// Restores `key` from `snapshot`, which must stand on layers, and waits until it runs with
 /// `rows` rows in `t`; answers the restore's answer.
+/// A person's stop of `key`, waited for.
+fn stop(api: &Client, domain: &str, key: &str) {
+    block_on(api.api().stop(&support::domain_id(domain), key, "the test")).expect("a stop");
+    let stopped = api.settled(domain, key, &["stopped", "failed"], READY);
+    assert_eq!(stopped["state"]["kind"], "stopped", "{stopped}");
+}
+
+/// A snapshot of `key` taken while it is stopped (so that it moves onto one more layer),
+/// then `key` started again and running.
+fn stopped_snapshot(
+    api: &Client,
+    domain: &str,
+    key: &str,
+    name: &str,
+) -> berth_client::SnapshotView {
+    stop(api, domain, key);
+    let snapshot = snapshot_ready(api, domain, key, name);
+    block_on(api.api().start(&support::domain_id(domain), key)).expect("a start");
+    running(api, domain, key);
+    snapshot
+}
+
 fn restore_on_layers(
     api: &Client,
     domain: &str,
@@ -1102,8 +1126,8 @@ fn a_daemon_killed_as_a_branch_stands_on_layers_converges_on_whole_overlay_volum
 }
 
 #[test]
-fn a_snapshot_and_a_branch_of_a_running_postgres_on_layers_copy_nothing_and_stand_on_a_clean_stop()
-{
+fn a_snapshot_moves_a_running_postgres_onto_layers_and_a_branch_of_it_then_copies_its_upper_layer_under_a_freeze()
+ {
     use berth_client::{CopyMethod, CopyState};
     let daemon = Daemon::start();
     let api = daemon.client();
@@ -1151,7 +1175,8 @@ fn a_snapshot_and_a_branch_of_a_running_postgres_on_layers_copy_nothing_and_stan
         "INSERT INTO t VALUES (-1, 'after')",
     );
 
-    // A branch of the running source copies nothing either, and has every row up to now.
+    // A branch of the running source, now on layers, copies its upper layer (what it wrote
+    // since the move) under a freeze: it is not stopped, and the branch has every row.
     let (_, copy) = copy_of(&api, &domain, "branch", "db@fix", || {
         branch_into(
             &api,
@@ -1169,16 +1194,23 @@ fn a_snapshot_and_a_branch_of_a_running_postgres_on_layers_copy_nothing_and_stan
         sql(&api, &domain, "db@fix", "SELECT count(*) FROM t"),
         "20001"
     );
-    // It stands on a clean stop: Postgres found no crash to recover from.
+    // It stands on a crash image (the source was frozen, not stopped): Postgres recovered.
     let logs = std::process::Command::new("docker")
         .args(["logs", &support::container_of(&fix)])
         .output()
         .expect("docker logs");
     let logs =
         String::from_utf8_lossy(&logs.stderr).into_owned() + &String::from_utf8_lossy(&logs.stdout);
-    assert!(logs.contains("was shut down at"), "{logs}");
-    assert!(!logs.contains("not properly shut down"), "{logs}");
-    running(&api, &domain, "db@main");
+    assert!(logs.contains("database system was interrupted"), "{logs}");
+    let still = running(&api, &domain, "db@main");
+    assert_eq!(
+        still["startedAt"], moved["startedAt"],
+        "main was not restarted"
+    );
+    assert_eq!(
+        still["volumes"], moved["volumes"],
+        "main runs on its volumes"
+    );
 
     // Writes stay apart both ways.
     sql(&api, &domain, "db@fix", "INSERT INTO t VALUES (-2, 'fix')");
@@ -1224,7 +1256,8 @@ fn a_snapshot_and_a_branch_of_a_running_postgres_on_layers_copy_nothing_and_stan
     assert!(deleted.removed_volumes.is_empty(), "{deleted:?}");
     let fix_volume = fix["volumes"][0]["dockerName"].as_str().unwrap();
 
-    // A snapshot only its own instance stands on is forgotten; the volumes stay under it.
+    // A snapshot of db@fix (running on layers) copies its upper layer; its delete removes
+    // that copy, and db@fix runs on its own volumes.
     let (_, copy) = copy_of(&api, &domain, "snapshot", "db@fix", || {
         block_on(api.api().snapshot(&domain_id, "db@fix", "fix-base")).expect("a snapshot")
     });
@@ -1316,8 +1349,9 @@ fn layers_past_the_flatten_limit_are_copied_into_one_in_the_background_and_every
         lowerdir.split(':').count()
     };
 
-    // Each snapshot moves the instance onto one more layer: 1, then 2.
-    let first = snapshot_ready(&api, &domain, "db@main", "first");
+    // Each snapshot of the stopped instance moves it onto one more layer: 1, then 2 (one of
+    // it running would copy its upper layer instead, and leave it on the layers it has).
+    let first = stopped_snapshot(&api, &domain, "db@main", "first");
     sql(
         &api,
         &domain,
@@ -1325,7 +1359,7 @@ fn layers_past_the_flatten_limit_are_copied_into_one_in_the_background_and_every
         "INSERT INTO t VALUES (1001, 'second')",
     );
     assert_eq!(lowers(&api.instance(&domain, "db@main")), 1);
-    let second = snapshot_ready(&api, &domain, "db@main", "second");
+    let second = stopped_snapshot(&api, &domain, "db@main", "second");
     sql(
         &api,
         &domain,
@@ -1336,9 +1370,11 @@ fn layers_past_the_flatten_limit_are_copied_into_one_in_the_background_and_every
 
     // The third reaches the limit: a flatten follows it, reported on the stream, and the
     // instance stands on two layers (its upper layer over one flat copy of the rest).
+    stop(&api, &domain, "db@main");
     let (third, flattened) = copy_of(&api, &domain, "flatten", "db@main", || {
         block_on(api.api().snapshot(&domain_id, "db@main", "third")).expect("a snapshot")
     });
+    block_on(api.api().start(&domain_id, "db@main")).expect("a start");
     assert_eq!(flattened.state.as_str(), "done", "{flattened:?}");
     assert_eq!(
         flattened.method,
@@ -1387,7 +1423,7 @@ fn a_daemon_killed_while_it_flattens_converges_on_two_layers_with_nothing_half_m
     let main = up_running(&api, &domain, "db@main", &pg_spec("main"));
     assert_eq!(main["state"]["kind"], "running", "{main}");
     fill(&api, &domain, "db@main", 2_000);
-    snapshot_ready(&api, &domain, "db@main", "first");
+    stopped_snapshot(&api, &domain, "db@main", "first");
     sql(
         &api,
         &domain,
@@ -1400,6 +1436,7 @@ fn a_daemon_killed_while_it_flattens_converges_on_two_layers_with_nothing_half_m
         .expect("the stream opens")
         .expect("an event")
         .expect("an event");
+    stop(&api, &domain, "db@main");
     block_on(api.api().snapshot(&domain_id, "db@main", "second")).expect("a snapshot");
     let flatten = block_on(async {
         loop {
@@ -1427,6 +1464,7 @@ fn a_daemon_killed_while_it_flattens_converges_on_two_layers_with_nothing_half_m
             .as_str()
             .is_some_and(|v| v.ends_with(&tag))
     });
+    block_on(api.api().start(&domain_id, "db@main")).expect("a start");
     let main = api.settled(&domain, "db@main", &["running", "failed"], COPY);
     assert_eq!(main["state"]["kind"], "running", "{main}");
     let mounted = main["volumes"][0]["dockerName"]

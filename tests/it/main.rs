@@ -27,6 +27,7 @@ mod postgres;
 mod preflight;
 mod prune;
 mod rollouts;
+mod running_branch;
 mod service;
 mod shared_engine;
 mod shutdown;

@@ -362,8 +362,10 @@ async fn branch_once(
             .map(|(_, _, at)| *at)
             .ok_or_else(|| anyhow!("the engine reported no {action} of {of}'s container"))
     };
-    let died = first("die", source)?;
     let branch_started = first("start", &key)?;
+    // A source on layers already is frozen for a copy of its upper layer, not stopped: no
+    // `die`, and the whole wait is before the branch's start.
+    let died = first("die", source).unwrap_or(wall_start);
     side.api.archive(&side.domain, &key).await?;
     Ok(BranchSample {
         total: took,

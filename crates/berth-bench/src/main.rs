@@ -38,6 +38,7 @@ mod postgres;
 mod progress;
 mod proxy;
 mod report;
+mod running;
 mod select;
 mod soak;
 mod stats;
@@ -180,6 +181,11 @@ enum FigureKind {
     /// clean stop and start) against `--volume-layers off` (a freeze for the copy).
     #[value(alias = "snapshot_source_interruption")]
     Interrupt,
+    /// A branch of a running 1 GB Postgres on layers with a transaction open on it: the
+    /// source's interruption (a freeze) against the engine's stop and start and a `cp -a`, and
+    /// the branch's new disk against the source's size.
+    #[value(alias = "branch_running_postgres_interruption")]
+    Running,
     /// What observing 50 instances' tags costs: the daemon's CPU and its registry requests.
     #[value(alias = "observe_daemon_cpu")]
     Observe,
@@ -216,6 +222,7 @@ impl FigureKind {
             FigureKind::Layers => "layers",
             FigureKind::LayersLarge => "layers-large",
             FigureKind::Interrupt => "interrupt",
+            FigureKind::Running => "running",
             FigureKind::Observe => "observe",
             FigureKind::Holders => "holders",
             FigureKind::Pool => "pool",
@@ -346,6 +353,10 @@ async fn measure(ctx: &Ctx, args: &Args, kinds: &[FigureKind]) -> anyhow::Result
             FigureKind::Interrupt => {
                 let image = postgres_image(ctx)?;
                 interrupt::run(ctx, image, args.samples.map_or(3, |n| n as usize)).await
+            }
+            FigureKind::Running => {
+                let image = postgres_image(ctx)?;
+                running::run(ctx, image, args.samples.map_or(3, |n| n as usize)).await
             }
             FigureKind::Observe => observe::run(ctx).await,
             FigureKind::Holders => holders::run(ctx, args.samples.map_or(30, |n| n as usize)).await,

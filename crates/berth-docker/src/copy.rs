@@ -50,7 +50,8 @@ const IDLE: [&str; 2] = ["sleep", "86400"];
 /// The capabilities `cp -a` as root needs to copy faithfully: set any owner, read and write
 /// whatever the modes say, set modes and times on files it does not own, keep set-id bits, and
 /// make device nodes. Everything else is dropped.
-const CP_CAPABILITIES: [&str; 5] = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "MKNOD"];
+pub(crate) const CP_CAPABILITIES: [&str; 5] =
+    ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "MKNOD"];
 /// The longest one copy may take.
 const COPY_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
 /// Progress is reported at most this often.
@@ -144,7 +145,7 @@ enum ImageCp {
 
 /// Whether what the engine said (a refused start, or an exec's own output) is that a command does
 /// not exist.
-fn no_such_command(message: &str) -> bool {
+pub(crate) fn no_such_command(message: &str) -> bool {
     let m = message.to_ascii_lowercase();
     m.contains("executable file not found")
         || m.contains("no such file or directory")

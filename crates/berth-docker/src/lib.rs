@@ -56,6 +56,7 @@ mod raw;
 mod registry;
 pub mod tags;
 mod tty;
+mod uppers;
 mod volumes;
 
 use std::collections::BTreeMap;
@@ -66,7 +67,7 @@ use berth_core::image::PinnedImage;
 use berth_core::runtime::{
     ContainerFacts, ContainerPlan, Copied, CopyPlan, ExecOutcome, ExecRequest, ExecStdin, Holdings,
     ImageFacts, LABEL_PREFIX, Labels, LogStream, OverlayPlan, RegistryManifest, Runtime,
-    RuntimeError, RuntimeEvent, TagObservation,
+    RuntimeError, RuntimeEvent, TagObservation, UpperCopyPlan, UppersCopied,
 };
 use berth_core::spec::Ready;
 use bollard::Docker;
@@ -408,6 +409,16 @@ impl Runtime for DockerRuntime {
         progress: &(dyn Fn(u64) + Send + Sync),
     ) -> Result<Copied, RuntimeError> {
         copy::copy_volume(&self.docker, plan, progress).await
+    }
+
+    fn copies_upper_layers(&self) -> bool {
+        true
+    }
+
+    /// Under one freeze, with the image's `cp` in a helper, then checked through the new
+    /// overlays (see the `uppers` module).
+    async fn copy_upper_layers(&self, plan: &UpperCopyPlan) -> Result<UppersCopied, RuntimeError> {
+        uppers::copy_uppers(&self.docker, plan).await
     }
 
     /// Spawns the watcher on the current tokio runtime (so it must be called from within one).

@@ -91,6 +91,12 @@ pub fn snapshot_volume(prefix: &str, snapshot: &crate::ids::SnapshotId, name: &s
     format!("{prefix}-snp-{}.{name}", &snapshot.hex()[..16])
 }
 
+/// The overlay volume a branch of a running instance stands on for the instance's volume
+/// `name`: a copy of its upper layer, made under a freeze, over its lower layers.
+pub fn frozen_layer(prefix: &str, copy: &crate::ids::CopyId, name: &str) -> String {
+    format!("{prefix}-frz-{}.{name}", &copy.hex()[..16])
+}
+
 /// The volume that holds overlay volume `volume`'s upper layer (and its work directory).
 pub fn upper_volume(volume: &str) -> String {
     format!("{volume}.up")

@@ -124,6 +124,56 @@ pub struct Copied {
     pub frozen: Option<std::time::Duration>,
 }
 
+/// One overlay volume a running instance mounts, whose upper layer is copied into a new
+/// immutable layer: [`Runtime::copy_upper_layers`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpperPair {
+    /// The overlay volume the instance mounts (its merged view is read, never written).
+    pub merged: String,
+    /// The volume that holds its upper layer (in [`UPPER_DIR`]).
+    pub upper: String,
+    /// The overlay volume made for the copy over the same lower layers, which nothing mounts
+    /// yet ([`Runtime::create_overlay_volume`]).
+    pub to: String,
+    /// Its upper volume, whose [`UPPER_DIR`] the copy fills.
+    pub to_upper: String,
+}
+
+/// Copies of a running instance's upper layers, all under one freeze.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpperCopyPlan {
+    /// The start of the names of the helper containers; removed after.
+    pub helper: String,
+    /// The image, present on the engine, the helpers are made from (its `sh`, `cp`, `find`
+    /// and `xargs` run in them).
+    pub image: String,
+    /// The upper layers to copy.
+    pub pairs: Vec<UpperPair>,
+    /// The helpers' labels.
+    pub labels: Labels,
+    /// The running container to freeze (pause) while the upper layers are copied.
+    pub freeze: Option<String>,
+    /// The most bytes the upper layers may hold together, measured before the freeze: the
+    /// freeze lasts as long as their copy, and past this a stop and a start is shorter.
+    pub max_bytes: u64,
+}
+
+/// How a copy of upper layers ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UppersCopied {
+    /// Each new overlay shows what the instance's showed at the freeze, name for name.
+    Faithful {
+        /// How long the container was frozen; `None` when it did not run.
+        frozen: Option<std::time::Duration>,
+    },
+    /// The upper layers were not copied, or not faithfully: the image has no tools, they hold
+    /// more than [`UpperCopyPlan::max_bytes`], or an upper layer holds what only extended
+    /// attributes a helper cannot read say (a directory removed and made again over a lower
+    /// one): why. Nothing the copy made may be used; the caller moves the instance onto
+    /// layers instead.
+    NotCopied(String),
+}
+
 /// Why an image could not be made ready; the names follow the seed's mismatch reasons.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ImageFailure {
@@ -645,6 +695,27 @@ pub trait Runtime: Send + Sync + 'static {
         Err(RuntimeError::Engine(format!(
             "this runtime cannot make the overlay volume {}",
             plan.name
+        )))
+    }
+
+    /// Whether [`Runtime::copy_upper_layers`] can copy anything here: a runtime that answers
+    /// `false` is not asked, and its instances on layers move instead.
+    fn copies_upper_layers(&self) -> bool {
+        false
+    }
+
+    /// Copies the upper layer of each of `plan.pairs` into its fresh `to_upper` while
+    /// `plan.freeze` is frozen, then checks, after the thaw, that each new overlay `to` lists
+    /// the same names in every directory of its upper layer as `merged` listed during the
+    /// freeze. Overlayfs marks a directory made again over a lower one (opaque) and a renamed
+    /// one (redirect) with `trusted.*` extended attributes, which a helper without
+    /// `CAP_SYS_ADMIN` can neither read nor write: such a copy would show lower files again,
+    /// and answers [`UppersCopied::NotCopied`]. A runtime that cannot copy upper layers
+    /// answers that too, and the caller moves the instance instead.
+    async fn copy_upper_layers(&self, plan: &UpperCopyPlan) -> Result<UppersCopied, RuntimeError> {
+        Ok(UppersCopied::NotCopied(format!(
+            "this runtime cannot copy the upper layers of {}",
+            plan.freeze.as_deref().unwrap_or("an instance")
         )))
     }
 

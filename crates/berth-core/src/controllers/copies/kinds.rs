@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::moves::Moved;
+use super::uppers::Frozen;
 use super::volumes::{Pair, pairs_into};
 use super::{CopyController, Stop, to_i64};
 use crate::ids::InstanceId;
@@ -10,7 +11,9 @@ use crate::model::Instance;
 use crate::names;
 use crate::plan::{copy_targets, plan_volumes};
 use crate::runtime::LABEL_SNAPSHOT;
-use crate::snapshots::{CopyMethod, CopyOp, CopyState, Snapshot, SnapshotState, SnapshotVolume};
+use crate::snapshots::{
+    CopyMethod, CopyOp, CopyState, LayeredVolume, Snapshot, SnapshotState, SnapshotVolume,
+};
 use crate::store::StoreError;
 
 impl CopyController {
@@ -38,6 +41,25 @@ impl CopyController {
         {
             return self
                 .snapshot_stands(copy, &source.key, snapshot, Some(&source.id), None)
+                .await;
+        }
+        // A running source on layers: its upper layers are copied under a freeze, and it
+        // goes on running.
+        let mut snapshot_labels = self.labels(copy);
+        snapshot_labels.insert(LABEL_SNAPSHOT.to_owned(), snapshot_id.to_string());
+        let name_of = |name: &str| names::snapshot_volume(prefix, &snapshot_id, name);
+        if let Some(frozen) = self
+            .copy_uppers(
+                copy,
+                &source,
+                source.spec.image.as_str(),
+                name_of,
+                &snapshot_labels,
+            )
+            .await?
+        {
+            return self
+                .snapshot_frozen(copy, &source.key, snapshot, frozen)
                 .await;
         }
         if let Some((moved, ())) = self
@@ -176,6 +198,62 @@ impl CopyController {
         Ok(())
     }
 
+    /// Ends a snapshot whose volumes are copies of its running instance's upper layers over
+    /// its lower layers: they are recorded, measured, and the snapshot is `ready`, in one
+    /// transaction with the copy done.
+    async fn snapshot_frozen(
+        &self,
+        copy: &CopyOp,
+        key: &str,
+        mut snapshot: Snapshot,
+        frozen: Frozen,
+    ) -> Result<(), Stop> {
+        let copy = self.choose(copy, CopyMethod::Overlay).await?;
+        let parts: Vec<String> = frozen
+            .layered
+            .iter()
+            .flat_map(|(_, l)| {
+                std::iter::once(l.upper.clone()).chain(l.lowers.iter().map(|x| x.volume.clone()))
+            })
+            .collect();
+        let sizes = self
+            .ctx
+            .runtime
+            .volume_bytes(&parts)
+            .await
+            .unwrap_or_default();
+        snapshot.volumes = frozen
+            .layered
+            .iter()
+            .map(|(name, l)| SnapshotVolume {
+                name: name.clone(),
+                docker_name: l.volume.clone(),
+                // As for any overlay: its upper layer and the layers under it.
+                bytes: std::iter::once(&l.upper)
+                    .chain(l.lowers.iter().map(|x| &x.volume))
+                    .map(|v| sizes.get(v).copied().flatten())
+                    .sum::<Option<u64>>()
+                    .and_then(|b| i64::try_from(b).ok()),
+            })
+            .collect();
+        snapshot.source_paused_ms = frozen.paused_ms;
+        snapshot.state = SnapshotState::Ready;
+        let id = copy.id.clone();
+        let layered: Vec<LayeredVolume> = frozen.layered.into_iter().map(|(_, l)| l).collect();
+        self.ctx
+            .store
+            .write(move |tx| {
+                for volume in &layered {
+                    tx.record_layered(volume)?;
+                }
+                tx.update_snapshot(&snapshot)?;
+                tx.end_copy(&id, CopyState::Done, None, 0, Some(0))
+            })
+            .await?;
+        self.finished(&copy, key, 0);
+        Ok(())
+    }
+
     pub(super) async fn branch(self: &Arc<Self>, copy: &CopyOp) -> Result<(), Stop> {
         let target = self.instance(copy.target_instance.as_ref())?;
         let image = self.ctx.runtime.ensure_image(&target.spec.image).await?;
@@ -224,6 +302,21 @@ impl CopyController {
         let pairs = pairs_into(&targets, &source_volumes);
         let labels = self.instance_labels(copy, &target);
         self.target_reached(&labels).await?;
+        // A running source on layers: its upper layers are copied under a freeze, and the
+        // branch stands on the copies; the source goes on running.
+        if let Some(source) = &source {
+            self.ctx.runtime.ensure_image(&source.spec.image).await?;
+            let prefix = self.ctx.config.prefix.clone();
+            let name_of = |name: &str| names::frozen_layer(&prefix, &copy.id, name);
+            if let Some(frozen) = self
+                .copy_uppers(copy, source, source.spec.image.as_str(), name_of, &labels)
+                .await?
+            {
+                return self
+                    .branch_frozen(copy, &target, &targets, &pairs, &labels, frozen)
+                    .await;
+            }
+        }
         let image_ref = target.spec.image.as_str();
         // A snapshot never changes: its volumes can be layers. Another instance's go on
         // changing: it moves onto new layers first, and the volumes it leaves are the branch's
@@ -303,6 +396,55 @@ impl CopyController {
         }
         self.finished(&copy, &target.key, bytes);
         self.flatten_if_deep(&copy.domain_id, &target.id, &target_given)
+            .await;
+        Ok(())
+    }
+
+    /// Ends a branch of a running instance whose upper layers were copied (`frozen`): each
+    /// of its volumes is an overlay over the copy of the source's volume of that name, made
+    /// now; the copies and the branch's volumes are recorded with the copy done, and the
+    /// branch starts.
+    async fn branch_frozen(
+        self: &Arc<Self>,
+        copy: &CopyOp,
+        target: &Instance,
+        targets: &[crate::model::InstanceVolume],
+        pairs: &[Pair],
+        labels: &crate::runtime::Labels,
+        frozen: Frozen,
+    ) -> Result<(), Stop> {
+        let planned: Vec<LayeredVolume> = pairs
+            .iter()
+            .filter_map(|pair| {
+                let (_, copied) = frozen.layered.iter().find(|(name, _)| *name == pair.name)?;
+                pair.from.as_ref()?;
+                Some(LayeredVolume {
+                    volume: pair.to.clone(),
+                    upper: names::upper_volume(&pair.to),
+                    lowers: copied.as_lowers(),
+                })
+            })
+            .collect();
+        self.make_layers(copy, pairs, &planned, labels, target.spec.image.as_str(), 0)
+            .await?;
+        let copy = self.choose(copy, CopyMethod::Overlay).await?;
+        tracing::info!(copy = %copy.id, frozen_ms = ?frozen.paused_ms, "branched a running instance from copies of its upper layers");
+        let (id, instance, kept) = (copy.id.clone(), target.id.clone(), targets.to_vec());
+        let copies: Vec<LayeredVolume> = frozen.layered.into_iter().map(|(_, l)| l).collect();
+        let given = planned.clone();
+        self.ctx
+            .store
+            .write(move |tx| {
+                for volume in copies.iter().chain(&planned) {
+                    tx.record_layered(volume)?;
+                }
+                tx.keep_volumes(&instance, &kept)?;
+                tx.end_copy(&id, CopyState::Done, None, 0, Some(0))
+            })
+            .await?;
+        self.queue.enqueue_now(&target.id);
+        self.finished(&copy, &target.key, 0);
+        self.flatten_if_deep(&copy.domain_id, &target.id, &given)
             .await;
         Ok(())
     }

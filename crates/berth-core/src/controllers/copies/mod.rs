@@ -12,7 +12,8 @@
 //! leaves them as a power cut would (crash-consistent); its state stays `running`. With one
 //! volume, the runtime holds the freeze only while the bytes move (its helpers are made before
 //! and removed after); with several, one freeze is held around them all, so they agree with each
-//! other.
+//! other. A running source that stands on layers already is frozen only while its upper layers
+//! are copied (`uppers`); one that does not moves onto layers with a stop (`moves`).
 //!
 //! Copies are scheduled fairly. Copies of different instances run side by side, at most
 //! `slots::COPIES_AT_ONCE` of them; copies that touch the same instance (as source or target) run one
@@ -30,6 +31,7 @@ mod kinds;
 mod layers;
 mod moves;
 mod slots;
+mod uppers;
 mod volumes;
 
 pub(crate) use controller::*;

@@ -4,7 +4,9 @@
 //! interruption is a stop and a start, whatever the data's size, and what the snapshot or the
 //! branch stands on was written by a process that shut down, not cut off as by a power cut.
 //! The new overlay volumes are made before the stop, while the instance still runs: nothing
-//! mounts them until its next start.
+//! mounts them until its next start. A running instance that stands on layers already is not
+//! moved but frozen for a copy of its upper layers (`uppers`), unless that copy cannot be made
+//! faithfully.
 //!
 //! The instance is held stopped from its stop until its volumes are switched, in the
 //! same transaction that records what the copy made. A daemon killed before that transaction
