@@ -1,4 +1,5 @@
-//! Pools: a lease's request until psql on the host gets an answer through the lease's endpoint,
+//! Pools: a lease's request until a query gets an answer through the lease's endpoint (a
+//! connection made in this process, as a test's own database client makes it),
 //! from a pool of 4 Postgres made from a snapshot of about 100 MB and one of about 1 GB,
 //! against berth's fresh start from a template (the same request-to-answer) and
 //! testcontainers' fresh start (to its own ready), in the same rounds; a reset's request until
@@ -54,18 +55,23 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
         wait_full(ctx, pool).await?;
     }
     progress::line(&format!("{NAME}: warming up"));
-    let psql_floor = {
+    // The floors, on a leased instance that runs: the client's own connect and query, and
+    // psql's (its process's start too), each the median of 5.
+    let (client_floor, psql_floor) = {
         let lease = take(ctx, "small").await?;
         let port = port_of(&lease)?;
         query(port).await?;
-        let mut floor = Vec::new();
+        let (mut client, mut psql) = (Vec::new(), Vec::new());
         for _ in 0..5 {
             let start = Instant::now();
             query(port).await?;
-            floor.push(ms(start.elapsed()));
+            client.push(ms(start.elapsed()));
+            let start = Instant::now();
+            psql_sql(port, "SELECT 1").await?;
+            psql.push(ms(start.elapsed()));
         }
         release(ctx, &lease).await?;
-        median(&floor)
+        (median(&client), median(&psql))
     };
     template_once(ctx, image, "pool-tpl-warm").await?;
 
@@ -246,16 +252,19 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
              made from a snapshot of {} and one of {} of rows (as the layers figure's sources, \
              vacuumed, frozen and analyzed before their snapshot, as pools.md advises), each \
              instance an overlay on the snapshot's layer. A sample is timed from the lease's \
-             request to psql's answer to `SELECT 1` through the lease's host endpoint, psql \
-             started on the host for it; the lease is released and the pool waited for until \
-             full again after it (not timed). psql's own start and answer against a running \
-             instance took {} ms (median of 5), in every sample of every side alike.",
+             request to the answer to `SELECT 1` through the lease's host endpoint, on a \
+             connection the measuring process makes as a test's own client would \
+             (tokio-postgres, password authentication); the lease is released and the pool \
+             waited for until full again after it (not timed). That connect and query against \
+             a running instance took {} ms (median of 5), in every sample of every side alike; \
+             psql started on the host for the same took {} ms.",
             sources[0]
                 .bytes
                 .map_or_else(|| "100 MB".to_owned(), crate::branch::mb),
             sources[1]
                 .bytes
                 .map_or_else(|| "1 GB".to_owned(), crate::branch::mb),
+            number(client_floor),
             number(psql_floor),
         ),
         format!(
@@ -267,14 +276,14 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
             number(quantile(&lease_ms[1], 0.99)),
         ),
         "berth-template-fresh: `up` with `template: true` of a new key (the same spec), until \
-         psql's answer through its host endpoint, then archived (not timed). testcontainers-fresh: the \
+         the answer through its host endpoint, then archived (not timed). testcontainers-fresh: the \
          postgres figure's testcontainers way on a fresh volume with berth's limits, timed to \
          its `start()` returning (its own ready: the server's ready line), without a query: \
          the ratio against it is, if anything, kind to testcontainers."
             .to_owned(),
         format!(
             "{NAME_RESET}: the reset's request on a lease whose instance holds a table until \
-             psql through the same host port answers that the table is not there (a fresh \
+             a query through the same host port answers that the table is not there (a fresh \
              instance of the pool), median {} ms, p99 {} ms (n={}).",
             number(median(&reset_ms)),
             number(quantile(&reset_ms, 0.99)),
@@ -402,13 +411,43 @@ async fn query(port: u16) -> anyhow::Result<()> {
         }
     };
     if answer != "1" {
-        bail!("psql answered {answer:?} to SELECT 1");
+        bail!("postgres answered {answer:?} to SELECT 1");
     }
     Ok(())
 }
 
-/// psql on the host through `port`, as a test's `DATABASE_URL` would reach it.
+/// A connection through `port` and `sql` on it, made in this process as a test's own database
+/// client makes it (psycopg in pytest, sqlx or tokio-postgres in Rust): the first column of the
+/// first row, as text.
 async fn query_sql(port: u16, sql: &str) -> anyhow::Result<String> {
+    let said = |e: tokio_postgres::Error| match e.as_db_error() {
+        Some(db) => anyhow!("postgres on port {port}: {}", db.message()),
+        None => anyhow!("postgres on port {port}: {e}"),
+    };
+    let (client, connection) = tokio_postgres::connect(
+        &format!("host=127.0.0.1 port={port} user=postgres password={PASSWORD} dbname=postgres"),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .map_err(said)?;
+    let connection = tokio::spawn(connection);
+    let answer = client.simple_query(sql).await.map_err(said);
+    drop(client);
+    let _ = connection.await;
+    Ok(answer?
+        .into_iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => {
+                Some(row.get(0).unwrap_or("").to_owned())
+            }
+            _ => None,
+        })
+        .unwrap_or_default())
+}
+
+/// psql on the host through `port`, as a person's shell reaches it: not a sample, the figure's
+/// note says what its own start adds.
+async fn psql_sql(port: u16, sql: &str) -> anyhow::Result<String> {
     let out = Command::new("psql")
         .arg(format!(
             "postgresql://postgres:{PASSWORD}@127.0.0.1:{port}/postgres"
