@@ -528,6 +528,14 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
     let instance = resolve(&client, &domain, &repo, std::slice::from_ref(&args.name))
         .await?
         .remove(0);
+    // Read before the restore: a berth.toml that does not check fails the command before it
+    // changes anything.
+    let keep_none = args.no_backup
+        || (repo.project_file().exists()
+            && super::conn::load_project(&repo)?
+                .retention
+                .keep_before_restore
+                == Some(0));
     let done = restore_into(
         &client,
         &domain,
@@ -546,12 +554,6 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
     } = done;
     // Asked to keep no before-restore snapshot: once the restore is done (the copy that fills
     // it has ended), it is deleted as `snapshots rm` would, layers others stand on kept.
-    let keep_none = args.no_backup
-        || (repo.project_file().exists()
-            && super::conn::load_project(&repo)?
-                .retention
-                .keep_before_restore
-                == Some(0));
     let discarded = if keep_none && restored.before_restore.state.as_str() != "failed" {
         Some(
             client
@@ -564,25 +566,15 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
         None
     };
     if args.json {
+        let before = match discarded {
+            Some(_) => serde_json::Value::Null,
+            None => serde_json::to_value(&restored.before_restore)?,
+        };
         print_json(&serde_json::json!({
             "instance": settled.instance,
-            "beforeRestore": if discarded.is_some() { serde_json::Value::Null } else { serde_json::to_value(&restored.before_restore)? },
+            "beforeRestore": before,
             "source": from,
         }));
-    } else if discarded.is_some() {
-        let what = match &args.from {
-            Some(branch) if from_instance => format!(
-                "{branch} ({}, kept as the snapshot {} ({}))",
-                from.instance_key, from.name, from.snapshot_id
-            ),
-            _ => from.name.clone(),
-        };
-        println!(
-            "{} restored {} from {what}{}; what it replaced is not kept (--no-backup, or [retention] keep-before-restore = 0)",
-            ui.ok_mark(),
-            args.name,
-            layered(&copy),
-        );
     } else {
         let what = match &args.from {
             Some(branch) if from_instance => format!(
@@ -591,13 +583,20 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<ExitCode> {
             ),
             _ => from.name.clone(),
         };
+        let replaced = match discarded {
+            Some(_) => {
+                "is not kept (--no-backup, or [retention] keep-before-restore = 0)".to_owned()
+            }
+            None => format!(
+                "is the snapshot {} ({})",
+                restored.before_restore.name, restored.before_restore.snapshot_id
+            ),
+        };
         println!(
-            "{} restored {} from {what}{}; what it replaced is the snapshot {} ({})",
+            "{} restored {} from {what}{}; what it replaced {replaced}",
             ui.ok_mark(),
             args.name,
             layered(&copy),
-            restored.before_restore.name,
-            restored.before_restore.snapshot_id,
         );
     }
     Ok(if settled.instance.state.kind() == "running" {
