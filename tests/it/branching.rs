@@ -17,7 +17,7 @@ const READY: Duration = Duration::from_secs(150);
 const COPY: Duration = Duration::from_secs(240);
 const PASSWORD: &str = "dev-secret";
 
-fn pg_spec(worktree: &str) -> Value {
+pub(super) fn pg_spec(worktree: &str) -> Value {
     json!({
         "alias": "db",
         "worktreeKey": worktree,
@@ -47,19 +47,19 @@ fn redis_spec(worktree: &str) -> Value {
 
 /// A busybox instance (it runs as root, so it can make files of any owner) or, with the bare
 /// image, one whose image has no shell and no tools at all.
-fn files_spec(image: &str, worktree: &str) -> Value {
+pub(super) fn files_spec(image: &str, worktree: &str) -> Value {
     let mut spec = support::spec(image, "files");
     spec["worktreeKey"] = json!(worktree);
     spec
 }
 
-fn exec_ok(api: &Client, domain: &str, key: &str, argv: &[&str]) -> String {
+pub(super) fn exec_ok(api: &Client, domain: &str, key: &str, argv: &[&str]) -> String {
     let result = api.exec(domain, key, argv, None, 120_000, b"").expect(200);
     assert_eq!(result["exitCode"], 0, "{argv:?}: {result}");
     result["stdout"].as_str().unwrap().trim().to_owned()
 }
 
-fn sql(api: &Client, domain: &str, key: &str, query: &str) -> String {
+pub(super) fn sql(api: &Client, domain: &str, key: &str, query: &str) -> String {
     exec_ok(
         api,
         domain,
@@ -97,7 +97,7 @@ fn fill(api: &Client, domain: &str, key: &str, rows: u32) {
 }
 
 /// Waits until `key` settles, and asserts that it runs: the instance.
-fn running(api: &Client, domain: &str, key: &str) -> Value {
+pub(super) fn running(api: &Client, domain: &str, key: &str) -> Value {
     let instance = api.settled(domain, key, &["running", "failed"], READY);
     assert_eq!(instance["state"]["kind"], "running", "{instance}");
     instance
@@ -125,7 +125,7 @@ fn up_running(api: &Client, domain: &str, key: &str, spec: &Value) -> Value {
 /// Runs `request` (which starts a copy of `kind` for `instance_key`) with the domain's event
 /// stream open from before it, and waits there for the copy to end: its last `event: copy`,
 /// every one seen on the way checked to only move forward.
-fn copy_of<T>(
+pub(super) fn copy_of<T>(
     api: &Client,
     domain: &str,
     kind: &str,

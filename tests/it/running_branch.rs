@@ -13,96 +13,40 @@ use std::time::Duration;
 
 use super::faults::EngineEvents;
 use berth_client::{BranchFrom, CopyMethod, CopyState, UpCause};
-use futures_util::StreamExt;
 use serde_json::{Value, json};
-use support::{Client, Daemon, block_on, busybox_image, docker, fixture};
+use support::{Client, Daemon, block_on, busybox_image, docker};
 
-const READY: Duration = Duration::from_secs(150);
 const COPY: Duration = Duration::from_secs(240);
 
-fn pg_spec(worktree: &str) -> Value {
-    json!({
-        "alias": "db",
-        "worktreeKey": worktree,
-        "image": fixture("BERTH_TEST_POSTGRES_IMAGE"),
-        "command": ["postgres", "-c", "recovery_init_sync_method=syncfs"],
-        "env": {"POSTGRES_PASSWORD": "dev-secret"},
-        "volumes": [{"name": "data", "mountPath": "/var/lib/postgresql/data"}],
-        "limits": {"cpuMillicores": 1000, "memoryBytes": 536_870_912},
-        "ready": {"kind": "exec", "argv": ["pg_isready", "-h", "127.0.0.1", "-U", "postgres"], "user": null},
-        "idleStopAfterSeconds": 3600
-    })
-}
+use super::branching::{copy_of, exec_ok, running, sql};
 
-fn files_spec(worktree: &str) -> Value {
-    let mut spec = support::spec(&busybox_image(), "files");
-    spec["worktreeKey"] = json!(worktree);
+/// branching's Postgres with `syncfs` recovery, as berth's preset runs it: a branch of a
+/// running source is a crash image.
+fn pg_spec(worktree: &str) -> Value {
+    let mut spec = super::branching::pg_spec(worktree);
+    spec["command"] = json!(["postgres", "-c", "recovery_init_sync_method=syncfs"]);
     spec
 }
 
-fn exec_ok(api: &Client, domain: &str, key: &str, argv: &[&str]) -> String {
-    let result = api.exec(domain, key, argv, None, 120_000, b"").expect(200);
-    assert_eq!(result["exitCode"], 0, "{argv:?}: {result}");
-    result["stdout"].as_str().unwrap().trim().to_owned()
+fn files_spec(worktree: &str) -> Value {
+    super::branching::files_spec(&busybox_image(), worktree)
 }
 
-fn sql(api: &Client, domain: &str, key: &str, query: &str) -> String {
-    exec_ok(
-        api,
-        domain,
-        key,
-        &[
-            "psql",
-            "-X",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-tAq",
-            "-d",
-            "postgres",
-            "-c",
-            query,
-        ],
-    )
-}
-
-fn running(api: &Client, domain: &str, key: &str) -> Value {
-    let instance = api.settled(domain, key, &["running", "failed"], READY);
-    assert_eq!(instance["state"]["kind"], "running", "{instance}");
-    instance
-}
-
-/// Runs `request` with the domain's event stream open from before it, and waits there for
-/// the copy of `kind` for `instance_key` to end: its last `event: copy`.
-fn copy_of<T>(
-    api: &Client,
-    domain: &str,
-    kind: &str,
-    instance_key: &str,
-    request: impl FnOnce() -> T,
-) -> (T, berth_client::CopyEvent) {
-    let mut events = Box::pin(api.api().events(&support::domain_id(domain), None));
-    block_on(async { tokio::time::timeout(COPY, events.next()).await })
-        .expect("the stream opens")
-        .expect("an event")
-        .expect("an event");
-    let answer = request();
-    let copy = block_on(async {
-        loop {
-            let event = tokio::time::timeout(COPY, events.next())
-                .await
-                .unwrap_or_else(|_| panic!("no end of the {kind} copy of {instance_key} in time"))
-                .expect("the stream goes on")
-                .expect("an event");
-            if let berth_client::DomainEvent::Copy { copy, .. } = event
-                && copy.kind.as_str() == kind
-                && copy.instance_key == instance_key
-                && copy.state.as_str() != "copying"
-            {
-                return copy;
-            }
-        }
-    });
-    (answer, copy)
+/// The source after a branch: never stopped (the same start), not left frozen.
+fn untouched(api: &Client, domain: &str, key: &str, before: &Value) -> Value {
+    let now = running(api, domain, key);
+    assert_eq!(
+        now["startedAt"], before["startedAt"],
+        "{key} was never stopped"
+    );
+    let paused = docker(&[
+        "inspect",
+        "--format",
+        "{{.State.Paused}}",
+        &support::container_of(&now),
+    ]);
+    assert_eq!(paused.trim(), "false", "{key} is thawed");
+    now
 }
 
 fn snapshot(api: &Client, domain: &str, key: &str, name: &str) -> berth_client::SnapshotView {
@@ -439,19 +383,8 @@ fn a_daemon_killed_as_it_copies_a_running_source_s_upper_layer_converges_with_th
     daemon.start_again();
     let api = daemon.client();
     running(&api, &domain, "files@fix");
-    let now = running(&api, &domain, "files@main");
-    assert_eq!(
-        now["startedAt"], main["startedAt"],
-        "main was never stopped"
-    );
+    let now = untouched(&api, &domain, "files@main", &main);
     assert_eq!(now["volumes"], main["volumes"], "main runs on its volumes");
-    let paused = docker(&[
-        "inspect",
-        "--format",
-        "{{.State.Paused}}",
-        &support::container_of(&now),
-    ]);
-    assert_eq!(paused.trim(), "false", "main is thawed");
     assert_eq!(
         exec_ok(
             &api,
@@ -532,18 +465,7 @@ fn a_daemon_killed_while_its_running_source_is_frozen_for_the_copy_converges_wit
     daemon.start_again();
     let api = daemon.client();
     running(&api, &domain, "files@fix");
-    let now = running(&api, &domain, "files@main");
-    assert_eq!(
-        now["startedAt"], main["startedAt"],
-        "main was never stopped"
-    );
-    let paused = docker(&[
-        "inspect",
-        "--format",
-        "{{.State.Paused}}",
-        &support::container_of(&now),
-    ]);
-    assert_eq!(paused.trim(), "false", "main is thawed");
+    untouched(&api, &domain, "files@main", &main);
     assert_eq!(
         exec_ok(
             &api,
