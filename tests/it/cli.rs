@@ -916,10 +916,11 @@ fn exec_it_runs_an_interactive_shell_on_a_terminal_that_follows_its_size() {
         "echo hello-$((6*7)); tty",
         "Enter",
     ]);
-    let screen = screen_shows("hello-42");
+    // `tty` answers after the echo: once it has, both are on the screen.
+    let screen = screen_shows("/dev/pts/");
     assert!(
-        screen.contains("/dev/pts/"),
-        "the shell has a terminal:\n{screen}"
+        screen.contains("hello-42"),
+        "the shell ran the line on its terminal:\n{screen}"
     );
     // The terminal's size is this one's, and follows it.
     tmux.run(&["send-keys", "-t", "exec", "stty size", "Enter"]);

@@ -56,9 +56,18 @@ pub(crate) async fn start(
     // The output, as bytes, through a pipe the caller reads.
     let (mut write, read) = tokio::io::duplex(64 * 1024);
     let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<()>();
+    let output_id = exec_id.clone();
     tokio::spawn(async move {
         use tokio::io::AsyncWriteExt;
-        while let Some(Ok(frame)) = output.next().await {
+        while let Some(frame) = output.next().await {
+            let frame = match frame {
+                Ok(frame) => frame,
+                Err(e) => {
+                    tracing::warn!(exec = %output_id, error = %e,
+                        "a terminal's output stream from the engine failed");
+                    break;
+                }
+            };
             let bytes = match frame {
                 LogOutput::StdOut { message }
                 | LogOutput::StdErr { message }
@@ -93,12 +102,13 @@ pub(crate) async fn start(
     let exit = Box::pin(async move {
         let mut guard = guard;
         let _ = ended_rx.await;
-        guard.disarm();
-        inspector
-            .inspect_exec(&exec_id)
-            .await
-            .ok()
-            .and_then(|i| i.exit_code)
+        let info = inspector.inspect_exec(&exec_id).await.ok();
+        // The output also ends when the engine's stream fails under a command that still
+        // runs: that one is killed with the guard, not left running for nobody.
+        if info.as_ref().and_then(|i| i.running) != Some(true) {
+            guard.disarm();
+        }
+        info.and_then(|i| i.exit_code)
     });
     Ok(TtySession {
         output: Box::pin(read),
