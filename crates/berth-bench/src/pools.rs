@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
 use berth_client::{PoolLeaseRequest, PoolLeaseView, PoolRequest, PoolSource};
+use bollard::models::ContainerSummaryStateEnum;
 use bollard::query_parameters::{ListContainersOptions, StatsOptions};
 use futures_util::StreamExt;
 use tokio::process::Command;
@@ -88,7 +89,7 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
             match turn {
                 0 | 1 => {
                     let pool = pools[turn];
-                    wait_full(ctx, pool).await?;
+                    wait_settled(ctx, &pools, None).await?;
                     let start = Instant::now();
                     let lease = take(ctx, pool).await?;
                     let port = port_of(&lease)?;
@@ -97,7 +98,7 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
                     if turn == 0 {
                         // A reset on a full pool: the same port, fresh data.
                         query_sql(port, "CREATE TABLE written (id int)").await?;
-                        wait_full(ctx, pool).await?;
+                        wait_settled(ctx, &pools, Some(&lease.instance.key)).await?;
                         let start = Instant::now();
                         let reset = ctx
                             .api
@@ -370,6 +371,57 @@ async fn wait_full(ctx: &Ctx, pool: &str) -> anyhow::Result<()> {
         }
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// Until every pool in `pools` is full and each of its waiting instances frozen, `leased`'s
+/// aside (polled every 50 ms; not timed): a sample is timed on a machine at rest, not beside a
+/// pool's refill (another instance's start and ready check) that the sample before set off.
+async fn wait_settled(ctx: &Ctx, pools: &[&str], leased: Option<&str>) -> anyhow::Result<()> {
+    let deadline = Instant::now() + FULL_TIMEOUT;
+    loop {
+        let mut settled = true;
+        for pool in pools {
+            wait_full(ctx, pool).await?;
+            settled &= pool_waiting_frozen(ctx, pool, leased).await?;
+        }
+        if settled {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the pools {pools:?} did not come to rest (full, each waiting instance frozen) in time"
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Whether every instance container of `pool` but `leased`'s is paused (the pool's freeze).
+async fn pool_waiting_frozen(ctx: &Ctx, pool: &str, leased: Option<&str>) -> anyhow::Result<bool> {
+    let options = ListContainersOptions {
+        all: true,
+        filters: Some(std::collections::HashMap::from([(
+            "label".to_owned(),
+            vec![
+                format!("berth.prefix={}", ctx.prefix),
+                format!("berth.domain={}", ctx.domain),
+            ],
+        )])),
+        ..Default::default()
+    };
+    let start = format!("pool-{pool}-");
+    Ok(ctx
+        .docker
+        .list_containers(Some(options))
+        .await?
+        .into_iter()
+        .filter(|c| {
+            let labels = c.labels.as_ref();
+            let key = labels.and_then(|l| l.get("berth.key"));
+            let holder = labels.is_some_and(|l| l.contains_key("berth.holds"));
+            !holder && key.is_some_and(|k| k.starts_with(&start) && Some(k.as_str()) != leased)
+        })
+        .all(|c| c.state == Some(ContainerSummaryStateEnum::PAUSED)))
 }
 
 async fn take(ctx: &Ctx, pool: &str) -> anyhow::Result<PoolLeaseView> {
