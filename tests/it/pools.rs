@@ -9,8 +9,14 @@ use berth_testkit as support;
 
 use std::time::Duration;
 
+use berth_client::{
+    InstanceView, PoolLeaseId, PoolLeaseRequest, PoolLeaseView, PoolRequest, PoolSource,
+    PoolView,
+};
 use serde_json::{Value, json};
-use support::{Client, Daemon, KEY, Launch, OTHER_KEY, docker, fixture, key_id, wait_until};
+use support::{
+    Answer, Client, Daemon, KEY, Launch, OTHER_KEY, docker, domain_id, fixture, key_id, wait_until,
+};
 
 const READY: Duration = Duration::from_secs(180);
 
@@ -28,33 +34,84 @@ fn pg_spec() -> Value {
     })
 }
 
-fn create_pool(api: &Client, domain: &str, name: &str, size: i64) -> Value {
-    api.post(
-        &format!("/v1/resource-domains/{domain}/pools"),
-        json!({"name": name, "spec": pg_spec(), "from": {"template": true}, "size": size}),
-    )
-    .expect(201)
+fn pool_request(name: &str, size: i64) -> PoolRequest {
+    PoolRequest {
+        name: name.to_owned(),
+        spec: pg_spec(),
+        from: PoolSource {
+            template: Some(true),
+            snapshot_id: None,
+        },
+        size,
+    }
 }
 
-fn lease(api: &Client, domain: &str, pool: &str, body: Value) -> Value {
+fn create_pool(api: &Client, domain: &str, name: &str, size: i64) -> PoolView {
+    let id = domain_id(domain);
+    let request = pool_request(name, size);
+    api.call(|c| c.create_pool(&id, &request))
+        .unwrap_or_else(|e| panic!("the pool {name}: {e}"))
+}
+
+fn delete_pool(api: &Client, domain: &str, name: &str) {
+    let id = domain_id(domain);
+    api.call(|c| c.delete_pool(&id, name))
+        .unwrap_or_else(|e| panic!("deleting the pool {name}: {e}"));
+}
+
+/// A lease request: wait or not (the daemon's default when `None`), and a TTL.
+fn ask(wait: Option<bool>, ttl_seconds: Option<i64>) -> PoolLeaseRequest {
+    PoolLeaseRequest {
+        wait,
+        wait_seconds: None,
+        ttl_seconds,
+    }
+}
+
+fn lease(api: &Client, domain: &str, pool: &str, request: PoolLeaseRequest) -> PoolLeaseView {
+    let id = domain_id(domain);
     let lease = api
-        .post(
-            &format!("/v1/resource-domains/{domain}/pools/{pool}/leases"),
-            body,
-        )
-        .expect(201);
-    assert_eq!(lease["instance"]["state"]["kind"], "running", "{lease}");
+        .call(|c| c.take_pool_lease(&id, pool, &request))
+        .unwrap_or_else(|e| panic!("a lease on {pool}: {e}"));
+    assert_eq!(lease.instance.state.kind(), "running", "{lease:?}");
     lease
 }
 
-fn host_port(lease: &Value) -> u64 {
-    let endpoints = lease["endpoints"].as_array().unwrap();
-    let pg = endpoints
+/// What answers a lease's release (a success reads as 200).
+fn release(api: &Client, domain: &str, lease: &PoolLeaseId) -> Answer {
+    let id = domain_id(domain);
+    api.answer(|c| c.release_pool_lease(&id, lease))
+}
+
+fn reset(api: &Client, domain: &str, lease: &PoolLeaseId, request: PoolLeaseRequest) -> Answer {
+    let id = domain_id(domain);
+    api.answer(|c| c.reset_pool_lease(&id, lease, &request))
+}
+
+fn renew(api: &Client, domain: &str, lease: &PoolLeaseId) -> Answer {
+    let id = domain_id(domain);
+    api.answer(|c| c.renew_pool_lease(&id, lease))
+}
+
+fn pool_view(api: &Client, domain: &str, name: &str) -> Answer {
+    let id = domain_id(domain);
+    api.answer(|c| c.pool(&id, name))
+}
+
+fn leases(api: &Client, domain: &str, pool: &str) -> Vec<PoolLeaseView> {
+    let id = domain_id(domain);
+    api.call(|c| c.pool_leases(&id, pool))
+        .unwrap_or_else(|e| panic!("the leases of {pool}: {e}"))
+}
+
+fn host_port(lease: &PoolLeaseView) -> u64 {
+    let pg = lease
+        .endpoints
         .iter()
-        .find(|e| e["port"] == 5432)
-        .unwrap_or_else(|| panic!("no endpoint for 5432: {lease}"));
-    assert_eq!(pg["host"], "127.0.0.1");
-    pg["hostPort"].as_u64().unwrap()
+        .find(|e| e.port == 5432)
+        .unwrap_or_else(|| panic!("no endpoint for 5432: {lease:?}"));
+    assert_eq!(pg.host, "127.0.0.1");
+    u64::from(pg.host_port)
 }
 
 /// psql on the host through the lease's endpoint: what a test's `DATABASE_URL` reaches.
@@ -118,20 +175,16 @@ fn paused(domain: &str) -> Vec<String> {
 }
 
 fn instance_keys(api: &Client, domain: &str) -> Vec<String> {
-    api.get(&format!("/v1/resource-domains/{domain}/instances"))
-        .expect(200)["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["key"].as_str().unwrap().to_owned())
+    let id = domain_id(domain);
+    api.call(|c| c.instances(&id, false))
+        .expect("the instances")
+        .into_iter()
+        .map(|i| i.key)
         .collect()
 }
 
-fn volume_of(instance: &Value) -> String {
-    instance["volumes"][0]["dockerName"]
-        .as_str()
-        .unwrap()
-        .to_owned()
+fn volume_of(instance: &InstanceView) -> String {
+    instance.volumes[0].docker_name.clone()
 }
 
 #[test]
@@ -140,23 +193,28 @@ fn a_lease_hands_out_a_ready_instance_a_reset_gives_its_endpoint_fresh_data_and_
     let daemon = Daemon::start();
     let api = daemon.client();
     let domain = api.create_domain("pools");
+    let id = domain_id(&domain);
     let pool = create_pool(&api, &domain, "pg", 2);
-    assert_eq!(pool["name"], "pg");
-    assert_eq!(pool["size"], 2);
-    assert_eq!(pool["from"], json!({"template": true}));
-    assert_eq!(pool["deleting"], false);
+    assert_eq!(pool.name, "pg");
+    assert_eq!(pool.size, 2);
+    assert_eq!(pool.from.template, Some(true));
+    assert_eq!(pool.from.snapshot_id, None);
+    assert!(!pool.deleting);
 
     // A second pool of the name is refused, writing nothing.
-    api.post(
-        &format!("/v1/resource-domains/{domain}/pools"),
-        json!({"name": "pg", "spec": pg_spec(), "from": {"template": true}, "size": 1}),
-    )
-    .expect_error(409, "ResourcePoolExistsError");
+    let again = pool_request("pg", 1);
+    api.answer(|c| c.create_pool(&id, &again))
+        .expect_error(409, "ResourcePoolExistsError");
+    let bad = PoolRequest {
+        name: "Bad Name".to_owned(),
+        from: PoolSource {
+            template: Some(false),
+            snapshot_id: None,
+        },
+        ..pool_request("pg", 0)
+    };
     let refused = api
-        .post(
-            &format!("/v1/resource-domains/{domain}/pools"),
-            json!({"name": "Bad Name", "spec": pg_spec(), "from": {"template": false}, "size": 0}),
-        )
+        .answer(|c| c.create_pool(&id, &bad))
         .expect_error(400, "RequestRefusedError");
     let message = refused["message"].as_str().unwrap();
     for place in ["body.name", "body.from.template", "body.size"] {
@@ -164,22 +222,22 @@ fn a_lease_hands_out_a_ready_instance_a_reset_gives_its_endpoint_fresh_data_and_
     }
 
     // The lease waits for a ready instance, and its endpoint answers psql at once.
-    let first = lease(&api, &domain, "pg", json!({}));
+    let first = lease(&api, &domain, "pg", ask(None, None));
     assert!(
-        first["leaseId"].as_str().unwrap().starts_with("pls:"),
-        "{first}"
+        first.lease_id.to_string().starts_with("pls:"),
+        "{first:?}"
     );
-    assert_eq!(first["pool"], "pg");
-    assert_eq!(first["resets"], 0);
-    assert_eq!(first["ttlSeconds"], 600);
+    assert_eq!(first.pool, "pg");
+    assert_eq!(first.resets, 0);
+    assert_eq!(first.ttl_seconds, 600);
     let port = host_port(&first);
     assert_eq!(psql(port, "SELECT 1"), "1");
     psql(
         port,
         "CREATE TABLE notes AS SELECT 'kept until reset' AS body",
     );
-    let first_key = first["instance"]["key"].as_str().unwrap().to_owned();
-    let first_volume = volume_of(&first["instance"]);
+    let first_key = first.instance.key.clone();
+    let first_volume = volume_of(&first.instance);
     // Its instance started on the template (an overlay), not on an empty volume.
     let volume = support::docker_inspect("volume", &first_volume).unwrap();
     assert_eq!(volume["Options"]["type"], "overlay", "{volume}");
@@ -187,29 +245,22 @@ fn a_lease_hands_out_a_ready_instance_a_reset_gives_its_endpoint_fresh_data_and_
     // `GET .../instances` lists the leased instance, not the waiting ones.
     let keys = instance_keys(&api, &domain);
     assert_eq!(keys, vec![first_key.clone()], "{keys:?}");
-    let view = api
-        .get(&format!("/v1/resource-domains/{domain}/pools/pg"))
-        .expect(200);
+    let view = pool_view(&api, &domain, "pg").expect(200);
     assert_eq!(view["leased"], 1, "{view}");
     // The leased instance runs; the pool's waiting ones, refilled to its size, are frozen once
     // ready (paused: the cgroup freezer), costing no CPU while they wait.
-    assert!(first["instance"]["frozen"].is_null(), "{first}");
+    assert!(first.instance.frozen.is_none(), "{first:?}");
     wait_until(READY, "the pool's two waiting instances are frozen", || {
         paused(&domain).len() == 2
     });
 
     // A reset: the same host port, a fresh instance, the data gone.
-    let id = first["leaseId"].as_str().unwrap().to_owned();
-    let reset = api
-        .post(
-            &format!("/v1/resource-domains/{domain}/leases/{id}/reset"),
-            json!({}),
-        )
-        .expect(200);
-    assert_eq!(reset["leaseId"], first["leaseId"]);
-    assert_eq!(reset["resets"], 1);
-    assert_eq!(host_port(&reset), port, "{reset}");
-    assert_ne!(reset["instance"]["key"], first["instance"]["key"]);
+    let reset_view = reset(&api, &domain, &first.lease_id, ask(None, None)).expect(200);
+    assert_eq!(reset_view["leaseId"], first.lease_id.to_string());
+    assert_eq!(reset_view["resets"], 1);
+    let reset: PoolLeaseView = serde_json::from_value(reset_view).unwrap();
+    assert_eq!(host_port(&reset), port, "{reset:?}");
+    assert_ne!(reset.instance.key, first.instance.key);
     assert_eq!(
         psql(port, "SELECT to_regclass('notes') IS NULL"),
         "t",
@@ -223,55 +274,33 @@ fn a_lease_hands_out_a_ready_instance_a_reset_gives_its_endpoint_fresh_data_and_
     });
 
     // Renewed by its key.
-    let renewed = api
-        .post_empty(&format!("/v1/resource-domains/{domain}/leases/{id}/renew"))
-        .expect(200);
+    let renewed = renew(&api, &domain, &first.lease_id).expect(200);
+    let reset_expires = serde_json::to_value(&reset.expires_at).unwrap();
     assert!(
-        renewed["expiresAt"].as_i64() >= reset["expiresAt"].as_i64(),
+        renewed["expiresAt"].as_i64() >= reset_expires.as_i64(),
         "{renewed}"
     );
-    let listed = api
-        .get(&format!("/v1/resource-domains/{domain}/pools/pg/leases"))
-        .expect(200);
-    assert_eq!(listed["items"].as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(leases(&api, &domain, "pg").len(), 1);
 
     // A release answers once the instance and its layer are gone; the pool refills.
-    let held_key = reset["instance"]["key"].as_str().unwrap().to_owned();
-    let held_volume = volume_of(&reset["instance"]);
-    api.raw(
-        "DELETE",
-        &format!("/v1/resource-domains/{domain}/leases/{id}"),
-        None,
-        &[],
-    )
-    .expect(204);
+    let held_key = reset.instance.key.clone();
+    let held_volume = volume_of(&reset.instance);
+    release(&api, &domain, &first.lease_id).expect(200);
     assert!(support::docker_inspect("volume", &held_volume).is_none());
     assert!(support::docker_inspect("volume", &format!("{held_volume}.upper")).is_none());
     assert_eq!(
         api.instance(&domain, &held_key)["state"]["kind"],
         "archived"
     );
-    api.raw(
-        "DELETE",
-        &format!("/v1/resource-domains/{domain}/leases/{id}"),
-        None,
-        &[],
-    )
-    .expect_error(404, "ResourcePoolLeaseNotFoundError");
-    let again = lease(&api, &domain, "pg", json!({"ttlSeconds": 60}));
-    assert_eq!(again["ttlSeconds"], 60);
+    release(&api, &domain, &first.lease_id)
+        .expect_error(404, "ResourcePoolLeaseNotFoundError");
+    let again = lease(&api, &domain, "pg", ask(None, Some(60)));
+    assert_eq!(again.ttl_seconds, 60);
     assert_eq!(psql(host_port(&again), "SELECT 1"), "1");
 
     // Deleting the pool ends its leases and removes every instance and volume it made.
-    api.raw(
-        "DELETE",
-        &format!("/v1/resource-domains/{domain}/pools/pg"),
-        None,
-        &[],
-    )
-    .expect(204);
-    api.get(&format!("/v1/resource-domains/{domain}/pools/pg"))
-        .expect_error(404, "ResourcePoolNotFoundError");
+    delete_pool(&api, &domain, "pg");
+    pool_view(&api, &domain, "pg").expect_error(404, "ResourcePoolNotFoundError");
     let containers = domain_objects("container", &domain);
     assert!(containers.is_empty(), "{containers:?}");
     let volumes = domain_objects("volume", &domain);
@@ -284,25 +313,25 @@ fn an_empty_pool_answers_at_once_when_asked_not_to_wait_and_otherwise_serves_the
     let daemon = Daemon::start();
     let api = daemon.client();
     let domain = api.create_domain("pools-empty");
+    let id = domain_id(&domain);
     create_pool(&api, &domain, "pg", 1);
-    let first = lease(&api, &domain, "pg", json!({"wait": true}));
+    let first = lease(&api, &domain, "pg", ask(Some(true), None));
     // Its one instance is leased: without waiting, a clear refusal at once.
+    let no_wait = ask(Some(false), None);
     let refused = api
-        .post(
-            &format!("/v1/resource-domains/{domain}/pools/pg/leases"),
-            json!({"wait": false}),
-        )
+        .answer(|c| c.take_pool_lease(&id, "pg", &no_wait))
         .expect_error(409, "ResourcePoolEmptyError");
     assert!(
         refused["message"].as_str().unwrap().contains("pg"),
         "{refused}"
     );
     // Waiting, the next instance the pool makes is served.
-    let second = lease(&api, &domain, "pg", json!({}));
-    assert_ne!(second["instance"]["key"], first["instance"]["key"]);
+    let second = lease(&api, &domain, "pg", ask(None, None));
+    assert_ne!(second.instance.key, first.instance.key);
     assert_ne!(host_port(&second), host_port(&first));
     assert_eq!(psql(host_port(&second), "SELECT 1"), "1");
-    // Bad requests name the field.
+    // Bad requests name the field: a body the typed client cannot send (a string for a
+    // boolean, an unknown field), so sent raw.
     let bad = api
         .post(
             &format!("/v1/resource-domains/{domain}/pools/pg/leases"),
@@ -313,18 +342,10 @@ fn an_empty_pool_answers_at_once_when_asked_not_to_wait_and_otherwise_serves_the
     for place in ["body.wait", "body.ttlSeconds", "body.extra"] {
         assert!(message.contains(place), "{message}");
     }
-    api.post(
-        &format!("/v1/resource-domains/{domain}/pools/none/leases"),
-        json!({}),
-    )
-    .expect_error(404, "ResourcePoolNotFoundError");
-    api.raw(
-        "DELETE",
-        &format!("/v1/resource-domains/{domain}/pools/pg"),
-        None,
-        &[],
-    )
-    .expect(204);
+    let waiting = ask(None, None);
+    api.answer(|c| c.take_pool_lease(&id, "none", &waiting))
+        .expect_error(404, "ResourcePoolNotFoundError");
+    delete_pool(&api, &domain, "pg");
 }
 
 #[test]
@@ -333,25 +354,17 @@ fn a_lease_not_renewed_within_its_ttl_is_released_and_its_instance_removed() {
     let api = daemon.client();
     let domain = api.create_domain("pools-ttl");
     create_pool(&api, &domain, "pg", 1);
-    let taken = lease(&api, &domain, "pg", json!({"ttlSeconds": 2}));
-    let key = taken["instance"]["key"].as_str().unwrap().to_owned();
-    let id = taken["leaseId"].as_str().unwrap().to_owned();
+    let taken = lease(&api, &domain, "pg", ask(None, Some(2)));
+    let key = taken.instance.key.clone();
     // Released by berth once the time runs out: the wait route says when its instance goes.
     let gone = api.settled(&domain, &key, &["archived"], READY);
     assert_eq!(gone["state"]["kind"], "archived", "{gone}");
-    api.post_empty(&format!("/v1/resource-domains/{domain}/leases/{id}/renew"))
-        .expect_error(404, "ResourcePoolLeaseNotFoundError");
-    let volume = volume_of(&taken["instance"]);
+    renew(&api, &domain, &taken.lease_id).expect_error(404, "ResourcePoolLeaseNotFoundError");
+    let volume = volume_of(&taken.instance);
     wait_until(READY, "the expired lease's volume is removed", || {
         support::docker_inspect("volume", &volume).is_none()
     });
-    api.raw(
-        "DELETE",
-        &format!("/v1/resource-domains/{domain}/pools/pg"),
-        None,
-        &[],
-    )
-    .expect(204);
+    delete_pool(&api, &domain, "pg");
 }
 
 #[test]
@@ -369,57 +382,22 @@ fn a_lease_is_its_keys_another_key_acting_for_the_same_owner_can_neither_reset_n
     let other = daemon.client_with(Some(OTHER_KEY));
     let domain = api.create_domain("pools-keys");
     create_pool(&api, &domain, "pg", 1);
-    let mine = lease(&api, &domain, "pg", json!({}));
-    let id = mine["leaseId"].as_str().unwrap().to_owned();
-    other
-        .post(
-            &format!("/v1/resource-domains/{domain}/leases/{id}/reset"),
-            json!({}),
-        )
+    let mine = lease(&api, &domain, "pg", ask(None, None));
+    let id = &mine.lease_id;
+    reset(&other, &domain, id, ask(None, None))
         .expect_error(404, "ResourcePoolLeaseNotFoundError");
-    other
-        .post_empty(&format!("/v1/resource-domains/{domain}/leases/{id}/renew"))
-        .expect_error(404, "ResourcePoolLeaseNotFoundError");
-    other
-        .raw(
-            "DELETE",
-            &format!("/v1/resource-domains/{domain}/leases/{id}"),
-            None,
-            &[],
-        )
-        .expect_error(404, "ResourcePoolLeaseNotFoundError");
-    let listed = other
-        .get(&format!("/v1/resource-domains/{domain}/pools/pg/leases"))
-        .expect(200);
-    assert_eq!(listed["items"], json!([]), "{listed}");
+    renew(&other, &domain, id).expect_error(404, "ResourcePoolLeaseNotFoundError");
+    release(&other, &domain, id).expect_error(404, "ResourcePoolLeaseNotFoundError");
+    assert!(leases(&other, &domain, "pg").is_empty());
     // The other key takes one of its own, which the first cannot touch either.
-    let theirs = lease(&other, &domain, "pg", json!({}));
-    let their_id = theirs["leaseId"].as_str().unwrap().to_owned();
-    api.raw(
-        "DELETE",
-        &format!("/v1/resource-domains/{domain}/leases/{their_id}"),
-        None,
-        &[],
-    )
-    .expect_error(404, "ResourcePoolLeaseNotFoundError");
+    let theirs = lease(&other, &domain, "pg", ask(None, None));
+    release(&api, &domain, &theirs.lease_id)
+        .expect_error(404, "ResourcePoolLeaseNotFoundError");
     // Both still answer.
     assert_eq!(psql(host_port(&mine), "SELECT 1"), "1");
     assert_eq!(psql(host_port(&theirs), "SELECT 1"), "1");
-    // A key without instances:lifecycle is refused the route.
-    api.raw(
-        "DELETE",
-        &format!("/v1/resource-domains/{domain}/leases/{id}"),
-        None,
-        &[],
-    )
-    .expect(204);
-    api.raw(
-        "DELETE",
-        &format!("/v1/resource-domains/{domain}/pools/pg"),
-        None,
-        &[],
-    )
-    .expect(204);
+    release(&api, &domain, id).expect(200);
+    delete_pool(&api, &domain, "pg");
 }
 
 #[test]
@@ -442,18 +420,21 @@ fn a_daemon_killed_mid_refill_and_mid_reset_loses_no_lease_and_leaves_nothing_ru
     daemon.kill9();
     daemon.start_again();
     let api = daemon.client();
-    let taken = lease(&api, &domain, "pg", json!({}));
+    let taken = lease(&api, &domain, "pg", ask(None, None));
     let port = host_port(&taken);
     psql(port, "CREATE TABLE before_reset (id int)");
-    let id = taken["leaseId"].as_str().unwrap().to_owned();
+    let id = taken.lease_id.clone();
 
     // Killed while a reset waits for the pool's next instance (being made: the pool's one
     // instance is leased) or has just taken it: either way the lease stays, on its port.
     let base = format!("http://{}", daemon.address());
-    let reset_path = format!("/v1/resource-domains/{domain}/leases/{id}/reset");
+    let (in_thread, lease_id) = (domain.clone(), id.clone());
     let resetting = std::thread::spawn(move || {
         let api = Client::new(&base, Some(KEY));
-        api.post(&reset_path, json!({})).status
+        // The daemon is killed under it: whatever it answers (or not) is not the point.
+        let id = domain_id(&in_thread);
+        let waiting = ask(None, None);
+        let _ = api.call(|c| c.reset_pool_lease(&id, &lease_id, &waiting));
     });
     wait_until(READY, "the pool makes its next instance", || {
         domain_objects("running", &domain).len() >= 2
@@ -462,27 +443,21 @@ fn a_daemon_killed_mid_refill_and_mid_reset_loses_no_lease_and_leaves_nothing_ru
     let _ = resetting.join();
     daemon.start_again();
     let api = daemon.client();
-    let leases = api
-        .get(&format!("/v1/resource-domains/{domain}/pools/pg/leases"))
-        .expect(200);
-    let items = leases["items"].as_array().unwrap();
-    assert_eq!(items.len(), 1, "{leases}");
-    assert_eq!(host_port(&items[0]), port, "{leases}");
-    let reset_done = items[0]["resets"] == 1;
+    let items = leases(&api, &domain, "pg");
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert_eq!(host_port(&items[0]), port, "{items:?}");
+    let reset_done = items[0].resets == 1;
     let fresh = psql(port, "SELECT to_regclass('before_reset') IS NULL");
-    assert_eq!(fresh == "t", reset_done, "{leases}");
+    assert_eq!(fresh == "t", reset_done, "{items:?}");
 
     // The pool converges: its size waiting again, and every container of the domain is the
     // pool's or the lease's; a reset's old instance is removed.
     if reset_done {
-        let old_key = taken["instance"]["key"].as_str().unwrap().to_owned();
-        let old = api.settled(&domain, &old_key, &["archived"], READY);
+        let old = api.settled(&domain, &taken.instance.key, &["archived"], READY);
         assert_eq!(old["state"]["kind"], "archived", "{old}");
     }
     wait_until(READY, "the pool is full again", || {
-        let view = api
-            .get(&format!("/v1/resource-domains/{domain}/pools/pg"))
-            .expect(200);
+        let view = pool_view(&api, &domain, "pg").expect(200);
         view["ready"] == 1 && view["leased"] == 1 && view["making"] == 0
     });
     wait_until(
@@ -491,21 +466,13 @@ fn a_daemon_killed_mid_refill_and_mid_reset_loses_no_lease_and_leaves_nothing_ru
         || domain_objects("running", &domain).len() == 2,
     );
     // A reset now is served at once, on the same port.
+    let (domain_id, no_wait) = (domain_id(&domain), ask(Some(false), None));
     let reset = api
-        .post(
-            &format!("/v1/resource-domains/{domain}/leases/{id}/reset"),
-            json!({"wait": false}),
-        )
-        .expect(200);
+        .call(|c| c.reset_pool_lease(&domain_id, &id, &no_wait))
+        .expect("a reset served at once");
     assert_eq!(host_port(&reset), port);
     assert_eq!(psql(port, "SELECT 1"), "1");
-    api.raw(
-        "DELETE",
-        &format!("/v1/resource-domains/{domain}/pools/pg"),
-        None,
-        &[],
-    )
-    .expect(204);
+    delete_pool(&api, &domain, "pg");
     let containers = domain_objects("container", &domain);
     assert!(containers.is_empty(), "{containers:?}");
     let volumes = domain_objects("volume", &domain);
