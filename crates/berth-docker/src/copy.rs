@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 
 use berth_core::runtime::{Copied, CopyPlan, RuntimeError};
 use bollard::Docker;
-use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountTmpfsOptions, MountType};
 use bollard::query_parameters::{
     CreateContainerOptions, DownloadFromContainerOptions, UploadToContainerOptions,
@@ -34,6 +33,7 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
 use crate::error;
+use crate::helper_run::no_such_command;
 use crate::images::create_reference;
 
 /// Where the helper mounts the source volume: the archive of this directory is named `data`.
@@ -143,15 +143,6 @@ enum ImageCp {
     Failed(String),
 }
 
-/// Whether what the engine said (a refused start, or an exec's own output) is that a command does
-/// not exist.
-pub(crate) fn no_such_command(message: &str) -> bool {
-    let m = message.to_ascii_lowercase();
-    m.contains("executable file not found")
-        || m.contains("no such file or directory")
-        || m.contains("not found in $path")
-}
-
 async fn copy_with_image_cp(
     docker: &Docker,
     plan: &CopyPlan,
@@ -231,52 +222,10 @@ async fn exec_cp(
     id: &str,
     what: &str,
 ) -> Result<(Option<i64>, String), RuntimeError> {
-    let created = docker
-        .create_exec(
-            id,
-            CreateExecOptions::<String> {
-                cmd: Some(std::iter::once("cp").chain(CP).map(str::to_owned).collect()),
-                attach_stdout: Some(true),
-                attach_stderr: Some(true),
-                ..Default::default()
-            },
-        )
-        .await
-        .map_err(|e| error::map(e, what))?;
-    let options = StartExecOptions {
-        detach: false,
-        tty: false,
-        output_capacity: None,
-    };
-    let client = docker.clone().with_timeout(COPY_TIMEOUT);
-    let mut said = String::new();
-    match client.start_exec(&created.id, Some(options)).await {
-        Ok(StartExecResults::Attached { mut output, .. }) => {
-            while let Some(frame) = output.next().await {
-                let Ok(frame) = frame else { break };
-                said.push_str(&String::from_utf8_lossy(&frame.into_bytes()));
-                // Only the last words matter.
-                if said.len() > 4096 {
-                    said.drain(..said.len() - 400);
-                }
-            }
-        }
-        Ok(StartExecResults::Detached) => {}
-        Err(e) => {
-            let message = error::message(&e);
-            if no_such_command(&message) {
-                return Ok((Some(127), message));
-            }
-            return Err(error::map(e, what));
-        }
-    }
-    let code = crate::exec::wait_exit(docker, &created.id, what).await?;
-    let said = said.trim();
-    let said: String = said
-        .chars()
-        .skip(said.chars().count().saturating_sub(400))
-        .collect();
-    Ok((code, said))
+    let argv = std::iter::once("cp").chain(CP).map(str::to_owned).collect();
+    // Only the last words matter.
+    let ran = crate::helper_run::run_to_end(docker, id, argv, 400, COPY_TIMEOUT, what).await?;
+    Ok((ran.code, ran.said.trim().to_owned()))
 }
 
 async fn copy_through_archive(

@@ -47,6 +47,7 @@ mod credentials;
 mod error;
 mod events;
 mod exec;
+mod helper_run;
 pub mod holders;
 mod images;
 mod layers;

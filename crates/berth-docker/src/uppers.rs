@@ -31,6 +31,7 @@ use futures_util::StreamExt;
 
 use crate::copy::{CP_CAPABILITIES, create_fresh, image_volumes, volume_mount};
 use crate::error;
+use crate::helper_run::run_to_end;
 use crate::images::create_reference;
 
 /// Where the helpers mount the volumes of the `i`th pair: `<AT>/<i>/from`, `to`, `merged`.
@@ -102,7 +103,7 @@ async fn copy_and_check(
     let what = format!("upper-layer helper {}", plan.helper);
     if let Err(e) = docker.start_container(writer, None).await {
         let message = error::message(&e);
-        if crate::copy::no_such_command(&message) {
+        if crate::helper_run::no_such_command(&message) {
             return Ok(UppersCopied::NotCopied(format!(
                 "the image {} has no sleep, sh, cp or find to copy upper layers with",
                 plan.image
@@ -365,6 +366,11 @@ struct Armed {
     input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
 }
 
+/// The most of a helper script's output kept: its listing of upper layers of up to 256 MiB
+/// (about 100 bytes a file). A listing cut at its start no longer agrees with the layers, so
+/// the copy falls back to a move rather than trusting it.
+const MAX_SAID: usize = 64 << 20;
+
 /// What the armed script prints last: its exit code after it.
 const END: &str = "@berth-upper-end ";
 
@@ -385,6 +391,11 @@ impl Armed {
         while let Some(frame) = self.output.next().await {
             let frame = frame.map_err(|e| error::map(e, what))?;
             said.push_str(&String::from_utf8_lossy(&frame.into_bytes()));
+            if said.len() > MAX_SAID {
+                return Err(RuntimeError::Engine(format!(
+                    "{what}: the copy's script printed more than {MAX_SAID} bytes"
+                )));
+            }
             if let Some(at) = said.rfind(END)
                 && said[at..].contains('\n')
             {
@@ -433,49 +444,16 @@ async fn arm(docker: &Docker, id: &str, script: &str, what: &str) -> Result<Arme
 }
 
 /// Runs `sh -c script` in helper `id`; answers its exit code and its output (stdout and
-/// stderr).
+/// stderr), of which at most [`MAX_SAID`] bytes are kept.
 async fn run(
     docker: &Docker,
     id: &str,
     script: &str,
     what: &str,
 ) -> Result<(Option<i64>, String), RuntimeError> {
-    let created = docker
-        .create_exec(
-            id,
-            CreateExecOptions::<String> {
-                cmd: Some(vec!["sh".to_owned(), "-c".to_owned(), script.to_owned()]),
-                attach_stdout: Some(true),
-                attach_stderr: Some(true),
-                ..Default::default()
-            },
-        )
-        .await
-        .map_err(|e| error::map(e, what))?;
-    let options = StartExecOptions {
-        detach: false,
-        tty: false,
-        output_capacity: None,
-    };
-    let mut said = String::new();
-    match docker.start_exec(&created.id, Some(options)).await {
-        Ok(StartExecResults::Attached { mut output, .. }) => {
-            while let Some(frame) = output.next().await {
-                let frame = frame.map_err(|e| error::map(e, what))?;
-                said.push_str(&String::from_utf8_lossy(&frame.into_bytes()));
-            }
-        }
-        Ok(StartExecResults::Detached) => {}
-        Err(e) => {
-            let message = error::message(&e);
-            if crate::copy::no_such_command(&message) {
-                return Ok((Some(127), message));
-            }
-            return Err(error::map(e, what));
-        }
-    }
-    let code = crate::exec::wait_exit(docker, &created.id, what).await?;
-    Ok((code, said))
+    let argv = vec!["sh".to_owned(), "-c".to_owned(), script.to_owned()];
+    let ran = run_to_end(docker, id, argv, MAX_SAID, docker.timeout(), what).await?;
+    Ok((ran.code, ran.said))
 }
 
 #[cfg(test)]
