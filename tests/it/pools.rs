@@ -10,8 +10,7 @@ use berth_testkit as support;
 use std::time::Duration;
 
 use berth_client::{
-    InstanceView, PoolLeaseId, PoolLeaseRequest, PoolLeaseView, PoolRequest, PoolSource,
-    PoolView,
+    InstanceView, PoolLeaseId, PoolLeaseRequest, PoolLeaseView, PoolRequest, PoolSource, PoolView,
 };
 use serde_json::{Value, json};
 use support::{
@@ -223,10 +222,7 @@ fn a_lease_hands_out_a_ready_instance_a_reset_gives_its_endpoint_fresh_data_and_
 
     // The lease waits for a ready instance, and its endpoint answers psql at once.
     let first = lease(&api, &domain, "pg", ask(None, None));
-    assert!(
-        first.lease_id.to_string().starts_with("pls:"),
-        "{first:?}"
-    );
+    assert!(first.lease_id.to_string().starts_with("pls:"), "{first:?}");
     assert_eq!(first.pool, "pg");
     assert_eq!(first.resets, 0);
     assert_eq!(first.ttl_seconds, 600);
@@ -274,11 +270,13 @@ fn a_lease_hands_out_a_ready_instance_a_reset_gives_its_endpoint_fresh_data_and_
     });
 
     // Renewed by its key.
-    let renewed = renew(&api, &domain, &first.lease_id).expect(200);
-    let reset_expires = serde_json::to_value(&reset.expires_at).unwrap();
+    let renewed = api
+        .call(|c| c.renew_pool_lease(&id, &first.lease_id))
+        .expect("a renewal");
     assert!(
-        renewed["expiresAt"].as_i64() >= reset_expires.as_i64(),
-        "{renewed}"
+        renewed.expires_at >= reset.expires_at,
+        "{renewed:?} expires before the reset's {:?}",
+        reset.expires_at
     );
     assert_eq!(leases(&api, &domain, "pg").len(), 1);
 
@@ -292,8 +290,7 @@ fn a_lease_hands_out_a_ready_instance_a_reset_gives_its_endpoint_fresh_data_and_
         api.instance(&domain, &held_key)["state"]["kind"],
         "archived"
     );
-    release(&api, &domain, &first.lease_id)
-        .expect_error(404, "ResourcePoolLeaseNotFoundError");
+    release(&api, &domain, &first.lease_id).expect_error(404, "ResourcePoolLeaseNotFoundError");
     let again = lease(&api, &domain, "pg", ask(None, Some(60)));
     assert_eq!(again.ttl_seconds, 60);
     assert_eq!(psql(host_port(&again), "SELECT 1"), "1");
@@ -384,15 +381,13 @@ fn a_lease_is_its_keys_another_key_acting_for_the_same_owner_can_neither_reset_n
     create_pool(&api, &domain, "pg", 1);
     let mine = lease(&api, &domain, "pg", ask(None, None));
     let id = &mine.lease_id;
-    reset(&other, &domain, id, ask(None, None))
-        .expect_error(404, "ResourcePoolLeaseNotFoundError");
+    reset(&other, &domain, id, ask(None, None)).expect_error(404, "ResourcePoolLeaseNotFoundError");
     renew(&other, &domain, id).expect_error(404, "ResourcePoolLeaseNotFoundError");
     release(&other, &domain, id).expect_error(404, "ResourcePoolLeaseNotFoundError");
     assert!(leases(&other, &domain, "pg").is_empty());
     // The other key takes one of its own, which the first cannot touch either.
     let theirs = lease(&other, &domain, "pg", ask(None, None));
-    release(&api, &domain, &theirs.lease_id)
-        .expect_error(404, "ResourcePoolLeaseNotFoundError");
+    release(&api, &domain, &theirs.lease_id).expect_error(404, "ResourcePoolLeaseNotFoundError");
     // Both still answer.
     assert_eq!(psql(host_port(&mine), "SELECT 1"), "1");
     assert_eq!(psql(host_port(&theirs), "SELECT 1"), "1");
