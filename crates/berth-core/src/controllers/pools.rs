@@ -344,8 +344,6 @@ impl PoolController {
         let Some(instance) = store.read(move |tx| tx.instance_by_id(&read)).await? else {
             return Ok(());
         };
-        // Its data goes with it: no shutdown to wait for.
-        let _discarding = self.instances.discarding(id);
         if instance.desired != Desired::Archived {
             let (archived, now) = (id.clone(), Timestamp::now());
             store

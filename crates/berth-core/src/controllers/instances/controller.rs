@@ -71,26 +71,6 @@ pub(crate) struct InstanceController {
     /// The instances a copy moves onto new layers (a snapshot or a branch of them on layers):
     /// held stopped until their volumes are switched.
     pub(super) moving: Mutex<HashSet<InstanceId>>,
-    /// The instances whose data is being thrown away (a released pool instance): their
-    /// container is stopped without a grace period, since nothing a shutdown would write is
-    /// kept.
-    discarding: Arc<Mutex<HashSet<InstanceId>>>,
-}
-
-/// While held, the instance's archive stops its container at once; see
-/// [`InstanceController::discarding`].
-pub(crate) struct Discarding {
-    set: Arc<Mutex<HashSet<InstanceId>>>,
-    id: InstanceId,
-}
-
-impl Drop for Discarding {
-    fn drop(&mut self) {
-        self.set
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&self.id);
-    }
 }
 
 impl InstanceController {
@@ -128,7 +108,6 @@ impl InstanceController {
                 locks: KeyedLocks::new(),
                 begun_copies: Mutex::new(HashSet::new()),
                 moving: Mutex::new(HashSet::new()),
-                discarding: Arc::default(),
             }
         })
     }
@@ -158,34 +137,6 @@ impl InstanceController {
                 Ok(Some(c))
             }
             other => Ok(other),
-        }
-    }
-
-    /// Marks `id`'s data as thrown away until the guard drops: an archive meanwhile stops its
-    /// container without a grace period (a Postgres's shutdown checkpoint, for one, would only
-    /// write what is removed next, beside the work a lease is waiting for).
-    pub(crate) fn discarding(&self, id: &InstanceId) -> Discarding {
-        self.discarding
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id.clone());
-        Discarding {
-            set: self.discarding.clone(),
-            id: id.clone(),
-        }
-    }
-
-    /// How long an archive waits for `id`'s container to stop before it is killed.
-    fn archive_grace(&self, id: &InstanceId) -> Duration {
-        let discarded = self
-            .discarding
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(id);
-        if discarded {
-            Duration::ZERO
-        } else {
-            self.ctx.config.stop_timeout
         }
     }
 
@@ -379,7 +330,7 @@ impl InstanceController {
             Desired::Archived => {
                 if let Some(c) = self.thawed(&instance, container).await? {
                     runtime
-                        .stop_container(&c.id, self.archive_grace(&instance.id))
+                        .stop_container(&c.id, self.ctx.config.stop_timeout)
                         .await?;
                     runtime.remove_container(&c.id).await?;
                 }
