@@ -255,8 +255,9 @@ pub async fn run(ctx: &Ctx, image: &str, samples: usize) -> anyhow::Result<Figur
              instance an overlay on the snapshot's layer. A sample is timed from the lease's \
              request to the answer to `SELECT 1` through the lease's host endpoint, on a \
              connection the measuring process makes as a test's own client would \
-             (tokio-postgres, password authentication); the lease is released and the pool \
-             waited for until full again after it (not timed). That connect and query against \
+             (tokio-postgres, password authentication), once both pools are full and every \
+             waiting instance frozen; the lease is released after it (not timed). That connect \
+             and query against \
              a running instance took {} ms (median of 5), in every sample of every side alike; \
              psql started on the host for the same took {} ms.",
             sources[0]
