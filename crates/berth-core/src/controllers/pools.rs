@@ -63,10 +63,6 @@ pub(crate) struct PoolController {
     retry: Mutex<HashMap<(DomainId, String), Instant>>,
     /// Every instance a pool made that no lease holds: listed as the pool's, not as a person's.
     hidden: Mutex<HashSet<InstanceId>>,
-    /// Released instances not removed before these times: a reset's old instance, whose
-    /// removal (its container, overlay and upper volumes) would otherwise run beside the fresh
-    /// instance's first queries. Kept in memory only: after a restart they go at once.
-    later: Mutex<HashMap<InstanceId, Instant>>,
 }
 
 impl PoolController {
@@ -83,29 +79,7 @@ impl PoolController {
             passed: Notify::new(),
             retry: Mutex::new(HashMap::new()),
             hidden: Mutex::new(HashSet::new()),
-            later: Mutex::new(HashMap::new()),
         }
-    }
-
-    /// Removes `id`, once released, no sooner than `after` from now.
-    pub(crate) fn remove_later(&self, id: &InstanceId, after: Duration) {
-        self.later
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id.clone(), Instant::now() + after);
-    }
-
-    /// How long until released instance `id` may be removed; `None` once it may.
-    fn removal_due_in(&self, id: &InstanceId) -> Option<Duration> {
-        let mut later = self.later.lock().unwrap_or_else(|e| e.into_inner());
-        let left = later
-            .get(id)
-            .map(|at| at.saturating_duration_since(Instant::now()))
-            .filter(|left| !left.is_zero());
-        if left.is_none() {
-            later.remove(id);
-        }
-        left
     }
 
     /// Asks for a pass now.
@@ -221,12 +195,7 @@ impl PoolController {
         let released = store
             .read(|tx| tx.pool_members(None, &[MemberState::Released]))
             .await?;
-        let mut next_removal: Option<Duration> = None;
         for member in released {
-            if let Some(left) = self.removal_due_in(&member.instance_id) {
-                next_removal = Some(next_removal.map_or(left, |n| n.min(left)));
-                continue;
-            }
             if let Err(e) = self.remove_member(&member.instance_id).await {
                 tracing::warn!(instance = %member.instance_id, error = %e,
                     "a released pool instance could not be removed yet; trying again");
@@ -315,9 +284,7 @@ impl PoolController {
                 u64::try_from(at.millis() - Timestamp::now().millis()).unwrap_or(0),
             )
         });
-        Ok(until_expiry
-            .min(next_removal.unwrap_or(LOOK_EVERY))
-            .min(LOOK_EVERY))
+        Ok(until_expiry.min(LOOK_EVERY))
     }
 
     /// Freezes every waiting instance that is ready (the cgroup freezer): it costs no CPU

@@ -271,12 +271,6 @@ impl Reconciler {
             .push(task);
     }
 
-    /// Removes pool instance `id`, once released, no sooner than `after` from now (see
-    /// [`PoolController::remove_later`]).
-    pub fn remove_pool_instance_later(&self, id: &InstanceId, after: std::time::Duration) {
-        self.inner.pools.remove_later(id, after);
-    }
-
     /// Asks the pools' loop for a pass now (after a lease, a reset, a release, a pool change).
     pub fn poke_pools(&self) {
         self.inner.pools.poke();

@@ -23,10 +23,6 @@ use crate::time::Timestamp;
 const DELETE_WAIT: Duration = Duration::from_secs(120);
 /// How long a release waits for its instance to go before it answers.
 const RELEASE_WAIT: Duration = Duration::from_secs(60);
-/// How long after a reset the instance it replaced is removed: the reset's caller queries the
-/// fresh instance at once, and the removal's engine work (a container, an overlay and its upper
-/// layer) would otherwise share the machine with those first queries.
-const REMOVE_REPLACED_AFTER: Duration = Duration::from_secs(1);
 
 /// What a lease (or a reset) asks, decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -428,7 +424,7 @@ impl Berth {
         self.domain(owner, domain_id)?;
         let reconciler = self.require_runtime()?.clone();
         let (domain, holder, read) = (domain_id.clone(), key.to_owned(), id.clone());
-        let held = self
+        let pool = self
             .store()
             .read(move |tx| {
                 Ok(tx
@@ -436,12 +432,8 @@ impl Berth {
                     .filter(|l| l.domain_id == domain && l.key == holder))
             })
             .await?
-            .ok_or_else(|| Error::PoolLeaseNotFound(id.to_string()))?;
-        // The instance it replaces goes a moment after the reset answers, not beside the fresh
-        // instance's first queries; marked before it is released, so the pools' loop never
-        // sees it released and unmarked.
-        reconciler.remove_pool_instance_later(&held.instance_id, REMOVE_REPLACED_AFTER);
-        let pool = held.pool;
+            .ok_or_else(|| Error::PoolLeaseNotFound(id.to_string()))?
+            .pool;
         let (domain, holder, read) = (domain_id.clone(), key.to_owned(), id.clone());
         let (lease, old) = self
             .wait_for_member(&reconciler, domain_id, &pool, ask, move |tx| {
@@ -465,8 +457,6 @@ impl Berth {
                 Ok(Some((lease, old)))
             })
             .await?;
-        // Counted again from here, should the reset have waited for a ready instance.
-        reconciler.remove_pool_instance_later(&old, REMOVE_REPLACED_AFTER);
         reconciler.refresh_pool_instances().await?;
         thaw(&reconciler, &lease.instance_id).await?;
         reconciler.move_endpoints(&old, &lease.instance_id).await?;
