@@ -13,6 +13,8 @@ use crate::error;
 
 /// Resizes not yet applied; a newer one replaces what waits.
 const RESIZES: usize = 8;
+/// How long after its output ends a terminal's command may take to be recorded as ended.
+const EXIT_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
 
 pub(crate) async fn start(
     docker: &Docker,
@@ -102,13 +104,22 @@ pub(crate) async fn start(
     let exit = Box::pin(async move {
         let mut guard = guard;
         let _ = ended_rx.await;
-        let info = inspector.inspect_exec(&exec_id).await.ok();
-        // The output also ends when the engine's stream fails under a command that still
-        // runs: that one is killed with the guard, not left running for nobody.
-        if info.as_ref().and_then(|i| i.running) != Some(true) {
-            guard.disarm();
+        // The engine may close the terminal's stream a moment before it records the exit:
+        // its code is waited for, briefly. The output also ends when the engine's stream
+        // fails under a command that still runs: that one is killed with the guard, not left
+        // running for nobody.
+        let ended = tokio::time::timeout(
+            EXIT_SETTLE,
+            crate::exec::wait_exit(&inspector, &exec_id, "a terminal's command"),
+        )
+        .await;
+        match ended {
+            Ok(Ok(code)) => {
+                guard.disarm();
+                code
+            }
+            Ok(Err(_)) | Err(_) => None,
         }
-        info.and_then(|i| i.exit_code)
     });
     Ok(TtySession {
         output: Box::pin(read),
