@@ -399,30 +399,11 @@ async fn wait_settled(ctx: &Ctx, pools: &[&str], leased: Option<&str>) -> anyhow
 
 /// Whether every instance container of `pool` but `leased`'s is paused (the pool's freeze).
 async fn pool_waiting_frozen(ctx: &Ctx, pool: &str, leased: Option<&str>) -> anyhow::Result<bool> {
-    let options = ListContainersOptions {
-        all: true,
-        filters: Some(std::collections::HashMap::from([(
-            "label".to_owned(),
-            vec![
-                format!("berth.prefix={}", ctx.prefix),
-                format!("berth.domain={}", ctx.domain),
-            ],
-        )])),
-        ..Default::default()
-    };
-    let start = format!("pool-{pool}-");
-    Ok(ctx
-        .docker
-        .list_containers(Some(options))
+    Ok(pool_listing(ctx, pool, true)
         .await?
         .into_iter()
-        .filter(|c| {
-            let labels = c.labels.as_ref();
-            let key = labels.and_then(|l| l.get("berth.key"));
-            let holder = labels.is_some_and(|l| l.contains_key("berth.holds"));
-            !holder && key.is_some_and(|k| k.starts_with(&start) && Some(k.as_str()) != leased)
-        })
-        .all(|c| c.state == Some(ContainerSummaryStateEnum::PAUSED)))
+        .filter(|c| !c.holder && Some(c.key.as_str()) != leased)
+        .all(|c| c.paused))
 }
 
 async fn take(ctx: &Ctx, pool: &str) -> anyhow::Result<PoolLeaseView> {
@@ -539,12 +520,22 @@ async fn pool_containers(ctx: &Ctx, pool: &str) -> anyhow::Result<Vec<String>> {
     Ok(pool_listing(ctx, pool, false)
         .await?
         .into_iter()
-        .filter(|(_, holder)| !holder)
-        .map(|(id, _)| id)
+        .filter(|c| !c.holder)
+        .map(|c| c.id)
         .collect())
 }
 
-async fn pool_listing(ctx: &Ctx, pool: &str, all: bool) -> anyhow::Result<Vec<(String, bool)>> {
+/// One container of a pool's: an instance's, or a holder of its volumes.
+struct PoolContainer {
+    id: String,
+    /// Its instance's key.
+    key: String,
+    holder: bool,
+    paused: bool,
+}
+
+/// The containers of `pool` (`all`: stopped ones too).
+async fn pool_listing(ctx: &Ctx, pool: &str, all: bool) -> anyhow::Result<Vec<PoolContainer>> {
     let options = ListContainersOptions {
         all,
         filters: Some(std::collections::HashMap::from([(
@@ -562,9 +553,13 @@ async fn pool_listing(ctx: &Ctx, pool: &str, all: bool) -> anyhow::Result<Vec<(S
         .into_iter()
         .filter_map(|c| {
             let labels = c.labels.unwrap_or_default();
-            let key = labels.get("berth.key")?;
-            key.starts_with(&start)
-                .then(|| (c.id.unwrap_or_default(), labels.contains_key("berth.holds")))
+            let key = labels.get("berth.key").filter(|k| k.starts_with(&start))?;
+            Some(PoolContainer {
+                id: c.id.unwrap_or_default(),
+                key: key.clone(),
+                holder: labels.contains_key("berth.holds"),
+                paused: c.state == Some(ContainerSummaryStateEnum::PAUSED),
+            })
         })
         .collect())
 }

@@ -18,21 +18,22 @@ pub(crate) struct Ran {
     pub said: String,
 }
 
-/// Runs `argv` in helper container `id` to its end, reading its output for at most `timeout`
-/// and keeping only its last `keep` bytes (a peer's output is never held whole).
-pub(crate) async fn run_to_end(
+/// Makes an exec of `argv` in helper container `id` (its stdout and stderr attached, its stdin
+/// too with `stdin`) and starts it attached, not on a terminal: its id, and the engine's answer
+/// to the start, which the caller reads (a command the image lacks is refused there).
+pub(crate) async fn start(
     docker: &Docker,
     id: &str,
     argv: Vec<String>,
-    keep: usize,
-    timeout: Duration,
+    stdin: bool,
     what: &str,
-) -> Result<Ran, RuntimeError> {
+) -> Result<(String, Result<StartExecResults, bollard::errors::Error>), RuntimeError> {
     let created = docker
         .create_exec(
             id,
             CreateExecOptions::<String> {
                 cmd: Some(argv),
+                attach_stdin: Some(stdin),
                 attach_stdout: Some(true),
                 attach_stderr: Some(true),
                 ..Default::default()
@@ -45,9 +46,24 @@ pub(crate) async fn run_to_end(
         tty: false,
         output_capacity: None,
     };
+    let started = docker.start_exec(&created.id, Some(options)).await;
+    Ok((created.id, started))
+}
+
+/// Runs `argv` in helper container `id` to its end, reading its output for at most `timeout`
+/// and keeping only its last `keep` bytes (a peer's output is never held whole).
+pub(crate) async fn run_to_end(
+    docker: &Docker,
+    id: &str,
+    argv: Vec<String>,
+    keep: usize,
+    timeout: Duration,
+    what: &str,
+) -> Result<Ran, RuntimeError> {
     let client = docker.clone().with_timeout(timeout);
+    let (exec_id, started) = start(&client, id, argv, false, what).await?;
     let mut said: Vec<u8> = Vec::new();
-    match client.start_exec(&created.id, Some(options)).await {
+    match started {
         Ok(StartExecResults::Attached { mut output, .. }) => {
             while let Some(frame) = output.next().await {
                 let frame = frame.map_err(|e| error::map(e, what))?;
@@ -72,7 +88,7 @@ pub(crate) async fn run_to_end(
     if said.len() > keep {
         said.drain(..said.len() - keep);
     }
-    let code = crate::exec::wait_exit(docker, &created.id, what).await?;
+    let code = crate::exec::wait_exit(docker, &exec_id, what).await?;
     Ok(Ran {
         code,
         said: String::from_utf8_lossy(&said).into_owned(),

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use berth_core::runtime::{RuntimeError, UPPER_DIR, UpperCopyPlan, UppersCopied};
 use bollard::Docker;
 use bollard::container::LogOutput;
-use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bollard::exec::StartExecResults;
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountTmpfsOptions, MountType};
 use futures_util::StreamExt;
 
@@ -412,27 +412,11 @@ impl Armed {
 /// before it runs it, and then prints [`END`] and its exit code.
 async fn arm(docker: &Docker, id: &str, script: &str, what: &str) -> Result<Armed, RuntimeError> {
     let wrapped = format!("read -r go; ( {script} ); echo \"{END}$?\"");
-    let created = docker
-        .create_exec(
-            id,
-            CreateExecOptions::<String> {
-                cmd: Some(vec!["sh".to_owned(), "-c".to_owned(), wrapped]),
-                attach_stdin: Some(true),
-                attach_stdout: Some(true),
-                attach_stderr: Some(true),
-                ..Default::default()
-            },
-        )
-        .await
-        .map_err(|e| error::map(e, what))?;
-    let options = StartExecOptions {
-        detach: false,
-        tty: false,
-        output_capacity: None,
-    };
-    match docker.start_exec(&created.id, Some(options)).await {
+    let argv = vec!["sh".to_owned(), "-c".to_owned(), wrapped];
+    let (exec, started) = crate::helper_run::start(docker, id, argv, true, what).await?;
+    match started {
         Ok(StartExecResults::Attached { output, input }) => Ok(Armed {
-            exec: created.id,
+            exec,
             output,
             input,
         }),
